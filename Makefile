@@ -1,0 +1,37 @@
+GO ?= go
+PROTOS := $(wildcard api/*.proto)
+
+.PHONY: build test test-short generate bench demo jepsen tools fmt vet
+
+build:
+	$(GO) build -o bin/raftps ./cmd/raftps
+
+# tools installs what the tests need from Debian's packages (protoc is only
+# needed by generate; iproute2 and nftables by the Jepsen suite).
+tools:
+	@./scripts/install-tools.sh
+
+generate:
+	@command -v protoc >/dev/null || ./scripts/install-tools.sh protoc
+	protoc -I api \
+	  --plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
+	  --plugin=protoc-gen-go-grpc="$$($(GO) tool -n protoc-gen-go-grpc)" \
+	  --go_out=api/raftpspb --go_opt=paths=source_relative \
+	  --go-grpc_out=api/raftpspb --go-grpc_opt=paths=source_relative \
+	  $(notdir $(PROTOS))
+
+vet:
+	$(GO) vet ./...
+
+test: build
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+demo: build
+	./bin/raftps demo
+
+bench: build
+	./bin/raftps bench
+
+jepsen: build
+	$(GO) test -count=1 -timeout 30m -run Jepsen ./integration -jepsen.long

@@ -1,0 +1,108 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// Errors of the state machine. Every command error wraps one of these, and
+// Code maps them to gRPC status codes in one table.
+var (
+	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
+	ErrUnknownCommand = errors.New("fsm: unknown command type")
+	// ErrMalformed: the entry or a command payload does not decode.
+	ErrMalformed = errors.New("fsm: malformed command")
+	// ErrInvalid: a well-formed command with invalid arguments (empty key, ...).
+	ErrInvalid = errors.New("fsm: invalid argument")
+	// ErrTooLarge: a key or value over the size limit.
+	ErrTooLarge = errors.New("fsm: too large")
+	// ErrLeaseNotFound: the named lease does not exist.
+	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	// ErrLeaseExists: a lease with the requested id exists.
+	ErrLeaseExists = errors.New("fsm: lease already exists")
+	// ErrCompacted: the requested revision was compacted away.
+	ErrCompacted = errors.New("fsm: revision compacted")
+	// ErrFutureRevision: the requested revision is newer than the store's.
+	ErrFutureRevision = errors.New("fsm: revision in the future")
+	// ErrNotFound: the named job or object does not exist.
+	ErrNotFound = errors.New("fsm: not found")
+	// ErrExists: the named job or object exists already.
+	ErrExists = errors.New("fsm: already exists")
+	// ErrFailedPrecondition: the command does not apply in the current state.
+	ErrFailedPrecondition = errors.New("fsm: failed precondition")
+)
+
+// codeTable maps the sentinels above to gRPC codes; Code consults it in order.
+var codeTable = []struct {
+	err  error
+	code codes.Code
+}{
+	{ErrUnknownCommand, codes.InvalidArgument},
+	{ErrMalformed, codes.InvalidArgument},
+	{ErrInvalid, codes.InvalidArgument},
+	{ErrTooLarge, codes.InvalidArgument},
+	{ErrLeaseNotFound, codes.NotFound},
+	{ErrLeaseExists, codes.AlreadyExists},
+	{ErrCompacted, codes.OutOfRange},
+	{ErrFutureRevision, codes.OutOfRange},
+	{ErrNotFound, codes.NotFound},
+	{ErrExists, codes.AlreadyExists},
+	{ErrFailedPrecondition, codes.FailedPrecondition},
+}
+
+// Code returns the gRPC code for an error of this package (codes.Unknown if none matches).
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	for _, e := range codeTable {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return codes.Unknown
+}
+
+// ApplyResult is what FSM.Apply returns for one Raft log entry (one Entry):
+// one Result per command, in order. Err is set, and Results is nil, only when
+// the entry itself does not decode; such an entry changes nothing.
+type ApplyResult struct {
+	Index   uint64
+	Results []*pb.Result
+	Err     error
+}
+
+// NewCommand encodes msg as the payload of a command of type t.
+func NewCommand(t pb.CommandType, msg proto.Message) (*pb.Command, error) {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("encode %v: %w", t, err)
+	}
+	return &pb.Command{Type: t, Payload: b}, nil
+}
+
+// EncodeEntry encodes one Raft log entry: the commands and the leader's
+// clock (Unix nanoseconds) at proposal.
+func EncodeEntry(nowUnixNano int64, cmds []*pb.Command) ([]byte, error) {
+	return proto.Marshal(&pb.Entry{NowUnixNano: nowUnixNano, Commands: cmds})
+}
+
+// ResultError turns a Result's error status back into a Go error that wraps
+// the matching sentinel (so errors.Is works across a forwarded call).
+func ResultError(r *pb.Result) error {
+	if r == nil || r.Error == nil {
+		return nil
+	}
+	c := codes.Code(r.Error.Code)
+	for _, e := range codeTable {
+		if e.code == c {
+			return fmt.Errorf("%w: %s", e.err, r.Error.Message)
+		}
+	}
+	return errors.New(r.Error.Message)
+}
