@@ -8,33 +8,37 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/errs"
 )
 
 // Errors of the state machine. Every command error wraps one of these, and
-// Code maps them to gRPC status codes in one table.
+// Code maps them to gRPC status codes in one table. They are defined in
+// package fsm/errs (so that fsm/jobq can wrap them without an import cycle)
+// and re-exported here; the values are identical, so errors.Is works with
+// either name.
 var (
 	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
-	ErrUnknownCommand = errors.New("fsm: unknown command type")
-	// ErrMalformed: the entry or a command payload does not decode.
-	ErrMalformed = errors.New("fsm: malformed command")
+	ErrUnknownCommand = errs.ErrUnknownCommand
+	// ErrMalformed: the entry, a command payload or a snapshot does not decode.
+	ErrMalformed = errs.ErrMalformed
 	// ErrInvalid: a well-formed command with invalid arguments (empty key, ...).
-	ErrInvalid = errors.New("fsm: invalid argument")
+	ErrInvalid = errs.ErrInvalid
 	// ErrTooLarge: a key or value over the size limit.
-	ErrTooLarge = errors.New("fsm: too large")
+	ErrTooLarge = errs.ErrTooLarge
 	// ErrLeaseNotFound: the named lease does not exist.
-	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	ErrLeaseNotFound = errs.ErrLeaseNotFound
 	// ErrLeaseExists: a lease with the requested id exists.
-	ErrLeaseExists = errors.New("fsm: lease already exists")
+	ErrLeaseExists = errs.ErrLeaseExists
 	// ErrCompacted: the requested revision was compacted away.
-	ErrCompacted = errors.New("fsm: revision compacted")
+	ErrCompacted = errs.ErrCompacted
 	// ErrFutureRevision: the requested revision is newer than the store's.
-	ErrFutureRevision = errors.New("fsm: revision in the future")
+	ErrFutureRevision = errs.ErrFutureRevision
 	// ErrNotFound: the named job or object does not exist.
-	ErrNotFound = errors.New("fsm: not found")
+	ErrNotFound = errs.ErrNotFound
 	// ErrExists: the named job or object exists already.
-	ErrExists = errors.New("fsm: already exists")
+	ErrExists = errs.ErrExists
 	// ErrFailedPrecondition: the command does not apply in the current state.
-	ErrFailedPrecondition = errors.New("fsm: failed precondition")
+	ErrFailedPrecondition = errs.ErrFailedPrecondition
 )
 
 // codeTable maps the sentinels above to gRPC codes; Code consults it in order.

@@ -1,0 +1,36 @@
+// Package errs holds the sentinel errors of the raftps state machine.
+//
+// They live in their own leaf package so that sub-packages of fsm (such as
+// fsm/jobq) can wrap them without importing fsm (which imports them). Package
+// fsm re-exports every sentinel under the same name; callers outside fsm
+// should use the fsm names (fsm.ErrInvalid, ...) and errors.Is.
+package errs
+
+import "errors"
+
+// Sentinel errors. Every command error of the state machine wraps one of
+// these; fsm.Code maps them to gRPC status codes.
+var (
+	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
+	ErrUnknownCommand = errors.New("fsm: unknown command type")
+	// ErrMalformed: the entry, a command payload or a snapshot does not decode.
+	ErrMalformed = errors.New("fsm: malformed command")
+	// ErrInvalid: a well-formed command with invalid arguments (empty key, ...).
+	ErrInvalid = errors.New("fsm: invalid argument")
+	// ErrTooLarge: a key or value over the size limit.
+	ErrTooLarge = errors.New("fsm: too large")
+	// ErrLeaseNotFound: the named lease does not exist.
+	ErrLeaseNotFound = errors.New("fsm: lease not found")
+	// ErrLeaseExists: a lease with the requested id exists.
+	ErrLeaseExists = errors.New("fsm: lease already exists")
+	// ErrCompacted: the requested revision was compacted away.
+	ErrCompacted = errors.New("fsm: revision compacted")
+	// ErrFutureRevision: the requested revision is newer than the store's.
+	ErrFutureRevision = errors.New("fsm: revision in the future")
+	// ErrNotFound: the named job or object does not exist.
+	ErrNotFound = errors.New("fsm: not found")
+	// ErrExists: the named job or object exists already.
+	ErrExists = errors.New("fsm: already exists")
+	// ErrFailedPrecondition: the command does not apply in the current state.
+	ErrFailedPrecondition = errors.New("fsm: failed precondition")
+)
