@@ -1,14 +1,19 @@
-// Package errs holds the sentinel errors of the Raft state machine (package
-// fsm and its sub-packages such as fsm/jobq). Every command error wraps one of
-// these with %w; fsm.Code maps them to gRPC status codes in one table.
+// Package errs holds the sentinel errors of the raftps state machine.
+//
+// They live in their own leaf package so that sub-packages of fsm (such as
+// fsm/jobq) can wrap them without importing fsm (which imports them). Package
+// fsm re-exports every sentinel under the same name; callers outside fsm
+// should use the fsm names (fsm.ErrInvalid, ...) and errors.Is.
 package errs
 
 import "errors"
 
+// Sentinel errors. Every command error of the state machine wraps one of
+// these; fsm.Code maps them to gRPC status codes.
 var (
 	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
 	ErrUnknownCommand = errors.New("fsm: unknown command type")
-	// ErrMalformed: the entry or a command payload does not decode.
+	// ErrMalformed: the entry, a command payload or a snapshot does not decode.
 	ErrMalformed = errors.New("fsm: malformed command")
 	// ErrInvalid: a well-formed command with invalid arguments (empty key, ...).
 	ErrInvalid = errors.New("fsm: invalid argument")
