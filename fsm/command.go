@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -96,17 +97,50 @@ func EncodeEntry(nowUnixNano int64, cmds []*pb.Command) ([]byte, error) {
 	return proto.Marshal(&pb.Entry{NowUnixNano: nowUnixNano, Commands: cmds})
 }
 
+// canonical is the sentinel ResultError falls back to for a code when the
+// message names no sentinel of that code.
+var canonical = map[codes.Code]error{
+	codes.InvalidArgument:    ErrInvalid,
+	codes.NotFound:           ErrNotFound,
+	codes.AlreadyExists:      ErrExists,
+	codes.OutOfRange:         ErrCompacted,
+	codes.FailedPrecondition: ErrFailedPrecondition,
+}
+
 // ResultError turns a Result's error status back into a Go error that wraps
-// the matching sentinel (so errors.Is works across a forwarded call).
+// the matching sentinel (so errors.Is works across a forwarded call). The
+// code picks the candidates; among them the sentinel whose text the message
+// carries wins (the FSM's messages always contain their sentinel's text,
+// e.g. "fsm: lease not found"), else the code's general sentinel
+// (InvalidArgument: ErrInvalid, NotFound: ErrNotFound, AlreadyExists:
+// ErrExists, OutOfRange: ErrCompacted, FailedPrecondition:
+// ErrFailedPrecondition). Other codes give a plain error with the message.
 func ResultError(r *pb.Result) error {
 	if r == nil || r.Error == nil {
 		return nil
 	}
 	c := codes.Code(r.Error.Code)
+	msg := r.Error.Message
 	for _, e := range codeTable {
-		if e.code == c {
-			return fmt.Errorf("%w: %s", e.err, r.Error.Message)
+		if e.code == c && strings.Contains(msg, e.err.Error()) {
+			return &resultError{sentinel: e.err, msg: msg}
 		}
 	}
-	return errors.New(r.Error.Message)
+	if e, ok := canonical[c]; ok {
+		return &resultError{sentinel: e, msg: msg}
+	}
+	if msg == "" {
+		msg = c.String()
+	}
+	return errors.New(msg)
 }
+
+// resultError is a forwarded command error: it prints the original message
+// and unwraps to the sentinel.
+type resultError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *resultError) Error() string { return e.msg }
+func (e *resultError) Unwrap() error { return e.sentinel }

@@ -1,0 +1,200 @@
+package fsm
+
+import (
+	"fmt"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// JobQueue is the deterministic job and task-queue state the FSM embeds
+// (implemented by package fsm/jobq). It does no locking and reads no clock:
+// the FSM holds its lock around every call and passes the leader's stamped
+// time as now (Unix nanoseconds). A mutating method that returns an error
+// must have changed nothing; its errors wrap the sentinels of fsm/errs.
+type JobQueue interface {
+	JobReader
+	Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
+	Cancel(now int64, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
+	GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
+	TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
+	TaskFailed(now int64, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
+	ExpireTasks(now int64, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error)
+	RequeueTrainer(now int64, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error)
+	RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error)
+	MarshalBinary() ([]byte, error)
+	UnmarshalBinary([]byte) error
+}
+
+// JobReader reads the job state. The reader FSM.Jobs returns takes the FSM's
+// read lock around each call, so every call sees one applied state.
+type JobReader interface {
+	// Job returns a copy of the named job's status.
+	Job(name string) (*pb.JobStatus, bool)
+	// Jobs returns every job's status (copies).
+	Jobs() []*pb.JobStatus
+	// Events returns the job's events with seq >= fromSeq, at most limit (> 0).
+	Events(job string, fromSeq int64, limit int) ([]*pb.JobEvent, error)
+	// EventSeq is the seq of the job's latest event (0 if none).
+	EventSeq(job string) int64
+	// Tasks returns the job's tasks (copies).
+	Tasks(job string) []*pb.Task
+}
+
+// defaultJobQueue builds the job queue of a new FSM; jobs_default.go sets it
+// to the real implementation when it is available.
+var defaultJobQueue = func() JobQueue { return noJobQueue{} }
+
+// Jobs returns a reader of the job state that locks the FSM for each call.
+func (f *FSM) Jobs() JobReader { return lockedJobs{f} }
+
+type lockedJobs struct{ f *FSM }
+
+func (r lockedJobs) Job(name string) (*pb.JobStatus, bool) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.Job(name)
+}
+
+func (r lockedJobs) Jobs() []*pb.JobStatus {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.Jobs()
+}
+
+func (r lockedJobs) Events(job string, fromSeq int64, limit int) ([]*pb.JobEvent, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.Events(job, fromSeq, limit)
+}
+
+func (r lockedJobs) EventSeq(job string) int64 {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.EventSeq(job)
+}
+
+func (r lockedJobs) Tasks(job string) []*pb.Task {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.Tasks(job)
+}
+
+// touched records that job changed (for Notification.JobsChanged).
+func (c *applyCtx) touched(job string) {
+	if job != "" {
+		c.note.JobsChanged = append(c.note.JobsChanged, job)
+	}
+}
+
+func (f *FSM) applySubmitJob(c *applyCtx, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	resp, err := f.jobs.Submit(c.now, req)
+	if err == nil {
+		c.touched(req.GetSpec().GetName())
+	}
+	return resp, err
+}
+
+func (f *FSM) applyCancelJob(c *applyCtx, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	resp, err := f.jobs.Cancel(c.now, req)
+	if err == nil {
+		c.touched(req.GetName())
+	}
+	return resp, err
+}
+
+func (f *FSM) applyGetTask(c *applyCtx, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	resp, err := f.jobs.GetTask(c.now, req)
+	if err == nil {
+		c.touched(req.GetJob())
+	}
+	return resp, err
+}
+
+func (f *FSM) applyTaskFinished(c *applyCtx, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	resp, err := f.jobs.TaskFinished(c.now, req)
+	if err == nil {
+		c.touched(req.GetJob())
+	}
+	return resp, err
+}
+
+func (f *FSM) applyTaskFailed(c *applyCtx, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	resp, err := f.jobs.TaskFailed(c.now, req)
+	if err == nil {
+		c.touched(req.GetJob())
+	}
+	return resp, err
+}
+
+// applyExpireTasks expires overdue tasks of req.Job, or of every job when
+// req.Job is empty (then every job counts as touched).
+func (f *FSM) applyExpireTasks(c *applyCtx, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error) {
+	resp, err := f.jobs.ExpireTasks(c.now, req)
+	if err == nil {
+		if req.GetJob() != "" {
+			c.touched(req.GetJob())
+		} else if resp.GetExpired() > 0 {
+			for _, j := range f.jobs.Jobs() {
+				c.touched(j.GetName())
+			}
+		}
+	}
+	return resp, err
+}
+
+func (f *FSM) applyRequeueTrainer(c *applyCtx, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error) {
+	resp, err := f.jobs.RequeueTrainer(c.now, req)
+	if err == nil {
+		c.touched(req.GetJob())
+	}
+	return resp, err
+}
+
+func (f *FSM) applyJobEvent(c *applyCtx, req *pb.JobEvent) (*pb.JobEvent, error) {
+	resp, err := f.jobs.RecordEvent(c.now, req)
+	if err == nil {
+		c.touched(req.GetJob())
+	}
+	return resp, err
+}
+
+// noJobQueue stands in while no job queue implementation is linked: every
+// job command fails with ErrFailedPrecondition and there are no jobs.
+type noJobQueue struct{}
+
+var errNoJobs = fmt.Errorf("%w: this build has no job queue", ErrFailedPrecondition)
+
+func (noJobQueue) Submit(int64, *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) Cancel(int64, *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) GetTask(int64, *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) TaskFinished(int64, *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) TaskFailed(int64, *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) ExpireTasks(int64, *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) RequeueTrainer(int64, *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error) {
+	return nil, errNoJobs
+}
+func (noJobQueue) RecordEvent(int64, *pb.JobEvent) (*pb.JobEvent, error) { return nil, errNoJobs }
+func (noJobQueue) Job(string) (*pb.JobStatus, bool)                        { return nil, false }
+func (noJobQueue) Jobs() []*pb.JobStatus                                  { return nil }
+func (noJobQueue) Events(string, int64, int) ([]*pb.JobEvent, error)      { return nil, nil }
+func (noJobQueue) EventSeq(string) int64                                  { return 0 }
+func (noJobQueue) Tasks(string) []*pb.Task                                { return nil }
+func (noJobQueue) MarshalBinary() ([]byte, error)                         { return nil, nil }
+func (noJobQueue) UnmarshalBinary(b []byte) error {
+	if len(b) != 0 {
+		return fmt.Errorf("%w: snapshot holds job state but this build has no job queue", ErrMalformed)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// lease is the replicated part of a lease: its id, granted TTL and the keys
+// attached to it. Expiry is the leader's business (raftstore): it revokes
+// through Raft.
+type lease struct {
+	ttl  int64
+	keys map[string]struct{}
+}
+
+// LeaseInfo describes one lease.
+type LeaseInfo struct {
+	ID int64
+	// TTL is the granted time to live, in seconds.
+	TTL int64
+	// Keys attached to the lease, sorted.
+	Keys [][]byte
+}
+
+func (f *FSM) attach(id int64, key []byte) {
+	if id == 0 {
+		return
+	}
+	if l, ok := f.leases[id]; ok {
+		l.keys[string(key)] = struct{}{}
+	}
+}
+
+func (f *FSM) detach(id int64, key []byte) {
+	if id == 0 {
+		return
+	}
+	if l, ok := f.leases[id]; ok {
+		delete(l.keys, string(key))
+	}
+}
+
+func (f *FSM) leaseInfo(id int64, l *lease) LeaseInfo {
+	info := LeaseInfo{ID: id, TTL: l.ttl}
+	for _, k := range slices.Sorted(maps.Keys(l.keys)) {
+		info.Keys = append(info.Keys, []byte(k))
+	}
+	return info
+}
+
+// Leases returns every lease with its attached keys, sorted by ID.
+func (f *FSM) Leases() []LeaseInfo {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]LeaseInfo, 0, len(f.leases))
+	for _, id := range slices.Sorted(maps.Keys(f.leases)) {
+		out = append(out, f.leaseInfo(id, f.leases[id]))
+	}
+	return out
+}
+
+// Lease returns lease id and whether it exists.
+func (f *FSM) Lease(id int64) (LeaseInfo, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	l, ok := f.leases[id]
+	if !ok {
+		return LeaseInfo{}, false
+	}
+	return f.leaseInfo(id, l), true
+}
+
+// applyLeaseGrant creates a lease. TTL <= 0 or a negative id is ErrInvalid;
+// id 0 takes the next free id of a counter kept in the state (so every
+// replica picks the same); an id in use is ErrLeaseExists. A grant does not
+// change the store revision (as in etcd).
+func (f *FSM) applyLeaseGrant(c *applyCtx, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if req.Ttl <= 0 {
+		return nil, fmt.Errorf("%w: lease grant: ttl %d", ErrInvalid, req.Ttl)
+	}
+	id := req.Id
+	switch {
+	case id < 0:
+		return nil, fmt.Errorf("%w: lease grant: negative id %d", ErrInvalid, id)
+	case id == 0:
+		for {
+			if f.nextLease <= 0 { // wrapped around math.MaxInt64
+				f.nextLease = 1
+			}
+			if _, used := f.leases[f.nextLease]; !used {
+				break
+			}
+			f.nextLease++
+		}
+		id = f.nextLease
+		if f.nextLease < math.MaxInt64 {
+			f.nextLease++
+		} else {
+			f.nextLease = 1
+		}
+	default:
+		if _, used := f.leases[id]; used {
+			return nil, fmt.Errorf("%w: lease grant: id %d", ErrLeaseExists, id)
+		}
+	}
+	f.leases[id] = &lease{ttl: req.Ttl, keys: map[string]struct{}{}}
+	c.note.LeasesGranted = append(c.note.LeasesGranted, LeaseInfo{ID: id, TTL: req.Ttl})
+	return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: f.rev}, Id: id, Ttl: req.Ttl}, nil
+}
+
+// applyLeaseRevoke deletes the lease and every key attached to it, as one
+// revision (DELETE events in key order); a lease without keys does not
+// change the revision. An unknown id is ErrLeaseNotFound.
+func (f *FSM) applyLeaseRevoke(c *applyCtx, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	l, ok := f.leases[req.Id]
+	if !ok {
+		return nil, fmt.Errorf("%w: lease revoke: id %d", ErrLeaseNotFound, req.Id)
+	}
+	w := f.begin()
+	resp := &pb.LeaseRevokeResponse{Header: w.header()}
+	for _, k := range slices.Sorted(maps.Keys(l.keys)) {
+		if kv, ok := f.get([]byte(k)); ok {
+			w.deleteKey(kv)
+		}
+	}
+	delete(f.leases, req.Id)
+	w.end()
+	c.note.LeasesRevoked = append(c.note.LeasesRevoked, req.Id)
+	return resp, nil
+}

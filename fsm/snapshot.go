@@ -1,0 +1,447 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"maps"
+	"slices"
+
+	"github.com/google/btree"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// Snapshot format (version 1). All integers are varints (protowire):
+//
+//	magic    "RPSFSM\x00\x01"
+//	record*  tag(1 byte) length(uvarint) body
+//	end      tagEnd length=4 CRC-32C (big endian) of every byte before it,
+//	         the end tag included; then EOF.
+//
+// Records come in tag order: one meta, leases by id, key/values by key,
+// events by revision, at most one job-queue blob.
+const snapMagic = "RPSFSM\x00\x01"
+
+const (
+	tagMeta  = 1 // applied(uvarint) revision compact_revision next_lease (varints)
+	tagLease = 2 // id ttl (varints)
+	tagKV    = 3 // pb.KeyValue
+	tagEvent = 4 // pb.Event (revision = kv.mod_revision)
+	tagJobs  = 5 // JobQueue.MarshalBinary
+	tagEnd   = 0xff
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+type leaseRec struct{ id, ttl int64 }
+
+// snapshot is a point-in-time capture of the FSM. The tree is a
+// copy-on-write clone and the history groups are immutable, so capturing is
+// O(leases + history revisions) and Persist runs concurrently with Apply.
+type snapshot struct {
+	applied    uint64
+	rev        int64
+	compactRev int64
+	nextLease  int64
+	kvs        *btree.BTreeG[*pb.KeyValue]
+	leases     []leaseRec
+	hist       []revEvents
+	jobs       []byte
+}
+
+// Snapshot captures the state under the lock; the returned FSMSnapshot's
+// Persist does the encoding and I/O without holding it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	jobs, err := f.jobs.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("fsm: snapshot job queue: %w", err)
+	}
+	s := &snapshot{
+		applied:    f.applied,
+		rev:        f.rev,
+		compactRev: f.compactRev,
+		nextLease:  f.nextLease,
+		kvs:        f.kvs.Clone(),
+		hist:       slices.Clone(f.hist),
+		jobs:       jobs,
+	}
+	for _, id := range slices.Sorted(maps.Keys(f.leases)) {
+		s.leases = append(s.leases, leaseRec{id, f.leases[id].ttl})
+	}
+	return s, nil
+}
+
+// Persist writes the snapshot to sink and closes it (cancels it on error).
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.writeTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release is a no-op: the snapshot holds only shared immutable data.
+func (s *snapshot) Release() {}
+
+func (s *snapshot) writeTo(w io.Writer) error {
+	h := crc32.New(crcTable)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 256<<10)
+	var buf []byte
+	rec := func(tag byte, body []byte) error {
+		buf = append(buf[:0], tag)
+		buf = protowire.AppendVarint(buf, uint64(len(body)))
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+		_, err := bw.Write(body)
+		return err
+	}
+	if _, err := bw.WriteString(snapMagic); err != nil {
+		return err
+	}
+	var body []byte
+	body = protowire.AppendVarint(body, s.applied)
+	body = protowire.AppendVarint(body, uint64(s.rev))
+	body = protowire.AppendVarint(body, uint64(s.compactRev))
+	body = protowire.AppendVarint(body, uint64(s.nextLease))
+	if err := rec(tagMeta, body); err != nil {
+		return err
+	}
+	for _, l := range s.leases {
+		body = protowire.AppendVarint(body[:0], uint64(l.id))
+		body = protowire.AppendVarint(body, uint64(l.ttl))
+		if err := rec(tagLease, body); err != nil {
+			return err
+		}
+	}
+	mo := proto.MarshalOptions{Deterministic: true}
+	var werr error
+	s.kvs.Ascend(func(kv *pb.KeyValue) bool {
+		body, werr = mo.MarshalAppend(body[:0], kv)
+		if werr == nil {
+			werr = rec(tagKV, body)
+		}
+		return werr == nil
+	})
+	if werr != nil {
+		return werr
+	}
+	for _, g := range s.hist {
+		for _, ev := range g.events {
+			body, werr = mo.MarshalAppend(body[:0], ev)
+			if werr == nil {
+				werr = rec(tagEvent, body)
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+	}
+	if len(s.jobs) > 0 {
+		if err := rec(tagJobs, s.jobs); err != nil {
+			return err
+		}
+	}
+	if err := bw.WriteByte(tagEnd); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	trailer := protowire.AppendVarint(nil, 4)
+	trailer = binary.BigEndian.AppendUint32(trailer, h.Sum32())
+	_, err := w.Write(trailer)
+	return err
+}
+
+// Restore replaces the whole state with the snapshot read from rc (and
+// closes rc). The snapshot is decoded and validated completely into a new
+// state first; a truncated, corrupt or inconsistent snapshot returns an
+// error wrapping ErrMalformed (or the reader's error) and leaves the current
+// state untouched. On success the observer gets a Notification with
+// Restored set.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := decodeSnapshot(rc, f.newJobs)
+	if err != nil {
+		f.logger.Error("fsm: restore failed, state unchanged", "err", err)
+		return err
+	}
+	f.mu.Lock()
+	f.applied = st.applied
+	f.rev = st.rev
+	f.compactRev = st.compactRev
+	f.nextLease = st.nextLease
+	f.kvs = st.kvs
+	f.leases = st.leases
+	f.hist = st.hist
+	f.jobs = st.jobs
+	n := Notification{Index: f.applied, Revision: f.rev, Restored: true}
+	f.mu.Unlock()
+	f.logger.Info("fsm: restored snapshot", "index", n.Index, "revision", n.Revision, "keys", st.kvs.Len(), "leases", len(st.leases))
+	f.notify(n)
+	return nil
+}
+
+type restored struct {
+	applied    uint64
+	rev        int64
+	compactRev int64
+	nextLease  int64
+	kvs        *btree.BTreeG[*pb.KeyValue]
+	leases     map[int64]*lease
+	hist       []revEvents
+	jobs       JobQueue
+}
+
+// crcReader hashes every byte read through it.
+type crcReader struct {
+	r *bufio.Reader
+	h hash.Hash32
+	b [1]byte
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	return n, err
+}
+
+func (c *crcReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.b[0] = b
+		c.h.Write(c.b[:])
+	}
+	return b, err
+}
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: snapshot: %s", ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// readErr turns a short read into ErrMalformed (a truncated snapshot) and
+// passes other reader errors through.
+func readErr(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return malformed("truncated in %s", what)
+	}
+	return fmt.Errorf("fsm: snapshot: read %s: %w", what, err)
+}
+
+// maxRecord bounds each record's length by tag.
+func maxRecord(tag byte) uint64 {
+	switch tag {
+	case tagMeta, tagLease:
+		return 64
+	case tagKV:
+		return MaxKeySize + MaxValueSize + 128
+	case tagEvent:
+		return 2*(MaxKeySize+MaxValueSize) + 512
+	case tagJobs:
+		return 1 << 31
+	}
+	return 0
+}
+
+func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
+	cr := &crcReader{r: bufio.NewReaderSize(r, 256<<10), h: crc32.New(crcTable)}
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(cr, magic); err != nil {
+		return nil, readErr("header", err)
+	}
+	if string(magic) != snapMagic {
+		return nil, malformed("bad magic %q", magic)
+	}
+	st := &restored{kvs: newTree(), leases: map[int64]*lease{}}
+	var (
+		lastTag  byte
+		lastKey  []byte
+		lastRev  int64
+		haveMeta bool
+		events   []*pb.Event
+	)
+	for {
+		tag, err := cr.ReadByte()
+		if err != nil {
+			return nil, readErr("record tag", err)
+		}
+		if tag == tagEnd {
+			sum := cr.h.Sum32()
+			n, err := binary.ReadUvarint(cr)
+			if err != nil {
+				return nil, readErr("trailer", err)
+			}
+			if n != 4 {
+				return nil, malformed("trailer length %d", n)
+			}
+			var b [4]byte
+			if _, err := io.ReadFull(cr, b[:]); err != nil {
+				return nil, readErr("trailer", err)
+			}
+			if got := binary.BigEndian.Uint32(b[:]); got != sum {
+				return nil, malformed("checksum %08x, computed %08x", got, sum)
+			}
+			if _, err := cr.ReadByte(); err != io.EOF {
+				if err != nil {
+					return nil, readErr("end", err)
+				}
+				return nil, malformed("trailing bytes after end")
+			}
+			break
+		}
+		if tag < lastTag || tag > tagJobs || tag == 0 || (tag == lastTag && (tag == tagMeta || tag == tagJobs)) {
+			return nil, malformed("record tag %d after %d", tag, lastTag)
+		}
+		if tag != tagMeta && !haveMeta {
+			return nil, malformed("record tag %d before meta", tag)
+		}
+		lastTag = tag
+		n, err := binary.ReadUvarint(cr)
+		if err != nil {
+			return nil, readErr("record length", err)
+		}
+		if n > maxRecord(tag) {
+			return nil, malformed("record tag %d of %d bytes", tag, n)
+		}
+		body, err := io.ReadAll(io.LimitReader(cr, int64(n)))
+		if err != nil {
+			return nil, readErr("record", err)
+		}
+		if uint64(len(body)) != n {
+			return nil, malformed("truncated in record tag %d", tag)
+		}
+		switch tag {
+		case tagMeta:
+			vals, err := varints(body, 4)
+			if err != nil {
+				return nil, err
+			}
+			st.applied, st.rev, st.compactRev, st.nextLease = vals[0], int64(vals[1]), int64(vals[2]), int64(vals[3])
+			if st.rev < 1 || st.compactRev < 0 || st.compactRev > st.rev || st.nextLease < 1 {
+				return nil, malformed("meta revision %d compact %d next lease %d", st.rev, st.compactRev, st.nextLease)
+			}
+			haveMeta = true
+		case tagLease:
+			vals, err := varints(body, 2)
+			if err != nil {
+				return nil, err
+			}
+			id, ttl := int64(vals[0]), int64(vals[1])
+			if id <= 0 || ttl <= 0 {
+				return nil, malformed("lease %d ttl %d", id, ttl)
+			}
+			if _, dup := st.leases[id]; dup {
+				return nil, malformed("duplicate lease %d", id)
+			}
+			st.leases[id] = &lease{ttl: ttl, keys: map[string]struct{}{}}
+		case tagKV:
+			kv := &pb.KeyValue{}
+			if err := proto.Unmarshal(body, kv); err != nil {
+				return nil, malformed("key/value: %v", err)
+			}
+			if err := checkKV(kv, st.rev); err != nil {
+				return nil, err
+			}
+			if lastKey != nil && bytes.Compare(kv.Key, lastKey) <= 0 {
+				return nil, malformed("key %q out of order", kv.Key)
+			}
+			lastKey = kv.Key
+			if kv.Lease != 0 {
+				l, ok := st.leases[kv.Lease]
+				if !ok {
+					return nil, malformed("key %q on unknown lease %d", kv.Key, kv.Lease)
+				}
+				l.keys[string(kv.Key)] = struct{}{}
+			}
+			st.kvs.ReplaceOrInsert(kv)
+		case tagEvent:
+			ev := &pb.Event{}
+			if err := proto.Unmarshal(body, ev); err != nil {
+				return nil, malformed("event: %v", err)
+			}
+			rev := ev.GetKv().GetModRevision()
+			if ev.Kv == nil || len(ev.Kv.Key) == 0 || rev <= st.compactRev || rev > st.rev || rev < lastRev {
+				return nil, malformed("event at revision %d (compact %d, store %d, previous %d)", rev, st.compactRev, st.rev, lastRev)
+			}
+			switch ev.Type {
+			case pb.Event_PUT:
+				if err := checkKV(ev.Kv, st.rev); err != nil {
+					return nil, err
+				}
+			case pb.Event_DELETE:
+			default:
+				return nil, malformed("event type %d", int32(ev.Type))
+			}
+			if ev.PrevKv != nil {
+				if err := checkKV(ev.PrevKv, st.rev); err != nil {
+					return nil, err
+				}
+			}
+			if rev != lastRev && len(events) > 0 {
+				st.hist = append(st.hist, revEvents{rev: lastRev, events: events})
+				events = nil
+			}
+			lastRev = rev
+			events = append(events, ev)
+		case tagJobs:
+			q := newJobs()
+			if err := q.UnmarshalBinary(body); err != nil {
+				if errors.Is(err, ErrMalformed) {
+					return nil, err
+				}
+				return nil, malformed("job queue: %v", err)
+			}
+			st.jobs = q
+		}
+	}
+	if !haveMeta {
+		return nil, malformed("no meta record")
+	}
+	if len(events) > 0 {
+		st.hist = append(st.hist, revEvents{rev: lastRev, events: events})
+	}
+	if st.jobs == nil {
+		st.jobs = newJobs()
+	}
+	return st, nil
+}
+
+func checkKV(kv *pb.KeyValue, rev int64) error {
+	switch {
+	case len(kv.Key) == 0 || len(kv.Key) > MaxKeySize || len(kv.Value) > MaxValueSize:
+		return malformed("key/value of %d+%d bytes", len(kv.Key), len(kv.Value))
+	case kv.CreateRevision < 1 || kv.ModRevision < kv.CreateRevision || kv.ModRevision > rev || kv.Version < 1 || kv.Lease < 0:
+		return malformed("key %q: create %d mod %d version %d lease %d at store revision %d",
+			kv.Key, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease, rev)
+	}
+	return nil
+}
+
+// varints decodes exactly n varints filling body.
+func varints(body []byte, n int) ([]uint64, error) {
+	out := make([]uint64, 0, n)
+	for range n {
+		v, m := protowire.ConsumeVarint(body)
+		if m < 0 {
+			return nil, malformed("bad varint")
+		}
+		out = append(out, v)
+		body = body[m:]
+	}
+	if len(body) != 0 {
+		return nil, malformed("%d stray bytes in record", len(body))
+	}
+	return out, nil
+}
