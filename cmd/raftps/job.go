@@ -1,0 +1,340 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v3"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// specFlags are the job spec fields settable from flags.
+type specFlags struct {
+	file          string
+	name          string
+	model         string
+	hidden        []int
+	dataset       string
+	recordsPerTsk int64
+	records       int64
+	passes        int32
+	batch         int32
+	optimizer     string
+	lr            float64
+	momentum      float64
+	pservers      int32
+	mode          string
+	staleness     int32
+	ckptSteps     int64
+	ckptSeconds   int64
+	keepMax       int32
+	replicas      int32
+	seed          int64
+	target        float64
+}
+
+func (s *specFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVarP(&s.file, "file", "f", "", "job spec file (YAML or JSON, field names as in api/job.proto); flags override it")
+	f.StringVar(&s.name, "name", "", "job name")
+	f.StringVar(&s.model, "model", "mlp", "model: softmax, mlp, hashed_lr")
+	f.IntSliceVar(&s.hidden, "hidden", []int{128}, "hidden layer widths of the mlp")
+	f.StringVar(&s.dataset, "dataset", defaultDatasetDir(), "Fashion-MNIST directory on every trainer node")
+	f.Int64Var(&s.recordsPerTsk, "records-per-task", 1000, "records per task")
+	f.Int64Var(&s.records, "records", 60000, "training records")
+	f.Int32Var(&s.passes, "passes", 3, "passes over the dataset")
+	f.Int32Var(&s.batch, "batch-size", 64, "mini-batch size")
+	f.StringVar(&s.optimizer, "optimizer", "momentum", "optimizer: sgd, momentum, adam, adagrad")
+	f.Float64Var(&s.lr, "lr", 0.05, "learning rate")
+	f.Float64Var(&s.momentum, "momentum", 0.9, "momentum coefficient")
+	f.Int32Var(&s.pservers, "pservers", 2, "number of parameter-server slots")
+	f.StringVar(&s.mode, "mode", "sync", "update mode: sync or async")
+	f.Int32Var(&s.staleness, "staleness", 0, "async staleness bound (0: unbounded)")
+	f.Int64Var(&s.ckptSteps, "checkpoint-steps", 200, "checkpoint every N steps (0: off)")
+	f.Int64Var(&s.ckptSeconds, "checkpoint-seconds", 0, "checkpoint every T seconds (0: off)")
+	f.Int32Var(&s.keepMax, "keep-max", 3, "checkpoint versions kept (0: all)")
+	f.Int32Var(&s.replicas, "replicas", 2, "nodes holding each checkpoint blob")
+	f.Int64Var(&s.seed, "seed", 1, "seed of initializers and shuffling")
+	f.Float64Var(&s.target, "target-accuracy", 0.85, "test accuracy the job is expected to reach")
+}
+
+// defaultDatasetDir is the shipped Fashion-MNIST, found next to the binary's
+// repository or the working directory.
+func defaultDatasetDir() string {
+	cands := []string{"datasets/fashion-mnist"}
+	if exe, err := os.Executable(); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(exe), "..", "datasets", "fashion-mnist"))
+	}
+	for _, c := range cands {
+		if _, err := os.Stat(filepath.Join(c, "train-labels-idx1-ubyte.gz")); err == nil {
+			abs, _ := filepath.Abs(c)
+			return abs
+		}
+	}
+	return "datasets/fashion-mnist"
+}
+
+// build returns the job spec: the file (if any), then the flags that were set
+// (all flags when there is no file), then the model's parameters.
+func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
+	spec := &pb.JobSpec{}
+	if s.file != "" {
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("spec %s: %w", s.file, err)
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("spec %s: %w", s.file, err)
+		}
+		if err := protojson.Unmarshal(j, spec); err != nil {
+			return nil, fmt.Errorf("spec %s: %w", s.file, err)
+		}
+	}
+	set := func(name string) bool { return s.file == "" || c.Flags().Changed(name) }
+	if set("name") && s.name != "" {
+		spec.Name = s.name
+	}
+	if spec.Name == "" {
+		spec.Name = fmt.Sprintf("job-%d", time.Now().Unix())
+	}
+	if spec.Model == nil {
+		spec.Model = &pb.ModelSpec{}
+	}
+	if set("model") {
+		spec.Model.Name = s.model
+	}
+	if set("hidden") {
+		spec.Model.Hidden = nil
+		for _, h := range s.hidden {
+			spec.Model.Hidden = append(spec.Model.Hidden, int32(h))
+		}
+	}
+	if spec.Model.Name == "hashed_lr" {
+		if spec.Model.EmbeddingDim == 0 {
+			spec.Model.EmbeddingDim = 16
+		}
+		if spec.Model.HashBuckets == 0 {
+			spec.Model.HashBuckets = 1 << 16
+		}
+	}
+	if spec.Dataset == nil {
+		spec.Dataset = &pb.DatasetSpec{Format: "fashion-mnist"}
+	}
+	if set("dataset") {
+		abs, _ := filepath.Abs(s.dataset)
+		spec.Dataset.Path = abs
+	}
+	if set("records") {
+		spec.Dataset.Records = s.records
+	}
+	if set("records-per-task") {
+		spec.RecordsPerTask = s.recordsPerTsk
+	}
+	if set("passes") {
+		spec.Passes = s.passes
+	}
+	if set("batch-size") {
+		spec.BatchSize = s.batch
+	}
+	if spec.Optimizer == nil {
+		spec.Optimizer = &pb.OptimizerSpec{}
+	}
+	if set("optimizer") {
+		spec.Optimizer.Name = s.optimizer
+	}
+	if set("lr") {
+		spec.Optimizer.LearningRate = s.lr
+	}
+	if set("momentum") {
+		spec.Optimizer.Momentum = s.momentum
+	}
+	if spec.Optimizer.Name == "adam" {
+		if spec.Optimizer.Beta1 == 0 {
+			spec.Optimizer.Beta1 = 0.9
+		}
+		if spec.Optimizer.Beta2 == 0 {
+			spec.Optimizer.Beta2 = 0.999
+		}
+		if spec.Optimizer.Epsilon == 0 {
+			spec.Optimizer.Epsilon = 1e-8
+		}
+	}
+	if set("pservers") {
+		spec.NumPservers = s.pservers
+	}
+	if set("mode") {
+		switch s.mode {
+		case "sync":
+			spec.Mode = pb.UpdateMode_UPDATE_MODE_SYNC
+		case "async":
+			spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+		default:
+			return nil, fmt.Errorf("--mode %q: want sync or async", s.mode)
+		}
+	}
+	if set("staleness") {
+		spec.Staleness = s.staleness
+	}
+	if spec.Checkpoint == nil {
+		spec.Checkpoint = &pb.CheckpointPolicy{}
+	}
+	if set("checkpoint-steps") {
+		spec.Checkpoint.EverySteps = s.ckptSteps
+	}
+	if set("checkpoint-seconds") {
+		spec.Checkpoint.EverySeconds = s.ckptSeconds
+	}
+	if set("keep-max") {
+		spec.Checkpoint.KeepMax = s.keepMax
+	}
+	if set("replicas") {
+		spec.Checkpoint.Replicas = s.replicas
+	}
+	if set("seed") {
+		spec.Seed = s.seed
+	}
+	if set("target-accuracy") {
+		spec.TargetAccuracy = s.target
+	}
+	if s.file == "" {
+		spec.EvalEachPass = true
+	}
+	if err := fillParams(spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+func newJobCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "job", Short: "training job commands"}
+	sf := &specFlags{}
+	submit := &cobra.Command{
+		Use: "submit", Short: "submit a training job (from --file and/or flags)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := sf.build(cmd)
+			if err != nil {
+				return err
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := g.ctx(cmd.Context())
+			defer cancel()
+			resp, err := cl.Master.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.output == "json" {
+				return g.printProto(resp.Status)
+			}
+			fmt.Fprintf(g.out, "job %s submitted: %d tasks, %d passes\n", spec.Name, resp.Status.TotalTasks, spec.Passes)
+			return nil
+		},
+	}
+	sf.register(submit)
+	list := &cobra.Command{
+		Use: "list", Short: "list jobs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := g.ctx(cmd.Context())
+			defer cancel()
+			resp, err := cl.Master.ListJobs(ctx, &pb.ListJobsRequest{})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.output == "json" {
+				return g.printProto(resp)
+			}
+			fmt.Fprintf(g.out, "%-24s %-10s %-5s %-14s %s\n", "NAME", "STATE", "PASS", "DONE/TOTAL", "TRAINERS")
+			for _, j := range resp.Jobs {
+				fmt.Fprintf(g.out, "%-24s %-10s %-5d %-14s %d\n", j.Name, jobState(j.State), j.Pass,
+					fmt.Sprintf("%d/%d", j.Done, j.TotalTasks), len(j.Trainers))
+			}
+			return nil
+		},
+	}
+	st := &cobra.Command{
+		Use: "status JOB", Short: "show a job's queues, pass, trainers, pservers and checkpoints", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := g.ctx(cmd.Context())
+			defer cancel()
+			resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: args[0]})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.output == "json" {
+				return g.printProto(resp.Status)
+			}
+			printJobStatus(g, resp.Status)
+			return nil
+		},
+	}
+	cancelCmd := &cobra.Command{
+		Use: "cancel JOB", Short: "cancel a job", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := g.ctx(cmd.Context())
+			defer cancel()
+			if _, err := cl.Master.CancelJob(ctx, &pb.CancelJobRequest{Name: args[0]}); err != nil {
+				return rpcError(err)
+			}
+			fmt.Fprintf(g.out, "job %s cancelled\n", args[0])
+			return nil
+		},
+	}
+	c.AddCommand(submit, list, st, cancelCmd)
+	return c
+}
+
+func jobState(s pb.JobState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_"))
+}
+
+func printJobStatus(g *globals, j *pb.JobStatus) {
+	fmt.Fprintf(g.out, "job %s: %s, pass %d\n", j.Name, jobState(j.State), j.Pass)
+	fmt.Fprintf(g.out, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
+		j.Todo, j.Pending, j.Done, j.Failed, j.TotalTasks, j.Requeued, j.Timeouts)
+	fmt.Fprintf(g.out, "trainers: %s\n", strings.Join(j.Trainers, ", "))
+	for _, p := range j.Pservers {
+		fmt.Fprintf(g.out, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
+	}
+	for i, c := range j.Checkpoints {
+		fmt.Fprintf(g.out, "checkpoint slot %d: version %d, step %d, md5 %s, replicas %s\n", i, c.Version, c.Step, c.Md5, strings.Join(c.Replicas, ","))
+	}
+	for _, r := range j.Restores {
+		fmt.Fprintf(g.out, "restore slot %d: version %d from %s: %s\n", r.Slot, r.Version, r.Source, r.Reason)
+	}
+	for _, m := range j.Metrics {
+		fmt.Fprintf(g.out, "pass %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", m.Pass, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy)
+	}
+	if j.Message != "" {
+		fmt.Fprintf(g.out, "message: %s\n", j.Message)
+	}
+}

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"fmt"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/trainer/model"
+)
+
+// Fashion-MNIST's shape: the models the CLI submits are built for it.
+const (
+	fashionInputDim = 28 * 28
+	fashionClasses  = 10
+)
+
+// fillParams sets spec.params from the model the spec names, so that the
+// pservers know every parameter's shape and initializer.
+func fillParams(spec *pb.JobSpec) error {
+	m, err := model.Build(spec.Model, fashionInputDim, fashionClasses)
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	spec.Params = m.Params()
+	return nil
+}

@@ -1,0 +1,482 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/raftstore"
+)
+
+// Store is what the master needs of the Raft store.
+type Store interface {
+	Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
+	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
+	LinearizableRead(ctx context.Context) error
+	IsLeader() bool
+	LeaderCh() <-chan bool
+	Join(ctx context.Context, id, raftAddr string, voter bool) error
+	Remove(ctx context.Context, id string) error
+	Configuration() ([]raft.Server, error)
+	Stats() raftstore.Status
+	FSM() *fsm.FSM
+	Raft() *raft.Raft
+}
+
+// Members is what the master needs of gossip: it reports, the master decides.
+type Members interface {
+	Members() []gossip.Member
+	Subscribe() (<-chan gossip.Event, func())
+	LocalID() string
+}
+
+var (
+	_ Store   = (*raftstore.Store)(nil)
+	_ Members = (*gossip.Gossip)(nil)
+)
+
+// Config of the master. Zero durations take the defaults of DefaultConfig.
+type Config struct {
+	// MaxVoters: alive server nodes become voters while there are fewer; the
+	// rest are non-voters (default 5).
+	MaxVoters int
+	// DeadServerTimeout: a failed server is removed from the Raft
+	// configuration after being dead this long, never below quorum (default 30s).
+	DeadServerTimeout time.Duration
+	// ReconcileInterval between full reconciliations (default 1s).
+	ReconcileInterval time.Duration
+	// SweepInterval between task deadline sweeps (default 500ms).
+	SweepInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// DefaultConfig returns the LAN defaults.
+func DefaultConfig() Config {
+	return Config{MaxVoters: 5, DeadServerTimeout: 30 * time.Second,
+		ReconcileInterval: time.Second, SweepInterval: 500 * time.Millisecond}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxVoters <= 0 {
+		c.MaxVoters = d.MaxVoters
+	}
+	if c.DeadServerTimeout <= 0 {
+		c.DeadServerTimeout = d.DeadServerTimeout
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = d.ReconcileInterval
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = d.SweepInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Master runs the leader-only loops. Run it on every server node; it works
+// only while its node leads (Consul's monitorLeadership / leaderLoop).
+type Master struct {
+	cfg     Config
+	store   Store
+	members Members
+	log     *slog.Logger
+
+	mu         sync.Mutex
+	deadSince  map[string]time.Time // server id -> when gossip declared it dead
+	leaderSince time.Time
+}
+
+// New returns a Master over store and members.
+func New(cfg Config, store Store, members Members) *Master {
+	cfg = cfg.withDefaults()
+	return &Master{cfg: cfg, store: store, members: members, log: cfg.Logger,
+		deadSince: map[string]time.Time{}}
+}
+
+// Run follows leadership changes until ctx ends: on gaining leadership it
+// starts the leader loop, on losing it stops it.
+func (m *Master) Run(ctx context.Context) error {
+	var (
+		cancel context.CancelFunc
+		done   chan struct{}
+	)
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			<-done
+			cancel = nil
+		}
+	}
+	defer stop()
+	if m.store.IsLeader() {
+		cancel, done = m.startLeader(ctx)
+	}
+	ch := m.store.LeaderCh()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case isLeader := <-ch:
+			if isLeader && cancel == nil {
+				cancel, done = m.startLeader(ctx)
+			} else if !isLeader {
+				stop()
+			}
+		}
+	}
+}
+
+func (m *Master) startLeader(parent context.Context) (context.CancelFunc, chan struct{}) {
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.leaderLoop(ctx)
+	}()
+	return cancel, done
+}
+
+// leaderLoop: barrier first, so the FSM holds everything earlier leaders
+// committed; then reconcile membership and sweep task deadlines until
+// leadership is lost.
+func (m *Master) leaderLoop(ctx context.Context) {
+	m.log.Info("leadership gained: master starting")
+	defer m.log.Info("leadership lost: master stopped")
+	for {
+		if err := m.store.Raft().Barrier(5 * time.Second).Error(); err == nil {
+			break
+		} else if !m.store.IsLeader() {
+			return
+		} else {
+			m.log.Warn("barrier failed, retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	m.mu.Lock()
+	m.leaderSince = time.Now()
+	m.deadSince = map[string]time.Time{}
+	m.mu.Unlock()
+
+	events, unsubscribe := m.members.Subscribe()
+	defer unsubscribe()
+	reconcile := time.NewTicker(m.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	sweep := time.NewTicker(m.cfg.SweepInterval)
+	defer sweep.Stop()
+	m.reconcile(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			if ev.Type == gossip.EventFail || ev.Type == gossip.EventLeave {
+				m.nodeGone(ctx, ev.Member)
+			}
+			m.reconcile(ctx)
+		case <-reconcile.C:
+			m.reconcile(ctx)
+		case <-sweep.C:
+			m.sweep(ctx)
+		}
+	}
+}
+
+// NodeRecord is the value of /nodes/<id>, written by the master from gossip.
+type NodeRecord struct {
+	ID       string   `json:"id"`
+	Roles    []string `json:"roles"`
+	GRPCAddr string   `json:"grpc_addr"`
+	RaftAddr string   `json:"raft_addr"`
+	HTTPAddr string   `json:"http_addr"`
+	Status   string   `json:"status"`
+}
+
+// NodeKey is the metadata key of a node's record.
+func NodeKey(id string) string { return "/nodes/" + id }
+
+func hasRole(m gossip.Member, role string) bool {
+	for _, r := range m.Meta.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcile brings the Raft configuration and /nodes/ in line with gossip:
+// an alive server joins (voter while fewer than MaxVoters voters), a server
+// that left is removed, a failed one is removed only after
+// DeadServerTimeout and never below quorum (raft-autopilot's rule).
+func (m *Master) reconcile(ctx context.Context) {
+	if !m.store.IsLeader() {
+		return
+	}
+	servers, err := m.store.Configuration()
+	if err != nil {
+		m.log.Warn("reconcile: read configuration", "err", err)
+		return
+	}
+	inRaft := map[string]raft.Server{}
+	voters := 0
+	for _, s := range servers {
+		inRaft[string(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	self := m.store.Stats().ID
+	now := time.Now()
+	for _, mem := range m.members.Members() {
+		id := mem.Meta.ID
+		m.writeNode(ctx, mem)
+		if !hasRole(mem, "server") || id == self {
+			continue
+		}
+		srv, present := inRaft[id]
+		switch mem.Status {
+		case gossip.StatusAlive:
+			m.mu.Lock()
+			delete(m.deadSince, id)
+			m.mu.Unlock()
+			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
+				voter := voters < m.cfg.MaxVoters
+				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
+					m.log.Warn("reconcile: add server", "id", id, "err", err)
+					continue
+				}
+				if voter {
+					voters++
+				}
+				m.log.Info("reconcile: server added", "id", id, "addr", mem.Meta.RaftAddr, "voter", voter)
+			} else if srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
+				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, true); err == nil {
+					voters++
+					m.log.Info("reconcile: promoted to voter", "id", id)
+				}
+			}
+		case gossip.StatusLeft:
+			if present {
+				if err := m.store.Remove(ctx, id); err != nil {
+					m.log.Warn("reconcile: remove left server", "id", id, "err", err)
+					continue
+				}
+				if srv.Suffrage == raft.Voter {
+					voters--
+				}
+				m.log.Info("reconcile: server left, removed", "id", id)
+			}
+		case gossip.StatusDead:
+			if !present {
+				continue
+			}
+			m.mu.Lock()
+			since, ok := m.deadSince[id]
+			if !ok {
+				since = now
+				m.deadSince[id] = now
+			}
+			m.mu.Unlock()
+			if now.Sub(since) < m.cfg.DeadServerTimeout {
+				continue
+			}
+			// Never below quorum: removing a dead voter must leave a majority of
+			// the remaining voters alive and at least 3 voters when we had 3.
+			if srv.Suffrage == raft.Voter && voters-1 < 3 {
+				continue
+			}
+			if err := m.store.Remove(ctx, id); err != nil {
+				m.log.Warn("reconcile: remove dead server", "id", id, "err", err)
+				continue
+			}
+			if srv.Suffrage == raft.Voter {
+				voters--
+			}
+			m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
+		}
+	}
+}
+
+// writeNode writes /nodes/<id> when it differs from gossip.
+func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
+	rec := NodeRecord{ID: mem.Meta.ID, Roles: mem.Meta.Roles, GRPCAddr: mem.Meta.GRPCAddr,
+		RaftAddr: mem.Meta.RaftAddr, HTTPAddr: mem.Meta.HTTPAddr, Status: mem.Status.String()}
+	val, _ := json.Marshal(rec)
+	key := []byte(NodeKey(rec.ID))
+	cur, err := m.store.FSM().Range(&pb.RangeRequest{Key: key})
+	if err == nil && len(cur.Kvs) == 1 && string(cur.Kvs[0].Value) == string(val) {
+		return
+	}
+	if _, err := m.apply(ctx, pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: key, Value: val}); err != nil {
+		m.log.Debug("write node record", "id", rec.ID, "err", err)
+	}
+}
+
+// nodeGone handles a node that gossip declared dead or that left: its
+// trainers' pending tasks are requeued at once and their leases revoked,
+// and its pserver slots' leases revoked so other nodes claim them (the task
+// timeout and the lease TTL are only the backstops).
+func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
+	node := mem.Meta.ID
+	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte("/jobs/"), RangeEnd: []byte("/jobs0")})
+	if err != nil {
+		return
+	}
+	leases := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		job, kind, id, ok := splitJobKey(key)
+		if !ok || (kind != "trainers" && kind != "ps") {
+			continue
+		}
+		var rec struct {
+			Node string `json:"node"`
+		}
+		if json.Unmarshal(kv.Value, &rec) != nil || rec.Node != node {
+			continue
+		}
+		if kind == "trainers" {
+			r, err := m.apply(ctx, pb.CommandType_COMMAND_REQUEUE_TRAINER,
+				&pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "node " + node + " " + mem.Status.String()})
+			if err != nil {
+				m.log.Warn("requeue trainer", "job", job, "trainer", id, "err", err)
+			} else {
+				out := &pb.RequeueTrainerResponse{}
+				_ = decode(r, out)
+				m.log.Info("trainer gone: tasks requeued", "job", job, "trainer", id, "requeued", out.Requeued, "node_status", mem.Status.String())
+			}
+		}
+		if kv.Lease != 0 {
+			leases[kv.Lease] = true
+		}
+	}
+	for id := range leases {
+		if _, err := m.apply(ctx, pb.CommandType_COMMAND_LEASE_REVOKE, &pb.LeaseRevokeRequest{Id: id}); err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
+			m.log.Warn("revoke lease of gone node", "node", node, "lease", id, "err", err)
+		} else {
+			m.log.Info("lease of gone node revoked", "node", node, "lease", id)
+		}
+	}
+}
+
+// splitJobKey splits /jobs/<job>/<kind>/<id>.
+func splitJobKey(key string) (job, kind, id string, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(key, "/jobs/"), "/")
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// sweep expires tasks past their deadline in every running job, and
+// requeues the tasks of trainers whose registration vanished (lease expired).
+func (m *Master) sweep(ctx context.Context) {
+	if !m.store.IsLeader() {
+		return
+	}
+	jobs := m.store.FSM().Jobs().Jobs()
+	for _, j := range jobs {
+		if j.State != pb.JobState_JOB_RUNNING {
+			continue
+		}
+		if j.Pending > 0 {
+			r, err := m.apply(ctx, pb.CommandType_COMMAND_EXPIRE_TASKS, &pb.ExpireTasksRequest{Job: j.Name})
+			if err == nil {
+				out := &pb.ExpireTasksResponse{}
+				if decode(r, out) == nil && out.Expired > 0 {
+					m.log.Info("tasks past deadline requeued", "job", j.Name, "expired", out.Expired)
+				}
+			}
+		}
+		m.requeueUnregistered(ctx, j.Name)
+	}
+}
+
+// requeueUnregistered requeues pending tasks held by trainers that are no
+// longer registered under /jobs/<job>/trainers/ (their lease expired or was
+// revoked), so a dead trainer's task does not wait for its deadline.
+func (m *Master) requeueUnregistered(ctx context.Context, job string) {
+	tasks := m.store.FSM().Jobs().Tasks(job)
+	holders := map[string]bool{}
+	for _, t := range tasks {
+		if t.State == pb.TaskState_TASK_PENDING {
+			if t.Trainer != "" {
+				holders[t.Trainer] = true
+			}
+			if t.BackupTrainer != "" {
+				holders[t.BackupTrainer] = true
+			}
+		}
+	}
+	if len(holders) == 0 {
+		return
+	}
+	prefix := "/jobs/" + job + "/trainers/"
+	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd([]byte(prefix))})
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		live[strings.TrimPrefix(string(kv.Key), prefix)] = true
+	}
+	ids := make([]string, 0, len(holders))
+	for id := range holders {
+		if !live[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if _, err := m.apply(ctx, pb.CommandType_COMMAND_REQUEUE_TRAINER,
+			&pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "trainer registration gone"}); err == nil {
+			m.log.Info("unregistered trainer's tasks requeued", "job", job, "trainer", id)
+		}
+	}
+}
+
+func (m *Master) apply(ctx context.Context, t pb.CommandType, msg proto.Message) (*pb.Result, error) {
+	cmd, err := fsm.NewCommand(t, msg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := m.store.Apply(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := fsm.ResultError(res); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// prefixEnd returns the range end covering every key with prefix p (etcd's GetPrefixRangeEnd).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return []byte{0}
+}

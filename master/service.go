@@ -1,0 +1,311 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/raftstore/service"
+)
+
+// Service implements the Master and Cluster gRPC services on every node.
+// Commands go through Store.Apply, which forwards to the leader, so a
+// client may call any node.
+type Service struct {
+	pb.UnimplementedMasterServer
+	pb.UnimplementedClusterServer
+
+	store   Store
+	members Members
+	// CheckDataset, if set, checks a job's dataset path on this node (I/O,
+	// so it runs here and not in the FSM). Nil skips the check.
+	CheckDataset func(spec *pb.DatasetSpec) error
+}
+
+// NewService returns the Master and Cluster services.
+func NewService(store Store, members Members) *Service {
+	return &Service{store: store, members: members, CheckDataset: CheckFashionMNIST}
+}
+
+// Register registers the Master and Cluster services on g.
+func (s *Service) Register(g *grpc.Server) {
+	pb.RegisterMasterServer(g, s)
+	pb.RegisterClusterServer(g, s)
+}
+
+// CheckFashionMNIST checks that a fashion-mnist dataset directory has its
+// four files.
+func CheckFashionMNIST(d *pb.DatasetSpec) error {
+	if d == nil || d.Path == "" {
+		return fmt.Errorf("dataset.path is empty")
+	}
+	if d.Format != "" && d.Format != "fashion-mnist" {
+		return fmt.Errorf("dataset.format %q is unknown (known: fashion-mnist)", d.Format)
+	}
+	for _, f := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		if _, err := os.Stat(filepath.Join(d.Path, f)); err != nil {
+			return fmt.Errorf("dataset.path %q: %v", d.Path, err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) apply(ctx context.Context, t pb.CommandType, req, out proto.Message) error {
+	cmd, err := fsm.NewCommand(t, req)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := s.store.Apply(ctx, cmd)
+	if err != nil {
+		return service.ToStatus(err)
+	}
+	if err := fsm.ResultError(res); err != nil {
+		return service.ToStatus(err)
+	}
+	if err := decode(res, out); err != nil {
+		return status.Errorf(codes.Internal, "decode %v result: %v", t, err)
+	}
+	return nil
+}
+
+func decode(res *pb.Result, out proto.Message) error {
+	return proto.Unmarshal(res.Payload, out)
+}
+
+// SubmitJob validates a job spec and creates the job. Every rejection is
+// InvalidArgument (AlreadyExists for a duplicate name) naming the field.
+func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	if req.Spec == nil {
+		return nil, status.Error(codes.InvalidArgument, "spec is missing")
+	}
+	if s.CheckDataset != nil {
+		if err := s.CheckDataset(req.Spec.Dataset); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	out := &pb.SubmitJobResponse{}
+	if err := s.apply(ctx, pb.CommandType_COMMAND_SUBMIT_JOB, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetJob returns a job's status, with its trainers, pservers and
+// checkpoint pointers read from the metadata keys. Linearizable.
+func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
+	if err := s.store.LinearizableRead(ctx); err != nil {
+		return nil, service.ToStatus(err)
+	}
+	j, ok := s.store.FSM().Jobs().Job(req.Name)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "job %q not found", req.Name)
+	}
+	s.fillMembership(j)
+	return &pb.GetJobResponse{Status: j}, nil
+}
+
+// ListJobs returns every job, sorted by name. Linearizable.
+func (s *Service) ListJobs(ctx context.Context, _ *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	if err := s.store.LinearizableRead(ctx); err != nil {
+		return nil, service.ToStatus(err)
+	}
+	jobs := s.store.FSM().Jobs().Jobs()
+	for _, j := range jobs {
+		s.fillMembership(j)
+	}
+	return &pb.ListJobsResponse{Jobs: jobs}, nil
+}
+
+// SlotRecord is the value of /jobs/<job>/ps/<index> and
+// /jobs/<job>/trainers/<id>.
+type SlotRecord struct {
+	Node        string `json:"node"`
+	Addr        string `json:"addr"`
+	Incarnation int64  `json:"incarnation,omitempty"`
+}
+
+// fillMembership adds trainers, pservers and checkpoints from the keyspace.
+func (s *Service) fillMembership(j *pb.JobStatus) {
+	prefix := "/jobs/" + j.Name + "/"
+	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd([]byte(prefix))})
+	if err != nil {
+		return
+	}
+	for _, kv := range resp.Kvs {
+		_, kind, id, ok := splitJobKey(string(kv.Key))
+		if !ok {
+			continue
+		}
+		switch kind {
+		case "trainers":
+			j.Trainers = append(j.Trainers, id)
+		case "ps":
+			var rec SlotRecord
+			if json.Unmarshal(kv.Value, &rec) == nil {
+				idx, _ := strconv.Atoi(id)
+				j.Pservers = append(j.Pservers, &pb.PServerSlot{Index: int32(idx), Node: rec.Node, Addr: rec.Addr, Incarnation: rec.Incarnation})
+			}
+		case "checkpoints":
+			p := &pb.CheckpointPointer{}
+			if protojson.Unmarshal(kv.Value, p) == nil {
+				j.Checkpoints = append(j.Checkpoints, p)
+			}
+		}
+	}
+	sort.Slice(j.Pservers, func(a, b int) bool { return j.Pservers[a].Index < j.Pservers[b].Index })
+}
+
+// CancelJob cancels a job; its trainers get JOB_OVER.
+func (s *Service) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	out := &pb.CancelJobResponse{}
+	if err := s.apply(ctx, pb.CommandType_COMMAND_CANCEL_JOB, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetTask hands a task to a trainer (Paddle's GetTask).
+func (s *Service) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	if req.Trainer == "" {
+		return nil, status.Error(codes.InvalidArgument, "trainer is empty")
+	}
+	out := &pb.GetTaskResponse{}
+	if err := s.apply(ctx, pb.CommandType_COMMAND_GET_TASK, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TaskFinished reports a finished task; stale finishes are accepted=false.
+func (s *Service) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	out := &pb.TaskFinishedResponse{}
+	if err := s.apply(ctx, pb.CommandType_COMMAND_TASK_FINISHED, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TaskFailed reports a failed task.
+func (s *Service) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	out := &pb.TaskFailedResponse{}
+	if err := s.apply(ctx, pb.CommandType_COMMAND_TASK_FAILED, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// watchPoll is how often WatchJob looks for new events in the local FSM.
+const watchPoll = 50 * time.Millisecond
+
+// WatchJob streams a job's events in seq order, gap-free, from from_seq
+// (0: from the next). It serves from the local FSM after a linearizable
+// read, so a stream opened after an event was acknowledged includes it.
+func (s *Service) WatchJob(req *pb.WatchJobRequest, stream pb.Master_WatchJobServer) error {
+	ctx := stream.Context()
+	if err := s.store.LinearizableRead(ctx); err != nil {
+		return service.ToStatus(err)
+	}
+	jobs := s.store.FSM().Jobs()
+	if _, ok := jobs.Job(req.Name); !ok {
+		return status.Errorf(codes.NotFound, "job %q not found", req.Name)
+	}
+	next := req.FromSeq
+	if next <= 0 {
+		next = jobs.EventSeq(req.Name) + 1
+	}
+	t := time.NewTicker(watchPoll)
+	defer t.Stop()
+	for {
+		evs, err := jobs.Events(req.Name, next, 1000)
+		if err != nil {
+			if errors.Is(err, fsm.ErrFailedPrecondition) {
+				return status.Error(codes.OutOfRange, err.Error())
+			}
+			return service.ToStatus(err)
+		}
+		for _, ev := range evs {
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+			next = ev.Seq + 1
+			if ev.Type == pb.JobEvent_JOB_ENDED {
+				return nil
+			}
+		}
+		if len(evs) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Members lists gossip members with their Raft suffrage.
+func (s *Service) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.MembersResponse, error) {
+	suffrage := map[string]string{}
+	if servers, err := s.store.Configuration(); err == nil {
+		for _, srv := range servers {
+			if srv.Suffrage == 0 {
+				suffrage[string(srv.ID)] = "voter"
+			} else {
+				suffrage[string(srv.ID)] = "nonvoter"
+			}
+		}
+	}
+	out := &pb.MembersResponse{Header: s.header()}
+	for _, m := range s.members.Members() {
+		sf := suffrage[m.Meta.ID]
+		if sf == "" {
+			sf = "none"
+		}
+		out.Members = append(out.Members, &pb.Member{Id: m.Meta.ID, Roles: m.Meta.Roles,
+			GrpcAddr: m.Meta.GRPCAddr, RaftAddr: m.Meta.RaftAddr, GossipAddr: m.GossipAddr,
+			HttpAddr: m.Meta.HTTPAddr, Status: m.Status.String(), Suffrage: sf})
+	}
+	return out, nil
+}
+
+// Status reports this node's view of Raft.
+func (s *Service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.store.Stats()
+	out := &pb.StatusResponse{Header: s.header(), Id: st.ID, Leader: st.LeaderID, LeaderAddr: st.Leader,
+		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
+		RaftState: st.State, Revision: st.Revision, LastLogIndex: st.LastLogIndex}
+	if servers, err := s.store.Configuration(); err == nil {
+		for _, srv := range servers {
+			if srv.Suffrage == 0 {
+				out.Voters = append(out.Voters, string(srv.ID))
+			} else {
+				out.Nonvoters = append(out.Nonvoters, string(srv.ID))
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) header() *pb.ResponseHeader {
+	st := s.store.Stats()
+	return &pb.ResponseHeader{Revision: st.Revision, RaftTerm: st.Term, MemberId: st.ID}
+}
+
+var _ = strings.TrimSpace
+var _ gossip.Member

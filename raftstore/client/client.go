@@ -1,0 +1,130 @@
+// Package client is the Go client of raftps' gRPC API: one connection over
+// a list of endpoints that fails over between them, and the generated
+// service clients on top of it.
+//
+//	c, err := client.New([]string{"127.0.0.1:7000", "127.0.0.1:7010"})
+//	defer c.Close()
+//	_, err = c.KV.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+//
+// Any node serves the whole API (followers forward to the leader), so the
+// client only needs one reachable endpoint. Failover between endpoints is
+// gRPC's pick_first over a manual resolver; Retry re-runs an idempotent
+// call on Unavailable.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// ErrNoEndpoints: New was given no endpoint.
+var ErrNoEndpoints = errors.New("client: no endpoints")
+
+var schemeSeq atomic.Int64
+
+// Client holds one gRPC connection to a raftps cluster.
+type Client struct {
+	Endpoints []string
+	conn      *grpc.ClientConn
+
+	KV      pb.KVClient
+	Lease   pb.LeaseClient
+	Watch   pb.WatchClient
+	Cluster pb.ClusterClient
+	Master  pb.MasterClient
+}
+
+// New connects lazily to endpoints (host:port of nodes' gRPC addresses).
+func New(endpoints []string) (*Client, error) {
+	var eps []string
+	for _, e := range endpoints {
+		for _, p := range strings.Split(e, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				eps = append(eps, p)
+			}
+		}
+	}
+	if len(eps) == 0 {
+		return nil, ErrNoEndpoints
+	}
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("raftps%d", schemeSeq.Add(1)))
+	addrs := make([]resolver.Address, len(eps))
+	for i, e := range eps {
+		addrs[i] = resolver.Address{Addr: e}
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	conn, err := grpc.NewClient(r.Scheme()+":///raftps",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %v: %w", eps, err)
+	}
+	return &Client{Endpoints: eps, conn: conn,
+		KV: pb.NewKVClient(conn), Lease: pb.NewLeaseClient(conn), Watch: pb.NewWatchClient(conn),
+		Cluster: pb.NewClusterClient(conn), Master: pb.NewMasterClient(conn)}, nil
+}
+
+// Conn returns the underlying connection.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Retryable reports whether err is worth retrying on another attempt: the
+// node was unreachable or had no leader.
+func Retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// Retry runs fn until it succeeds, fails with a non-retryable error, or ctx
+// ends; it waits 50ms, doubling to 1s, between attempts. Use it only for
+// idempotent calls.
+func Retry(ctx context.Context, fn func(ctx context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := fn(ctx)
+		if err == nil || !Retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		if wait *= 2; wait > time.Second {
+			wait = time.Second
+		}
+	}
+}
+
+// PrefixEnd returns the range end that covers every key with prefix p.
+func PrefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return []byte{0}
+}

@@ -1,0 +1,293 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore"
+)
+
+// Store is what the KV, Lease, Watch and Internal services need of the
+// Raft store. *raftstore.Store implements it.
+type Store interface {
+	Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
+	ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
+	ReadIndex(ctx context.Context) (uint64, error)
+	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
+	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
+	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
+	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
+	Stats() raftstore.Status
+	FSM() *fsm.FSM
+	IsLeader() bool
+}
+
+var _ Store = (*raftstore.Store)(nil)
+
+// Service implements the client-facing KV, Lease and Watch services and the
+// node-to-node Internal service on top of a Store. Register it with Register.
+type Service struct {
+	pb.UnimplementedKVServer
+	pb.UnimplementedLeaseServer
+	pb.UnimplementedWatchServer
+	pb.UnimplementedInternalServer
+
+	store Store
+}
+
+// New returns a Service over s.
+func New(s Store) *Service { return &Service{store: s} }
+
+// Register registers the KV, Lease, Watch and Internal services on g.
+func (s *Service) Register(g *grpc.Server) {
+	pb.RegisterKVServer(g, s)
+	pb.RegisterLeaseServer(g, s)
+	pb.RegisterWatchServer(g, s)
+	pb.RegisterInternalServer(g, s)
+}
+
+// ToStatus maps an error of raftps' lower layers to a gRPC status error:
+// the one table at the boundary (etcd's togRPCError).
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, raftstore.ErrNoLeader):
+		return status.Error(codes.Unavailable, err.Error()+"; retry (a leader election is in progress)")
+	case errors.Is(err, raftstore.ErrNotOpen):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if c := fsm.Code(err); c != codes.Unknown {
+		return status.Error(c, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+func (s *Service) header(rev int64) *pb.ResponseHeader {
+	st := s.store.Stats()
+	if rev == 0 {
+		rev = st.Revision
+	}
+	return &pb.ResponseHeader{Revision: rev, RaftTerm: st.Term, MemberId: st.ID}
+}
+
+// apply runs one command through Raft and decodes its response into out.
+func (s *Service) apply(ctx context.Context, t pb.CommandType, req, out proto.Message) (int64, error) {
+	cmd, err := fsm.NewCommand(t, req)
+	if err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := s.store.Apply(ctx, cmd)
+	if err != nil {
+		return 0, ToStatus(err)
+	}
+	if err := fsm.ResultError(res); err != nil {
+		return 0, ToStatus(err)
+	}
+	if err := proto.Unmarshal(res.Payload, out); err != nil {
+		return 0, status.Errorf(codes.Internal, "decode %v result: %v", t, err)
+	}
+	return res.Revision, nil
+}
+
+// Range reads keys; linearizable unless req.Serializable.
+func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	resp, err := s.store.Range(ctx, req)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	resp.Header = s.header(resp.GetHeader().GetRevision())
+	return resp, nil
+}
+
+// Put writes one key through Raft.
+func (s *Service) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	out := &pb.PutResponse{}
+	rev, err := s.apply(ctx, pb.CommandType_COMMAND_PUT, req, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// DeleteRange deletes a key or range through Raft.
+func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	out := &pb.DeleteRangeResponse{}
+	rev, err := s.apply(ctx, pb.CommandType_COMMAND_DELETE_RANGE, req, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// Txn runs a transaction through Raft. A Txn that only reads still goes
+// through the log, so it is linearizable.
+func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	out := &pb.TxnResponse{}
+	rev, err := s.apply(ctx, pb.CommandType_COMMAND_TXN, req, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// LeaseGrant creates a lease through Raft.
+func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	out := &pb.LeaseGrantResponse{}
+	rev, err := s.apply(ctx, pb.CommandType_COMMAND_LEASE_GRANT, req, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// LeaseRevoke revokes a lease and deletes its keys through Raft.
+func (s *Service) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	out := &pb.LeaseRevokeResponse{}
+	rev, err := s.apply(ctx, pb.CommandType_COMMAND_LEASE_REVOKE, req, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// LeaseKeepAlive renews leases for as long as the client streams requests.
+// Each keepalive goes to the leader (forwarded when this node follows).
+func (s *Service) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ttl, err := s.store.LeaseKeepAlive(stream.Context(), req.Id)
+		if err != nil {
+			return ToStatus(err)
+		}
+		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: s.header(0), Id: req.Id, Ttl: ttl}); err != nil {
+			return err
+		}
+	}
+}
+
+// LeaseTimeToLive reports a lease's remaining time (leader's timer) and keys.
+func (s *Service) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	ttl, err := s.store.LeaseTimeToLive(ctx, req.Id)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &pb.LeaseTimeToLiveResponse{Header: s.header(0), Id: req.Id, Ttl: ttl}
+	if info, ok := s.store.FSM().Lease(req.Id); ok {
+		out.GrantedTtl = info.TTL
+		if req.Keys {
+			out.Keys = info.Keys
+		}
+	}
+	return out, nil
+}
+
+// Watch streams the events of a key or range from a start revision.
+func (s *Service) Watch(req *pb.WatchRequest, stream pb.Watch_WatchServer) error {
+	if len(req.Key) == 0 {
+		return status.Error(codes.InvalidArgument, "watch: key is empty")
+	}
+	ch, err := s.store.Watch(stream.Context(), req)
+	if err != nil {
+		if errors.Is(err, fsm.ErrCompacted) {
+			_ = stream.Send(&pb.WatchResponse{Header: s.header(0), Canceled: true,
+				CompactRevision: s.store.FSM().CompactRevision(), CancelReason: err.Error()})
+		}
+		return ToStatus(err)
+	}
+	for resp := range ch {
+		if resp.Header == nil {
+			resp.Header = s.header(0)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		if resp.Canceled {
+			return status.Error(codes.OutOfRange, resp.CancelReason)
+		}
+	}
+	return stream.Context().Err()
+}
+
+// ForwardApply applies a command forwarded by a follower. It runs only on
+// the leader; a node that lost leadership meanwhile answers Unavailable.
+func (s *Service) ForwardApply(ctx context.Context, req *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
+	cmd := &pb.Command{}
+	if err := proto.Unmarshal(req.Command, cmd); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "forward: malformed command: %v", err)
+	}
+	res, err := s.store.ApplyLocal(ctx, cmd)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	b, err := proto.Marshal(res)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.ForwardApplyResponse{Result: b}, nil
+}
+
+// ReadIndex returns the leader's read index for a follower's linearizable read.
+func (s *Service) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+	if !s.store.IsLeader() {
+		return nil, ToStatus(raftstore.ErrNotLeader)
+	}
+	idx, err := s.store.ReadIndex(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &pb.ReadIndexResponse{Index: idx}, nil
+}
+
+// LeaseKeepAliveOnce renews a lease on the leader for a follower.
+func (s *Service) LeaseKeepAliveOnce(ctx context.Context, req *pb.LeaseKeepAliveRequest) (*pb.LeaseKeepAliveResponse, error) {
+	if !s.store.IsLeader() {
+		return nil, ToStatus(raftstore.ErrNotLeader)
+	}
+	ttl, err := s.store.LeaseKeepAlive(ctx, req.Id)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &pb.LeaseKeepAliveResponse{Id: req.Id, Ttl: ttl}, nil
+}
+
+// forwardTimeout bounds one forwarded call when the caller set no deadline.
+const forwardTimeout = 10 * time.Second
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, forwardTimeout)
+}
+
+var errNoAddr = fmt.Errorf("%w: leader's gRPC address unknown", raftstore.ErrNoLeader)
