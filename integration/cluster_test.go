@@ -62,7 +62,7 @@ type statusJSON struct {
 	Nonvoters    []string `json:"nonvoters"`
 }
 
-func status(t *testing.T, c *Cluster, p *Proc) statusJSON {
+func nodeStatus(t *testing.T, c *Cluster, p *Proc) statusJSON {
 	t.Helper()
 	var st statusJSON
 	if err := json.Unmarshal([]byte(mustCLI(t, c, p, "status", "-o", "json")), &st); err != nil {
@@ -131,23 +131,27 @@ func TestClusterLifecycle(t *testing.T) {
 
 	// A fourth node joins with --join.
 	n4 := c.AddProc()
+	joinAt := time.Now()
 	c.Start(n4)
 	waitFor(t, 30*time.Second, "n4 in the Raft configuration", func() bool {
-		st := status(t, c, survivor)
+		st := nodeStatus(t, c, survivor)
 		return contains(st.Voters, "n4") || contains(st.Nonvoters, "n4")
 	})
+	t.Logf("n4 in the Raft configuration %v after start", time.Since(joinAt))
 	if got := strings.TrimSpace(mustCLI(t, c, n4, "kv", "get", "/e2e/a")); got != "1" {
 		t.Fatalf("get via n4: %q", got)
 	}
 
 	// Stopped gracefully, it leaves the configuration.
+	stopAt := time.Now()
 	if err := c.Stop(n4); err != nil {
 		t.Fatalf("graceful stop of n4: %v", err)
 	}
 	waitFor(t, 30*time.Second, "n4 removed from the Raft configuration", func() bool {
-		st := status(t, c, survivor)
+		st := nodeStatus(t, c, survivor)
 		return !contains(st.Voters, "n4") && !contains(st.Nonvoters, "n4")
 	})
+	t.Logf("n4 stopped gracefully and removed from the configuration %v after SIGTERM", time.Since(stopAt))
 }
 
 func contains(s []string, x string) bool {
