@@ -25,13 +25,13 @@
 // [i*records_per_task, min((i+1)*records_per_task, records)). Every train
 // task is in exactly one queue:
 //
-//	            GetTask (new epoch, deadline)
-//	   todo ─────────────────────────────────► pending ──TaskFinished(epoch)──► done
-//	    ▲  ◄── TaskFailed / ExpireTasks / ──────┘   │                           │
-//	    │      RequeueTrainer                        │ failures+timeouts         │
-//	    │                                            ▼ > max_task_timeouts       │
-//	    │                                          failed (stays failed)        │
-//	    └──────────────── end of pass: done → todo, counts reset, pass+1 ◄──────┘
+//	         GetTask (new epoch, deadline)
+//	todo ─────────────────────────────────► pending ──TaskFinished(epoch)──► done
+//	 ▲  ◄── TaskFailed / ExpireTasks / ──────┘   │                           │
+//	 │      RequeueTrainer                        │ failures+timeouts         │
+//	 │                                            ▼ > max_task_timeouts       │
+//	 │                                          failed (stays failed)        │
+//	 └──────────────── end of pass: done → todo, counts reset, pass+1 ◄──────┘
 //
 // todo is a FIFO (by id at the start of a pass; requeued tasks join the back).
 // Each hand-out gets the job's next epoch (strictly increasing, shared by all
