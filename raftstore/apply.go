@@ -1,0 +1,259 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// enqueueTimeout bounds how long the batcher waits to hand an entry to
+// hashicorp/raft's leader loop.
+const enqueueTimeout = 10 * time.Second
+
+// proposal is one client command waiting for its entry to be applied.
+type proposal struct {
+	ctx   context.Context
+	cmd   *pb.Command
+	start time.Time
+	done  chan proposalResult // capacity 1
+}
+
+type proposalResult struct {
+	res *pb.Result
+	err error
+}
+
+// pendingEntry is a proposed entry whose future the waiter resolves.
+type pendingEntry struct {
+	fut   raft.ApplyFuture
+	batch []*proposal
+}
+
+// Apply proposes cmd and returns its Result once applied. On the leader
+// the command is coalesced with concurrent ones into one log entry (up to
+// Config.MaxBatch commands, the leader clock stamped once per entry); on a
+// follower it goes through Forwarder.ForwardApply, retried while the
+// leader changes. A rejected command returns its Result and an error from
+// fsm.ResultError (errors.Is(err, fsm.ErrInvalid), ...). If ctx ends after
+// the command was proposed, the outcome is unknown. ErrNotLeader (wrapping
+// ErrNoLeader) is returned only if no leader became known before ctx ended.
+func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
+	var res *pb.Result
+	err := s.onLeader(ctx,
+		func() error {
+			var err error
+			res, err = s.ApplyLocal(ctx, cmd)
+			return err
+		},
+		func(id, addr string) error {
+			var err error
+			res, err = s.fwd.ForwardApply(ctx, id, addr, cmd)
+			if err == nil {
+				err = fsm.ResultError(res)
+			}
+			return err
+		})
+	return res, err
+}
+
+// ApplyLocal is Apply without forwarding: it returns ErrNotLeader unless
+// this server is the leader. The Internal.ForwardApply handler calls it.
+// Lease grants below the minimum TTL (Config.MinLeaseTTL) are raised.
+func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if !s.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	cmd, err := s.raiseLeaseTTL(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan proposalResult, 1)}
+	select {
+	case s.proposeCh <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.stopping:
+		return nil, ErrNotOpen
+	}
+	select {
+	case r := <-p.done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return r.res, fsm.ResultError(r.res)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("raftstore: apply outcome unknown: %w", ctx.Err())
+	}
+}
+
+// raiseLeaseTTL returns cmd, or a copy with a lease grant's TTL raised to
+// the minimum.
+func (s *Store) raiseLeaseTTL(cmd *pb.Command) (*pb.Command, error) {
+	if cmd.GetType() != pb.CommandType_COMMAND_LEASE_GRANT {
+		return cmd, nil
+	}
+	var req pb.LeaseGrantRequest
+	if err := proto.Unmarshal(cmd.Payload, &req); err != nil {
+		return nil, fmt.Errorf("%w: lease grant: %v", fsm.ErrMalformed, err)
+	}
+	min := s.cfg.MinLeaseTTL()
+	if req.Ttl >= min {
+		return cmd, nil
+	}
+	req.Ttl = min
+	return fsm.NewCommand(pb.CommandType_COMMAND_LEASE_GRANT, &req)
+}
+
+// onLeader runs local if this server leads, else remote against the
+// current leader; it waits for a leader and retries while the leader
+// changes (ErrNotLeader, a transfer in progress), until ctx ends.
+func (s *Store) onLeader(ctx context.Context, local func() error, remote func(id, addr string) error) error {
+	backoff := 5 * time.Millisecond
+	for {
+		if err := s.checkOpen(); err != nil {
+			return err
+		}
+		var err error
+		if s.IsLeader() {
+			err = local()
+		} else {
+			addr, id, werr := s.waitLeader(ctx)
+			if werr != nil {
+				return werr
+			}
+			switch {
+			case id == s.cfg.ID:
+				err = ErrNotLeader // raft knows it leads but State lags: retry
+			case s.fwd == nil:
+				return ErrNotLeader
+			default:
+				err = remote(id, addr)
+			}
+		}
+		if !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-s.stopping:
+			return ErrNotOpen
+		case <-time.After(backoff):
+		}
+		if backoff < 100*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// retryable reports errors after which the command was certainly not
+// appended, so it can go to the (new) leader.
+func retryable(err error) bool {
+	return err != nil && (errors.Is(err, ErrNotLeader) || errors.Is(err, raft.ErrNotLeader) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress))
+}
+
+// runBatcher coalesces queued proposals into log entries: it takes one,
+// drains what else is queued (up to MaxBatch), encodes them as one Entry and
+// hands it to raft. While raft's leader loop is busy writing the previous
+// entry, new proposals queue up and form the next batch.
+func (s *Store) runBatcher() {
+	defer s.wg.Done()
+	defer close(s.waitCh)
+	for {
+		var first *proposal
+		select {
+		case first = <-s.proposeCh:
+		case <-s.stopping:
+			s.failQueued()
+			return
+		}
+		batch := []*proposal{first}
+	drain:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case p := <-s.proposeCh:
+				batch = append(batch, p)
+			default:
+				break drain
+			}
+		}
+		live := batch[:0]
+		for _, p := range batch {
+			if err := p.ctx.Err(); err != nil {
+				p.done <- proposalResult{err: err}
+				continue
+			}
+			live = append(live, p)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		cmds := make([]*pb.Command, len(live))
+		for i, p := range live {
+			cmds[i] = p.cmd
+		}
+		data, err := fsm.EncodeEntry(time.Now().UnixNano(), cmds)
+		if err != nil {
+			for _, p := range live {
+				p.done <- proposalResult{err: fmt.Errorf("raftstore: encode entry: %w", err)}
+			}
+			continue
+		}
+		s.metrics.batchSize.Observe(float64(len(live)))
+		s.metrics.entries.Add(1)
+		s.metrics.commands.Add(uint64(len(live)))
+		fut := s.raft.Apply(data, enqueueTimeout)
+		s.waitCh <- pendingEntry{fut: fut, batch: append([]*proposal(nil), live...)}
+	}
+}
+
+func (s *Store) failQueued() {
+	for {
+		select {
+		case p := <-s.proposeCh:
+			p.done <- proposalResult{err: ErrNotOpen}
+		default:
+			return
+		}
+	}
+}
+
+// runWaiter resolves entries' futures in log order and hands each
+// proposal its own Result.
+func (s *Store) runWaiter() {
+	defer s.wg.Done()
+	for pe := range s.waitCh {
+		err := pe.fut.Error()
+		var ar *fsm.ApplyResult
+		if err == nil {
+			var ok bool
+			if ar, ok = pe.fut.Response().(*fsm.ApplyResult); !ok || ar == nil {
+				err = fmt.Errorf("raftstore: unexpected FSM response %T", pe.fut.Response())
+			} else if ar.Err != nil {
+				err = ar.Err
+			} else if len(ar.Results) != len(pe.batch) {
+				err = fmt.Errorf("raftstore: FSM returned %d results for %d commands", len(ar.Results), len(pe.batch))
+			}
+		}
+		now := time.Now()
+		for i, p := range pe.batch {
+			if err != nil {
+				p.done <- proposalResult{err: mapRaftErr(err)}
+				continue
+			}
+			s.metrics.applyLatency.Observe(now.Sub(p.start).Seconds())
+			p.done <- proposalResult{res: ar.Results[i]}
+		}
+	}
+}

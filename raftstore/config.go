@@ -1,0 +1,184 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Config configures a Store. Build it with DefaultConfig and override fields;
+// New clones it and never mutates it afterwards.
+type Config struct {
+	// ID is the Raft server ID of this node (required). It is written to
+	// <DataDir>/raft/node-id on first start; a later start with another ID
+	// fails with ErrDataDirMismatch.
+	ID string
+	// DataDir holds raft/raft.db (bolt log + stable store), raft/snapshots and
+	// raft/node-id (required).
+	DataDir string
+	// RaftAddr is the TCP bind address of the Raft transport, e.g. ":7001"
+	// or "127.0.0.1:0" (required).
+	RaftAddr string
+	// AdvertiseAddr is the address other servers dial; empty means the
+	// bound address (which must then be a routable IP, not 0.0.0.0).
+	AdvertiseAddr string
+	// Bootstrap forms a cluster if the data dir holds no Raft state: with
+	// BootstrapServers if set, else a single-node cluster of this server.
+	// With existing state it is ignored, so the same flags work on restart.
+	Bootstrap bool
+	// BootstrapServers is the optional initial configuration (bootstrap-expect).
+	BootstrapServers []raft.Server
+
+	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms),
+	// LeaderLeaseTimeout (250 ms) and CommitTimeout (50 ms) are hashicorp/raft's
+	// timeouts, with LAN defaults: ~1.1 s from a leader SIGKILL to the next
+	// committed write.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold is the number of log entries between snapshots
+	// (default 8192); SnapshotInterval how often the threshold is checked
+	// (default 30 s).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// TrailingLogs is the number of entries kept after a snapshot (default
+	// 10240). A generous value lets a lagging follower catch up from the log
+	// instead of an InstallSnapshot (see hashicorp/raft #697 in doc.go).
+	TrailingLogs uint64
+	// MaxBatch is the maximum number of commands coalesced into one Raft log
+	// entry (default 256).
+	MaxBatch int
+	// TransferTimeout bounds each leadership-transfer attempt at Close
+	// (default 2 x ElectionTimeout); Close makes at most 3 attempts.
+	TransferTimeout time.Duration
+	// Logger receives the store's and hashicorp/raft's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with the LAN defaults documented on the
+// fields; ID, DataDir and RaftAddr still have to be set.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotThreshold:  8192,
+		SnapshotInterval:   30 * time.Second,
+		TrailingLogs:       10240,
+		MaxBatch:           256,
+	}
+}
+
+// Validate reports the first invalid field; zero durations and sizes count
+// as "use the default" and are valid.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("raftstore: config: ID is required"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("raftstore: config: DataDir is required"))
+	}
+	if c.RaftAddr == "" {
+		errs = append(errs, errors.New("raftstore: config: RaftAddr is required"))
+	}
+	if c.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("raftstore: config: MaxBatch %d < 0", c.MaxBatch))
+	}
+	d := c.withDefaults()
+	if d.LeaderLeaseTimeout > d.HeartbeatTimeout {
+		errs = append(errs, fmt.Errorf("raftstore: config: LeaderLeaseTimeout %v > HeartbeatTimeout %v", d.LeaderLeaseTimeout, d.HeartbeatTimeout))
+	}
+	if d.ElectionTimeout < d.HeartbeatTimeout {
+		errs = append(errs, fmt.Errorf("raftstore: config: ElectionTimeout %v < HeartbeatTimeout %v", d.ElectionTimeout, d.HeartbeatTimeout))
+	}
+	if d.CommitTimeout <= 0 || d.HeartbeatTimeout < 5*time.Millisecond {
+		errs = append(errs, errors.New("raftstore: config: timeouts too small"))
+	}
+	if c.Bootstrap && len(c.BootstrapServers) > 0 {
+		found := false
+		for _, s := range c.BootstrapServers {
+			if string(s.ID) == c.ID {
+				found = true
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("raftstore: config: BootstrapServers does not contain this server %q", c.ID))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns a copy with zero fields replaced by DefaultConfig's.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = d.ElectionTimeout
+	}
+	if c.LeaderLeaseTimeout == 0 {
+		c.LeaderLeaseTimeout = d.LeaderLeaseTimeout
+	}
+	if c.CommitTimeout == 0 {
+		c.CommitTimeout = d.CommitTimeout
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = d.SnapshotInterval
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.TransferTimeout == 0 {
+		c.TransferTimeout = 2 * c.ElectionTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.BootstrapServers = append([]raft.Server(nil), c.BootstrapServers...)
+	return c
+}
+
+// MinLeaseTTL is the smallest lease TTL in seconds the store grants:
+// 1.5 x ElectionTimeout rounded up to whole seconds (1 s with the defaults).
+// A lease must outlive the election that may interrupt its keepalives.
+func (c Config) MinLeaseTTL() int64 {
+	d := c.withDefaults()
+	min := d.ElectionTimeout * 3 / 2
+	s := int64((min + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// raftConfig maps c (with defaults applied) onto hashicorp/raft's config.
+func (c Config) raftConfig(notify chan<- bool) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	rc.NotifyCh = notify
+	// BatchApplyCh stays false: a buffered applyCh lets every client write
+	// become its own entry and defeats the store's coalescing.
+	rc.BatchApplyCh = false
+	rc.Logger = newHCLogger(c.Logger.With("component", "raft"), "raft")
+	return rc
+}

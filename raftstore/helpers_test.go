@@ -1,0 +1,297 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// tbHandler sends slog records to tb.Log until the test ends. Level from
+// RAFTSTORE_TEST_LOG (debug, info, warn; default warn).
+type tbWriter struct {
+	mu   sync.Mutex
+	tb   testing.TB
+	done bool
+}
+
+func (w *tbWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.tb.Log(string(p[:len(p)-1]))
+	}
+	return len(p), nil
+}
+
+func testLogger(tb testing.TB) *slog.Logger {
+	tb.Helper()
+	level := slog.LevelWarn
+	switch os.Getenv("RAFTSTORE_TEST_LOG") {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "off":
+		return slog.New(slog.DiscardHandler)
+	}
+	w := &tbWriter{tb: tb}
+	tb.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// cluster is n in-process stores on loopback TCP transports; stores[i] is
+// nil once crashed.
+type cluster struct {
+	tb     testing.TB
+	mu     sync.Mutex
+	stores []*Store
+	dirs   []string
+}
+
+// directForwarder calls the leader store's *Local methods directly, as the
+// node's gRPC Internal service would. A crashed or closed target reports
+// ErrNotLeader (it certainly did not apply the command).
+type directForwarder struct{ c *cluster }
+
+func (f directForwarder) target(id string) (*Store, error) {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	for _, s := range f.c.stores {
+		if s != nil && s.cfg.ID == id {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s is down", ErrNotLeader, id)
+}
+
+func notLeaderIfClosed(err error) error {
+	if errors.Is(err, ErrNotOpen) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}
+
+func (f directForwarder) ForwardApply(ctx context.Context, id, _ string, cmd *pb.Command) (*pb.Result, error) {
+	s, err := f.target(id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.ApplyLocal(ctx, cmd)
+	if res != nil && res.Error != nil {
+		return res, nil // the Result carries the error, as over gRPC
+	}
+	return res, notLeaderIfClosed(err)
+}
+
+func (f directForwarder) ReadIndex(ctx context.Context, id, _ string) (uint64, error) {
+	s, err := f.target(id)
+	if err != nil {
+		return 0, err
+	}
+	i, err := s.ReadIndexLocal(ctx)
+	return i, notLeaderIfClosed(err)
+}
+
+func (f directForwarder) LeaseKeepAlive(ctx context.Context, id, _ string, lease int64) (int64, error) {
+	s, err := f.target(id)
+	if err != nil {
+		return 0, err
+	}
+	ttl, err := s.LeaseKeepAliveLocal(ctx, lease)
+	return ttl, notLeaderIfClosed(err)
+}
+
+func (f directForwarder) LeaseTimeToLive(ctx context.Context, id, _ string, lease int64) (int64, error) {
+	s, err := f.target(id)
+	if err != nil {
+		return 0, err
+	}
+	ttl, err := s.LeaseTimeToLiveLocal(ctx, lease)
+	return ttl, notLeaderIfClosed(err)
+}
+
+func testConfig(tb testing.TB, id, dir string) Config {
+	cfg := DefaultConfig()
+	cfg.ID = id
+	cfg.DataDir = dir
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.Logger = testLogger(tb).With("node", id)
+	return cfg
+}
+
+// mustCluster starts n stores: n1 bootstraps, the others join through it.
+func mustCluster(tb testing.TB, n int) *cluster {
+	tb.Helper()
+	c := &cluster{tb: tb}
+	fwd := directForwarder{c}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		dir := tb.TempDir()
+		cfg := testConfig(tb, id, dir)
+		cfg.Bootstrap = i == 0
+		s, err := New(cfg, fsm.New(nil), fwd)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := s.Open(); err != nil {
+			tb.Fatal(err)
+		}
+		c.mu.Lock()
+		c.stores = append(c.stores, s)
+		c.dirs = append(c.dirs, dir)
+		c.mu.Unlock()
+		tb.Cleanup(func() { s.Close() })
+		if i == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := s.WaitForLeader(ctx); err != nil {
+				cancel()
+				tb.Fatal(err)
+			}
+			cancel()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := c.leader(ctx).Join(ctx, id, s.Addr(), true); err != nil {
+			cancel()
+			tb.Fatalf("join %s: %v", id, err)
+		}
+		cancel()
+	}
+	// Every store knows the leader and has caught up.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range c.live() {
+		if err := s.LinearizableRead(ctx); err != nil {
+			tb.Fatalf("%s: %v", s.cfg.ID, err)
+		}
+	}
+	return c
+}
+
+func (c *cluster) live() []*Store {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Store
+	for _, s := range c.stores {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// leader waits for a live store that is leader.
+func (c *cluster) leader(ctx context.Context) *Store {
+	c.tb.Helper()
+	for {
+		for _, s := range c.live() {
+			if s.IsLeader() {
+				return s
+			}
+		}
+		select {
+		case <-ctx.Done():
+			c.tb.Fatal("no leader")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) follower(ctx context.Context) *Store {
+	c.tb.Helper()
+	l := c.leader(ctx)
+	for _, s := range c.live() {
+		if s != l {
+			return s
+		}
+	}
+	c.tb.Fatal("no follower")
+	return nil
+}
+
+// crash stops s as a SIGKILL would look to its peers: Raft stops without
+// handing over leadership, then the transport and bolt close.
+func (c *cluster) crash(s *Store) {
+	c.mu.Lock()
+	for i, x := range c.stores {
+		if x == s {
+			c.stores[i] = nil
+		}
+	}
+	c.mu.Unlock()
+	s.Raft().Shutdown().Error()
+	if err := s.Close(); err != nil {
+		c.tb.Logf("close crashed %s: %v", s.cfg.ID, err)
+	}
+}
+
+func putCmd(tb testing.TB, key, value string, lease int64) *pb.Command {
+	tb.Helper()
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte(key), Value: []byte(value), Lease: lease})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cmd
+}
+
+func put(ctx context.Context, tb testing.TB, s *Store, key, value string) (*pb.Result, error) {
+	return s.Apply(ctx, putCmd(tb, key, value, 0))
+}
+
+func mustPut(ctx context.Context, tb testing.TB, s *Store, key, value string) int64 {
+	tb.Helper()
+	res, err := put(ctx, tb, s, key, value)
+	if err != nil {
+		tb.Fatalf("put %s on %s: %v", key, s.cfg.ID, err)
+	}
+	return res.Revision
+}
+
+// get reads key: linearizable unless serializable.
+func get(ctx context.Context, s *Store, key string, serializable bool) (string, bool, error) {
+	resp, err := s.Range(ctx, &pb.RangeRequest{Key: []byte(key), Serializable: serializable})
+	if err != nil {
+		return "", false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, nil
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
+func mustGrant(ctx context.Context, tb testing.TB, s *Store, ttl int64) (id, granted int64) {
+	tb.Helper()
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_LEASE_GRANT, &pb.LeaseGrantRequest{Ttl: ttl})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res, err := s.Apply(ctx, cmd)
+	if err != nil {
+		tb.Fatalf("lease grant: %v", err)
+	}
+	var resp pb.LeaseGrantResponse
+	if err := proto.Unmarshal(res.Payload, &resp); err != nil {
+		tb.Fatal(err)
+	}
+	return resp.Id, resp.Ttl
+}
+
+func ctxT(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}

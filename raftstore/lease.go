@@ -1,0 +1,258 @@
+package raftstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// leaseTimers are the leader's lease deadlines. They live only on the
+// leader and only in memory: grants and revokes go through Raft (the FSM
+// holds each lease's TTL and keys), keepalives only move a deadline, and a
+// new leader gives every lease a full TTL from the moment it establishes
+// leadership.
+type leaseTimers struct {
+	mu       sync.Mutex
+	active   bool                // this server leads and has established leadership
+	deadline map[int64]time.Time // lease ID → expiry
+	revoking map[int64]time.Time // lease ID → when the revoke was last proposed
+}
+
+func newLeaseTimers() *leaseTimers {
+	return &leaseTimers{deadline: map[int64]time.Time{}, revoking: map[int64]time.Time{}}
+}
+
+func ttlDuration(ttl int64) time.Duration { return time.Duration(ttl) * time.Second }
+
+// establish starts the timers: every lease the FSM holds gets now+TTL. It
+// turns the timers on before reading the leases, so a grant applied
+// concurrently is seen by one path or the other. It returns the number of leases.
+func (t *leaseTimers) establish(now time.Time, leases func() []fsm.LeaseInfo) int {
+	t.mu.Lock()
+	t.active = true
+	t.mu.Unlock()
+	ls := leases()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, l := range ls {
+		if _, ok := t.deadline[l.ID]; !ok {
+			t.deadline[l.ID] = now.Add(ttlDuration(l.TTL))
+		}
+	}
+	return len(t.deadline)
+}
+
+// stepDown forgets all deadlines.
+func (t *leaseTimers) stepDown() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.active = false
+	clear(t.deadline)
+	clear(t.revoking)
+}
+
+// applied records grants (deadline now+TTL) and revokes from an FSM notification.
+func (t *leaseTimers) applied(now time.Time, granted []fsm.LeaseInfo, revoked []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return
+	}
+	for _, l := range granted {
+		t.deadline[l.ID] = now.Add(ttlDuration(l.TTL))
+	}
+	for _, id := range revoked {
+		delete(t.deadline, id)
+		delete(t.revoking, id)
+	}
+}
+
+// resync follows a snapshot restore: leases gone from the FSM are
+// dropped, new ones get now+TTL.
+func (t *leaseTimers) resync(now time.Time, ls []fsm.LeaseInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return
+	}
+	live := make(map[int64]bool, len(ls))
+	for _, l := range ls {
+		live[l.ID] = true
+		if _, ok := t.deadline[l.ID]; !ok {
+			t.deadline[l.ID] = now.Add(ttlDuration(l.TTL))
+		}
+	}
+	for id := range t.deadline {
+		if !live[id] {
+			delete(t.deadline, id)
+			delete(t.revoking, id)
+		}
+	}
+}
+
+// keepAlive moves lease id's deadline to now+ttl. ok is false if the lease
+// has expired already (its revoke is on the way).
+func (t *leaseTimers) keepAlive(now time.Time, id, ttl int64) (ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return true // establish will give it a full TTL
+	}
+	if d, tracked := t.deadline[id]; tracked && !now.Before(d) {
+		return false
+	}
+	t.deadline[id] = now.Add(ttlDuration(ttl))
+	return true
+}
+
+// remaining returns the time left on lease id; tracked is false if the
+// timers do not know it (then the caller reports the full TTL).
+func (t *leaseTimers) remaining(now time.Time, id int64) (left time.Duration, tracked bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.deadline[id]
+	if !ok || !t.active {
+		return 0, false
+	}
+	return d.Sub(now), true
+}
+
+// expired returns the leases past their deadline whose revoke has not been
+// proposed within retry.
+func (t *leaseTimers) expired(now time.Time, retry time.Duration) []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []int64
+	for id, d := range t.deadline {
+		if now.Before(d) {
+			continue
+		}
+		if last, ok := t.revoking[id]; ok && now.Sub(last) < retry {
+			continue
+		}
+		t.revoking[id] = now
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (t *leaseTimers) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.deadline)
+}
+
+// runLeaseExpiry revokes expired leases through Raft until ctx ends.
+func (s *Store) runLeaseExpiry(ctx context.Context) {
+	tick := s.cfg.ElectionTimeout / 10
+	if tick < 10*time.Millisecond {
+		tick = 10 * time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	retry := 2 * s.cfg.ElectionTimeout
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, id := range s.leases.expired(now, retry) {
+				go s.revokeExpired(ctx, id, retry)
+			}
+		}
+	}
+}
+
+func (s *Store) revokeExpired(ctx context.Context, id int64, timeout time.Duration) {
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_LEASE_REVOKE, &pb.LeaseRevokeRequest{Id: id})
+	if err != nil {
+		s.logger.Error("lease revoke: encode", "lease", id, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := s.ApplyLocal(ctx, cmd); err != nil {
+		s.logger.Warn("lease revoke failed (will retry)", "lease", id, "err", err)
+		return
+	}
+	s.logger.Debug("lease expired and revoked", "lease", id)
+}
+
+// LeaseKeepAlive renews lease id on the leader (a follower forwards) and
+// returns its TTL in seconds. The lease's deadline moves to now+TTL on the
+// leader's clock; nothing goes through Raft. Errors: fsm.ErrLeaseNotFound
+// if the lease does not exist or has expired.
+func (s *Store) LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err error) {
+	err = s.onLeader(ctx,
+		func() error {
+			var err error
+			ttl, err = s.LeaseKeepAliveLocal(ctx, id)
+			return err
+		},
+		func(lid, addr string) error {
+			var err error
+			ttl, err = s.fwd.LeaseKeepAlive(ctx, lid, addr, id)
+			return err
+		})
+	return ttl, err
+}
+
+// LeaseKeepAliveLocal is LeaseKeepAlive without forwarding (ErrNotLeader
+// unless leader); the Internal.LeaseKeepAliveOnce handler calls it.
+func (s *Store) LeaseKeepAliveLocal(_ context.Context, id int64) (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	if !s.IsLeader() {
+		return 0, ErrNotLeader
+	}
+	l, ok := s.fsm.Lease(id)
+	if !ok || !s.leases.keepAlive(time.Now(), id, l.TTL) {
+		return 0, fmt.Errorf("%w: %d", fsm.ErrLeaseNotFound, id)
+	}
+	return l.TTL, nil
+}
+
+// LeaseTimeToLive returns the seconds left on lease id as the leader's
+// timer sees it (rounded up; a follower forwards). Errors:
+// fsm.ErrLeaseNotFound.
+func (s *Store) LeaseTimeToLive(ctx context.Context, id int64) (ttl int64, err error) {
+	err = s.onLeader(ctx,
+		func() error {
+			var err error
+			ttl, err = s.LeaseTimeToLiveLocal(ctx, id)
+			return err
+		},
+		func(lid, addr string) error {
+			var err error
+			ttl, err = s.fwd.LeaseTimeToLive(ctx, lid, addr, id)
+			return err
+		})
+	return ttl, err
+}
+
+// LeaseTimeToLiveLocal is LeaseTimeToLive without forwarding.
+func (s *Store) LeaseTimeToLiveLocal(_ context.Context, id int64) (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	if !s.IsLeader() {
+		return 0, ErrNotLeader
+	}
+	l, ok := s.fsm.Lease(id)
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", fsm.ErrLeaseNotFound, id)
+	}
+	left, tracked := s.leases.remaining(time.Now(), id)
+	if !tracked {
+		return l.TTL, nil
+	}
+	if left <= 0 {
+		return 0, fmt.Errorf("%w: %d (expired)", fsm.ErrLeaseNotFound, id)
+	}
+	return int64((left + time.Second - 1) / time.Second), nil
+}

@@ -1,0 +1,645 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// Errors of the store, checked with errors.Is.
+var (
+	// ErrNotLeader: the call needs the leader and this server is not it (or
+	// no leader was known before the context ended; then it also wraps ErrNoLeader).
+	ErrNotLeader = errors.New("raftstore: not leader")
+	// ErrOpen: Open was called on an open store.
+	ErrOpen = errors.New("raftstore: already open")
+	// ErrNotOpen: the store is not open (never opened, or closed).
+	ErrNotOpen = errors.New("raftstore: not open")
+	// ErrNoLeader: the cluster has no known leader.
+	ErrNoLeader = errors.New("raftstore: no leader")
+	// ErrDataDirMismatch: the data dir belongs to another node ID.
+	ErrDataDirMismatch = errors.New("raftstore: data dir belongs to another node")
+)
+
+// Forwarder carries calls to the leader when this server is not it. The
+// node's gRPC layer implements it (Internal service); leaderID and
+// leaderAddr are the leader's Raft server ID and Raft address, which the
+// implementation maps to the leader's gRPC endpoint. An implementation
+// should return an error wrapping ErrNotLeader when the target turned out
+// not to be the leader: the store then retries with the new leader.
+type Forwarder interface {
+	ForwardApply(ctx context.Context, leaderID, leaderAddr string, cmd *pb.Command) (*pb.Result, error)
+	ReadIndex(ctx context.Context, leaderID, leaderAddr string) (uint64, error)
+	LeaseKeepAlive(ctx context.Context, leaderID, leaderAddr string, id int64) (ttl int64, err error)
+	LeaseTimeToLive(ctx context.Context, leaderID, leaderAddr string, id int64) (ttl int64, err error)
+}
+
+// Status is a point-in-time view of the server (Store.Stats).
+type Status struct {
+	ID           string
+	State        string // Follower, Candidate, Leader, Shutdown
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64 // the FSM's (last command applied)
+	LastLogIndex uint64
+	Leader       string // leader's Raft address, "" if unknown
+	LeaderID     string
+	Revision     int64
+}
+
+// Store is one server of the Raft group: hashicorp/raft over a TCP
+// transport, bolt log and stable store and file snapshots, in front of a
+// *fsm.FSM. Lifecycle: New → Open → Close. All methods are safe for
+// concurrent use.
+type Store struct {
+	cfg    Config
+	fsm    *fsm.FSM
+	fwd    Forwarder
+	logger *slog.Logger
+
+	mu     sync.Mutex // guards opened, closed
+	opened bool
+	closed bool
+
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	bolt  *raftboltdb.BoltStore
+	snaps raft.SnapshotStore
+
+	stopping chan struct{} // closed at Close
+	wg       sync.WaitGroup
+
+	notifyCh   chan bool // raft.Config.NotifyCh
+	leaderMu   sync.Mutex
+	leaderSubs []chan bool
+	leaderLast *bool
+
+	proposeCh chan *proposal
+	waitCh    chan pendingEntry
+
+	wakeMu sync.Mutex
+	wake   chan struct{} // closed and replaced on every FSM notification
+
+	observers atomic.Pointer[[]fsm.Observer]
+
+	barrierSem chan struct{}
+	readyTerm  atomic.Uint64 // term in which this leader committed a barrier
+
+	leases  *leaseTimers
+	metrics *storeMetrics
+}
+
+// New returns a Store for f; it does no I/O (Open does). fwd may be nil,
+// then a follower answers ErrNotLeader instead of forwarding. New installs
+// the store as f's Observer (use Store.Observe to receive notifications too).
+func New(cfg Config, f *fsm.FSM, fwd Forwarder) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return nil, errors.New("raftstore: nil FSM")
+	}
+	cfg = cfg.withDefaults()
+	s := &Store{
+		cfg:        cfg,
+		fsm:        f,
+		fwd:        fwd,
+		logger:     cfg.Logger.With("component", "raftstore", "id", cfg.ID),
+		stopping:   make(chan struct{}),
+		notifyCh:   make(chan bool, 16),
+		proposeCh:  make(chan *proposal, 4*cfg.MaxBatch),
+		waitCh:     make(chan pendingEntry, 1024),
+		wake:       make(chan struct{}),
+		barrierSem: make(chan struct{}, 1),
+		leases:     newLeaseTimers(),
+	}
+	s.metrics = newStoreMetrics(s)
+	f.SetObserver(observer{s})
+	return s, nil
+}
+
+// Open opens the data dir, starts Raft and, if Config.Bootstrap is set and
+// the data dir holds no Raft state, bootstraps the cluster. It returns
+// ErrOpen if called twice, ErrDataDirMismatch if the data dir belongs to
+// another node ID.
+func (s *Store) Open() (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opened {
+		return ErrOpen
+	}
+	if s.closed {
+		return ErrNotOpen
+	}
+	dir := filepath.Join(s.cfg.DataDir, "raft")
+	if err := checkDataDir(dir, s.cfg.ID); err != nil {
+		return err
+	}
+	hcl := newHCLogger(s.cfg.Logger.With("component", "raft", "id", s.cfg.ID), "raft")
+
+	dbPath := filepath.Join(dir, "raft.db")
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: dbPath})
+	if err != nil {
+		return fmt.Errorf("raftstore: open log store %q: %w", dbPath, err)
+	}
+	defer func() {
+		if err != nil {
+			bolt.Close()
+		}
+	}()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hcl.Named("snapshot"))
+	if err != nil {
+		return fmt.Errorf("raftstore: open snapshot store %q: %w", dir, err)
+	}
+	var adv net.Addr
+	if s.cfg.AdvertiseAddr != "" {
+		a, err := net.ResolveTCPAddr("tcp", s.cfg.AdvertiseAddr)
+		if err != nil {
+			return fmt.Errorf("raftstore: advertise address %q: %w", s.cfg.AdvertiseAddr, err)
+		}
+		adv = a
+	}
+	trans, err := raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 10*time.Second, hcl.Named("transport"))
+	if err != nil {
+		return fmt.Errorf("raftstore: raft transport on %q: %w", s.cfg.RaftAddr, err)
+	}
+	defer func() {
+		if err != nil {
+			trans.Close()
+		}
+	}()
+
+	hasState, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		return fmt.Errorf("raftstore: check existing state: %w", err)
+	}
+	rc := s.cfg.raftConfig(s.notifyCh)
+	rc.Logger = hcl
+	r, err := raft.NewRaft(rc, s.fsm, bolt, bolt, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("raftstore: start raft: %w", err)
+	}
+	if s.cfg.Bootstrap && !hasState {
+		servers := s.cfg.BootstrapServers
+		if len(servers) == 0 {
+			servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(s.cfg.ID), Address: trans.LocalAddr()}}
+		}
+		s.logger.Info("bootstrapping cluster", "servers", len(servers))
+		if err := r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			r.Shutdown().Error()
+			return fmt.Errorf("raftstore: bootstrap: %w", err)
+		}
+	} else if s.cfg.Bootstrap {
+		s.logger.Info("existing raft state found, not bootstrapping")
+	}
+	s.raft, s.trans, s.bolt, s.snaps = r, trans, bolt, snaps
+	s.opened = true
+
+	internal := s.LeaderCh()
+	s.wg.Add(4)
+	go s.runNotify()
+	go s.runBatcher()
+	go s.runWaiter()
+	go s.runLeaderLoop(internal)
+	s.logger.Info("raft store open", "raft_addr", string(trans.LocalAddr()), "data_dir", dir, "existing_state", hasState)
+	return nil
+}
+
+// Close hands leadership over if this server leads (bounded wait and
+// retry, see doc.go on hashicorp/raft #696), stops Raft, closes the
+// transport and the bolt store. It is safe to call twice; the second call
+// returns nil. Closing a store that was never opened returns ErrNotOpen.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if !s.opened {
+		s.closed = true
+		return ErrNotOpen
+	}
+	s.closed = true
+	if s.raft.State() == raft.Leader {
+		s.transferLeadership()
+	}
+	close(s.stopping)
+	var errs []error
+	if err := s.raft.Shutdown().Error(); err != nil {
+		errs = append(errs, fmt.Errorf("raftstore: raft shutdown: %w", err))
+	}
+	s.wg.Wait()
+	if err := s.trans.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
+	}
+	if err := s.bolt.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("raftstore: close log store: %w", err))
+	}
+	s.logger.Info("raft store closed")
+	return errors.Join(errs...)
+}
+
+// transferLeadership tries up to 3 times, each bounded by
+// Config.TransferTimeout, to hand leadership to another voter. A transfer
+// that hangs (#696 class) is abandoned: Shutdown follows regardless.
+func (s *Store) transferLeadership() {
+	cf := s.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return
+	}
+	others := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != s.cfg.ID {
+			others++
+		}
+	}
+	if others == 0 {
+		return
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		done := make(chan error, 1)
+		go func() { done <- s.raft.LeadershipTransfer().Error() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				s.logger.Info("leadership transferred", "attempt", attempt)
+				return
+			}
+			s.logger.Warn("leadership transfer failed", "attempt", attempt, "err", err)
+			if errors.Is(err, raft.ErrNotLeader) {
+				return
+			}
+		case <-time.After(s.cfg.TransferTimeout):
+			s.logger.Warn("leadership transfer timed out", "attempt", attempt, "timeout", s.cfg.TransferTimeout)
+		}
+		if s.raft.State() != raft.Leader {
+			return
+		}
+	}
+	s.logger.Warn("giving up leadership transfer; shutting down as leader")
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.opened || s.closed {
+		return ErrNotOpen
+	}
+	return nil
+}
+
+// FSM returns the state machine the store applies to.
+func (s *Store) FSM() *fsm.FSM { return s.fsm }
+
+// Raft returns the underlying *raft.Raft (nil before Open), for tests and
+// operations that the store does not wrap.
+func (s *Store) Raft() *raft.Raft { return s.raft }
+
+// Addr returns the Raft transport's address (useful with ":0" binds).
+func (s *Store) Addr() string {
+	if s.trans == nil {
+		return ""
+	}
+	return string(s.trans.LocalAddr())
+}
+
+// ID returns the server ID.
+func (s *Store) ID() string { return s.cfg.ID }
+
+// IsLeader reports whether this server is the Raft leader right now (not
+// linearizable: use ReadIndex for that).
+func (s *Store) IsLeader() bool { return s.raft != nil && s.raft.State() == raft.Leader }
+
+// LeaderWithID returns the current leader's Raft address and ID, or empty
+// strings if none is known.
+func (s *Store) LeaderWithID() (addr, id string) {
+	if s.raft == nil {
+		return "", ""
+	}
+	a, i := s.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// WaitForLeader blocks until some leader is known or ctx ends.
+func (s *Store) WaitForLeader(ctx context.Context) error {
+	_, _, err := s.waitLeader(ctx)
+	return err
+}
+
+// waitLeader polls for a known leader until ctx ends; the error then wraps
+// ErrNotLeader, ErrNoLeader and the context's error.
+func (s *Store) waitLeader(ctx context.Context) (addr, id string, err error) {
+	if err := s.checkOpen(); err != nil {
+		return "", "", err
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if addr, id = s.LeaderWithID(); id != "" {
+			return addr, id, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", fmt.Errorf("%w (%w): %w", ErrNotLeader, ErrNoLeader, ctx.Err())
+		case <-s.stopping:
+			return "", "", ErrNotOpen
+		case <-t.C:
+		}
+	}
+}
+
+// Stats returns a snapshot of the server's Raft and FSM state.
+func (s *Store) Stats() Status {
+	st := Status{ID: s.cfg.ID, Revision: s.fsm.Revision(), AppliedIndex: s.fsm.AppliedIndex()}
+	if s.raft == nil {
+		st.State = "Closed"
+		return st
+	}
+	st.State = s.raft.State().String()
+	st.Term = s.raft.CurrentTerm()
+	st.CommitIndex = s.raft.CommitIndex()
+	st.LastLogIndex = s.raft.LastIndex()
+	st.Leader, st.LeaderID = s.LeaderWithID()
+	return st
+}
+
+// Configuration returns the latest Raft configuration (voters and non-voters).
+func (s *Store) Configuration() ([]raft.Server, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("raftstore: get configuration: %w", err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Join adds server id at raftAddr as a voter (or non-voter) through this
+// server, which must be the leader (else ErrNotLeader). It is idempotent: a
+// server already present with the same address and suffrage is a no-op; one
+// with the same ID or address but a different address or ID is removed first.
+func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if id == "" || raftAddr == "" {
+		return errors.New("raftstore: join: id and raft address are required")
+	}
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	servers, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	for _, srv := range servers {
+		sameID, sameAddr := string(srv.ID) == id, string(srv.Address) == raftAddr
+		if !sameID && !sameAddr {
+			continue
+		}
+		if sameID && sameAddr && (srv.Suffrage == raft.Voter) == voter {
+			s.logger.Info("join: already a member", "node", id, "raft_addr", raftAddr)
+			return nil
+		}
+		if sameID && sameAddr && voter {
+			break // non-voter → voter: AddVoter promotes in place
+		}
+		if err := s.futureErr(ctx, s.raft.RemoveServer(srv.ID, 0, s.timeout(ctx))); err != nil {
+			return fmt.Errorf("raftstore: join %s: remove stale %s@%s: %w", id, srv.ID, srv.Address, err)
+		}
+	}
+	var f raft.IndexFuture
+	if voter {
+		f = s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
+	} else {
+		f = s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
+	}
+	if err := s.futureErr(ctx, f); err != nil {
+		return fmt.Errorf("raftstore: join %s@%s: %w", id, raftAddr, err)
+	}
+	s.logger.Info("joined", "node", id, "raft_addr", raftAddr, "voter", voter)
+	return nil
+}
+
+// Remove removes server id through this server, which must be the leader
+// (else ErrNotLeader). Removing an absent server is a no-op.
+func (s *Store) Remove(ctx context.Context, id string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	servers, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	for _, srv := range servers {
+		if string(srv.ID) == id {
+			if err := s.futureErr(ctx, s.raft.RemoveServer(srv.ID, 0, s.timeout(ctx))); err != nil {
+				return fmt.Errorf("raftstore: remove %s: %w", id, err)
+			}
+			s.logger.Info("removed", "node", id)
+			return nil
+		}
+	}
+	return nil
+}
+
+// timeout converts ctx's deadline into a hashicorp/raft enqueue timeout (0 = none).
+func (s *Store) timeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if t := time.Until(d); t > 0 {
+			return t
+		}
+		return time.Millisecond
+	}
+	return 0
+}
+
+// futureErr waits for f or ctx, mapping raft.ErrNotLeader to ErrNotLeader.
+func (s *Store) futureErr(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return mapRaftErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// mapRaftErr wraps hashicorp/raft's "not leader" as ErrNotLeader (keeping
+// the original for errors.Is).
+func mapRaftErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, ErrNotLeader) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}
+
+// observer receives the FSM's notifications (on Raft's FSM goroutine; it
+// must not block): it feeds the leader's lease timers and wakes waiters and
+// watchers.
+type observer struct{ s *Store }
+
+func (o observer) Applied(n fsm.Notification) {
+	s := o.s
+	switch {
+	case n.Restored:
+		s.leases.resync(time.Now(), s.fsm.Leases())
+	case len(n.LeasesGranted) > 0 || len(n.LeasesRevoked) > 0:
+		s.leases.applied(time.Now(), n.LeasesGranted, n.LeasesRevoked)
+	}
+	s.wakeMu.Lock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.wakeMu.Unlock()
+	if obs := s.observers.Load(); obs != nil {
+		for _, ob := range *obs {
+			ob.Applied(n)
+		}
+	}
+}
+
+// Observe adds o to the receivers of the FSM's notifications (the store
+// owns the FSM's single observer slot). o runs on Raft's FSM goroutine and
+// must not block.
+func (s *Store) Observe(o fsm.Observer) {
+	for {
+		old := s.observers.Load()
+		var next []fsm.Observer
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, o)
+		if s.observers.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// appliedWake returns a channel closed at the next FSM notification.
+func (s *Store) appliedWake() <-chan struct{} {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	return s.wake
+}
+
+// LeaderCh returns a new channel that receives true when this server
+// becomes leader and false when it stops being leader, fed from
+// raft.Config.NotifyCh. Each caller gets its own channel (capacity 1); if
+// the reader lags, an unread value is replaced by the newer one, so the
+// latest value is never dropped. The current state is delivered at once if
+// a transition has been seen.
+func (s *Store) LeaderCh() <-chan bool {
+	ch := make(chan bool, 1)
+	s.leaderMu.Lock()
+	s.leaderSubs = append(s.leaderSubs, ch)
+	if s.leaderLast != nil {
+		ch <- *s.leaderLast
+	}
+	s.leaderMu.Unlock()
+	return ch
+}
+
+func (s *Store) runNotify() {
+	defer s.wg.Done()
+	for {
+		select {
+		case v := <-s.notifyCh:
+			s.logger.Info("leadership changed", "leader", v)
+			s.leaderMu.Lock()
+			s.leaderLast = &v
+			for _, ch := range s.leaderSubs {
+				select { // replace an unread value by the latest
+				case <-ch:
+				default:
+				}
+				ch <- v
+			}
+			s.leaderMu.Unlock()
+		case <-s.stopping:
+			return
+		}
+	}
+}
+
+// runLeaderLoop runs the leader-only work (own-term barrier, lease timers)
+// while this server leads.
+func (s *Store) runLeaderLoop(ch <-chan bool) {
+	defer s.wg.Done()
+	type run struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	var cur *run
+	stop := func() {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+			cur = nil
+		}
+		s.leases.stepDown()
+	}
+	defer stop()
+	for {
+		select {
+		case isLeader := <-ch:
+			if !isLeader || cur != nil {
+				stop()
+			}
+			if isLeader {
+				ctx, cancel := context.WithCancel(context.Background())
+				cur = &run{cancel: cancel, done: make(chan struct{})}
+				go func(done chan struct{}) {
+					defer close(done)
+					s.leadership(ctx)
+				}(cur.done)
+			}
+		case <-s.stopping:
+			return
+		}
+	}
+}
+
+// leadership establishes leadership (a committed barrier in the new term,
+// then a fresh TTL for every lease) and runs the lease expiry loop until ctx ends.
+func (s *Store) leadership(ctx context.Context) {
+	for {
+		bctx, cancel := context.WithTimeout(ctx, 4*s.cfg.ElectionTimeout)
+		_, err := s.ensureOwnTerm(bctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("leader barrier failed, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.CommitTimeout):
+		}
+	}
+	n := s.leases.establish(time.Now(), s.fsm.Leases)
+	s.logger.Info("leadership established", "term", s.raft.CurrentTerm(), "leases_extended", n)
+	s.runLeaseExpiry(ctx)
+}

@@ -1,0 +1,540 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	ok.ID, ok.DataDir, ok.RaftAddr = "n1", "/tmp/x", ":0"
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"defaults", func(*Config) {}, true},
+		{"no id", func(c *Config) { c.ID = "" }, false},
+		{"no data dir", func(c *Config) { c.DataDir = "" }, false},
+		{"lease > heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, false},
+		{"bootstrap servers without self", func(c *Config) {
+			c.Bootstrap = true
+			c.BootstrapServers = []raft.Server{{ID: "n2", Address: "x:1"}}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			if err := c.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+	if got := ok.MinLeaseTTL(); got != 1 {
+		t.Fatalf("MinLeaseTTL = %d, want 1 (1.5 x 500ms rounded up)", got)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, "n1", dir)
+	cfg.Bootstrap = true
+	s, err := New(cfg, fsm.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(context.Background(), putCmd(t, "k", "v", 0)); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("Apply before Open: %v", err)
+	}
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(); !errors.Is(err, ErrOpen) {
+		t.Fatalf("second Open = %v, want ErrOpen", err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	rev := mustPut(ctx, t, s, "k", "v1")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+
+	// Restart on the same data dir with Bootstrap still set: state is kept.
+	s2, err := New(cfg, fsm.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if v, _, err := get(ctx, s2, "k", false); err != nil || v != "v1" {
+		t.Fatalf("after restart: %q, %v", v, err)
+	}
+	if got := s2.FSM().Revision(); got != rev {
+		t.Fatalf("revision after restart = %d, want %d", got, rev)
+	}
+}
+
+func TestDataDirMismatch(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, "n1", dir)
+	cfg.Bootstrap = true
+	s, err := New(cfg, fsm.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	cfg.ID = "n2"
+	s2, err := New(cfg, fsm.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s2.Open()
+	if !errors.Is(err, ErrDataDirMismatch) {
+		t.Fatalf("Open with another id = %v, want ErrDataDirMismatch", err)
+	}
+	t.Log(err)
+	if err := s2.Close(); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("Close of unopened store = %v", err)
+	}
+}
+
+func TestFollowerWriteAndMembership(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	f := c.follower(ctx)
+	rev := mustPut(ctx, t, f, "/a", "1")
+	for _, s := range c.live() {
+		v, ok, err := get(ctx, s, "/a", false)
+		if err != nil || !ok || v != "1" {
+			t.Fatalf("%s: get = %q %v %v", s.cfg.ID, v, ok, err)
+		}
+	}
+	// A rejected command surfaces the FSM's sentinel through forwarding.
+	if _, err := f.Apply(ctx, putCmd(t, "", "x", 0)); !errors.Is(err, fsm.ErrInvalid) {
+		t.Fatalf("empty key via follower = %v, want fsm.ErrInvalid", err)
+	}
+	if st := f.Stats(); st.Revision < rev || st.LeaderID == "" || st.State != "Follower" {
+		t.Fatalf("follower stats %+v", st)
+	}
+	// Leader-only calls.
+	if err := f.Join(ctx, "x", "127.0.0.1:1", true); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Join on follower = %v", err)
+	}
+	if _, err := f.ApplyLocal(ctx, putCmd(t, "/b", "1", 0)); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ApplyLocal on follower = %v", err)
+	}
+	// Join and Remove are idempotent.
+	l := c.leader(ctx)
+	if err := l.Join(ctx, f.cfg.ID, f.Addr(), true); err != nil {
+		t.Fatalf("re-join: %v", err)
+	}
+	if err := l.Remove(ctx, "nope"); err != nil {
+		t.Fatalf("remove absent: %v", err)
+	}
+	servers, err := l.Configuration()
+	if err != nil || len(servers) != 3 {
+		t.Fatalf("configuration %v %v", servers, err)
+	}
+}
+
+// TestLeaderFailover: clients write through every node while the leader
+// crashes; a new leader must be elected within 3 s, no acknowledged write
+// may be lost, and a linearizable read never returns a value older than
+// the last acknowledged write of its key.
+func TestLeaderFailover(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	old := c.leader(ctx)
+
+	const writers = 4
+	var (
+		mu    sync.Mutex
+		acked = map[string]int{} // key → highest acknowledged value
+		stale atomic.Int64
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			key := fmt.Sprintf("/w/%d", w)
+			for i := 1; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				live := c.live()
+				s := live[rand.IntN(len(live))]
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := put(wctx, t, s, key, fmt.Sprint(i))
+				cancel()
+				if err != nil {
+					continue // not acknowledged: may or may not be applied
+				}
+				mu.Lock()
+				acked[key] = i
+				mu.Unlock()
+				// Read back through a random live node: never older than i.
+				live = c.live()
+				r := live[rand.IntN(len(live))]
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				v, _, err := get(rctx, r, key, false)
+				cancel()
+				var got int
+				fmt.Sscan(v, &got)
+				if err == nil && got < i {
+					stale.Add(1)
+					t.Errorf("stale read on %s: %s = %d after ack of %d", r.cfg.ID, key, got, i)
+				}
+			}
+		}(w)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	c.crash(old)
+	var elected time.Duration
+	for {
+		var l *Store
+		for _, s := range c.live() {
+			if s.IsLeader() {
+				l = s
+			}
+		}
+		if l != nil {
+			elected = time.Since(start)
+			break
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("no new leader within 3 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Time to the first write committed by the new leader.
+	var firstWrite time.Duration
+	for {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := put(wctx, t, c.leader(ctx), "/probe", "x")
+		cancel()
+		if err == nil {
+			firstWrite = time.Since(start)
+			break
+		}
+	}
+	t.Logf("leader crash → new leader elected in %v, first committed write after %v", elected, firstWrite)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range c.live() {
+		for k, want := range acked {
+			v, _, err := get(ctx, s, k, false)
+			var got int
+			fmt.Sscan(v, &got)
+			if err != nil || got < want {
+				t.Errorf("%s: %s = %q (%v), acknowledged %d: acknowledged write lost", s.cfg.ID, k, v, err, want)
+			}
+		}
+	}
+	t.Logf("acknowledged writes per key: %v; stale reads: %d", acked, stale.Load())
+	if len(acked) < writers {
+		t.Fatalf("only %d of %d writers got an acknowledgement", len(acked), writers)
+	}
+}
+
+func TestLinearizableReadAfterLeaderChange(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	old := c.leader(ctx)
+	mustPut(ctx, t, old, "k", "old")
+	c.crash(old)
+	// Through a follower while the election may still run: the write is
+	// forwarded to whichever leader wins.
+	s := c.live()[0]
+	mustPut(ctx, t, s, "k", "new")
+	for _, s := range c.live() {
+		for i := 0; i < 20; i++ {
+			v, _, err := get(ctx, s, "k", false)
+			if err != nil || v != "new" {
+				t.Fatalf("%s: linearizable get = %q, %v; want new", s.cfg.ID, v, err)
+			}
+		}
+	}
+}
+
+// TestWatchResume: a watcher that disconnects and resumes from its last
+// revision + 1 sees every event once, in order.
+func TestWatchResume(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	l := c.leader(ctx)
+	f := c.follower(ctx)
+	start := mustPut(ctx, t, l, "/other", "x") + 1
+
+	const total = 120
+	go func() {
+		for i := 0; i < total; i++ {
+			s := l
+			if i%2 == 1 {
+				s = f
+			}
+			if _, err := put(ctx, t, s, fmt.Sprintf("/w/%03d", i), "v"); err != nil {
+				t.Errorf("put: %v", err)
+			}
+			if i%10 == 0 {
+				mustPut(ctx, t, l, "/other", "y") // not matching the watch
+			}
+		}
+	}()
+
+	var got []*pb.Event
+	next := start
+	for round := 0; len(got) < total; round++ {
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := f.Watch(wctx, &pb.WatchRequest{Key: []byte("/w/"), RangeEnd: []byte("/w0"), StartRevision: next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Take a few responses, then "disconnect".
+		for n := 0; n < 3 && len(got) < total; n++ {
+			resp, ok := <-ch
+			if !ok {
+				t.Fatal("watch closed early")
+			}
+			if resp.Canceled {
+				t.Fatalf("canceled: %s", resp.CancelReason)
+			}
+			got = append(got, resp.Events...)
+			next = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
+		}
+		cancel()
+		for range ch { // drain until closed
+		}
+	}
+	seen := map[string]bool{}
+	var prev int64
+	for i, e := range got {
+		k := string(e.Kv.Key)
+		if seen[k] {
+			t.Fatalf("duplicate event for %s", k)
+		}
+		seen[k] = true
+		if want := fmt.Sprintf("/w/%03d", i); k != want {
+			t.Fatalf("event %d is %s, want %s (gap or reorder)", i, k, want)
+		}
+		if e.Kv.ModRevision <= prev {
+			t.Fatalf("revision %d after %d", e.Kv.ModRevision, prev)
+		}
+		prev = e.Kv.ModRevision
+	}
+
+	// Start below the compaction revision: a clear error.
+	cmd, _ := fsm.NewCommand(pb.CommandType_COMMAND_COMPACT, &pb.CompactRequest{Revision: prev})
+	if _, err := l.Apply(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.LinearizableRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Watch(ctx, &pb.WatchRequest{Key: []byte("/w/"), StartRevision: start}); !errors.Is(err, fsm.ErrCompacted) {
+		t.Fatalf("watch below compaction = %v, want fsm.ErrCompacted", err)
+	} else {
+		t.Log(err)
+	}
+}
+
+// TestLeaseExpiry: a lease's keys vanish after its TTL and not before.
+func TestLeaseExpiry(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	f := c.follower(ctx)
+
+	// Grants below the minimum are raised.
+	if _, ttl := mustGrant(ctx, t, f, 0); ttl != 1 {
+		t.Fatalf("grant ttl 0 → %d, want min 1", ttl)
+	}
+
+	const ttl = 2
+	t0 := time.Now()
+	id, granted := mustGrant(ctx, t, f, ttl)
+	if granted != ttl {
+		t.Fatalf("granted ttl %d", granted)
+	}
+	if _, err := f.Apply(ctx, putCmd(t, "/lease/k", "v", id)); err != nil {
+		t.Fatal(err)
+	}
+	left, err := f.LeaseTimeToLive(ctx, id)
+	if err != nil || left < 1 || left > ttl {
+		t.Fatalf("time to live = %d, %v", left, err)
+	}
+	gone := waitGone(ctx, t, f, "/lease/k", t0)
+	if gone < ttl*time.Second {
+		t.Fatalf("key vanished after %v, before its TTL %ds", gone, ttl)
+	}
+	if gone > ttl*time.Second+time.Second {
+		t.Fatalf("key vanished only after %v (TTL %ds)", gone, ttl)
+	}
+	t.Logf("lease ttl %ds: key gone after %v", ttl, gone)
+	if _, err := f.LeaseKeepAlive(ctx, id); !errors.Is(err, fsm.ErrLeaseNotFound) {
+		t.Fatalf("keepalive after expiry = %v", err)
+	}
+
+	// Keepalives through a follower keep it alive past its TTL.
+	id, _ = mustGrant(ctx, t, f, ttl)
+	if _, err := f.Apply(ctx, putCmd(t, "/lease/k2", "v", id)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ {
+		time.Sleep(500 * time.Millisecond)
+		if _, err := f.LeaseKeepAlive(ctx, id); err != nil {
+			t.Fatalf("keepalive: %v", err)
+		}
+	}
+	if _, ok, _ := get(ctx, f, "/lease/k2", false); !ok {
+		t.Fatal("kept-alive lease lost its key")
+	}
+}
+
+// waitGone polls (linearizable reads) until key is gone; returns the time since t0.
+func waitGone(ctx context.Context, t *testing.T, s *Store, key string, t0 time.Time) time.Duration {
+	t.Helper()
+	for {
+		_, ok, err := get(ctx, s, key, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return time.Since(t0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestNewLeaderExtendsLeases: the leader dies before a lease's TTL ends;
+// the new leader gives the lease a full TTL from its election, so the key
+// outlives the old deadline and then vanishes without keepalives.
+func TestNewLeaderExtendsLeases(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	old := c.leader(ctx)
+	const ttl = 3
+	t0 := time.Now()
+	id, _ := mustGrant(ctx, t, old, ttl)
+	if _, err := old.Apply(ctx, putCmd(t, "/lease/k", "v", id)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	tc := time.Now()
+	c.crash(old)
+	nl := c.leader(ctx)
+	tl := time.Now()
+	t.Logf("new leader %s after %v", nl.cfg.ID, tl.Sub(tc))
+
+	time.Sleep(time.Until(t0.Add(ttl*time.Second + 300*time.Millisecond)))
+	if _, ok, err := get(ctx, nl, "/lease/k", false); err != nil || !ok {
+		t.Fatalf("key gone at old deadline + 300ms (%v): new leader did not extend the lease", err)
+	}
+	left, err := nl.LeaseTimeToLive(ctx, id)
+	t.Logf("at old deadline + 300ms: time to live %ds (%v)", left, err)
+	gone := waitGone(ctx, t, nl, "/lease/k", tl)
+	if gone < ttl*time.Second-100*time.Millisecond {
+		t.Fatalf("key vanished %v after the new leader, before a full TTL", gone)
+	}
+	if gone > ttl*time.Second+1500*time.Millisecond {
+		t.Fatalf("key vanished only %v after the new leader", gone)
+	}
+	t.Logf("key gone %v after the new leader (ttl %ds), %v after grant", gone, ttl, time.Since(t0))
+}
+
+// TestBatching: concurrent writes are coalesced into fewer log entries.
+func TestBatching(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	l := c.leader(ctx)
+	e0, c0 := l.BatchStats()
+	const clients, each = 128, 10
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				if _, err := put(ctx, t, l, fmt.Sprintf("/b/%d/%d", i, j), "v"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	e1, c1 := l.BatchStats()
+	entries, cmds := e1-e0, c1-c0
+	t.Logf("%d commands in %d log entries (%.1f per entry)", cmds, entries, float64(cmds)/float64(entries))
+	if cmds != clients*each {
+		t.Fatalf("commands = %d, want %d", cmds, clients*each)
+	}
+	if entries*4 > cmds {
+		t.Fatalf("%d entries for %d commands: writes were not coalesced", entries, cmds)
+	}
+}
+
+func TestLeaderChFanOut(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	old := c.leader(ctx)
+	var chs []<-chan bool
+	for _, s := range c.live() {
+		if s != old {
+			chs = append(chs, s.LeaderCh())
+		}
+	}
+	c.crash(old)
+	nl := c.leader(ctx)
+	got := false
+	for i, ch := range chs {
+		select {
+		case v := <-ch:
+			if v {
+				got = true
+				if c.live()[i] != nl && !nl.IsLeader() {
+					t.Fatal("true on a non-leader")
+				}
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if !got {
+		t.Fatal("no LeaderCh reported the new leadership")
+	}
+	// A late subscriber gets the current state at once.
+	select {
+	case v := <-nl.LeaderCh():
+		if !v {
+			t.Fatal("late subscriber got false on the leader")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("late subscriber got nothing")
+	}
+}
