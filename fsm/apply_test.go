@@ -190,7 +190,7 @@ func TestObserver(t *testing.T) {
 }
 
 // panicQueue panics in Submit, standing in for a bug a bad command reaches.
-type panicQueue struct{ noJobQueue }
+type panicQueue struct{ JobQueue }
 
 func (panicQueue) Submit(int64, *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	panic("boom")
@@ -198,7 +198,7 @@ func (panicQueue) Submit(int64, *pb.SubmitJobRequest) (*pb.SubmitJobResponse, er
 
 func TestHandlerPanicIsRecovered(t *testing.T) {
 	f := newTestFSM(t)
-	f.jobs = panicQueue{}
+	f.jobs = panicQueue{f.jobs}
 	rs := f.apply(1, mustCmd(t, pb.CommandType_COMMAND_SUBMIT_JOB, &pb.SubmitJobRequest{}), putCmd(t, "a", "1"))
 	if rs[0].Error.GetCode() != int32(codes.Internal) || rs[1].Error != nil || f.get("a") == nil {
 		t.Fatalf("results %v", rs)

@@ -256,3 +256,5 @@ func wantErr(tb testing.TB, err, want error) {
 		tb.Fatalf("error %v, want %v", err, want)
 	}
 }
+
+func isErr(err, target error) bool { return errors.Is(err, target) }

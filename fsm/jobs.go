@@ -1,9 +1,8 @@
 package fsm
 
 import (
-	"fmt"
-
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
 )
 
 // JobQueue is the deterministic job and task-queue state the FSM embeds
@@ -40,9 +39,10 @@ type JobReader interface {
 	Tasks(job string) []*pb.Task
 }
 
-// defaultJobQueue builds the job queue of a new FSM; jobs_default.go sets it
-// to the real implementation when it is available.
-var defaultJobQueue = func() JobQueue { return noJobQueue{} }
+// defaultJobQueue builds the job queue of a new FSM (and of a restore).
+func defaultJobQueue() JobQueue { return jobq.New() }
+
+var _ JobQueue = (*jobq.Queue)(nil)
 
 // Jobs returns a reader of the job state that locks the FSM for each call.
 func (f *FSM) Jobs() JobReader { return lockedJobs{f} }
@@ -156,45 +156,4 @@ func (f *FSM) applyJobEvent(c *applyCtx, req *pb.JobEvent) (*pb.JobEvent, error)
 		c.touched(req.GetJob())
 	}
 	return resp, err
-}
-
-// noJobQueue stands in while no job queue implementation is linked: every
-// job command fails with ErrFailedPrecondition and there are no jobs.
-type noJobQueue struct{}
-
-var errNoJobs = fmt.Errorf("%w: this build has no job queue", ErrFailedPrecondition)
-
-func (noJobQueue) Submit(int64, *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) Cancel(int64, *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) GetTask(int64, *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) TaskFinished(int64, *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) TaskFailed(int64, *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) ExpireTasks(int64, *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) RequeueTrainer(int64, *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error) {
-	return nil, errNoJobs
-}
-func (noJobQueue) RecordEvent(int64, *pb.JobEvent) (*pb.JobEvent, error) { return nil, errNoJobs }
-func (noJobQueue) Job(string) (*pb.JobStatus, bool)                        { return nil, false }
-func (noJobQueue) Jobs() []*pb.JobStatus                                  { return nil }
-func (noJobQueue) Events(string, int64, int) ([]*pb.JobEvent, error)      { return nil, nil }
-func (noJobQueue) EventSeq(string) int64                                  { return 0 }
-func (noJobQueue) Tasks(string) []*pb.Task                                { return nil }
-func (noJobQueue) MarshalBinary() ([]byte, error)                         { return nil, nil }
-func (noJobQueue) UnmarshalBinary(b []byte) error {
-	if len(b) != 0 {
-		return fmt.Errorf("%w: snapshot holds job state but this build has no job queue", ErrMalformed)
-	}
-	return nil
 }

@@ -250,7 +250,7 @@ func opDel(k string) *pb.RequestOp {
 // "k" (create 2, mod 3, version 2, value "v2", lease L) and a missing key.
 func TestTxnCompare(t *testing.T) {
 	f := newTestFSM(t)
-	l := f.grant(0, 10) // revision stays 1
+	l := f.grant(0, 10)      // revision stays 1
 	f.putLease("k", "v1", l) // rev 2
 	f.putLease("k", "v2", l) // rev 3
 	L := int(l)
@@ -432,8 +432,8 @@ func TestTxn(t *testing.T) {
 			wantKeys: map[string]string{"x": ""},
 		},
 		{
-			name:    "invalid op in the branch not taken is fine",
-			req:     &pb.TxnRequest{Success: []*pb.RequestOp{opGet("a")}, Failure: []*pb.RequestOp{opPut("", "")}},
+			name:          "invalid op in the branch not taken is fine",
+			req:           &pb.TxnRequest{Success: []*pb.RequestOp{opGet("a")}, Failure: []*pb.RequestOp{opPut("", "")}},
 			wantSucceeded: true,
 		},
 		{

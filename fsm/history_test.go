@@ -1,0 +1,120 @@
+package fsm
+
+import (
+	"fmt"
+	"testing"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+func evSummary(evs []*pb.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, fmt.Sprintf("%v %s@%d", ev.Type, ev.Kv.Key, ev.Kv.ModRevision))
+	}
+	return out
+}
+
+func TestEvents(t *testing.T) {
+	f := newTestFSM(t)
+	f.put("a", "1")                                                                                                // 2
+	f.put("b/1", "1")                                                                                              // 3
+	f.put("a", "2")                                                                                                // 4
+	f.do(pb.CommandType_COMMAND_TXN, &pb.TxnRequest{Success: []*pb.RequestOp{opPut("b/2", "x"), opDel("a")}}, nil) // 5
+	f.put("c", "1")                                                                                                // 6
+
+	cases := []struct {
+		name     string
+		key, end string
+		from     int64
+		limit    int
+		want     string
+		wantErr  error
+	}{
+		{"all from 1", "\x00", "\x00", 1, 0, "[PUT a@2 PUT b/1@3 PUT a@4 PUT b/2@5 DELETE a@5 PUT c@6]", nil},
+		{"from 0 means 1", "\x00", "\x00", 0, 0, "[PUT a@2 PUT b/1@3 PUT a@4 PUT b/2@5 DELETE a@5 PUT c@6]", nil},
+		{"single key", "a", "", 1, 0, "[PUT a@2 PUT a@4 DELETE a@5]", nil},
+		{"prefix", "b/", "b0", 1, 0, "[PUT b/1@3 PUT b/2@5]", nil},
+		{"from revision", "\x00", "\x00", 5, 0, "[PUT b/2@5 DELETE a@5 PUT c@6]", nil},
+		{"future revision gives none", "\x00", "\x00", 7, 0, "[]", nil},
+		{"limit", "\x00", "\x00", 1, 2, "[PUT a@2 PUT b/1@3]", nil},
+		{"limit never splits a revision", "\x00", "\x00", 4, 2, "[PUT a@4 PUT b/2@5 DELETE a@5]", nil},
+		{"limit below one revision returns it whole", "\x00", "\x00", 5, 1, "[PUT b/2@5 DELETE a@5]", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			evs, err := f.Events([]byte(tc.key), []byte(tc.end), tc.from, tc.limit)
+			wantErr(t, err, tc.wantErr)
+			if got := fmt.Sprint(evSummary(evs)); got != tc.want {
+				t.Fatalf("events %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("prev_kv", func(t *testing.T) {
+		evs, _ := f.Events([]byte("a"), nil, 4, 0)
+		if string(evs[0].PrevKv.GetValue()) != "1" || string(evs[1].PrevKv.GetValue()) != "2" || evs[1].Kv.Value != nil {
+			t.Fatalf("events %v", evs)
+		}
+		evs[0].PrevKv = nil // caller owns the messages
+		again, _ := f.Events([]byte("a"), nil, 4, 0)
+		if again[0].PrevKv == nil {
+			t.Fatal("Events shares its messages with the history")
+		}
+	})
+}
+
+func TestCompact(t *testing.T) {
+	f := newTestFSM(t)
+	for i := range 5 {
+		f.put("k", fmt.Sprint(i)) // revisions 2..6
+	}
+	cases := []struct {
+		name        string
+		rev         int64
+		wantErr     error
+		wantCompact int64
+	}{
+		{"future", 7, ErrFutureRevision, 0},
+		{"compact to 3", 3, nil, 3},
+		{"again at 3", 3, ErrCompacted, 3},
+		{"below", 2, ErrCompacted, 3},
+		{"to current", 6, nil, 6},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := f.do(pb.CommandType_COMMAND_COMPACT, &pb.CompactRequest{Revision: tc.rev}, nil)
+			wantErr(t, err, tc.wantErr)
+			if f.CompactRevision() != tc.wantCompact || r.Revision != 6 || f.Revision() != 6 {
+				t.Fatalf("compact %d revision %d", f.CompactRevision(), f.Revision())
+			}
+			checkInvariants(t, f.FSM)
+		})
+	}
+	f.put("k", "x") // 7
+	if _, err := f.Events([]byte("k"), nil, 6, 0); !isErr(err, ErrCompacted) {
+		t.Fatalf("events at the compact revision: %v", err)
+	}
+	if evs, err := f.Events([]byte("k"), nil, 7, 0); err != nil || len(evs) != 1 {
+		t.Fatalf("events after compaction: %v %v", evs, err)
+	}
+}
+
+func TestHistoryIsBounded(t *testing.T) {
+	f := newTestFSM(t)
+	f.histRevs = 10
+	for i := range 25 {
+		f.put(fmt.Sprint("k", i%3), "v")
+	}
+	// revisions 2..26: the last 10 (17..26) keep their events.
+	if f.Revision() != 26 || f.CompactRevision() != 16 {
+		t.Fatalf("revision %d compact %d", f.Revision(), f.CompactRevision())
+	}
+	if _, err := f.Events([]byte{0}, []byte{0}, 16, 0); !isErr(err, ErrCompacted) {
+		t.Fatalf("err %v", err)
+	}
+	evs, err := f.Events([]byte{0}, []byte{0}, 17, 0)
+	if err != nil || len(evs) != 10 || evs[0].Kv.ModRevision != 17 {
+		t.Fatalf("events %v %v", evSummary(evs), err)
+	}
+	checkInvariants(t, f.FSM)
+}
