@@ -1,0 +1,539 @@
+package pserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// Resolver maps a job's slots to pserver gRPC addresses (from
+// /jobs/<job>/ps/). The Client calls it again whenever a slot answers
+// Unavailable.
+type Resolver interface {
+	Slots(ctx context.Context, job string) (map[int32]string, error)
+}
+
+// StaticResolver is a fixed slot -> address map (tests, single node).
+type StaticResolver map[int32]string
+
+// Slots implements Resolver.
+func (r StaticResolver) Slots(context.Context, string) (map[int32]string, error) { return r, nil }
+
+// DialOptions returns gRPC dial options tuned for parameter traffic
+// (plaintext; append grpc.WithTransportCredentials to replace it).
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(WindowSize),
+		grpc.WithInitialConnWindowSize(WindowSize),
+		grpc.WithReadBufferSize(bufferSize),
+		grpc.WithWriteBufferSize(bufferSize),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+	}
+}
+
+type clientConfig struct {
+	dial        []grpc.DialOption
+	maxRetries  int
+	backoff     time.Duration
+	streamBytes int
+}
+
+// ClientOption configures NewClient.
+type ClientOption func(*clientConfig)
+
+// WithDialOptions appends gRPC dial options to DialOptions().
+func WithDialOptions(o ...grpc.DialOption) ClientOption {
+	return func(c *clientConfig) { c.dial = append(c.dial, o...) }
+}
+
+// WithRetries sets how many times a call is retried after Unavailable
+// (re-resolving the slot each time; default 20) and the first backoff
+// (doubling up to 1 s; default 20 ms).
+func WithRetries(n int, backoff time.Duration) ClientOption {
+	return func(c *clientConfig) { c.maxRetries, c.backoff = n, backoff }
+}
+
+// WithStreamThreshold makes per-slot dense pulls and pushes larger than n
+// bytes use PullStream/PushStream, chunked by block (default
+// StreamChunkBytes; a negative n always uses unary calls).
+func WithStreamThreshold(n int) ClientOption {
+	return func(c *clientConfig) { c.streamBytes = n }
+}
+
+type blockRef struct {
+	p      *ParamLayout
+	b      int64
+	lo, hi int64
+}
+
+// Client is a trainer's view of a job's pservers: it splits gradients by
+// vshard into one request per slot, calls all slots in parallel, retries
+// with re-resolution on Unavailable, and reassembles dense parameters into
+// one flat []float32 per parameter (row-major, len = product of shape).
+//
+// The Client remembers the version each slot returned on the last pull and
+// sends it (as version and sync step) with the next push. Safe for
+// concurrent use, but a trainer normally alternates Pull and Push.
+type Client struct {
+	spec     *pb.JobSpec
+	layout   *Layout
+	job      string
+	trainer  string
+	resolver Resolver
+	cfg      clientConfig
+	blocks   [][]blockRef // dense blocks per slot
+
+	mu       sync.Mutex
+	addrs    map[int32]string
+	conns    map[string]*grpc.ClientConn
+	versions []int64
+}
+
+// NewClient returns a client of spec's pservers (spec.num_pservers slots)
+// for trainer id. It dials lazily.
+func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOption) (*Client, error) {
+	n := spec.GetNumPservers()
+	if n == 0 {
+		n = 1
+	}
+	l, err := NewLayout(spec, n)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		spec: spec, layout: l, job: spec.GetName(), trainer: trainer, resolver: r,
+		cfg:      clientConfig{dial: DialOptions(), maxRetries: 20, backoff: 20 * time.Millisecond, streamBytes: StreamChunkBytes},
+		blocks:   make([][]blockRef, n),
+		addrs:    map[int32]string{},
+		conns:    map[string]*grpc.ClientConn{},
+		versions: make([]int64, n),
+	}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	for _, p := range l.Params {
+		if p.Embedding {
+			continue
+		}
+		for b := int64(0); b < p.Blocks; b++ {
+			lo, hi := l.BlockRange(p, b)
+			s := l.SlotOfBlock(p, b)
+			c.blocks[s] = append(c.blocks[s], blockRef{p, b, lo, hi})
+		}
+	}
+	return c, nil
+}
+
+// Layout returns the job's sharding layout.
+func (c *Client) Layout() *Layout { return c.layout }
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for a, cc := range c.conns {
+		errs = append(errs, cc.Close())
+		delete(c.conns, a)
+	}
+	return errors.Join(errs...)
+}
+
+// Versions returns the version each slot reported last.
+func (c *Client) Versions() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int64(nil), c.versions...)
+}
+
+func (c *Client) setVersion(slot int32, v int64) {
+	c.mu.Lock()
+	c.versions[slot] = v
+	c.mu.Unlock()
+}
+
+func (c *Client) version(slot int32) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.versions[slot]
+}
+
+// conn returns a PServer client for slot, resolving if needed.
+func (c *Client) conn(ctx context.Context, slot int32) (pb.PServerClient, error) {
+	c.mu.Lock()
+	addr, ok := c.addrs[slot]
+	c.mu.Unlock()
+	if !ok {
+		m, err := c.resolver.Slots(ctx, c.job)
+		if err != nil {
+			return nil, fmt.Errorf("resolve job %q: %w", c.job, err)
+		}
+		c.mu.Lock()
+		for s, a := range m {
+			c.addrs[s] = a
+		}
+		addr, ok = c.addrs[slot]
+		c.mu.Unlock()
+		if !ok {
+			return nil, errorf(ErrNotHosted, "job %q slot %d has no pserver yet", c.job, slot)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc, ok := c.conns[addr]
+	if !ok {
+		var err error
+		cc, err = grpc.NewClient(addr, c.cfg.dial...)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		c.conns[addr] = cc
+	}
+	return pb.NewPServerClient(cc), nil
+}
+
+func (c *Client) invalidate(slot int32) {
+	c.mu.Lock()
+	delete(c.addrs, slot)
+	c.mu.Unlock()
+}
+
+// fromGRPC maps a gRPC status back to this package's sentinels.
+func fromGRPC(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	var s error
+	switch st.Code() {
+	case codes.Unavailable:
+		s = ErrNotHosted
+	case codes.InvalidArgument:
+		s = ErrInvalid
+	case codes.FailedPrecondition:
+		s = ErrStale
+	default:
+		return err
+	}
+	return &Error{Sentinel: s, Detail: st.Message()}
+}
+
+// do calls fn on slot's pserver, retrying with re-resolution while it
+// answers Unavailable (or cannot be resolved).
+func (c *Client) do(ctx context.Context, slot int32, fn func(pb.PServerClient) error) error {
+	backoff := c.cfg.backoff
+	for attempt := 0; ; attempt++ {
+		cl, err := c.conn(ctx, slot)
+		if err == nil {
+			err = fn(cl)
+			if err == nil {
+				return nil
+			}
+			err = fromGRPC(err)
+			if !errors.Is(err, ErrNotHosted) {
+				return fmt.Errorf("slot %d: %w", slot, err)
+			}
+		}
+		if attempt >= c.cfg.maxRetries || ctx.Err() != nil {
+			return fmt.Errorf("slot %d: %w", slot, err)
+		}
+		c.invalidate(slot)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("slot %d: %w (last error: %v)", slot, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// parallel runs fn for every slot concurrently and joins the errors.
+func (c *Client) parallel(fn func(slot int32) error) error {
+	n := c.layout.NumPservers
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for s := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[s] = fn(s)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Client) slotBytes(slot int32) int {
+	n := 0
+	for _, br := range c.blocks[slot] {
+		n += int(br.hi-br.lo) * 4
+	}
+	return n
+}
+
+func (c *Client) useStream(slot int32) bool {
+	return c.cfg.streamBytes >= 0 && c.slotBytes(slot) > c.cfg.streamBytes
+}
+
+// NewParams allocates one flat []float32 per dense parameter.
+func (c *Client) NewParams() map[string][]float32 {
+	m := make(map[string][]float32)
+	for _, p := range c.layout.Params {
+		if !p.Embedding {
+			m[p.Spec.GetName()] = make([]float32, p.Size)
+		}
+	}
+	return m
+}
+
+// Pull pulls every dense parameter into dst (allocating missing or
+// wrong-sized entries; pass the same map each step to reuse the buffers)
+// and records each slot's version for the next Push.
+func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
+	for _, p := range c.layout.Params {
+		if n := p.Spec.GetName(); !p.Embedding && int64(len(dst[n])) != p.Size {
+			dst[n] = make([]float32, p.Size)
+		}
+	}
+	return c.parallel(func(slot int32) error {
+		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+			req := &pb.PullRequest{Job: c.job, Slot: slot}
+			put := func(resp *pb.PullResponse) error {
+				for _, t := range resp.GetTensors() {
+					p, ok := c.layout.Param(t.GetName())
+					if !ok || p.Embedding || t.GetBlock() < 0 || t.GetBlock() >= p.Blocks {
+						return fmt.Errorf("pull: unexpected tensor %q block %d", t.GetName(), t.GetBlock())
+					}
+					lo, hi := c.layout.BlockRange(p, t.GetBlock())
+					if len(t.GetData()) != int(hi-lo)*4 {
+						return fmt.Errorf("pull: tensor %q block %d has %d bytes, want %d", t.GetName(), t.GetBlock(), len(t.GetData()), (hi-lo)*4)
+					}
+					getFloat32s(dst[t.GetName()][lo:hi], t.GetData())
+				}
+				c.setVersion(slot, resp.GetVersion())
+				return nil
+			}
+			if !c.useStream(slot) {
+				resp, err := cl.Pull(ctx, req)
+				if err != nil {
+					return err
+				}
+				return put(resp)
+			}
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := cl.PullStream(sctx)
+			if err != nil {
+				return err
+			}
+			if err := st.Send(req); err != nil {
+				return err
+			}
+			if err := st.CloseSend(); err != nil {
+				return err
+			}
+			for {
+				resp, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if err := put(resp); err != nil {
+					return err
+				}
+			}
+		})
+	})
+}
+
+// SparseGrad is the gradient of some rows of an embedding table:
+// Values holds len(Rows) × dim float32s, row-major.
+type SparseGrad struct {
+	Rows   []int64
+	Values []float32
+}
+
+// Grads is one mini-batch's gradients: dense parameters as flat []float32
+// (len = product of shape; a missing param sends no gradient), embedding
+// rows, and the number of examples (weights the sync average).
+type Grads struct {
+	Dense    map[string][]float32
+	Sparse   map[string]SparseGrad
+	Examples int64
+}
+
+// Push sends g to every slot in parallel (every slot gets a request, empty
+// if it holds none of g, so sync steps complete), with the versions of the
+// last pull. It returns after every slot accepted (sync: after the step
+// completed). Errors wrap ErrStale (re-pull and recompute), ErrInvalid, or
+// the last Unavailable after retries.
+//
+// Retried pushes after Unavailable are exactly-once in sync mode (a slot
+// ignores a second push of a trainer in a step) but may apply twice in
+// async mode if the first attempt was applied before the connection broke.
+func (c *Client) Push(ctx context.Context, g *Grads) error {
+	for name, d := range g.Dense {
+		p, ok := c.layout.Param(name)
+		if !ok || p.Embedding {
+			return errorf(ErrInvalid, "push: %q is not a dense param", name)
+		}
+		if int64(len(d)) != p.Size {
+			return errorf(ErrInvalid, "push: param %q has %d values, want %d", name, len(d), p.Size)
+		}
+	}
+	sparse := make([][]*pb.Tensor, c.layout.NumPservers)
+	for name, sg := range g.Sparse {
+		p, ok := c.layout.Param(name)
+		if !ok || !p.Embedding {
+			return errorf(ErrInvalid, "push: %q is not an embedding", name)
+		}
+		if int64(len(sg.Values)) != int64(len(sg.Rows))*p.Dim {
+			return errorf(ErrInvalid, "push: param %q: %d values for %d rows of dim %d", name, len(sg.Values), len(sg.Rows), p.Dim)
+		}
+		per := make([]*pb.Tensor, c.layout.NumPservers)
+		for j, r := range sg.Rows {
+			if r < 0 || r >= p.Buckets {
+				return errorf(ErrInvalid, "push: param %q row %d out of range", name, r)
+			}
+			s := c.layout.SlotOfRow(p, r)
+			if per[s] == nil {
+				per[s] = &pb.Tensor{Name: name}
+			}
+			per[s].Rows = append(per[s].Rows, r)
+			d := int(p.Dim)
+			per[s].Data = append(per[s].Data, float32Bytes(sg.Values[j*d:(j+1)*d])...)
+		}
+		for s, t := range per {
+			if t != nil {
+				sparse[s] = append(sparse[s], t)
+			}
+		}
+	}
+	return c.parallel(func(slot int32) error {
+		var ts []*pb.Tensor
+		for _, br := range c.blocks[slot] {
+			d, ok := g.Dense[br.p.Spec.GetName()]
+			if !ok {
+				continue
+			}
+			ts = append(ts, &pb.Tensor{Name: br.p.Spec.GetName(), Block: br.b, Data: float32Bytes(d[br.lo:br.hi])})
+		}
+		ts = append(ts, sparse[slot]...)
+		v := c.version(slot)
+		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples}
+		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+			var resp *pb.PushResponse
+			var err error
+			if c.useStream(slot) && len(ts) > 1 {
+				resp, err = c.pushStream(ctx, cl, req)
+			} else {
+				resp, err = cl.Push(ctx, req)
+			}
+			if err != nil {
+				return err
+			}
+			c.setVersion(slot, resp.GetVersion())
+			return nil
+		})
+	})
+}
+
+func (c *Client) pushStream(ctx context.Context, cl pb.PServerClient, req *pb.PushRequest) (*pb.PushResponse, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := cl.PushStream(sctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, chunk := range chunkTensors(req.Grads, StreamChunkBytes) {
+		m := &pb.PushRequest{Grads: chunk}
+		if i == 0 {
+			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, Grads: chunk}
+		}
+		if err := st.Send(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break // the server ended the stream; Recv has the status
+			}
+			return nil, err
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return nil, err
+	}
+	return st.Recv()
+}
+
+// PullRows returns rows of embedding `name` (len(rows) × dim float32s,
+// row-major), creating rows never seen on the pservers.
+func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]float32, error) {
+	p, ok := c.layout.Param(name)
+	if !ok || !p.Embedding {
+		return nil, errorf(ErrInvalid, "pull rows: %q is not an embedding", name)
+	}
+	per := make([][]int, c.layout.NumPservers) // positions in rows
+	for j, r := range rows {
+		if r < 0 || r >= p.Buckets {
+			return nil, errorf(ErrInvalid, "pull rows: param %q row %d out of range [0, %d)", name, r, p.Buckets)
+		}
+		s := c.layout.SlotOfRow(p, r)
+		per[s] = append(per[s], j)
+	}
+	out := make([]float32, int64(len(rows))*p.Dim)
+	d := int(p.Dim)
+	err := c.parallel(func(slot int32) error {
+		if len(per[slot]) == 0 {
+			return nil
+		}
+		t := &pb.Tensor{Name: name, Rows: make([]int64, len(per[slot]))}
+		for i, j := range per[slot] {
+			t.Rows[i] = rows[j]
+		}
+		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+			resp, err := cl.Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}})
+			if err != nil {
+				return err
+			}
+			if len(resp.GetTensors()) != 1 || len(resp.Tensors[0].GetData()) != 4*d*len(per[slot]) {
+				return fmt.Errorf("pull rows: bad response for %q", name)
+			}
+			data := resp.Tensors[0].GetData()
+			for i, j := range per[slot] {
+				getFloat32s(out[j*d:(j+1)*d], data[4*i*d:])
+			}
+			c.setVersion(slot, resp.GetVersion())
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PushRows pushes the gradient of some embedding rows (and nothing else) in
+// one Push: in sync mode it is the trainer's push for the step.
+func (c *Client) PushRows(ctx context.Context, name string, rows []int64, grads []float32, examples int64) error {
+	return c.Push(ctx, &Grads{Sparse: map[string]SparseGrad{name: {Rows: rows, Values: grads}}, Examples: examples})
+}
+
+// LeaveStep tells every slot this trainer leaves sync steps (out of data).
+func (c *Client) LeaveStep(ctx context.Context) error {
+	return c.parallel(func(slot int32) error {
+		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+			_, err := cl.LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer})
+			return err
+		})
+	})
+}

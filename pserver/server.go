@@ -1,0 +1,202 @@
+package pserver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// Transport tuning shared by Server and Client: large flow-control windows
+// so a 20-40 MB push is not throttled to 64 KiB round trips, large message
+// limits, and 1 MiB socket buffers.
+const (
+	WindowSize     = 64 << 20
+	MaxMessageSize = 1 << 30
+	bufferSize     = 1 << 20
+	// StreamChunkBytes bounds one PullResponse of PullStream (and one
+	// PushRequest the Client sends on PushStream).
+	StreamChunkBytes = 4 << 20
+)
+
+// ServerOptions returns gRPC server options tuned for parameter traffic;
+// the node passes them to grpc.NewServer.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(WindowSize),
+		grpc.InitialConnWindowSize(WindowSize),
+		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.ReadBufferSize(bufferSize),
+		grpc.WriteBufferSize(bufferSize),
+	}
+}
+
+type slotID struct {
+	job  string
+	slot int32
+}
+
+// Server implements pb.PServerServer for every (job, slot) hosted on a node.
+// A request for a (job, slot) not hosted, or whose Slot is fenced, fails
+// with gRPC Unavailable so the client re-resolves the slot's owner.
+type Server struct {
+	pb.UnimplementedPServerServer
+
+	mu    sync.RWMutex
+	slots map[slotID]*Slot
+}
+
+var _ pb.PServerServer = (*Server)(nil)
+
+// NewServer returns a Server hosting no slot.
+func NewServer() *Server { return &Server{slots: map[slotID]*Slot{}} }
+
+// Host serves s as slot `slot` of job, replacing (and fencing) any previous one.
+func (srv *Server) Host(job string, slot int32, s *Slot) {
+	srv.mu.Lock()
+	old := srv.slots[slotID{job, slot}]
+	srv.slots[slotID{job, slot}] = s
+	srv.mu.Unlock()
+	if old != nil && old != s {
+		old.Fence()
+	}
+}
+
+// Unhost stops serving (job, slot) and fences its Slot; it returns the Slot
+// (nil if none) so the caller can take a last snapshot.
+func (srv *Server) Unhost(job string, slot int32) *Slot {
+	srv.mu.Lock()
+	s := srv.slots[slotID{job, slot}]
+	delete(srv.slots, slotID{job, slot})
+	srv.mu.Unlock()
+	if s != nil {
+		s.Fence()
+	}
+	return s
+}
+
+// Slot returns the hosted slot.
+func (srv *Server) Slot(job string, slot int32) (*Slot, bool) {
+	srv.mu.RLock()
+	defer srv.mu.RUnlock()
+	s, ok := srv.slots[slotID{job, slot}]
+	return s, ok
+}
+
+func (srv *Server) lookup(job string, slot int32) (*Slot, error) {
+	s, ok := srv.Slot(job, slot)
+	if !ok {
+		return nil, errorf(ErrNotHosted, "job %q slot %d", job, slot)
+	}
+	return s, nil
+}
+
+// Pull implements pb.PServerServer.
+func (srv *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	s, err := srv.lookup(req.GetJob(), req.GetSlot())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.Pull(ctx, req)
+	return resp, toGRPC(err)
+}
+
+// Push implements pb.PServerServer.
+func (srv *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	s, err := srv.lookup(req.GetJob(), req.GetSlot())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.Push(ctx, req)
+	return resp, toGRPC(err)
+}
+
+// LeaveStep implements pb.PServerServer.
+func (srv *Server) LeaveStep(ctx context.Context, req *pb.LeaveStepRequest) (*pb.LeaveStepResponse, error) {
+	s, err := srv.lookup(req.GetJob(), req.GetSlot())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkFence(); err != nil {
+		return nil, err
+	}
+	s.LeaveStep(req.GetTrainer())
+	return &pb.LeaveStepResponse{}, nil
+}
+
+// PullStream answers each PullRequest with one or more PullResponses of at
+// most StreamChunkBytes of tensor data each (split between blocks), in
+// order; the stream ends after the client closes its side.
+func (srv *Server) PullStream(stream pb.PServer_PullStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := srv.Pull(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		for _, chunk := range chunkTensors(resp.Tensors, StreamChunkBytes) {
+			if err := stream.Send(&pb.PullResponse{Version: resp.Version, Incarnation: resp.Incarnation, Tensors: chunk}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// PushStream receives one logical push in several PushRequests (the first
+// names job, slot, trainer, version, step and examples; later ones may carry
+// only grads) until the client closes its side, then applies it whole, as
+// Push does, and sends one PushResponse.
+func (srv *Server) PushStream(stream pb.PServer_PushStreamServer) error {
+	var req *pb.PushRequest
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if req == nil {
+			req = m
+			continue
+		}
+		req.Grads = append(req.Grads, m.Grads...)
+	}
+	if req == nil {
+		return errorf(ErrInvalid, "empty push stream")
+	}
+	resp, err := srv.Push(stream.Context(), req)
+	if err != nil {
+		return err
+	}
+	return stream.Send(resp)
+}
+
+// chunkTensors splits ts into runs of at most max data bytes (a tensor
+// larger than max is a run of its own).
+func chunkTensors(ts []*pb.Tensor, max int) [][]*pb.Tensor {
+	var out [][]*pb.Tensor
+	start, size := 0, 0
+	for i, t := range ts {
+		if i > start && size+len(t.Data) > max {
+			out = append(out, ts[start:i])
+			start, size = i, 0
+		}
+		size += len(t.Data)
+	}
+	if start < len(ts) || len(out) == 0 {
+		out = append(out, ts[start:])
+	}
+	return out
+}

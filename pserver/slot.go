@@ -1,0 +1,637 @@
+package pserver
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// key names one entry of a slot: a dense block or an embedding row of the
+// parameter with index p in JobSpec.params.
+type key struct {
+	p int32
+	i int64 // block (dense) or row (embedding)
+}
+
+func keyLess(a, b key) int {
+	if a.p != b.p {
+		return int(a.p - b.p)
+	}
+	switch {
+	case a.i < b.i:
+		return -1
+	case a.i > b.i:
+		return 1
+	}
+	return 0
+}
+
+// entry is one dense block or embedding row with its optimizer state.
+type entry struct {
+	values []float32
+	state  [][]float32 // one per optimizer state slot, len(values) each
+	t      int64       // updates applied (Adam's t, the lr schedule's step)
+}
+
+func newEntry(n, nstate int) *entry {
+	e := &entry{values: make([]float32, n), state: make([][]float32, nstate)}
+	for i := range e.state {
+		e.state[i] = make([]float32, n)
+	}
+	return e
+}
+
+// syncStep is the state of one synchronous step.
+type syncStep struct {
+	open     bool            // the step's membership is fixed (first push seen)
+	expect   map[string]bool // members that have neither pushed nor left
+	pushed   map[string]bool
+	acc      map[key][]float32 // Σ examples_i · g_i
+	examples int64
+	trainers int
+	done     chan struct{} // closed when the step completes
+	version  int64         // slot version after completion
+}
+
+func newSyncStep() *syncStep {
+	return &syncStep{pushed: map[string]bool{}, acc: map[key][]float32{}, done: make(chan struct{})}
+}
+
+// Slot holds the virtual shards of one pserver slot of one job: parameter
+// values, optimizer state, the model version and the sync-step state. It has
+// no gRPC or Raft dependency; Server exposes it over gRPC and the node feeds
+// it membership (SetTrainers) and lease loss (Fence).
+//
+// All methods are safe for concurrent use. Errors are *Error values carrying
+// a gRPC status (see errors.go).
+type Slot struct {
+	spec      *pb.JobSpec
+	layout    *Layout
+	slot      int32
+	opt       optConfig
+	mode      pb.UpdateMode
+	staleness int64
+	owned     []bool // by vshard
+
+	fenced    atomic.Bool
+	fenceCh   chan struct{}
+	fenceOnce sync.Once
+
+	mu          sync.RWMutex
+	dense       map[key]*entry
+	denseKeys   []key // sorted
+	rows        map[key]*entry
+	version     int64
+	step        int64
+	incarnation int64
+	scratch     []float32
+
+	members   map[string]bool
+	away      map[string]bool // left sync steps (LeaveStep) until they push again
+	membersCh chan struct{}   // closed and replaced whenever members change
+	cur       *syncStep
+}
+
+// NewSlot builds slot `slot` of numPservers for spec, with every dense block
+// it owns initialized from the spec's initializers (seeded by spec.seed,
+// parameter name and block, so values do not depend on numPservers).
+// Embedding rows are created on first pull or push.
+func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
+	s, err := newEmptySlot(spec, slot, numPservers)
+	if err != nil {
+		return nil, err
+	}
+	l := s.layout
+	for _, p := range l.Params {
+		if p.Embedding {
+			continue
+		}
+		for b := int64(0); b < p.Blocks; b++ {
+			if !s.owned[l.VShardOfBlock(p, b)] {
+				continue
+			}
+			lo, hi := l.BlockRange(p, b)
+			e := newEntry(int(hi-lo), len(s.opt.opt.stateSlots()))
+			initValues(e.values, spec.GetSeed(), p, 'b', b)
+			s.addDense(key{int32(p.Index), b}, e)
+		}
+	}
+	s.sortKeys()
+	return s, nil
+}
+
+func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
+	l, err := NewLayout(spec, numPservers)
+	if err != nil {
+		return nil, err
+	}
+	if slot < 0 || slot >= numPservers {
+		return nil, errorf(ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
+	}
+	opt, err := newOptConfig(spec.GetOptimizer())
+	if err != nil {
+		return nil, err
+	}
+	s := &Slot{
+		spec:      spec,
+		layout:    l,
+		slot:      slot,
+		opt:       opt,
+		mode:      spec.GetMode(),
+		staleness: int64(spec.GetStaleness()),
+		owned:     make([]bool, l.NumVShards),
+		fenceCh:   make(chan struct{}),
+		dense:     map[key]*entry{},
+		rows:      map[key]*entry{},
+		members:   map[string]bool{},
+		away:      map[string]bool{},
+		membersCh: make(chan struct{}),
+		cur:       newSyncStep(),
+	}
+	for v := int32(0); v < l.NumVShards; v++ {
+		s.owned[v] = SlotOfVShard(v, numPservers) == slot
+	}
+	return s, nil
+}
+
+func (s *Slot) addDense(k key, e *entry) {
+	s.dense[k] = e
+	s.denseKeys = append(s.denseKeys, k)
+}
+
+func (s *Slot) sortKeys() { slices.SortFunc(s.denseKeys, keyLess) }
+
+// Layout returns the slot's (immutable) sharding layout.
+func (s *Slot) Layout() *Layout { return s.layout }
+
+// Index returns the slot number.
+func (s *Slot) Index() int32 { return s.slot }
+
+// Version is the number of updates applied (async: accepted pushes; sync:
+// completed steps with at least one gradient).
+func (s *Slot) Version() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.version
+}
+
+// Step is the current sync step (the step the next push belongs to). In
+// async mode it equals Version.
+func (s *Slot) Step() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.step
+}
+
+// SetIncarnation records the incarnation (claim revision) reported in pull responses.
+func (s *Slot) SetIncarnation(inc int64) {
+	s.mu.Lock()
+	s.incarnation = inc
+	s.mu.Unlock()
+}
+
+// Fence makes the slot refuse every call, from now on, with ErrFenced (gRPC
+// Unavailable "slot lost its lease; re-resolve"); blocked sync pushes return
+// at once. The node calls it when the slot's lease is lost. Safe to call
+// more than once.
+func (s *Slot) Fence() {
+	s.fenced.Store(true)
+	s.fenceOnce.Do(func() { close(s.fenceCh) })
+}
+
+// Close fences the slot. Safe to call more than once.
+func (s *Slot) Close() error {
+	s.Fence()
+	return nil
+}
+
+// Fenced reports whether Fence or Close was called.
+func (s *Slot) Fenced() bool { return s.fenced.Load() }
+
+func (s *Slot) checkFence() error {
+	if s.fenced.Load() {
+		return errorf(ErrFenced, "slot %d", s.slot)
+	}
+	return nil
+}
+
+// Pull returns the values the request names (dense blocks by name and block,
+// embedding rows by name and rows); an empty request returns every dense
+// block of the slot, in (param, block) order. Embedding rows are created on
+// first pull, initialized from (seed, name, row). Data is packed
+// little-endian float32. Errors: ErrFenced, ErrInvalid (naming the param).
+func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	if err := s.checkFence(); err != nil {
+		return nil, err
+	}
+	if len(req.GetTensors()) == 0 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		total := 0
+		for _, k := range s.denseKeys {
+			total += len(s.dense[k].values)
+		}
+		buf := make([]byte, 4*total)
+		resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
+		off := 0
+		for _, k := range s.denseKeys {
+			v := s.dense[k].values
+			b := buf[off : off+4*len(v) : off+4*len(v)]
+			putFloat32s(b, v)
+			off += len(b)
+			resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
+		}
+		return resp, nil
+	}
+	// Validate everything first.
+	var missing bool
+	s.mu.RLock()
+	for _, t := range req.GetTensors() {
+		p, ok := s.layout.Param(t.GetName())
+		if !ok {
+			s.mu.RUnlock()
+			return nil, errorf(ErrInvalid, "pull: unknown param %q", t.GetName())
+		}
+		if p.Embedding {
+			for _, r := range t.GetRows() {
+				if err := s.checkRow(p, r); err != nil {
+					s.mu.RUnlock()
+					return nil, err
+				}
+				if s.rows[key{int32(p.Index), r}] == nil {
+					missing = true
+				}
+			}
+		} else if err := s.checkBlock(p, t.GetBlock()); err != nil {
+			s.mu.RUnlock()
+			return nil, err
+		}
+	}
+	s.mu.RUnlock()
+	if missing {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	} else {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+	}
+	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation}
+	for _, t := range req.GetTensors() {
+		p, _ := s.layout.Param(t.GetName())
+		out := &pb.Tensor{Name: t.GetName()}
+		if p.Embedding {
+			out.Rows = slices.Clone(t.GetRows())
+			out.Data = make([]byte, 4*int(p.Dim)*len(t.GetRows()))
+			for j, r := range t.GetRows() {
+				e := s.rowLocked(p, r, missing)
+				putFloat32s(out.Data[4*j*int(p.Dim):], e.values)
+			}
+		} else {
+			out.Block = t.GetBlock()
+			v := s.dense[key{int32(p.Index), t.GetBlock()}].values
+			out.Data = make([]byte, 4*len(v))
+			putFloat32s(out.Data, v)
+		}
+		resp.Tensors = append(resp.Tensors, out)
+	}
+	return resp, nil
+}
+
+// rowLocked returns embedding row r of p, creating it if create (write lock held).
+func (s *Slot) rowLocked(p *ParamLayout, r int64, create bool) *entry {
+	k := key{int32(p.Index), r}
+	e := s.rows[k]
+	if e == nil && create {
+		e = newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
+		initValues(e.values, s.spec.GetSeed(), p, 'r', r)
+		s.rows[k] = e
+	}
+	return e
+}
+
+func (s *Slot) checkRow(p *ParamLayout, r int64) error {
+	if r < 0 || r >= p.Buckets {
+		return errorf(ErrInvalid, "param %q: row %d out of range [0, %d)", p.Spec.GetName(), r, p.Buckets)
+	}
+	if v := s.layout.VShardOfRow(p, r); !s.owned[v] {
+		return errorf(ErrInvalid, "param %q: row %d is in vshard %d, not served by slot %d", p.Spec.GetName(), r, v, s.slot)
+	}
+	return nil
+}
+
+func (s *Slot) checkBlock(p *ParamLayout, b int64) error {
+	if b < 0 || b >= p.Blocks {
+		return errorf(ErrInvalid, "param %q: block %d out of range [0, %d)", p.Spec.GetName(), b, p.Blocks)
+	}
+	if v := s.layout.VShardOfBlock(p, b); !s.owned[v] {
+		return errorf(ErrInvalid, "param %q: block %d is in vshard %d, not served by slot %d", p.Spec.GetName(), b, v, s.slot)
+	}
+	return nil
+}
+
+// gradItem is one validated gradient for one entry.
+type gradItem struct {
+	k   key
+	p   *ParamLayout
+	g   []float32
+	row bool
+}
+
+// parseGrads validates every tensor of a push (known param, block or rows in
+// range and in this slot, length, finite values) and returns the gradients
+// per entry, duplicates summed. Nothing is touched on error.
+func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
+	items := make([]gradItem, 0, len(grads))
+	seen := map[key]int{}
+	add := func(it gradItem) {
+		if j, dup := seen[it.k]; dup && items[j].row == it.row {
+			sum := slices.Clone(items[j].g)
+			axpy(1, it.g, sum)
+			items[j].g = sum
+			return
+		}
+		seen[it.k] = len(items)
+		items = append(items, it)
+	}
+	for _, t := range grads {
+		p, ok := s.layout.Param(t.GetName())
+		if !ok {
+			return nil, errorf(ErrInvalid, "push: unknown param %q", t.GetName())
+		}
+		if len(t.GetData())%4 != 0 {
+			return nil, errorf(ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
+		}
+		g := viewFloat32s(t.GetData())
+		if !allFinite(g) {
+			return nil, errorf(ErrInvalid, "param %q: gradient holds NaN or Inf", p.Spec.GetName())
+		}
+		if p.Embedding {
+			rows := t.GetRows()
+			if int64(len(g)) != int64(len(rows))*p.Dim {
+				return nil, errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(g), len(rows), p.Dim)
+			}
+			for j, r := range rows {
+				if err := s.checkRow(p, r); err != nil {
+					return nil, err
+				}
+				d := int(p.Dim)
+				add(gradItem{k: key{int32(p.Index), r}, p: p, g: g[j*d : (j+1)*d : (j+1)*d], row: true})
+			}
+			continue
+		}
+		if len(t.GetRows()) != 0 {
+			return nil, errorf(ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
+		}
+		b := t.GetBlock()
+		if err := s.checkBlock(p, b); err != nil {
+			return nil, err
+		}
+		lo, hi := s.layout.BlockRange(p, b)
+		if int64(len(g)) != hi-lo {
+			return nil, errorf(ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(g), hi-lo)
+		}
+		add(gradItem{k: key{int32(p.Index), b}, p: p, g: g})
+	}
+	return items, nil
+}
+
+// applyLocked applies one gradient to its entry (write lock held).
+func (s *Slot) applyLocked(it gradItem, lrScale float64) {
+	var e *entry
+	if it.row {
+		e = s.rowLocked(it.p, it.k.i, true)
+	} else {
+		e = s.dense[it.k]
+	}
+	if s.opt.weightDecay != 0 && cap(s.scratch) < len(it.g) {
+		s.scratch = make([]float32, len(it.g))
+	}
+	s.opt.apply(e, it.g, lrScale, s.scratch)
+}
+
+// Push applies a trainer's gradients (packed little-endian float32, one
+// tensor per dense block or per set of embedding rows). A push is validated
+// whole before anything is touched: unknown param, wrong length, block or row
+// out of range or in another slot, NaN/Inf → ErrInvalid (InvalidArgument)
+// naming the param.
+//
+// Async mode: applied at once; with staleness k > 0 a push with
+// version < Version()-k is refused with ErrStale (FailedPrecondition).
+//
+// Sync mode: the gradient joins the current step (req.step, which must equal
+// Step(); else ErrStale). The step's members are the trainers of
+// SetTrainers at the step's first push, minus those that called LeaveStep;
+// trainers added later join from the next step (their push waits for the
+// step to end, then gets ErrStale to re-pull). A push from a trainer that is
+// not (yet) a member waits until SetTrainers adds it. The step completes when
+// every member has pushed or left (LeaveStep, or removal by SetTrainers); it
+// applies one update with the example-weighted average Σ nᵢ·gᵢ / Σ nᵢ
+// (nᵢ = req.examples, 0 counts as 1), so k trainers equal one process on the
+// concatenated batch. Push blocks until then (bounded by ctx) and returns the
+// new version. A repeated push by the same trainer in the same step is not
+// counted twice (retries are safe).
+//
+// With spec.scale_lr_with_trainers the learning rate is multiplied by the
+// number of trainers in the step (sync) or of members (async).
+func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	if err := s.checkFence(); err != nil {
+		return nil, err
+	}
+	items, err := s.parseGrads(req.GetGrads())
+	if err != nil {
+		return nil, err
+	}
+	if s.mode == pb.UpdateMode_UPDATE_MODE_ASYNC {
+		return s.pushAsync(req, items)
+	}
+	return s.pushSync(ctx, req, items)
+}
+
+func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkFence(); err != nil {
+		return nil, err
+	}
+	if s.staleness > 0 && req.GetVersion() < s.version-s.staleness {
+		return nil, errorf(ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
+			req.GetVersion(), s.slot, s.version, s.staleness)
+	}
+	scale := 1.0
+	if s.spec.GetScaleLrWithTrainers() && len(s.members) > 1 {
+		scale = float64(len(s.members))
+	}
+	for _, it := range items {
+		s.applyLocked(it, scale)
+	}
+	s.version++
+	s.step++
+	return &pb.PushResponse{Version: s.version}, nil
+}
+
+func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
+	trainer := req.GetTrainer()
+	if trainer == "" {
+		return nil, errorf(ErrInvalid, "sync push without a trainer id")
+	}
+	step := req.GetStep()
+	if step == 0 {
+		step = req.GetVersion()
+	}
+	n := req.GetExamples()
+	if n <= 0 {
+		n = 1
+	}
+	s.mu.Lock()
+	for !s.members[trainer] {
+		ch := s.membersCh
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.fenceCh:
+			return nil, s.checkFence()
+		}
+		s.mu.Lock()
+	}
+	if err := s.checkFence(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if step != s.step {
+		cur := s.step
+		s.mu.Unlock()
+		return nil, errorf(ErrStale, "push for step %d, slot %d is at step %d", step, s.slot, cur)
+	}
+	st := s.cur
+	if st.pushed[trainer] {
+		s.mu.Unlock()
+		return s.waitStep(ctx, st, false)
+	}
+	delete(s.away, trainer)
+	if !st.open {
+		st.open = true
+		st.expect = make(map[string]bool, len(s.members))
+		for t := range s.members {
+			if !s.away[t] {
+				st.expect[t] = true
+			}
+		}
+	}
+	if !st.expect[trainer] {
+		s.mu.Unlock()
+		return s.waitStep(ctx, st, true)
+	}
+	w := float32(n)
+	for _, it := range items {
+		a := st.acc[it.k]
+		if a == nil {
+			a = make([]float32, len(it.g))
+			st.acc[it.k] = a
+		}
+		axpy(w, it.g, a)
+	}
+	st.pushed[trainer] = true
+	delete(st.expect, trainer)
+	st.examples += n
+	st.trainers++
+	s.maybeCompleteLocked()
+	s.mu.Unlock()
+	return s.waitStep(ctx, st, false)
+}
+
+// waitStep waits for st to complete; joined reports a trainer that joined
+// mid-step, which gets ErrStale (re-pull) once the step is over.
+func (s *Slot) waitStep(ctx context.Context, st *syncStep, joined bool) (*pb.PushResponse, error) {
+	select {
+	case <-st.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.fenceCh:
+		return nil, s.checkFence()
+	}
+	if joined {
+		return nil, errorf(ErrStale, "trainer joined slot %d mid-step; re-pull (version %d)", s.slot, st.version)
+	}
+	return &pb.PushResponse{Version: st.version}, nil
+}
+
+// maybeCompleteLocked completes the current sync step if no member is
+// still expected (write lock held).
+func (s *Slot) maybeCompleteLocked() {
+	st := s.cur
+	if !st.open || len(st.expect) > 0 {
+		return
+	}
+	if st.trainers > 0 {
+		scale := 1.0
+		if s.spec.GetScaleLrWithTrainers() {
+			scale = float64(st.trainers)
+		}
+		inv := float32(1 / float64(st.examples))
+		keys := make([]key, 0, len(st.acc))
+		for k := range st.acc {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, keyLess)
+		for _, k := range keys {
+			g := st.acc[k]
+			scal(inv, g)
+			p := s.layout.Params[k.p]
+			s.applyLocked(gradItem{k: k, p: p, g: g, row: p.Embedding}, scale)
+		}
+		s.version++
+		s.step++
+	}
+	st.version = s.version
+	close(st.done)
+	s.cur = newSyncStep()
+}
+
+// SetTrainers sets the live trainers of the job (the node calls it whenever
+// /jobs/<job>/trainers/ changes). Trainers no longer listed leave the
+// current sync step, which completes with the others; new ones join from
+// the next step.
+func (s *Slot) SetTrainers(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	s.members = m
+	for t := range s.away {
+		if !m[t] {
+			delete(s.away, t)
+		}
+	}
+	if s.cur.open {
+		for t := range s.cur.expect {
+			if !m[t] {
+				delete(s.cur.expect, t)
+			}
+		}
+		s.maybeCompleteLocked()
+	}
+	close(s.membersCh)
+	s.membersCh = make(chan struct{})
+}
+
+// LeaveStep removes trainer from the current and later sync steps (it ran
+// out of data or is leaving) until it pushes again. A no-op in async mode.
+func (s *Slot) LeaveStep(trainer string) {
+	if s.mode == pb.UpdateMode_UPDATE_MODE_ASYNC {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.away[trainer] = true
+	if s.cur.open {
+		delete(s.cur.expect, trainer)
+		s.maybeCompleteLocked()
+	}
+}
