@@ -1,0 +1,338 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// RestoreRequest names the slot being (re)started and what it serves now.
+type RestoreRequest struct {
+	Job string
+	// Slot and NumPservers are the new layout; they may differ from the
+	// checkpoint's (repartitioning by vshard).
+	Slot        int32
+	NumPservers int32
+	// VShards the slot needs. nil means every vshard v of the checkpoint
+	// with v % NumPservers == Slot.
+	VShards []int32
+}
+
+// Pointers reads every slot's pointer of job: slot → pointer. Undecodable
+// pointers are returned in bad (slot → error) rather than failing the call.
+func Pointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.CheckpointPointer, bad map[int32]error, err error) {
+	prefix := []byte(fmt.Sprintf("/jobs/%s/checkpoints/", job))
+	resp, err := meta.Range(ctx, &pb.RangeRequest{Key: prefix, RangeEnd: prefixEnd(prefix)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read checkpoint pointers of %s: %w", job, err)
+	}
+	ptrs, bad = map[int32]*pb.CheckpointPointer{}, map[int32]error{}
+	for _, kv := range resp.GetKvs() {
+		s, err := strconv.ParseInt(strings.TrimPrefix(string(kv.GetKey()), string(prefix)), 10, 32)
+		if err != nil {
+			continue
+		}
+		p, err := DecodePointer(kv.GetValue())
+		if err != nil {
+			bad[int32(s)] = err
+			continue
+		}
+		ptrs[int32(s)] = p
+	}
+	return ptrs, bad, nil
+}
+
+// holds reports whether p names version v (current or kept).
+func holds(p *pb.CheckpointPointer, v int64) bool {
+	return p != nil && (p.GetVersion() == v || slices.Contains(p.GetKeptVersions(), v))
+}
+
+// candidateVersions lists every version named by any pointer, newest first.
+func candidateVersions(ptrs map[int32]*pb.CheckpointPointer) []int64 {
+	var vs []int64
+	for _, p := range ptrs {
+		vs = append(vs, p.GetVersion())
+		vs = append(vs, p.GetKeptVersions()...)
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i] > vs[j] })
+	return slices.Compact(vs)
+}
+
+// Restore returns the blobs the slot needs from the newest globally
+// consistent checkpoint version: the newest version that every old slot
+// (0..num_pservers-1 of that version) still names in its pointer. Each blob
+// is read locally or from any replica (the pointer's replicas, then every
+// peer), MD5 verified. If a version fails (missing or corrupt manifest or
+// blob, on every node), the next older one is tried; if all fail, blobs is
+// nil and rec.Reason starts with "initializer: " — the caller initializes.
+// err is non-nil only when the pointers cannot be read (Meta error) or ctx
+// ends; Restore never panics. rec records version, manifest md5 (or
+// "slot:md5,..." when several old slots contributed), source nodes, reason.
+func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[int32][]byte, rec *pb.RestoreRecord, err error) {
+	log := m.logger.With("job", req.Job, "slot", req.Slot, "num_pservers", req.NumPservers)
+	rec = &pb.RestoreRecord{Slot: req.Slot}
+	defer func() {
+		rec.UnixNano = time.Now().UnixNano()
+		if r := recover(); r != nil {
+			log.Error("restore panicked; falling back to the initializer", "panic", r, "stack", string(debug.Stack()))
+			blobs, err = nil, nil
+			rec.Version, rec.Md5, rec.Source = 0, "", ""
+			rec.Reason = fmt.Sprintf("initializer: restore panicked: %v", r)
+		}
+	}()
+	if err := validJob(req.Job); err != nil {
+		return nil, nil, err
+	}
+	if req.NumPservers <= 0 || req.Slot < 0 || req.Slot >= req.NumPservers {
+		return nil, nil, fmt.Errorf("%w: slot %d of %d", ErrInvalid, req.Slot, req.NumPservers)
+	}
+	ptrs, bad, err := Pointers(ctx, m.cfg.Meta, req.Job)
+	if err != nil {
+		return nil, nil, err
+	}
+	for s, e := range bad {
+		log.Warn("checkpoint pointer does not decode; ignoring it", "old_slot", s, "err", e)
+	}
+	versions := candidateVersions(ptrs)
+	if len(versions) == 0 {
+		rec.Reason = "initializer: no checkpoint pointer for job " + req.Job
+		log.Info("restore: no checkpoint; initializer", "reason", rec.Reason)
+		return nil, rec, nil
+	}
+	var failures []string
+	for _, v := range versions {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		got, md5s, sources, err := m.restoreVersion(ctx, req, ptrs, v)
+		if err != nil {
+			log.Warn("restore: version unusable; trying an older one", "version", v, "err", err)
+			failures = append(failures, fmt.Sprintf("version %d: %v", v, err))
+			continue
+		}
+		rec.Version, rec.Md5, rec.Source = v, md5s, sources
+		if len(failures) == 0 {
+			rec.Reason = "newest"
+		} else {
+			rec.Reason = "fallback: " + strings.Join(failures, "; ")
+		}
+		log.Info("restored checkpoint", "version", v, "md5", md5s, "source", sources, "vshards", len(got), "reason", rec.Reason)
+		return got, rec, nil
+	}
+	rec.Reason = "initializer: every kept version failed: " + strings.Join(failures, "; ")
+	log.Warn("restore: no usable checkpoint; initializer", "reason", rec.Reason)
+	return nil, rec, nil
+}
+
+type source struct {
+	id    string
+	addr  string // "" = local store
+	local bool
+}
+
+// sourcesFor lists where old slot's blobs may be: local store, the pointer's
+// replicas, then every other peer.
+func (m *Manager) sourcesFor(p *pb.CheckpointPointer) []source {
+	out := []source{{id: m.cfg.NodeID, local: true}}
+	seen := map[string]bool{m.cfg.NodeID: true}
+	peers := m.peers()
+	byID := map[string]string{}
+	for _, pe := range peers {
+		byID[pe.ID] = pe.Addr
+	}
+	for _, id := range p.GetReplicas() {
+		if addr, ok := byID[id]; ok && !seen[id] {
+			seen[id] = true
+			out = append(out, source{id: id, addr: addr})
+		}
+	}
+	for _, pe := range peers {
+		if !seen[pe.ID] {
+			seen[pe.ID] = true
+			out = append(out, source{id: pe.ID, addr: pe.Addr})
+		}
+	}
+	return out
+}
+
+func (m *Manager) readManifest(ctx context.Context, src source, key string) ([]byte, error) {
+	if src.local {
+		return m.cfg.Store.GetManifest(key)
+	}
+	return m.client.GetManifest(ctx, src.addr, key)
+}
+
+func (m *Manager) readBlob(ctx context.Context, src source, md5hex string) ([]byte, error) {
+	if src.local {
+		return m.cfg.Store.GetBlob(md5hex)
+	}
+	return m.client.GetBlob(ctx, src.addr, md5hex)
+}
+
+type loadedManifest struct {
+	m       *Manifest
+	md5     string
+	sources []source
+}
+
+// manifestOf finds the manifest of (old slot, v) on any source. When the
+// pointer's current version is v its md5 must match the pointer's.
+func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.CheckpointPointer, v int64) (*loadedManifest, error) {
+	key := ManifestKey(job, v, slot)
+	srcs := m.sourcesFor(p)
+	var errs []string
+	for i, src := range srcs {
+		raw, err := m.readManifest(ctx, src, key)
+		if err == nil {
+			var man *Manifest
+			h := MD5Hex(raw)
+			if p.GetVersion() == v && h != p.GetMd5() {
+				err = fmt.Errorf("%w: manifest %s hashes to %s, pointer names %s", ErrCorrupt, key, h, p.GetMd5())
+			} else if man, err = DecodeManifest(raw); err == nil && man.Key() != key {
+				err = fmt.Errorf("%w: manifest under %s is %s", ErrCorrupt, key, man.Key())
+			}
+			if err == nil {
+				// Blobs are looked for on this source first, then the others.
+				order := append([]source{src}, append(slices.Clone(srcs[:i]), srcs[i+1:]...)...)
+				return &loadedManifest{m: man, md5: h, sources: order}, nil
+			}
+		}
+		m.logger.Debug("manifest not usable on source", "key", key, "source", src.id, "err", err)
+		errs = append(errs, src.id+": "+shortErr(err))
+	}
+	return nil, fmt.Errorf("manifest %s: %s", key, strings.Join(errs, ", "))
+}
+
+func shortErr(err error) string {
+	if errors.Is(err, ErrNotFound) {
+		return "not found"
+	}
+	return err.Error()
+}
+
+func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs map[int32]*pb.CheckpointPointer, v int64) (map[int32][]byte, string, string, error) {
+	// Any slot naming v tells how many old slots version v had.
+	var holders []int32
+	for s, p := range ptrs {
+		if holds(p, v) {
+			holders = append(holders, s)
+		}
+	}
+	slices.Sort(holders)
+	if len(holders) == 0 {
+		return nil, "", "", fmt.Errorf("no pointer names it")
+	}
+	mans := map[int32]*loadedManifest{}
+	first, err := m.manifestOf(ctx, req.Job, holders[0], ptrs[holders[0]], v)
+	if err != nil {
+		return nil, "", "", err
+	}
+	mans[holders[0]] = first
+	oldP := first.m.NumPservers
+	// Global consistency: every old slot must still name v.
+	var missing []string
+	for s := int32(0); s < oldP; s++ {
+		if !holds(ptrs[s], v) {
+			missing = append(missing, strconv.Itoa(int(s)))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, "", "", fmt.Errorf("not globally consistent: old slots %s of %d do not name it", strings.Join(missing, ","), oldP)
+	}
+	load := func(s int32) (*loadedManifest, error) {
+		if lm, ok := mans[s]; ok {
+			return lm, nil
+		}
+		lm, err := m.manifestOf(ctx, req.Job, s, ptrs[s], v)
+		if err != nil {
+			return nil, err
+		}
+		if lm.m.NumPservers != oldP {
+			return nil, fmt.Errorf("%w: manifest %s says %d pservers, slot %d's says %d", ErrCorrupt, lm.m.Key(), lm.m.NumPservers, holders[0], oldP)
+		}
+		mans[s] = lm
+		return lm, nil
+	}
+	need := req.VShards
+	if need == nil {
+		for s := int32(0); s < oldP; s++ {
+			lm, err := load(s)
+			if err != nil {
+				return nil, "", "", err
+			}
+			for _, r := range lm.m.VShards {
+				if r.ID%req.NumPservers == req.Slot {
+					need = append(need, r.ID)
+				}
+			}
+		}
+		slices.Sort(need)
+	}
+	out := make(map[int32][]byte, len(need))
+	used := map[int32]bool{}
+	srcUsed := map[string]bool{}
+	for _, id := range need {
+		if err := ctx.Err(); err != nil {
+			return nil, "", "", err
+		}
+		old := id % oldP
+		lm, err := load(old)
+		if err != nil {
+			return nil, "", "", err
+		}
+		i := slices.IndexFunc(lm.m.VShards, func(r VShardRef) bool { return r.ID == id })
+		if i < 0 {
+			return nil, "", "", fmt.Errorf("vshard %d is not in manifest %s", id, lm.m.Key())
+		}
+		ref := lm.m.VShards[i]
+		var errs []string
+		for _, src := range lm.sources {
+			b, err := m.readBlob(ctx, src, ref.MD5)
+			if err == nil && int64(len(b)) != ref.Bytes {
+				err = fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorrupt, ref.MD5, len(b), ref.Bytes)
+			}
+			if err != nil {
+				m.logger.Warn("blob not usable on source; trying the next", "vshard", id, "md5", ref.MD5, "source", src.id, "err", err)
+				errs = append(errs, src.id+": "+shortErr(err))
+				continue
+			}
+			out[id] = b
+			srcUsed[src.id] = true
+			break
+		}
+		if _, ok := out[id]; !ok {
+			return nil, "", "", fmt.Errorf("vshard %d blob %s: %s", id, ref.MD5, strings.Join(errs, ", "))
+		}
+		used[old] = true
+	}
+	// Record which manifests the blobs came from.
+	var olds []int32
+	for s := range used {
+		olds = append(olds, s)
+	}
+	slices.Sort(olds)
+	var md5s string
+	if len(olds) == 1 {
+		md5s = mans[olds[0]].md5
+	} else {
+		parts := make([]string, len(olds))
+		for i, s := range olds {
+			parts[i] = fmt.Sprintf("%d:%s", s, mans[s].md5)
+		}
+		md5s = strings.Join(parts, ",")
+	}
+	var srcs []string
+	for id := range srcUsed {
+		srcs = append(srcs, id)
+	}
+	slices.Sort(srcs)
+	return out, md5s, strings.Join(srcs, ","), nil
+}

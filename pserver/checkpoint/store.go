@@ -1,0 +1,574 @@
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// Key layout in the node's checkpoint Pebble:
+//
+//	blob/<md5hex>                              → blob bytes (content addressed)
+//	manifest/<job>/<version %020d>/<slot>      → JSON Manifest
+const (
+	blobPrefix     = "blob/"
+	manifestPrefix = "manifest/"
+)
+
+// pinGrace is how long a blob written without (yet) a manifest that
+// references it is protected from garbage collection. Blobs are unpinned as
+// soon as a manifest naming them is stored.
+const pinGrace = 10 * time.Minute
+
+// VShardRef names one virtual shard's blob inside a Manifest.
+type VShardRef struct {
+	ID    int32  `json:"id"`
+	MD5   string `json:"md5"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Manifest lists the blobs of one (job, version, slot) checkpoint. Its
+// encoding (EncodeManifest, JSON) is hashed with MD5 and that hash is what
+// the pointer /jobs/<job>/checkpoints/<slot> names.
+type Manifest struct {
+	UUID              string      `json:"uuid"`
+	Job               string      `json:"job"`
+	Version           int64       `json:"version"`
+	Slot              int32       `json:"slot"`
+	NumPservers       int32       `json:"num_pservers"`
+	Step              int64       `json:"step"`
+	TimestampUnixNano int64       `json:"timestamp_unix_nano"`
+	VShards           []VShardRef `json:"vshards"`
+	Bytes             int64       `json:"bytes"`
+}
+
+// Key is the manifest's Pebble key (and GetManifest key).
+func (m *Manifest) Key() string { return ManifestKey(m.Job, m.Version, m.Slot) }
+
+// EncodeManifest returns the canonical bytes of m and their MD5 (hex).
+func EncodeManifest(m *Manifest) (raw []byte, md5hex string, err error) {
+	raw, err = json.Marshal(m)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode manifest %s: %w", m.Key(), err)
+	}
+	return raw, MD5Hex(raw), nil
+}
+
+// DecodeManifest parses raw and checks that it is self-consistent: a
+// truncated or garbage manifest returns an error wrapping ErrCorrupt.
+func DecodeManifest(raw []byte) (*Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: manifest does not decode (%d bytes): %v", ErrCorrupt, len(raw), err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func (m *Manifest) validate() error {
+	if err := validJob(m.Job); err != nil {
+		return fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
+	}
+	if m.Version <= 0 || m.Slot < 0 || m.NumPservers <= 0 || m.Slot >= m.NumPservers {
+		return fmt.Errorf("%w: manifest %s: version %d slot %d num_pservers %d out of range",
+			ErrCorrupt, m.Key(), m.Version, m.Slot, m.NumPservers)
+	}
+	var total int64
+	seen := make(map[int32]bool, len(m.VShards))
+	for _, v := range m.VShards {
+		if seen[v.ID] || v.ID < 0 || v.Bytes < 0 || !isMD5Hex(v.MD5) {
+			return fmt.Errorf("%w: manifest %s: bad vshard entry %+v", ErrCorrupt, m.Key(), v)
+		}
+		if v.ID%m.NumPservers != m.Slot {
+			return fmt.Errorf("%w: manifest %s: vshard %d does not belong to slot %d of %d",
+				ErrCorrupt, m.Key(), v.ID, m.Slot, m.NumPservers)
+		}
+		seen[v.ID] = true
+		total += v.Bytes
+	}
+	if total != m.Bytes {
+		return fmt.Errorf("%w: manifest %s: bytes %d != sum of vshards %d", ErrCorrupt, m.Key(), m.Bytes, total)
+	}
+	return nil
+}
+
+// ManifestKey is "manifest/<job>/<version %020d>/<slot>".
+func ManifestKey(job string, version int64, slot int32) string {
+	return fmt.Sprintf("%s%s/%020d/%d", manifestPrefix, job, version, slot)
+}
+
+// parseManifestKey is the inverse of ManifestKey.
+func parseManifestKey(k string) (job string, version int64, slot int32, ok bool) {
+	rest, found := strings.CutPrefix(k, manifestPrefix)
+	if !found {
+		return "", 0, 0, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return "", 0, 0, false
+	}
+	v, err1 := strconv.ParseInt(parts[1], 10, 64)
+	s, err2 := strconv.ParseInt(parts[2], 10, 32)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return parts[0], v, int32(s), true
+}
+
+// MD5Hex is the lower-case hex MD5 of b.
+func MD5Hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+func isMD5Hex(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+func validJob(job string) error {
+	if job == "" || strings.ContainsAny(job, "/\x00") {
+		return fmt.Errorf("%w: job name %q (empty or contains '/')", ErrInvalid, job)
+	}
+	return nil
+}
+
+// Store is one node's local checkpoint storage: a Pebble database under the
+// node's data dir. It is safe for concurrent use.
+type Store struct {
+	dir    string
+	logger *slog.Logger
+
+	mu     sync.Mutex // guards db (nil when closed) and pins; serializes GC with writes' pins
+	db     *pebble.DB
+	pins   map[string]time.Time
+	gcLock sync.RWMutex // writers of blob+manifest hold R; GC holds W
+}
+
+// Open opens (creating if needed) the checkpoint store in dir.
+func Open(dir string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "checkpoint-store")
+	opts := &pebble.Options{
+		// Checkpoint blobs are large (MBs); a bigger memtable keeps large
+		// values from forcing a flush per write.
+		MemTableSize: 64 << 20,
+		Logger:       pebbleLogger{logger},
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint store %q: %w", dir, err)
+	}
+	return &Store{dir: dir, logger: logger, db: db, pins: map[string]time.Time{}}, nil
+}
+
+// Dir is the directory the store was opened in.
+func (s *Store) Dir() string { return s.dir }
+
+// Close closes the Pebble database. Close is safe to call twice.
+func (s *Store) Close() error {
+	s.gcLock.Lock()
+	defer s.gcLock.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	return err
+}
+
+func (s *Store) getDB() (*pebble.DB, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil, ErrClosed
+	}
+	return s.db, nil
+}
+
+func (s *Store) pin(md5hex string) {
+	s.mu.Lock()
+	s.pins[md5hex] = time.Now()
+	s.mu.Unlock()
+}
+
+func (s *Store) unpin(refs []VShardRef) {
+	s.mu.Lock()
+	for _, r := range refs {
+		delete(s.pins, r.MD5)
+	}
+	s.mu.Unlock()
+}
+
+// PutBlob stores data under blob/<md5hex> after checking that MD5(data) ==
+// md5hex (ErrCorrupt otherwise). The write is synced. A blob already present
+// is not rewritten.
+func (s *Store) PutBlob(md5hex string, data []byte) error {
+	return s.putBlob(md5hex, data, pebble.Sync)
+}
+
+func (s *Store) putBlob(md5hex string, data []byte, wo *pebble.WriteOptions) error {
+	if got := MD5Hex(data); got != md5hex {
+		return fmt.Errorf("%w: blob %s: data hashes to %s", ErrCorrupt, md5hex, got)
+	}
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
+	db, err := s.getDB()
+	if err != nil {
+		return err
+	}
+	s.pin(md5hex)
+	if ok, _, _ := s.verify(db, md5hex); ok {
+		return nil // content addressed: the same bytes are already here
+	}
+	if err := db.Set([]byte(blobPrefix+md5hex), data, wo); err != nil {
+		return fmt.Errorf("put blob %s: %w", md5hex, err)
+	}
+	return nil
+}
+
+// putBlobs writes every blob, then syncs the WAL once: on return every blob
+// is durable. The returned refs are sorted by vshard id.
+func (s *Store) putBlobs(blobs map[int32][]byte) ([]VShardRef, int64, error) {
+	refs := make([]VShardRef, 0, len(blobs))
+	var total int64
+	for id, b := range blobs {
+		h := MD5Hex(b)
+		if err := s.putBlob(h, b, pebble.NoSync); err != nil {
+			return nil, 0, fmt.Errorf("vshard %d: %w", id, err)
+		}
+		refs = append(refs, VShardRef{ID: id, MD5: h, Bytes: int64(len(b))})
+		total += int64(len(b))
+	}
+	db, err := s.getDB()
+	if err != nil {
+		return nil, 0, err
+	}
+	// One synced (empty) WAL record makes every earlier NoSync write durable.
+	if err := db.LogData(nil, pebble.Sync); err != nil {
+		return nil, 0, fmt.Errorf("sync blobs: %w", err)
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
+	return refs, total, nil
+}
+
+// GetBlob returns a copy of blob md5hex after re-hashing it: a stored blob
+// whose bytes changed returns an error wrapping ErrCorrupt that names md5hex;
+// a missing one wraps ErrNotFound.
+func (s *Store) GetBlob(md5hex string) ([]byte, error) {
+	db, err := s.getDB()
+	if err != nil {
+		return nil, err
+	}
+	v, closer, err := db.Get([]byte(blobPrefix + md5hex))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: blob %s", ErrNotFound, md5hex)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get blob %s: %w", md5hex, err)
+	}
+	out := bytes.Clone(v)
+	closer.Close()
+	if got := MD5Hex(out); got != md5hex {
+		return nil, fmt.Errorf("%w: blob %s hashes to %s", ErrCorrupt, md5hex, got)
+	}
+	return out, nil
+}
+
+// VerifyBlob re-hashes blob md5hex: present reports whether it is stored, ok
+// whether it hashes to its name, actual is the hash of the stored bytes.
+func (s *Store) VerifyBlob(md5hex string) (present, ok bool, actual string, err error) {
+	db, err := s.getDB()
+	if err != nil {
+		return false, false, "", err
+	}
+	ok, present, actual = s.verify(db, md5hex)
+	return present, ok, actual, nil
+}
+
+func (s *Store) verify(db *pebble.DB, md5hex string) (ok, present bool, actual string) {
+	v, closer, err := db.Get([]byte(blobPrefix + md5hex))
+	if err != nil {
+		return false, false, ""
+	}
+	defer closer.Close()
+	actual = MD5Hex(v)
+	return actual == md5hex, true, actual
+}
+
+// PutManifest stores m (synced) after checking that every blob it names is
+// present. It returns the manifest's encoding and MD5.
+func (s *Store) PutManifest(m *Manifest) (raw []byte, md5hex string, err error) {
+	raw, md5hex, err = EncodeManifest(m)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.PutManifestRaw(m.Key(), raw); err != nil {
+		return nil, "", err
+	}
+	return raw, md5hex, nil
+}
+
+// PutManifestRaw decodes raw, checks that key is its key and that its blobs
+// are all present, and stores it synced.
+func (s *Store) PutManifestRaw(key string, raw []byte) error {
+	m, err := DecodeManifest(raw)
+	if err != nil {
+		return err
+	}
+	if m.Key() != key {
+		return fmt.Errorf("%w: manifest key %q does not match its content %q", ErrInvalid, key, m.Key())
+	}
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
+	db, err := s.getDB()
+	if err != nil {
+		return err
+	}
+	// Blobs were hashed when they were put; here only their presence is
+	// checked (a second MD5 pass over hundreds of MB would halve throughput).
+	for _, r := range m.VShards {
+		_, closer, err := db.Get([]byte(blobPrefix + r.MD5))
+		if err != nil {
+			return fmt.Errorf("manifest %s: vshard %d: %w: blob %s (%v)", key, r.ID, ErrNotFound, r.MD5, err)
+		}
+		closer.Close()
+	}
+	if err := db.Set([]byte(key), raw, pebble.Sync); err != nil {
+		return fmt.Errorf("put manifest %s: %w", key, err)
+	}
+	s.unpin(m.VShards)
+	return nil
+}
+
+// GetManifest returns the raw manifest stored under key (ErrNotFound if none).
+func (s *Store) GetManifest(key string) ([]byte, error) {
+	db, err := s.getDB()
+	if err != nil {
+		return nil, err
+	}
+	v, closer, err := db.Get([]byte(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: manifest %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get manifest %s: %w", key, err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+// ManifestKeys lists the manifest keys stored for job (all jobs if job is
+// ""), in key order (by job, then version, then slot).
+func (s *Store) ManifestKeys(job string) ([]string, error) {
+	prefix := manifestPrefix
+	if job != "" {
+		prefix += job + "/"
+	}
+	var keys []string
+	err := s.scan(prefix, func(k, _ []byte) error {
+		keys = append(keys, string(k))
+		return nil
+	}, true)
+	return keys, err
+}
+
+// BlobMD5s lists the md5 of every stored blob.
+func (s *Store) BlobMD5s() ([]string, error) {
+	var out []string
+	err := s.scan(blobPrefix, func(k, _ []byte) error {
+		out = append(out, strings.TrimPrefix(string(k), blobPrefix))
+		return nil
+	}, true)
+	return out, err
+}
+
+func (s *Store) scan(prefix string, fn func(k, v []byte) error, keysOnly bool) error {
+	db, err := s.getDB()
+	if err != nil {
+		return err
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd([]byte(prefix))})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		var v []byte
+		if !keysOnly {
+			v = it.Value()
+		}
+		if err := fn(it.Key(), v); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// DeleteVersions deletes the manifests of (job, slot) whose version is not in
+// keep, then garbage-collects blobs no longer referenced. It returns the
+// deleted manifest versions.
+func (s *Store) DeleteVersions(job string, slot int32, keep []int64) ([]int64, error) {
+	deleted, err := s.deleteManifests(job, slot, keep)
+	if err != nil {
+		return deleted, err
+	}
+	_, err = s.GC()
+	return deleted, err
+}
+
+func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, error) {
+	if err := validJob(job); err != nil {
+		return nil, err
+	}
+	keepSet := make(map[int64]bool, len(keep))
+	for _, v := range keep {
+		keepSet[v] = true
+	}
+	keys, err := s.ManifestKeys(job)
+	if err != nil {
+		return nil, err
+	}
+	db, err := s.getDB()
+	if err != nil {
+		return nil, err
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	var deleted []int64
+	for _, k := range keys {
+		_, v, sl, ok := parseManifestKey(k)
+		if !ok || sl != slot || keepSet[v] {
+			continue
+		}
+		if err := b.Delete([]byte(k), nil); err != nil {
+			return nil, err
+		}
+		deleted = append(deleted, v)
+	}
+	if len(deleted) == 0 {
+		return nil, nil
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return nil, fmt.Errorf("delete manifests of %s slot %d: %w", job, slot, err)
+	}
+	s.logger.Info("deleted checkpoint manifests", "job", job, "slot", slot, "versions", deleted, "keep", keep)
+	return deleted, nil
+}
+
+// GC deletes every blob that no manifest references and that was not written
+// in the last pinGrace without its manifest yet (an in-flight checkpoint).
+// Reference counting is by a full scan of the manifests.
+func (s *Store) GC() (int, error) {
+	s.gcLock.Lock()
+	defer s.gcLock.Unlock()
+	referenced := map[string]bool{}
+	err := s.scan(manifestPrefix, func(k, v []byte) error {
+		m, err := DecodeManifest(v)
+		if err != nil {
+			// A corrupt manifest references nothing we can name; keep going.
+			s.logger.Warn("gc: skipping undecodable manifest", "key", string(k), "err", err)
+			return nil
+		}
+		for _, r := range m.VShards {
+			referenced[r.MD5] = true
+		}
+		return nil
+	}, false)
+	if err != nil {
+		return 0, err
+	}
+	blobs, err := s.BlobMD5s()
+	if err != nil {
+		return 0, err
+	}
+	db, err := s.getDB()
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	now := time.Now()
+	var victims []string
+	for _, h := range blobs {
+		if referenced[h] {
+			continue
+		}
+		if t, ok := s.pins[h]; ok && now.Sub(t) < pinGrace {
+			continue
+		}
+		delete(s.pins, h)
+		victims = append(victims, h)
+	}
+	s.mu.Unlock()
+	if len(victims) == 0 {
+		return 0, nil
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	for _, h := range victims {
+		if err := b.Delete([]byte(blobPrefix+h), nil); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return 0, fmt.Errorf("gc blobs: %w", err)
+	}
+	s.logger.Info("gc deleted unreferenced blobs", "count", len(victims))
+	return len(victims), nil
+}
+
+// setRaw overwrites a key directly (tests use it to corrupt blobs/manifests).
+func (s *Store) setRaw(key string, val []byte) error {
+	db, err := s.getDB()
+	if err != nil {
+		return err
+	}
+	return db.Set([]byte(key), val, pebble.Sync)
+}
+
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// pebbleLogger adapts slog to Pebble's Logger.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,524 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Meta is the slice of the metadata store (raftstore) this package uses:
+// etcd-semantics Txn and Range.
+type Meta interface {
+	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
+	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
+}
+
+// Peer is another node that can hold checkpoint replicas.
+type Peer struct {
+	ID   string // node id (what pointers' replicas name)
+	Addr string // gRPC address of its CheckpointStore service
+	Host string // physical host; replicas prefer hosts other than ours
+}
+
+// Peers lists the live nodes that can hold replicas (gossip membership).
+type Peers interface {
+	Peers() []Peer
+}
+
+// StaticPeers is a fixed Peers list.
+type StaticPeers []Peer
+
+// Peers returns p.
+func (p StaticPeers) Peers() []Peer { return p }
+
+// Hook stages, in protocol order. A hook returning an error aborts
+// Checkpoint there, as a crash would.
+const (
+	StageBlobsWritten  = "blobs-written"
+	StageReplicated    = "replicated"
+	StageBeforePointer = "before-pointer"
+	StageAfterPointer  = "after-pointer"
+	StageDeleting      = "deleting"
+)
+
+// DefaultReplicas is R when the policy leaves replicas at 0.
+const DefaultReplicas = 2
+
+// Config configures a Manager. Store and Meta are required.
+type Config struct {
+	// NodeID is this node's id (recorded in pointers' replicas).
+	NodeID string
+	// Host is this node's physical host (replica placement avoids it).
+	Host string
+	// Store is this node's local checkpoint store.
+	Store *Store
+	// Meta is the metadata store holding pointers and ps keys.
+	Meta Meta
+	// Peers lists other nodes; nil means no replication and no remote reads.
+	Peers Peers
+	// Client talks to other nodes; nil creates one (insecure gRPC).
+	Client *Client
+	// Logger; nil uses slog.Default().
+	Logger *slog.Logger
+	// DecodeIncarnation extracts the incarnation from the value of
+	// /jobs/<job>/ps/<slot>. nil accepts protojson pb.PServerSlot or any JSON
+	// object with an "incarnation" number.
+	DecodeIncarnation func(value []byte) (int64, error)
+}
+
+// Manager writes, restores, lists, verifies and exports checkpoints of the
+// jobs whose pservers run on this node. It is safe for concurrent use.
+type Manager struct {
+	cfg    Config
+	client *Client
+	logger *slog.Logger
+}
+
+// New returns a Manager for cfg.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Meta == nil {
+		return nil, fmt.Errorf("%w: checkpoint.New needs a Store and a Meta", ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DecodeIncarnation == nil {
+		cfg.DecodeIncarnation = decodeIncarnation
+	}
+	c := cfg.Client
+	if c == nil {
+		c = NewClient()
+	}
+	return &Manager{cfg: cfg, client: c, logger: cfg.Logger.With("component", "checkpoint", "node", cfg.NodeID)}, nil
+}
+
+// PointerKey is "/jobs/<job>/checkpoints/<slot>".
+func PointerKey(job string, slot int32) string {
+	return fmt.Sprintf("/jobs/%s/checkpoints/%d", job, slot)
+}
+
+// PSKey is "/jobs/<job>/ps/<slot>", the slot claim that fences pointer writes.
+func PSKey(job string, slot int32) string {
+	return fmt.Sprintf("/jobs/%s/ps/%d", job, slot)
+}
+
+// EncodePointer is the pointer's value: protojson of pb.CheckpointPointer.
+func EncodePointer(p *pb.CheckpointPointer) ([]byte, error) {
+	return protojson.Marshal(p)
+}
+
+// DecodePointer parses a pointer value (ErrCorrupt if it does not decode).
+func DecodePointer(b []byte) (*pb.CheckpointPointer, error) {
+	var p pb.CheckpointPointer
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%w: pointer: %v", ErrCorrupt, err)
+	}
+	return &p, nil
+}
+
+func decodeIncarnation(b []byte) (int64, error) {
+	var s pb.PServerSlot
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &s); err == nil {
+		return s.GetIncarnation(), nil
+	}
+	var v struct {
+		Incarnation json.Number `json:"incarnation"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return 0, fmt.Errorf("decode ps slot value: %w", err)
+	}
+	return strconv.ParseInt(v.Incarnation.String(), 10, 64)
+}
+
+// WriteRequest is one slot's checkpoint.
+type WriteRequest struct {
+	Job         string
+	Slot        int32
+	NumPservers int32
+	// Version is the checkpoint version; it must be newer than the slot's
+	// committed pointer. Sync jobs must use the same version on every slot
+	// for the same step (e.g. the step) so that Restore finds a globally
+	// consistent version.
+	Version int64
+	Step    int64
+	// Incarnation is the writer's claim of /jobs/<job>/ps/<slot>; the pointer
+	// commit fails with ErrFenced if the key carries another one.
+	Incarnation int64
+	// Blobs maps vshard id (v % NumPservers == Slot) to its encoded bytes,
+	// taken from a consistent snapshot. Blobs must not be modified until
+	// Checkpoint returns.
+	Blobs  map[int32][]byte
+	Policy *pb.CheckpointPolicy
+}
+
+// Writer checkpoints one slot of one job. Calls to Checkpoint must not
+// overlap (one pserver per slot checkpoints sequentially).
+type Writer struct {
+	m    *Manager
+	job  string
+	slot int32
+	// hook, when set, is called after each stage; an error aborts there.
+	hook func(stage string) error
+}
+
+// Writer returns the Writer of (job, slot).
+func (m *Manager) Writer(job string, slot int32) *Writer {
+	return &Writer{m: m, job: job, slot: slot}
+}
+
+func (w *Writer) stage(s string) error {
+	if w.hook == nil {
+		return nil
+	}
+	if err := w.hook(s); err != nil {
+		return fmt.Errorf("checkpoint aborted at %s: %w", s, err)
+	}
+	return nil
+}
+
+// Checkpoint runs the protocol: (1) blobs then manifest to the local store,
+// synced; (2) copies to R-1 peers (fewer if fewer exist, recorded in the
+// pointer's replicas); (3) commits the pointer through a Txn fenced on the
+// ps key's incarnation; (4) only then deletes versions beyond keep_max
+// locally and on replicas (best effort). It returns the committed pointer.
+// Errors: ErrInvalid, ErrStaleVersion, ErrFenced (pointer unchanged), store,
+// replication-free errors; a failure after step 3 still returns the pointer
+// with a nil error (deletion is best effort).
+func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.CheckpointPointer, error) {
+	m := w.m
+	log := m.logger.With("job", req.Job, "slot", req.Slot, "version", req.Version)
+	if err := validJob(req.Job); err != nil {
+		return nil, err
+	}
+	if req.Job != w.job || req.Slot != w.slot {
+		return nil, fmt.Errorf("%w: writer of %s/%d got request for %s/%d", ErrInvalid, w.job, w.slot, req.Job, req.Slot)
+	}
+	if req.Version <= 0 || req.NumPservers <= 0 || req.Slot < 0 || req.Slot >= req.NumPservers {
+		return nil, fmt.Errorf("%w: version %d slot %d num_pservers %d", ErrInvalid, req.Version, req.Slot, req.NumPservers)
+	}
+	for id := range req.Blobs {
+		if id < 0 || id%req.NumPservers != req.Slot {
+			return nil, fmt.Errorf("%w: vshard %d does not belong to slot %d of %d", ErrInvalid, id, req.Slot, req.NumPservers)
+		}
+	}
+	policy := req.Policy
+	if policy == nil {
+		policy = &pb.CheckpointPolicy{}
+	}
+	replicas := int(policy.GetReplicas())
+	if replicas <= 0 {
+		replicas = DefaultReplicas
+	}
+
+	// Fencing precondition and previous pointer, read before anything is
+	// written so that a stale version never overwrites a committed manifest.
+	psKV, err := m.get(ctx, PSKey(req.Job, req.Slot))
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkFence(psKV, req); err != nil {
+		return nil, err
+	}
+	ptrKV, err := m.get(ctx, PointerKey(req.Job, req.Slot))
+	if err != nil {
+		return nil, err
+	}
+	var prev *pb.CheckpointPointer
+	if ptrKV != nil {
+		if prev, err = DecodePointer(ptrKV.GetValue()); err != nil {
+			log.Warn("previous pointer does not decode; treating as none", "err", err)
+			prev = nil
+		}
+	}
+	if prev != nil && req.Version <= prev.GetVersion() {
+		return nil, fmt.Errorf("%w: version %d, pointer is at %d", ErrStaleVersion, req.Version, prev.GetVersion())
+	}
+
+	// 1. Blobs, synced; then the manifest, synced.
+	start := time.Now()
+	refs, total, err := m.cfg.Store.putBlobs(req.Blobs)
+	if err != nil {
+		return nil, fmt.Errorf("write blobs: %w", err)
+	}
+	man := &Manifest{
+		UUID: uuid.NewString(), Job: req.Job, Version: req.Version, Slot: req.Slot,
+		NumPservers: req.NumPservers, Step: req.Step, TimestampUnixNano: time.Now().UnixNano(),
+		VShards: refs, Bytes: total,
+	}
+	_, manMD5, err := m.cfg.Store.PutManifest(man)
+	if err != nil {
+		return nil, fmt.Errorf("write manifest: %w", err)
+	}
+	log.Debug("checkpoint written locally", "bytes", total, "vshards", len(refs), "took", time.Since(start))
+	if err := w.stage(StageBlobsWritten); err != nil {
+		return nil, err
+	}
+
+	// 2. Replicas.
+	got := []string{m.cfg.NodeID}
+	var targets []Peer
+	if replicas > 1 {
+		for _, p := range m.placement(req.Slot) {
+			if len(got) >= replicas {
+				break
+			}
+			if err := m.client.Replicate(ctx, p.Addr, man, req.Blobs); err != nil {
+				log.Warn("replication failed; trying another peer", "peer", p.ID, "addr", p.Addr, "err", err)
+				continue
+			}
+			got = append(got, p.ID)
+			targets = append(targets, p)
+		}
+		if len(got) < replicas {
+			log.Warn("fewer replicas than the policy asks", "want", replicas, "have", len(got), "replicas", got)
+		}
+	}
+	if err := w.stage(StageReplicated); err != nil {
+		return nil, err
+	}
+
+	// 3. Pointer, fenced.
+	keepMax := int(policy.GetKeepMax())
+	var kept []int64 // previous versions that survive keep_max, newest first
+	if prev != nil {
+		kept = append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...)
+		kept = slices.DeleteFunc(kept, func(v int64) bool { return v >= req.Version })
+		sort.Slice(kept, func(i, j int) bool { return kept[i] > kept[j] })
+		kept = slices.Compact(kept)
+		if keepMax > 0 && len(kept) > keepMax-1 {
+			all := kept
+			kept = slices.Clone(kept[:keepMax-1])
+			// Never drop the newest version that every slot names: until the
+			// other slots commit this version it is the only one a sync
+			// restore can use (keep_max is otherwise a hard limit).
+			if vc, ok := m.newestComplete(ctx, req, all); ok && !slices.Contains(kept, vc) {
+				kept = append(kept, vc)
+				log.Info("keeping the newest globally complete version beyond keep_max", "complete_version", vc, "keep_max", keepMax)
+			}
+		}
+	}
+	ptr := &pb.CheckpointPointer{
+		Uuid: man.UUID, Md5: manMD5, Version: req.Version, Step: req.Step,
+		TimestampUnixNano: man.TimestampUnixNano, Bytes: total, Replicas: got,
+		NumPservers: req.NumPservers, Incarnation: req.Incarnation, KeptVersions: kept,
+	}
+	val, err := EncodePointer(ptr)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.stage(StageBeforePointer); err != nil {
+		return nil, err
+	}
+	if err := m.commitPointer(ctx, req, psKV, ptrKV, val); err != nil {
+		return nil, err
+	}
+	log.Info("checkpoint committed", "md5", manMD5, "bytes", total, "replicas", got, "kept", kept, "took", time.Since(start))
+	if err := w.stage(StageAfterPointer); err != nil {
+		return ptr, err
+	}
+
+	// 4. Only now delete what the new pointer no longer names.
+	if keepMax > 0 {
+		keep := append([]int64{req.Version}, kept...)
+		if _, err := m.cfg.Store.deleteManifests(req.Job, req.Slot, keep); err != nil {
+			log.Warn("deleting old manifests failed (orphans are harmless)", "err", err)
+		}
+		if err := w.stage(StageDeleting); err != nil {
+			return ptr, err
+		}
+		if _, err := m.cfg.Store.GC(); err != nil {
+			log.Warn("blob gc failed (orphans are harmless)", "err", err)
+		}
+		remote := map[string]string{}
+		for _, p := range targets {
+			remote[p.ID] = p.Addr
+		}
+		if prev != nil {
+			for _, id := range prev.GetReplicas() {
+				if addr, ok := m.addrOf(id); ok && id != m.cfg.NodeID {
+					remote[id] = addr
+				}
+			}
+		}
+		for id, addr := range remote {
+			if err := m.client.deleteVersions(ctx, addr, req.Job, req.Slot, keep); err != nil {
+				log.Warn("deleting old versions on replica failed (orphans are harmless)", "peer", id, "err", err)
+			}
+		}
+	}
+	return ptr, nil
+}
+
+// newestComplete returns the newest version that every slot 0..P-1 names
+// once this pointer commits, if that is older than req.Version, counting this slot as naming prevAll (its versions
+// before truncation). P is the slot count recorded in pointers at that
+// version, else req.NumPservers.
+func (m *Manager) newestComplete(ctx context.Context, req WriteRequest, prevAll []int64) (int64, bool) {
+	ptrs, _, err := Pointers(ctx, m.cfg.Meta, req.Job)
+	if err != nil {
+		m.logger.Warn("cannot read pointers to find the complete version; applying keep_max strictly", "err", err)
+		return 0, false
+	}
+	ptrs[req.Slot] = &pb.CheckpointPointer{Version: req.Version, NumPservers: req.NumPservers, KeptVersions: prevAll}
+	for _, v := range append([]int64{req.Version}, prevAll...) { // newest first
+		p := req.NumPservers
+		for _, q := range ptrs {
+			if q.GetVersion() == v && q.GetNumPservers() > 0 {
+				p = q.GetNumPservers()
+			}
+		}
+		complete := true
+		for s := int32(0); s < p; s++ {
+			if !holds(ptrs[s], v) {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			// The new version itself is complete: nothing extra to keep.
+			return v, v != req.Version
+		}
+	}
+	return 0, false
+}
+
+func (m *Manager) checkFence(psKV *pb.KeyValue, req WriteRequest) error {
+	if psKV == nil {
+		return fmt.Errorf("%w: %s does not exist (slot not claimed)", ErrFenced, PSKey(req.Job, req.Slot))
+	}
+	inc, err := m.cfg.DecodeIncarnation(psKV.GetValue())
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrFenced, PSKey(req.Job, req.Slot), err)
+	}
+	if inc != req.Incarnation {
+		return fmt.Errorf("%w: %s holds incarnation %d, writer has %d", ErrFenced, PSKey(req.Job, req.Slot), inc, req.Incarnation)
+	}
+	return nil
+}
+
+// commitPointer writes the pointer iff the ps key and the pointer are
+// unchanged since they were read (mod revision and value compares).
+func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptrKV *pb.KeyValue, val []byte) error {
+	psKey := []byte(PSKey(req.Job, req.Slot))
+	ptrKey := []byte(PointerKey(req.Job, req.Slot))
+	var ptrMod int64
+	if ptrKV != nil {
+		ptrMod = ptrKV.GetModRevision()
+	}
+	txn := &pb.TxnRequest{
+		Compare: []*pb.Compare{
+			{Key: psKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: psKV.GetModRevision()}},
+			{Key: psKey, Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: psKV.GetValue()}},
+			{Key: ptrKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: ptrMod}},
+		},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: ptrKey, Value: val}}}},
+		Failure: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: psKey}}},
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: ptrKey}}},
+		},
+	}
+	resp, err := m.cfg.Meta.Txn(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("commit pointer %s: %w", ptrKey, err)
+	}
+	if resp.GetSucceeded() {
+		return nil
+	}
+	// Say which compare failed.
+	var nowPS *pb.KeyValue
+	if rs := resp.GetResponses(); len(rs) > 0 {
+		if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			nowPS = kvs[0]
+		}
+	}
+	if nowPS == nil || nowPS.GetModRevision() != psKV.GetModRevision() || !bytes.Equal(nowPS.GetValue(), psKV.GetValue()) {
+		return fmt.Errorf("%w: %s changed while checkpointing version %d (incarnation %d)", ErrFenced, psKey, req.Version, req.Incarnation)
+	}
+	return fmt.Errorf("%w: pointer %s moved concurrently", ErrStaleVersion, ptrKey)
+}
+
+func (m *Manager) get(ctx context.Context, key string) (*pb.KeyValue, error) {
+	resp, err := m.cfg.Meta.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if len(resp.GetKvs()) == 0 {
+		return nil, nil
+	}
+	return resp.GetKvs()[0], nil
+}
+
+func (m *Manager) peers() []Peer {
+	if m.cfg.Peers == nil {
+		return nil
+	}
+	var out []Peer
+	for _, p := range m.cfg.Peers.Peers() {
+		if p.ID != m.cfg.NodeID && p.Addr != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (m *Manager) addrOf(id string) (string, bool) {
+	for _, p := range m.peers() {
+		if p.ID == id {
+			return p.Addr, true
+		}
+	}
+	return "", false
+}
+
+// placement orders candidate replica peers: one per other host first (hosts
+// rotated by slot so slots spread their copies), then the rest of the other
+// hosts, then peers on our own host.
+func (m *Manager) placement(slot int32) []Peer {
+	ps := m.peers()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].ID < ps[j].ID })
+	var hosts []string
+	byHost := map[string][]Peer{}
+	var same []Peer
+	for _, p := range ps {
+		if m.cfg.Host != "" && p.Host == m.cfg.Host {
+			same = append(same, p)
+			continue
+		}
+		h := p.Host
+		if h == "" {
+			h = "id:" + p.ID
+		}
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], p)
+	}
+	var out []Peer
+	if n := len(hosts); n > 0 {
+		rot := int(slot) % n
+		hosts = append(hosts[rot:], hosts[:rot]...)
+	}
+	for round := 0; ; round++ {
+		added := false
+		for _, h := range hosts {
+			if round < len(byHost[h]) {
+				out = append(out, byHost[h][round])
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	return append(out, same...)
+}
