@@ -1,0 +1,100 @@
+// Package jepsen is raftps's Jepsen-style fault suite: it runs real `raftps
+// node` processes in Linux network namespaces, drives key/value, watch and
+// lease workloads against them over gRPC while a nemesis injects one fault at
+// a time, and checks the recorded history.
+//
+// The method is that of Jepsen's etcd 3.4.3 analysis and etcd's
+// tests/robustness: histories are checked with Porcupine, a write that failed
+// or timed out is kept as indeterminate (it may take effect at any time after
+// its call, or never), a read that failed is dropped.
+//
+// # Running
+//
+// As root (namespaces and nftables need it; without root the tests say
+// "skipped"):
+//
+//	go test ./integration/jepsen -run TestJepsen -v                 # short: 3 nodes, 4 faults, ~80 s of workload, < 6 min
+//	go test ./integration/jepsen -run TestJepsen -v -jepsen.long -timeout 30m   # 5 nodes, every fault kind twice, ~10 min
+//	go test ./integration/jepsen -run TestJepsen -v -jepsen.bin /path/to/raftps -jepsen.out /tmp/run1
+//	go test ./integration/jepsen -run 'Check|Hosts' -v              # checker unit tests (no root) and host tests (root)
+//
+// Without -jepsen.bin the test builds ./cmd/raftps (and skips, saying why,
+// if it does not build or `raftps node --help` lacks a flag the suite uses).
+// Missing iproute2 or nftables are installed with apt-get. `tc netem` is not
+// used: loss and partitions are nftables rules inside the nodes' namespaces.
+//
+// # Hosts
+//
+// NewHosts makes a bridge rps-<pid>-br in the root namespace (10.77.S.1/24,
+// S = pid%200+20) and one namespace rps-<pid>-nI per node with a veth pair
+// (node I at 10.77.S.(10+I)). Every node runs
+//
+//	raftps node --id nI --data-dir D --grpc-addr IP:7000 --raft-addr IP:7001 \
+//	    --gossip-addr IP:7002 --http-addr IP:7003 --join <other gossip addrs> \
+//	    --bootstrap-expect N --log-level info
+//
+// through `ip netns exec` (which execs in place, so SIGSTOP/SIGKILL reach the
+// node). Clients run in the root namespace and talk to the nodes through the
+// bridge. Hosts.Close (called by t.Cleanup, by a SIGINT/SIGTERM handler, and
+// on setup errors) kills the processes and removes the namespaces, veths and
+// the bridge; SweepStale removes rps-<pid>-* objects of dead pids at start.
+//
+// # Nemesis
+//
+// One fault at a time, each held for Hold (pauses 1.5-3 s, longer than the
+// 500 ms election timeout) and then healed, with quiet time between; the
+// schedule is a bounded list and stops by itself. Kinds: kill-random,
+// kill-leader (SIGKILL, restart with the same data dir), pause-random,
+// pause-leader (SIGSTOP/SIGCONT), partition-leader, partition-halves,
+// partition-ring (majority ring with 5 nodes, a bridge with 3),
+// partition-one-way (the leader's packets to the others dropped), loss
+// (20-40 % random loss on one node, nft numgen), partition-heal (a follower
+// isolated, healed under writes, isolated and healed again quickly; the
+// hashicorp/raft #695 scenario). The leader is found with Cluster.Status.
+// Each fault is a history record with type, target, start and end.
+//
+// # Workloads and checkers
+//
+//   - Registers (RunRegisters, CheckRegisters): 5 clients do get / put /
+//     compare-and-swap (Txn: compare value, then put) on 3 keys, each op
+//     against a random node with a 1 s timeout. Porcupine checks
+//     linearizability per key (RegisterModel). Indeterminate writes get
+//     Return = +inf; the client then continues as a new process.
+//   - Watches (StartWatchers, CheckWatches): 3 prefix watchers resume from
+//     their last revision + 1 on a random node after any stream error. Per
+//     watcher: revisions never go back, no (revision, key) twice, every
+//     acknowledged put whose revision it covered is there with its value,
+//     every event another watcher saw in its covered range is there too, and
+//     nothing is beyond the final linearizable read's revision. At the end an
+//     acknowledged fence put must reach every watcher.
+//   - Leases (RunLeases, CheckLeases): a keeper keeps its lease alive and
+//     reads its keys every 250 ms; a key missing in a read that returned
+//     before the last answered keepalive's promise (sent + TTL) ran out is a
+//     violation. An expirer stops keeping its lease alive; its keys must be
+//     gone by max(stop, promise) + election timeout + slack (pushed to
+//     fault end + TTL when a fault overlaps: a new leader extends leases).
+//   - Training (RunTraining, CheckTraining): over a job's JobEvent stream,
+//     seqs are gap-free, each task is TASK_DONE exactly once per pass and a
+//     finished pass has every task done or failed; every restore that names a
+//     checkpoint version matches a committed pointer's MD5. The workload is
+//     a function of a Master client; it is not yet part of RunSuite.
+//
+// The checkers' own tests (checker_test.go) feed doctored histories: a stale
+// read, a lost write, a watch gap, a duplicate watch event, a lease key that
+// vanished while kept alive, a task done twice, a missing task; each flips
+// the verdict from ok to violation, and the honest history passes.
+//
+// # Results
+//
+// Each run writes, under -jepsen.out (default integration/results/<UTC
+// timestamp>): history.jsonl (every op, watch event, lease record, fault and
+// note, one JSON object per line, times in ns since the run's start),
+// linearizability.html (Porcupine's visualization, faults as annotations),
+// logs/nI.log (each node's stdout and stderr, appended across restarts), and
+// summary.json / summary.txt (ops per workload, faults by type, each
+// checker's verdict and violations). TestJepsen fails if any checker reports
+// a violation; a Porcupine timeout is "unknown" and does not fail the run.
+//
+// Concurrency: History, Hosts and the workloads are safe for concurrent use;
+// a Nemesis runs its schedule from one goroutine.
+package jepsen

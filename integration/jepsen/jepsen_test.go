@@ -1,0 +1,109 @@
+package jepsen
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	flagBin  = flag.String("jepsen.bin", "", "path to the raftps binary (default: go build ./cmd/raftps into a temp dir)")
+	flagLong = flag.Bool("jepsen.long", false, "long run: 5 nodes, every fault kind, about 10 minutes (use -timeout 30m)")
+	flagOut  = flag.String("jepsen.out", "", "results directory (default: integration/results/<timestamp>)")
+	flagSeed = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
+)
+
+// moduleRoot is the directory holding go.mod.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; it skips the test
+// when the binary does not build yet or lacks the node flags the suite uses.
+func raftpsBinary(t *testing.T) string {
+	t.Helper()
+	bin := *flagBin
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "raftps")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/raftps")
+		cmd.Dir = moduleRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("jepsen: ./cmd/raftps does not build yet; skipped: %v\n%s", err, out)
+		}
+	}
+	var help bytes.Buffer
+	cmd := exec.Command(bin, "node", "--help")
+	cmd.Stdout, cmd.Stderr = &help, &help
+	_ = cmd.Run() // --help may exit non-zero
+	var missing []string
+	for _, f := range []string{"--id", "--data-dir", "--grpc-addr", "--raft-addr", "--gossip-addr", "--http-addr", "--join", "--bootstrap-expect", "--log-level"} {
+		if !strings.Contains(help.String(), strings.TrimPrefix(f, "-")) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		t.Skipf("jepsen: `%s node --help` lacks %v; skipped\n%s", bin, missing, help.String())
+	}
+	return bin
+}
+
+// TestJepsen runs the fault suite against real raftps processes in network
+// namespaces and fails if any checker reports a violation. See doc.go.
+func TestJepsen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("jepsen: needs root to create network namespaces; skipped")
+	}
+	bin := raftpsBinary(t)
+	if removed := SweepStale(); len(removed) > 0 {
+		t.Logf("swept stale objects of dead runs: %v", removed)
+	}
+	out := *flagOut
+	if out == "" {
+		out = filepath.Join(moduleRoot(t), "integration", "results", time.Now().UTC().Format("20060102T150405Z"))
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	cfg := SuiteConfig{
+		Binary:       bin,
+		Nodes:        3,
+		OutDir:       out,
+		Workload:     80 * time.Second,
+		Faults:       []string{FaultKillLeader, FaultPauseLeader, FaultPartitionLeader, FaultLoss},
+		Hold:         4 * time.Second,
+		CheckTimeout: time.Minute,
+		Seed:         seed,
+		Logf:         t.Logf,
+	}
+	if *flagLong {
+		cfg.Nodes = 5
+		cfg.Workload = 8 * time.Minute
+		cfg.Faults = append(append([]string(nil), AllFaults...), AllFaults...)
+		cfg.Hold = 6 * time.Second
+		cfg.CheckTimeout = 5 * time.Minute
+	}
+	t.Logf("results go to %s (seed %d)", out, seed)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Workload+5*time.Minute)
+	defer cancel()
+	sum, err := RunSuite(ctx, cfg)
+	if err != nil {
+		t.Fatalf("jepsen: run failed: %v (results so far in %s)", err, out)
+	}
+	t.Logf("\n%s", sum.Text())
+	t.Logf("results: %s", out)
+	if !sum.Valid {
+		t.Fatalf("jepsen: a checker reported a violation; see %s/summary.txt", out)
+	}
+}

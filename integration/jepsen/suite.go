@@ -1,0 +1,222 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SuiteConfig is one run of the suite.
+type SuiteConfig struct {
+	// Binary is the raftps binary, started as `raftps node ...` in each namespace.
+	Binary string
+	// Nodes: 3 or 5.
+	Nodes int
+	// OutDir receives history.jsonl, linearizability.html, logs/, summary.*.
+	OutDir string
+	// Workload is how long the clients run (faults happen inside it).
+	Workload time.Duration
+	// Faults is the nemesis schedule (one at a time, in order).
+	Faults []string
+	// Hold is how long each fault lasts (pauses: 1.5-3 s).
+	Hold time.Duration
+	// ElectionTimeout of raftps (500ms); used by the lease checker.
+	ElectionTimeout time.Duration
+	// CheckTimeout bounds Porcupine.
+	CheckTimeout time.Duration
+	// LogLevel passed to every node (default "info").
+	LogLevel string
+	Seed     uint64
+	// Logf reports progress (t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Ports every node listens on inside its own namespace.
+const (
+	portGRPC   = 7000
+	portRaft   = 7001
+	portGossip = 7002
+	portHTTP   = 7003
+)
+
+// NodeArgs is the command line of host h in hs (without the binary).
+func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
+	var join []string
+	for _, o := range hs.Nodes {
+		if o != h {
+			join = append(join, fmt.Sprintf("%s:%d", o.IP, portGossip))
+		}
+	}
+	return []string{"node",
+		"--id", h.Name,
+		"--data-dir", dataDir,
+		"--grpc-addr", fmt.Sprintf("%s:%d", h.IP, portGRPC),
+		"--raft-addr", fmt.Sprintf("%s:%d", h.IP, portRaft),
+		"--gossip-addr", fmt.Sprintf("%s:%d", h.IP, portGossip),
+		"--http-addr", fmt.Sprintf("%s:%d", h.IP, portHTTP),
+		"--join", strings.Join(join, ","),
+		"--bootstrap-expect", fmt.Sprint(len(hs.Nodes)),
+		"--log-level", logLevel,
+	}
+}
+
+// RunSuite creates the hosts, starts the cluster, runs the workloads under
+// the nemesis, checks the history and writes the results to cfg.OutDir. It
+// returns the summary; err is set when the run itself could not be carried
+// out (cluster never formed), not for violations (see Summary.Valid).
+func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = 500 * time.Millisecond
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = time.Minute
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return sum, err
+	}
+	h, err := NewHistory(filepath.Join(cfg.OutDir, "history.jsonl"))
+	if err != nil {
+		return sum, err
+	}
+	defer h.Close()
+	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, Ops: map[string]int{}, Faults: map[string]int{}}
+
+	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs")})
+	if err != nil {
+		return sum, err
+	}
+	defer hs.Close()
+	dataRoot, err := os.MkdirTemp("", "rps-jepsen-data-")
+	if err != nil {
+		return sum, err
+	}
+	defer os.RemoveAll(dataRoot)
+
+	var names, addrs []string
+	for _, n := range hs.Nodes {
+		args := NodeArgs(hs, n, filepath.Join(dataRoot, n.Name), cfg.LogLevel)
+		if err := n.Start(append([]string{cfg.Binary}, args...)...); err != nil {
+			return sum, err
+		}
+		names = append(names, n.Name)
+		addrs = append(addrs, fmt.Sprintf("%s:%d", n.IP, portGRPC))
+	}
+	defer func() {
+		for _, n := range hs.Nodes {
+			n.Stop(5 * time.Second)
+		}
+	}()
+	conns, err := Dial(names, addrs)
+	if err != nil {
+		return sum, err
+	}
+	defer conns.Close()
+
+	formCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	leader, err := conns.WaitLeader(formCtx)
+	if err == nil {
+		// A leader is not enough: wait for a write to be acknowledged.
+		_, err = conns.PutFence(formCtx, "/jepsen/fence", "start")
+	}
+	cancel()
+	if err != nil {
+		return sum, fmt.Errorf("jepsen: cluster did not form (see %s): %w", hs.LogDir, err)
+	}
+	cfg.Logf("cluster formed; leader %s", leader)
+	h.Notef("cluster formed; leader %s", leader)
+
+	startRev, err := conns.LinearizableRevision(ctx, "/jepsen/fence")
+	if err != nil {
+		return sum, err
+	}
+	watchers := StartWatchers(ctx, WatchConfig{Watchers: 3, Prefix: "/jepsen/"}, conns, h, startRev+1)
+
+	wctx, wcancel := context.WithTimeout(ctx, cfg.Workload)
+	defer wcancel()
+	var (
+		wg         sync.WaitGroup
+		acked      []AckedPut
+		leaseRecs  []LeaseRecord
+		faults     []Fault
+		leaseCfg   = LeaseConfig{TTL: 4}
+		regCfg     = RegisterConfig{Clients: 5, Keys: 3}
+		faultSlots = len(cfg.Faults) + 1
+	)
+	hold := cfg.Hold
+	if hold == 0 {
+		hold = 4 * time.Second
+	}
+	quiet := cfg.Workload/time.Duration(faultSlots) - hold
+	if quiet < 2*time.Second {
+		quiet = 2 * time.Second
+	}
+	nem := NewNemesis(NemesisConfig{Faults: cfg.Faults, Hold: hold, Quiet: quiet, Seed: cfg.Seed}, hs, conns, h)
+	wg.Add(3)
+	go func() { defer wg.Done(); acked = RunRegisters(wctx, regCfg, conns, h) }()
+	go func() { defer wg.Done(); leaseRecs = RunLeases(wctx, leaseCfg, conns, h) }()
+	go func() { defer wg.Done(); faults = nem.Run(wctx) }()
+	cfg.Logf("workload running for %s with %d faults (hold %s, quiet %s)", cfg.Workload, len(cfg.Faults), hold, quiet)
+	wg.Wait()
+	_ = hs.Heal()
+	for _, n := range hs.Nodes {
+		if !n.Running() {
+			h.Notef("node %s not running at the end of the workload; restarting", n.Name)
+			_ = n.Restart()
+		}
+	}
+
+	// Quiesce: one acknowledged fence put, every watcher must reach it.
+	endCtx, endCancel := context.WithTimeout(ctx, 60*time.Second)
+	defer endCancel()
+	fenceRev, ferr := conns.PutFence(endCtx, "/jepsen/fence", "end")
+	finalRev, rerr := conns.LinearizableRevision(endCtx, "/jepsen/fence")
+	runs := watchers.Finish(fenceRev, 30*time.Second)
+	if ferr != nil || rerr != nil {
+		h.Notef("final fence/read failed: %v %v", ferr, rerr)
+		finalRev = 0
+	} else {
+		acked = append(acked, AckedPut{Key: "/jepsen/fence", Value: "end", Revision: fenceRev})
+	}
+
+	// Check.
+	regOps := h.RegisterOps()
+	regRes, info := CheckRegisters(regOps, cfg.CheckTimeout)
+	watchRes := CheckWatches(runs, acked, finalRev)
+	for _, r := range runs {
+		if r.EndRevision < fenceRev {
+			watchRes.Notes = append(watchRes.Notes, fmt.Sprintf("watcher %d covered only up to %d < fence %d", r.ID, r.EndRevision, fenceRev))
+		}
+	}
+	leaseRes := CheckLeases(leaseRecs, LeaseBounds{ElectionTimeout: cfg.ElectionTimeout, Slack: 2 * time.Second, Margin: 100 * time.Millisecond, Faults: faults})
+	sum.Results = []Result{regRes, watchRes, leaseRes}
+	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
+		h.Notef("visualization: %v", err)
+	}
+	sum.Ops["register"] = len(regOps)
+	sum.Ops["lease"] = len(leaseRecs)
+	sum.Ops["watch-events"] = watchRes.Stats["events"]
+	for _, f := range faults {
+		sum.Faults[f.Type]++
+	}
+	sum.FaultList = faults
+	sum.Duration = time.Since(h.Start()).Round(time.Second).String()
+	if err := h.Close(); err != nil {
+		cfg.Logf("history: %v", err)
+	}
+	if err := WriteSummary(cfg.OutDir, sum); err != nil {
+		return sum, errors.Join(err)
+	}
+	sum.Valid = Valid(sum.Results)
+	return sum, nil
+}
