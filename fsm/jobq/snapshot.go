@@ -18,7 +18,7 @@ import (
 //	job:   name spec(proto, deterministic) state message pass submitted finished
 //	       epoch final slowest slowestEval durations[] acc metrics[] eval
 //	       ckptVersion requeued timeouts trainers[] (sorted by name)
-//	       ntasks { slot-kind epoch timeouts failures }
+//	       ntasks { slot-kind epoch-delta timeouts failures }
 //	       todo[] (ids in queue order, zigzag deltas)
 //	       pending[] (sorted by id: id primary backup)
 //	       eventSeq events[] (oldest first)
@@ -109,6 +109,7 @@ func (q *Queue) MarshalBinary() ([]byte, error) {
 		}
 		e.u(uint64(j.nTasks))
 		e.b = slices.Grow(e.b, 4*int(j.nTasks)+2*j.todo.len())
+		prevEpoch := int64(0)
 		for id := range j.nTasks {
 			t := &j.tasks[id]
 			kind := t.slot
@@ -116,7 +117,8 @@ func (q *Queue) MarshalBinary() ([]byte, error) {
 				kind = 0
 			}
 			e.u(uint64(-kind)) // 0 pending, 1 todo, 2 done, 3 failed
-			e.i(t.epoch)
+			e.i(t.epoch - prevEpoch)
+			prevEpoch = t.epoch
 			e.u(uint64(t.timeouts))
 			e.u(uint64(t.failures))
 		}
@@ -348,6 +350,7 @@ func (d *dec) job(eventCap int) *job {
 	}
 	j.nTasks = int32(n)
 	j.tasks = make([]task, n)
+	prevEpoch := int64(0)
 	for id := range j.tasks {
 		kind := d.u()
 		if kind > 3 {
@@ -356,7 +359,9 @@ func (d *dec) job(eventCap int) *job {
 		}
 		t := &j.tasks[id]
 		t.slot = -int32(kind)
-		t.epoch, t.timeouts, t.failures = d.i(), d.u16(), d.u16()
+		t.epoch = prevEpoch + d.i()
+		prevEpoch = t.epoch
+		t.timeouts, t.failures = d.u16(), d.u16()
 		switch t.slot {
 		case slotDone:
 			j.nDone++
