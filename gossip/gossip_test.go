@@ -235,7 +235,7 @@ func TestGracefulLeave(t *testing.T) {
 // memberlist: no leave broadcast, sockets gone) and measures how long the
 // two survivors take to report EventFail. The requirement is 3 s.
 func TestFailureDetection(t *testing.T) {
-	const trials = 5
+	const trials = 7
 	const limit = 3 * time.Second
 	var first, last []time.Duration
 	for i := range trials {
@@ -290,8 +290,9 @@ func TestFailureDetection(t *testing.T) {
 	}
 	slices.Sort(first)
 	slices.Sort(last)
-	t.Logf("time to dead over %d trials (3 members, ProbeInterval %v, ProbeTimeout %v, SuspicionMult %d): first survivor median %v max %v; last survivor median %v max %v",
-		trials, DefaultConfig().ProbeInterval, DefaultConfig().ProbeTimeout, DefaultConfig().SuspicionMult,
+	d := DefaultConfig()
+	t.Logf("time to dead over %d trials (3 members, ProbeInterval %v, ProbeTimeout %v, SuspicionMult %d, SuspicionMaxTimeoutMult %d): first survivor median %v max %v; last survivor median %v max %v",
+		trials, d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult, d.SuspicionMaxTimeoutMult,
 		first[trials/2].Round(time.Millisecond), first[trials-1].Round(time.Millisecond),
 		last[trials/2].Round(time.Millisecond), last[trials-1].Round(time.Millisecond))
 	if last[trials-1] > limit {
