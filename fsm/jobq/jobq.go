@@ -303,6 +303,9 @@ func validName(name string) error {
 	if name == "" {
 		return invalid("name", "must not be empty")
 	}
+	if name == "." || name == ".." {
+		return invalid("name", "%q is not a job name", name)
+	}
 	if len(name) > MaxNameLen {
 		return invalid("name", "%q is longer than %d characters", name, MaxNameLen)
 	}

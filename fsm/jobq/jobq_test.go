@@ -155,6 +155,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"empty name", func(s *pb.JobSpec) { s.Name = "" }, "name"},
 		{"upper-case name", func(s *pb.JobSpec) { s.Name = "MNIST" }, "name"},
 		{"slash in name", func(s *pb.JobSpec) { s.Name = "a/b" }, "name"},
+		{"dot-dot name", func(s *pb.JobSpec) { s.Name = ".." }, "name"},
 		{"long name", func(s *pb.JobSpec) { s.Name = strings.Repeat("a", 64) }, "name"},
 		{"zero records per task", func(s *pb.JobSpec) { s.RecordsPerTask = 0 }, "records_per_task"},
 		{"negative records per task", func(s *pb.JobSpec) { s.RecordsPerTask = -1 }, "records_per_task"},
@@ -617,6 +618,25 @@ func TestSpeculativeCopy(t *testing.T) {
 			t.Errorf("after both died: %v", ts)
 		}
 	})
+	t.Run("an overdue backup is dropped, the primary runs on", func(t *testing.T) {
+		q := New()
+		slow, _ := speculativeSetup(t, q)
+		// Primary deadline t0+1s (floor); stretch it so the backup dies first.
+		q.jobs["j"].pending[q.jobs["j"].tasks[slow.Id].slot].primary.deadline = t0 + 100*sec
+		backup := mustTask(t, q, t0+3*sec, "j", "fast")
+		if n := mustExpire(t, q, backup.DeadlineUnixNano+1, "j"); n != 0 {
+			t.Fatalf("expired %d", n)
+		}
+		if ts := q.Tasks("j")[slow.Id]; ts.State != pb.TaskState_TASK_PENDING || ts.Epoch != slow.Epoch || ts.BackupEpoch != 0 {
+			t.Fatalf("after the backup died: %v", ts)
+		}
+		if mustFinish(t, q, t0+10*sec, "j", backup.Id, backup.Epoch, nil) {
+			t.Error("the dropped backup's finish was accepted")
+		}
+		if !mustFinish(t, q, t0+10*sec, "j", slow.Id, slow.Epoch, nil) {
+			t.Error("the primary's finish was rejected")
+		}
+	})
 	t.Run("requeue of the backup's trainer keeps the primary", func(t *testing.T) {
 		q := New()
 		slow, _ := speculativeSetup(t, q)
@@ -1009,5 +1029,31 @@ func TestUnmarshalRejectsCorruptSnapshots(t *testing.T) {
 	}
 	if !bytes.Equal(good, mustMarshal(t, dst)) {
 		t.Error("restore then marshal differs from the snapshot")
+	}
+}
+
+func TestJobsSorted(t *testing.T) {
+	q := New()
+	for _, name := range []string{"c", "a", "b-2", "b.1"} {
+		mustSubmit(t, q, t0, testSpec(name, 10, 1))
+	}
+	var got []string
+	for _, st := range q.Jobs() {
+		got = append(got, st.Name)
+	}
+	if want := []string{"a", "b-2", "b.1", "c"}; !slicesEqual(got, want) {
+		t.Errorf("Jobs() = %v, want %v", got, want)
+	}
+	if _, ok := q.Job("nope"); ok {
+		t.Error("Job of an unknown name found")
+	}
+	if q.Tasks("nope") != nil || q.EventSeq("nope") != 0 {
+		t.Error("Tasks/EventSeq of an unknown job")
+	}
+	// Job returns a deep copy.
+	st, _ := q.Job("a")
+	st.Spec.Name = "changed"
+	if st2, _ := q.Job("a"); st2.Spec.Name != "a" {
+		t.Error("Job shares the spec")
 	}
 }

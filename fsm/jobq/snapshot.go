@@ -47,7 +47,11 @@ func (e *enc) run(r run) { e.i(r.epoch); e.i(r.started); e.i(r.deadline); e.s(r.
 // MarshalBinary encodes the whole state deterministically (see the format
 // above). It does not change q.
 func (q *Queue) MarshalBinary() ([]byte, error) {
-	e := &enc{b: append(make([]byte, 0, 1024), snapshotMagic...)}
+	size := 1024
+	for _, j := range q.jobs {
+		size += 1024 + 8*int(j.nTasks) + 64*j.events.len()
+	}
+	e := &enc{b: append(make([]byte, 0, size), snapshotMagic...)}
 	e.u(snapshotVersion)
 	e.u(uint64(len(q.jobs)))
 	det := proto.MarshalOptions{Deterministic: true}
@@ -108,7 +112,6 @@ func (q *Queue) MarshalBinary() ([]byte, error) {
 			e.i(ts.until)
 		}
 		e.u(uint64(j.nTasks))
-		e.b = slices.Grow(e.b, 4*int(j.nTasks)+2*j.todo.len())
 		prevEpoch := int64(0)
 		for id := range j.nTasks {
 			t := &j.tasks[id]
@@ -403,9 +406,22 @@ func (d *dec) job(eventCap int) *job {
 	if ne > eventCap {
 		d.fail("job %q: %d events, more than %d", j.name, ne, eventCap)
 	}
+	j.events.buf = make([]event, 0, ne)
+	intern := map[string]string{}
+	str := func() string {
+		b := d.bytes()
+		if s, ok := intern[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		if len(intern) < 4096 {
+			intern[s] = s
+		}
+		return s
+	}
 	for range ne {
 		ev := event{seq: d.i(), unixNano: d.i(), typ: pb.JobEvent_Type(d.u()), pass: d.i32(), taskID: d.i(), epoch: d.i(),
-			examples: d.i(), version: d.i(), loss: d.f(), accuracy: d.f(), trainer: d.s(), message: d.s()}
+			examples: d.i(), version: d.i(), loss: d.f(), accuracy: d.f(), trainer: str(), message: str()}
 		j.events.push(ev)
 	}
 	return j
