@@ -947,6 +947,15 @@ func TestEvents(t *testing.T) {
 	if evs, err := q2.Events("j", 12, 0); err != nil || len(evs) != 10 || evs[9].Seq != 21 {
 		t.Errorf("restored events: %v, %v", len(evs), err)
 	}
+	// Into a smaller ring: the newest are kept.
+	q3 := New()
+	q3.eventCap = 4
+	if err := q3.UnmarshalBinary(mustMarshal(t, q)); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := q3.Events("j", 18, 0); err != nil || len(evs) != 4 || evs[0].Seq != 18 {
+		t.Errorf("restored into a smaller ring: %v, %v", len(evs), err)
+	}
 }
 
 func TestRecordEvent(t *testing.T) {
