@@ -34,6 +34,15 @@ func (f *fakeMeta) put(key string, val []byte) int64 {
 	return f.rev
 }
 
+func (f *fakeMeta) del(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.kvs[key]; ok {
+		f.rev++
+		delete(f.kvs, key)
+	}
+}
+
 func (f *fakeMeta) putLocked(key string, val []byte) {
 	kv, ok := f.kvs[key]
 	if !ok {

@@ -121,9 +121,12 @@ func (c *testCluster) restart(nd *testNode, wipe bool) {
 	c.start(nd)
 }
 
-// claim writes /jobs/<job>/ps/<slot> for incarnation inc held by nd.
+// claim (re)claims /jobs/<job>/ps/<slot> for incarnation inc held by nd: as
+// after a lease expiry, the old key is deleted and a new one created (new
+// create revision), the value written like pserver.PSValue.
 func (c *testCluster) claim(job string, slot int32, nd *testNode, inc int64) {
-	v := fmt.Sprintf(`{"index":%d,"node":%q,"addr":%q,"incarnation":"%d"}`, slot, nd.id, nd.addr, inc)
+	c.meta.del(PSKey(job, slot))
+	v := fmt.Sprintf(`{"node":%q,"addr":%q,"incarnation":%d}`, nd.id, nd.addr, inc)
 	c.meta.put(PSKey(job, slot), []byte(v))
 }
 

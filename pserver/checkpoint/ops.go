@@ -85,6 +85,13 @@ func listFrom(ptrs map[int32]*pb.CheckpointPointer, metrics Metrics, manifest fu
 				}
 			}
 		}
+		if vi.NumPservers == 0 {
+			// A kept version whose manifest was not read: assume the layout
+			// of the slots naming it.
+			for _, s := range vi.Slots {
+				vi.NumPservers = max(vi.NumPservers, ptrs[s].GetNumPservers())
+			}
+		}
 		slices.Sort(vi.Slots)
 		for r := range reps {
 			vi.Replicas = append(vi.Replicas, r)

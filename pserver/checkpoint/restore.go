@@ -24,6 +24,11 @@ type RestoreRequest struct {
 	// VShards the slot needs. nil means every vshard v of the checkpoint
 	// with v % NumPservers == Slot.
 	VShards []int32
+	// Async selects per-slot restore for async jobs, whose slots checkpoint
+	// at unrelated versions: each old slot contributes its own newest usable
+	// version. false (sync jobs) restores one version that every old slot
+	// names: a globally consistent cut.
+	Async bool
 }
 
 // Pointers reads every slot's pointer of job: slot → pointer. Undecodable
@@ -106,6 +111,18 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 		rec.Reason = "initializer: no checkpoint pointer for job " + req.Job
 		log.Info("restore: no checkpoint; initializer", "reason", rec.Reason)
 		return nil, rec, nil
+	}
+	if req.Async {
+		got, ok := m.restoreAsync(ctx, req, ptrs, rec)
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			log.Warn("restore: no usable checkpoint; initializer", "reason", rec.Reason)
+			return nil, rec, nil
+		}
+		log.Info("restored checkpoint", "version", rec.Version, "md5", rec.Md5, "source", rec.Source, "vshards", len(got), "reason", rec.Reason)
+		return got, rec, nil
 	}
 	var failures []string
 	for _, v := range versions {
@@ -261,36 +278,73 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 		mans[s] = lm
 		return lm, nil
 	}
-	need := req.VShards
-	if need == nil {
-		for s := int32(0); s < oldP; s++ {
-			lm, err := load(s)
-			if err != nil {
-				return nil, "", "", err
-			}
-			for _, r := range lm.m.VShards {
-				if r.ID%req.NumPservers == req.Slot {
-					need = append(need, r.ID)
-				}
-			}
-		}
-		slices.Sort(need)
-	}
-	out := make(map[int32][]byte, len(need))
-	used := map[int32]bool{}
+	out := map[int32][]byte{}
 	srcUsed := map[string]bool{}
-	for _, id := range need {
-		if err := ctx.Err(); err != nil {
-			return nil, "", "", err
+	var parts []string
+	for s := int32(0); s < oldP; s++ {
+		need, ok := neededFrom(req, s, oldP)
+		if !ok {
+			continue // the request names no vshard of old slot s
 		}
-		old := id % oldP
-		lm, err := load(old)
+		lm, err := load(s)
 		if err != nil {
 			return nil, "", "", err
 		}
+		n, err := m.fetchBlobs(ctx, lm, req, need, out, srcUsed)
+		if err != nil {
+			return nil, "", "", err
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d:%s", s, lm.md5))
+		}
+	}
+	if err := checkAllFound(req, out); err != nil {
+		return nil, "", "", err
+	}
+	return out, joinMD5s(parts), joinSources(srcUsed), nil
+}
+
+// neededFrom returns the requested vshards old slot s (of oldP) holds; nil
+// with ok=true means "those of the manifest that the new slot owns".
+func neededFrom(req RestoreRequest, s, oldP int32) (need []int32, ok bool) {
+	if req.VShards == nil {
+		return nil, true
+	}
+	for _, id := range req.VShards {
+		if id%oldP == s {
+			need = append(need, id)
+		}
+	}
+	return need, len(need) > 0
+}
+
+func checkAllFound(req RestoreRequest, out map[int32][]byte) error {
+	for _, id := range req.VShards {
+		if _, ok := out[id]; !ok {
+			return fmt.Errorf("vshard %d is in no manifest", id)
+		}
+	}
+	return nil
+}
+
+// fetchBlobs reads into out the blobs of lm's manifest that the request
+// needs (need, or if nil every vshard v with v % req.NumPservers ==
+// req.Slot), each from the first source that returns it MD5-intact.
+func (m *Manager) fetchBlobs(ctx context.Context, lm *loadedManifest, req RestoreRequest, need []int32, out map[int32][]byte, srcUsed map[string]bool) (int, error) {
+	if need == nil {
+		for _, r := range lm.m.VShards {
+			if r.ID%req.NumPservers == req.Slot {
+				need = append(need, r.ID)
+			}
+		}
+	}
+	for _, id := range need {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		i := slices.IndexFunc(lm.m.VShards, func(r VShardRef) bool { return r.ID == id })
 		if i < 0 {
-			return nil, "", "", fmt.Errorf("vshard %d is not in manifest %s", id, lm.m.Key())
+			return 0, fmt.Errorf("vshard %d is not in manifest %s", id, lm.m.Key())
 		}
 		ref := lm.m.VShards[i]
 		var errs []string
@@ -309,30 +363,97 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 			break
 		}
 		if _, ok := out[id]; !ok {
-			return nil, "", "", fmt.Errorf("vshard %d blob %s: %s", id, ref.MD5, strings.Join(errs, ", "))
+			return 0, fmt.Errorf("vshard %d blob %s: %s", id, ref.MD5, strings.Join(errs, ", "))
 		}
-		used[old] = true
 	}
-	// Record which manifests the blobs came from.
-	var olds []int32
-	for s := range used {
-		olds = append(olds, s)
+	return len(need), nil
+}
+
+func joinMD5s(parts []string) string {
+	if len(parts) == 1 {
+		_, h, _ := strings.Cut(parts[0], ":")
+		return h
 	}
-	slices.Sort(olds)
-	var md5s string
-	if len(olds) == 1 {
-		md5s = mans[olds[0]].md5
-	} else {
-		parts := make([]string, len(olds))
-		for i, s := range olds {
-			parts[i] = fmt.Sprintf("%d:%s", s, mans[s].md5)
-		}
-		md5s = strings.Join(parts, ",")
-	}
-	var srcs []string
-	for id := range srcUsed {
+	return strings.Join(parts, ",")
+}
+
+func joinSources(used map[string]bool) string {
+	srcs := make([]string, 0, len(used))
+	for id := range used {
 		srcs = append(srcs, id)
 	}
 	slices.Sort(srcs)
-	return out, md5s, strings.Join(srcs, ","), nil
+	return strings.Join(srcs, ",")
+}
+
+// restoreAsync restores an async job: versions are per slot (no global
+// cut), so each old slot independently uses its newest version that works,
+// falling back through its kept versions. The old layout is the one of the
+// most recently written pointer.
+func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map[int32]*pb.CheckpointPointer, rec *pb.RestoreRecord) (map[int32][]byte, bool) {
+	var newest *pb.CheckpointPointer
+	for _, p := range ptrs {
+		if newest == nil || p.GetTimestampUnixNano() > newest.GetTimestampUnixNano() {
+			newest = p
+		}
+	}
+	oldP := newest.GetNumPservers()
+	if oldP <= 0 {
+		rec.Reason = "initializer: newest pointer has no num_pservers"
+		return nil, false
+	}
+	out := map[int32][]byte{}
+	srcUsed := map[string]bool{}
+	var parts, failures, used []string
+	var maxV int64
+	for s := int32(0); s < oldP; s++ {
+		need, ok := neededFrom(req, s, oldP)
+		if !ok {
+			continue
+		}
+		p := ptrs[s]
+		if p == nil || p.GetNumPservers() != oldP {
+			rec.Reason = fmt.Sprintf("initializer: old slot %d of %d has no pointer of that layout", s, oldP)
+			return nil, false
+		}
+		done := false
+		for _, v := range append([]int64{p.GetVersion()}, p.GetKeptVersions()...) {
+			lm, err := m.manifestOf(ctx, req.Job, s, p, v)
+			if err == nil && lm.m.NumPservers != oldP {
+				err = fmt.Errorf("%w: manifest %s has %d pservers, want %d", ErrCorrupt, lm.m.Key(), lm.m.NumPservers, oldP)
+			}
+			part := map[int32][]byte{}
+			if err == nil {
+				_, err = m.fetchBlobs(ctx, lm, req, need, part, srcUsed)
+			}
+			if err != nil {
+				m.logger.Warn("restore: old slot version unusable; trying an older one", "old_slot", s, "version", v, "err", err)
+				failures = append(failures, fmt.Sprintf("slot %d version %d: %v", s, v, err))
+				continue
+			}
+			for id, b := range part {
+				out[id] = b
+			}
+			parts = append(parts, fmt.Sprintf("%d:%s", s, lm.md5))
+			used = append(used, fmt.Sprintf("slot %d version %d", s, v))
+			maxV = max(maxV, v)
+			done = true
+			break
+		}
+		if !done {
+			rec.Reason = "initializer: every kept version failed: " + strings.Join(failures, "; ")
+			return nil, false
+		}
+	}
+	if err := checkAllFound(req, out); err != nil {
+		rec.Reason = "initializer: " + err.Error()
+		return nil, false
+	}
+	rec.Version, rec.Md5, rec.Source = maxV, joinMD5s(parts), joinSources(srcUsed)
+	if len(failures) == 0 {
+		rec.Reason = "newest (async, per slot: " + strings.Join(used, ", ") + ")"
+	} else {
+		rec.Reason = "fallback: " + strings.Join(failures, "; ") + " (async, per slot: " + strings.Join(used, ", ") + ")"
+	}
+	return out, true
 }

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -406,8 +405,8 @@ func (m *Manager) checkFence(psKV *pb.KeyValue, req WriteRequest) error {
 	return nil
 }
 
-// commitPointer writes the pointer iff the ps key and the pointer are
-// unchanged since they were read (mod revision and value compares).
+// commitPointer writes the pointer iff the slot's claim (ps key create
+// revision) and the pointer (mod revision) are unchanged since read.
 func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptrKV *pb.KeyValue, val []byte) error {
 	psKey := []byte(PSKey(req.Job, req.Slot))
 	ptrKey := []byte(PointerKey(req.Job, req.Slot))
@@ -417,8 +416,10 @@ func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptr
 	}
 	txn := &pb.TxnRequest{
 		Compare: []*pb.Compare{
-			{Key: psKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: psKV.GetModRevision()}},
-			{Key: psKey, Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: psKV.GetValue()}},
+			// The claim's create revision: it changes only if the claim was
+			// lost (lease expired, key deleted) and the slot re-claimed. The
+			// incarnation in the value was checked against it when read.
+			{Key: psKey, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: psKV.GetCreateRevision()}},
 			{Key: ptrKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: ptrMod}},
 		},
 		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: ptrKey, Value: val}}}},
@@ -441,7 +442,7 @@ func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptr
 			nowPS = kvs[0]
 		}
 	}
-	if nowPS == nil || nowPS.GetModRevision() != psKV.GetModRevision() || !bytes.Equal(nowPS.GetValue(), psKV.GetValue()) {
+	if nowPS == nil || nowPS.GetCreateRevision() != psKV.GetCreateRevision() {
 		return fmt.Errorf("%w: %s changed while checkpointing version %d (incarnation %d)", ErrFenced, psKey, req.Version, req.Incarnation)
 	}
 	return fmt.Errorf("%w: pointer %s moved concurrently", ErrStaleVersion, ptrKey)
