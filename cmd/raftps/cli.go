@@ -162,6 +162,7 @@ with an existing data dir, and for a node added to a running cluster:
 	f.StringSliceVar(&cfg.Roles, "roles", []string{"server", "pserver", "trainer"}, "roles: server, pserver, trainer")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&key, "gossip-key", "", "gossip encryption key (16, 24 or 32 bytes)")
+	f.StringVar(&cfg.DatasetDir, "dataset-dir", "", "dataset directory of this node's trainers (default: the job's dataset path)")
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", 500*time.Millisecond, "Raft election timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "raft-leader-lease-timeout", 250*time.Millisecond, "Raft leader lease timeout")

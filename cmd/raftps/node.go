@@ -22,6 +22,7 @@ import (
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/service"
@@ -42,6 +43,8 @@ type NodeConfig struct {
 	// 0 with no Join bootstraps a single-node cluster.
 	BootstrapExpect int
 	Roles           []string
+	// DatasetDir, if set, replaces the jobs' dataset path for this node's trainers.
+	DatasetDir string
 	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
 	GossipKey []byte
 
@@ -101,6 +104,7 @@ type Node struct {
 	http    *http.Server
 	httpLis net.Listener
 	master  *master.Master
+	ckpt    *checkpoint.Manager
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -396,4 +400,3 @@ func (n *Node) Close() error {
 
 // dataDirOf is where role agents keep their files.
 func (n *Node) dataDirOf(sub string) string { return filepath.Join(n.cfg.DataDir, sub) }
-

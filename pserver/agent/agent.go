@@ -1,0 +1,501 @@
+// Package agent runs the pserver role of a node: it claims free parameter
+// server slots of running jobs under the node's lease, restores each from
+// its newest checkpoint (or the initializer), serves it, feeds it the job's
+// trainer membership, checkpoints it by the job's policy, and fences it the
+// moment the claim is lost.
+//
+//	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, server, ckpt, members)
+//	go a.Run(ctx)
+//
+// The agent decides nothing about other nodes: every claim is a Txn under
+// its lease, so two agents can never serve the same slot at the same
+// incarnation (DESIGN.md §5, §6).
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/checkpoint"
+)
+
+// Meta is what the agent needs of the metadata store.
+type Meta interface {
+	pserver.Meta
+	LeaseRevoke(ctx context.Context, id int64) error
+	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error
+	Jobs() []*pb.JobStatus
+}
+
+// Members counts the alive nodes with the pserver role (fair share of slots).
+type Members interface {
+	PServerNodes() int
+}
+
+// Config of the agent.
+type Config struct {
+	NodeID string
+	// Addr is this node's gRPC address, where its PServer service listens.
+	Addr string
+	// LeaseTTL of the node's pserver lease in seconds (default 5).
+	LeaseTTL int64
+	// Poll is the interval between reconciliations (default 300ms).
+	Poll   time.Duration
+	Logger *slog.Logger
+}
+
+// Agent runs the pserver role.
+type Agent struct {
+	cfg     Config
+	meta    Meta
+	server  *pserver.Server
+	ckpt    *checkpoint.Manager
+	members Members
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	lease  int64
+	hosted map[slotKey]*hosted
+	wg     sync.WaitGroup
+}
+
+type slotKey struct {
+	job  string
+	slot int32
+}
+
+type hosted struct {
+	key         slotKey
+	spec        *pb.JobSpec
+	slot        *pserver.Slot
+	incarnation int64
+	trainers    string // sorted, comma-joined: last SetTrainers
+	writer      *checkpoint.Writer
+
+	ckptMu        sync.Mutex // one checkpoint at a time
+	lastCkptStep  int64
+	lastCkptTime  time.Time
+	lastVersion   int64
+	checkpointing bool
+}
+
+// New returns an agent; Run starts it.
+func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager, members Members) *Agent {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 300 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
+		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
+}
+
+// Run reconciles until ctx ends, then releases its slots (a graceful stop
+// hands them over at once instead of waiting for the lease to expire).
+func (a *Agent) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Poll)
+	defer t.Stop()
+	lastKeepAlive := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			a.release()
+			return nil
+		case <-t.C:
+		}
+		if err := a.ensureLease(ctx, &lastKeepAlive); err != nil {
+			a.log.Warn("pserver lease", "err", err)
+			continue
+		}
+		a.reconcile(ctx)
+	}
+}
+
+// ensureLease grants the node's pserver lease or keeps it alive; when the
+// lease is gone every hosted slot is fenced at once.
+func (a *Agent) ensureLease(ctx context.Context, last *time.Time) error {
+	a.mu.Lock()
+	lease := a.lease
+	a.mu.Unlock()
+	if lease != 0 && time.Since(*last) < time.Duration(a.cfg.LeaseTTL)*time.Second/3 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if lease != 0 {
+		_, err := a.meta.LeaseKeepAlive(cctx, lease)
+		if err == nil {
+			*last = time.Now()
+			return nil
+		}
+		if !isNotFound(err) {
+			return fmt.Errorf("keepalive lease %d: %w", lease, err)
+		}
+		a.log.Warn("pserver lease lost: fencing every hosted slot", "lease", lease)
+		a.fenceAll("lease lost")
+	}
+	id, err := a.meta.LeaseGrant(cctx, a.cfg.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("grant lease: %w", err)
+	}
+	a.mu.Lock()
+	a.lease = id
+	a.mu.Unlock()
+	*last = time.Now()
+	a.log.Info("pserver lease granted", "lease", id, "ttl_s", a.cfg.LeaseTTL)
+	return nil
+}
+
+func isNotFound(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "NotFound"))
+}
+
+func (a *Agent) fenceAll(reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, h := range a.hosted {
+		a.server.Unhost(k.job, k.slot)
+		h.slot.Fence()
+		delete(a.hosted, k)
+		a.log.Warn("slot fenced", "job", k.job, "slot", k.slot, "reason", reason)
+	}
+	a.lease = 0
+}
+
+// reconcile: drop slots of ended jobs and slots whose claim is gone, claim
+// free slots up to a fair share, feed trainer membership, checkpoint.
+func (a *Agent) reconcile(ctx context.Context) {
+	running := map[string]*pb.JobStatus{}
+	for _, j := range a.meta.Jobs() {
+		if j.State == pb.JobState_JOB_RUNNING && j.Spec != nil {
+			running[j.Name] = j
+		}
+	}
+	a.mu.Lock()
+	var ended []*hosted
+	for k, h := range a.hosted {
+		if running[k.job] == nil {
+			ended = append(ended, h)
+			delete(a.hosted, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range ended {
+		a.finish(ctx, h)
+	}
+	names := make([]string, 0, len(running))
+	for n := range running {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		a.reconcileJob(ctx, running[name].Spec)
+	}
+}
+
+func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
+	job := spec.Name
+	prefix := "/jobs/" + job + "/ps/"
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), Serializable: true})
+	cancel()
+	if err != nil {
+		return
+	}
+	claims := map[int32]pserver.PSValue{}
+	for _, kv := range resp.Kvs {
+		idx, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			continue
+		}
+		var v pserver.PSValue
+		if json.Unmarshal(kv.Value, &v) == nil {
+			claims[int32(idx)] = v
+		}
+	}
+	// Slots we host whose claim moved or vanished: fence at once.
+	mine := 0
+	a.mu.Lock()
+	for k, h := range a.hosted {
+		if k.job != job {
+			continue
+		}
+		c, ok := claims[k.slot]
+		if ok && c.Node == a.cfg.NodeID && (c.Incarnation == 0 || c.Incarnation == h.incarnation) {
+			mine++
+			continue
+		}
+		a.server.Unhost(k.job, k.slot)
+		h.slot.Fence()
+		delete(a.hosted, k)
+		a.log.Warn("slot claim lost: fenced", "job", job, "slot", k.slot, "incarnation", h.incarnation)
+	}
+	lease := a.lease
+	a.mu.Unlock()
+
+	nodes := a.members.PServerNodes()
+	if nodes < 1 {
+		nodes = 1
+	}
+	share := (int(spec.NumPservers) + nodes - 1) / nodes
+	for i := int32(0); i < spec.NumPservers && mine < share && lease != 0; i++ {
+		if _, taken := claims[i]; taken {
+			continue
+		}
+		if err := a.claim(ctx, spec, i, lease); err != nil {
+			a.log.Warn("claim slot", "job", job, "slot", i, "err", err)
+			continue
+		}
+		if a.hosting(job, i) {
+			mine++
+		}
+	}
+	a.feedTrainers(ctx, job)
+	a.maybeCheckpoint(ctx, job)
+}
+
+func (a *Agent) hosting(job string, slot int32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.hosted[slotKey{job, slot}]
+	return ok
+}
+
+// claim takes slot i under lease, restores it and serves it.
+func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int64) error {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
+	cancel()
+	if err != nil || !ok {
+		return err
+	}
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers})
+	rcancel()
+	if err != nil {
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("restore: %w", err)
+	}
+	var s *pserver.Slot
+	if blobs != nil {
+		s, err = pserver.RestoreSlot(spec, i, spec.NumPservers, blobs)
+		if err != nil {
+			rec.Reason = "initializer: restored blobs do not decode: " + err.Error()
+			a.log.Error("restore: blobs do not decode; initializer", "job", spec.Name, "slot", i, "err", err)
+			blobs = nil
+		}
+	}
+	if blobs == nil {
+		if s, err = pserver.NewSlot(spec, i, spec.NumPservers); err != nil {
+			a.releaseKey(ctx, spec.Name, i, inc)
+			return fmt.Errorf("new slot: %w", err)
+		}
+		rec.Version = 0
+	}
+	s.SetIncarnation(inc)
+	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc,
+		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now()}
+	a.mu.Lock()
+	a.hosted[h.key] = h
+	a.mu.Unlock()
+	a.feedTrainersTo(ctx, h)
+	a.server.Host(spec.Name, i, s)
+	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc,
+		"restored_version", rec.Version, "md5", rec.Md5, "source", rec.Source, "reason", rec.Reason,
+		"step", s.Step(), "took", time.Since(start).Round(time.Millisecond))
+	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
+		Version: rec.Version, Message: fmt.Sprintf("slot %d on %s: version %d md5 %s from %s: %s", i, a.cfg.NodeID, rec.Version, rec.Md5, rec.Source, rec.Reason)})
+	return nil
+}
+
+// feedTrainers gives every hosted slot of job the job's live trainers.
+func (a *Agent) feedTrainers(ctx context.Context, job string) {
+	a.mu.Lock()
+	var hs []*hosted
+	for k, h := range a.hosted {
+		if k.job == job {
+			hs = append(hs, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range hs {
+		a.feedTrainersTo(ctx, h)
+	}
+}
+
+func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
+	prefix := "/jobs/" + h.key.job + "/trainers/"
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), KeysOnly: true, Serializable: true})
+	cancel()
+	if err != nil {
+		return
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	sort.Strings(ids)
+	joined := strings.Join(ids, ",")
+	if joined == h.trainers {
+		return
+	}
+	h.trainers = joined
+	h.slot.SetTrainers(ids)
+	a.log.Info("sync membership", "job", h.key.job, "slot", h.key.slot, "trainers", joined)
+}
+
+// maybeCheckpoint starts a checkpoint of each hosted slot of job whose
+// policy is due (every N steps and/or T seconds).
+func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
+	a.mu.Lock()
+	var due []*hosted
+	for k, h := range a.hosted {
+		if k.job != job || h.spec.Checkpoint == nil {
+			continue
+		}
+		p := h.spec.Checkpoint
+		step := h.slot.Step()
+		if (p.EverySteps > 0 && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
+			(p.EverySeconds > 0 && time.Since(h.lastCkptTime) >= time.Duration(p.EverySeconds)*time.Second && step > h.lastCkptStep) {
+			due = append(due, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range due {
+		h.ckptMu.Lock()
+		if h.checkpointing {
+			h.ckptMu.Unlock()
+			continue
+		}
+		h.checkpointing = true
+		h.ckptMu.Unlock()
+		a.wg.Add(1)
+		go func(h *hosted) {
+			defer a.wg.Done()
+			defer func() { h.ckptMu.Lock(); h.checkpointing = false; h.ckptMu.Unlock() }()
+			_, _ = a.checkpoint(ctx, h, h.slot.Snapshot())
+		}(h)
+	}
+}
+
+// checkpoint writes one snapshot of a slot through the checkpoint protocol.
+func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSnapshot) (*pb.CheckpointPointer, error) {
+	start := time.Now()
+	blobs := make(map[int32][]byte, len(snap.VShards))
+	for v := range snap.VShards {
+		b, err := pserver.EncodeVShard(snap, v)
+		if err != nil {
+			return nil, err
+		}
+		blobs[v] = b
+	}
+	version := checkpointVersion(h.spec, snap)
+	if version <= h.lastVersion {
+		return nil, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ptr, err := h.writer.Checkpoint(cctx, checkpoint.WriteRequest{Job: h.key.job, Slot: h.key.slot, NumPservers: h.spec.NumPservers,
+		Version: version, Step: snap.Step, Incarnation: h.incarnation, Blobs: blobs, Policy: h.spec.Checkpoint})
+	if err != nil {
+		if errors.Is(err, checkpoint.ErrFenced) {
+			a.log.Warn("checkpoint fenced: slot lost; stop serving", "job", h.key.job, "slot", h.key.slot)
+			h.slot.Fence()
+		} else {
+			a.log.Warn("checkpoint failed", "job", h.key.job, "slot", h.key.slot, "version", version, "err", err)
+		}
+		return nil, err
+	}
+	h.ckptMu.Lock()
+	h.lastCkptStep = snap.Step
+	h.lastCkptTime = time.Now()
+	h.lastVersion = version
+	h.ckptMu.Unlock()
+	a.log.Info("checkpoint committed", "job", h.key.job, "slot", h.key.slot, "version", ptr.Version, "md5", ptr.Md5,
+		"bytes", ptr.Bytes, "replicas", ptr.Replicas, "took", time.Since(start).Round(time.Millisecond))
+	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
+		Message: fmt.Sprintf("slot %d version %d md5 %s replicas %s", h.key.slot, ptr.Version, ptr.Md5, strings.Join(ptr.Replicas, ","))})
+	return ptr, nil
+}
+
+// checkpointVersion names a snapshot's version. Sync jobs: the step rounded
+// down to a multiple of every_steps, so that every slot labels the
+// snapshot it takes when crossing the same multiple with the same version
+// and Restore finds a version all slots have. Async jobs: the slot's step.
+func checkpointVersion(spec *pb.JobSpec, snap *pserver.SlotSnapshot) int64 {
+	n := spec.GetCheckpoint().GetEverySteps()
+	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && n > 0 {
+		return snap.Step / n * n
+	}
+	return snap.Step
+}
+
+// finish handles a slot of a job that ended: a last checkpoint, then stop
+// serving and release the claim.
+func (a *Agent) finish(ctx context.Context, h *hosted) {
+	snap := h.slot.Snapshot()
+	if h.spec.Checkpoint != nil && snap.Step > h.lastCkptStep {
+		_, _ = a.checkpoint(ctx, h, snap)
+	}
+	a.server.Unhost(h.key.job, h.key.slot)
+	h.slot.Close()
+	a.releaseKey(ctx, h.key.job, h.key.slot, h.incarnation)
+	a.log.Info("job ended: slot released", "job", h.key.job, "slot", h.key.slot, "step", snap.Step)
+}
+
+// releaseKey deletes our claim of a slot: only if its create revision is
+// still our incarnation, so a claim taken over meanwhile is left alone.
+func (a *Agent) releaseKey(ctx context.Context, job string, slot int32, incarnation int64) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	k := []byte(pserver.PSKey(job, slot))
+	_, _ = a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{{Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, Key: k, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: incarnation}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: k}}}},
+	})
+}
+
+// release revokes the node's pserver lease at shutdown: every claim goes
+// with it, so other nodes take the slots over without waiting for the TTL.
+func (a *Agent) release() {
+	a.wg.Wait()
+	a.mu.Lock()
+	lease := a.lease
+	for k, h := range a.hosted {
+		a.server.Unhost(k.job, k.slot)
+		h.slot.Fence()
+		delete(a.hosted, k)
+	}
+	a.lease = 0
+	a.mu.Unlock()
+	if lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := a.meta.LeaseRevoke(ctx, lease); err != nil {
+			a.log.Warn("revoke pserver lease at shutdown", "err", err)
+		}
+	}
+}
+
+func prefixEnd(p string) []byte {
+	end := []byte(p)
+	end[len(end)-1]++
+	return end
+}

@@ -1,0 +1,378 @@
+// Package agent runs the trainer role of a node: for every running job whose
+// dataset is on this node it registers a trainer under the node's lease
+// (/jobs/<job>/trainers/<id>) and runs a trainer.Trainer against the master
+// and the job's pservers until the job ends.
+//
+//	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, masterSvc)
+//	go a.Run(ctx)
+//
+// A trainer holds no state that must survive it: if the node dies its lease
+// expires (or the master revokes it when gossip declares the node dead), its
+// pending tasks are requeued and the pservers' sync steps go on without it.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/trainer"
+	"github.com/raftps/raftps/trainer/dataset"
+)
+
+// Meta is what the agent needs of the metadata store.
+type Meta interface {
+	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
+	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	LeaseGrant(ctx context.Context, ttl int64) (int64, error)
+	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
+	LeaseRevoke(ctx context.Context, id int64) error
+	Jobs() []*pb.JobStatus
+}
+
+// MasterAPI is the Master service (in-process on the node; it forwards to
+// the leader through Raft).
+type MasterAPI interface {
+	GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
+	TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
+	TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
+	GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error)
+}
+
+// Config of the agent.
+type Config struct {
+	NodeID string
+	// Addr is this node's gRPC address (recorded in the trainer's key).
+	Addr string
+	// Trainers per job on this node (default 1); trainer ids are NodeID, NodeID-2, ...
+	Trainers int
+	// LeaseTTL of the trainers' lease in seconds (default 5).
+	LeaseTTL int64
+	// Poll between reconciliations (default 500ms).
+	Poll time.Duration
+	// DataDir, if set, replaces the jobs' dataset path on this node.
+	DataDir string
+	Logger  *slog.Logger
+}
+
+// Agent runs the trainer role.
+type Agent struct {
+	cfg    Config
+	meta   Meta
+	master MasterAPI
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	lease   int64
+	running map[string]*run // by trainer key
+	wg      sync.WaitGroup
+}
+
+type run struct {
+	job, id string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	t       *trainer.Trainer
+}
+
+// New returns an agent; Run starts it.
+func New(cfg Config, meta Meta, master MasterAPI) *Agent {
+	if cfg.Trainers <= 0 {
+		cfg.Trainers = 1
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Agent{cfg: cfg, meta: meta, master: master, log: cfg.Logger.With("component", "trainer-agent"),
+		running: map[string]*run{}}
+}
+
+// Run reconciles until ctx ends; then stops its trainers and revokes the
+// lease so their tasks are requeued at once.
+func (a *Agent) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Poll)
+	defer t.Stop()
+	var lastKA time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			a.stopAll()
+			return nil
+		case <-t.C:
+		}
+		if err := a.ensureLease(ctx, &lastKA); err != nil {
+			a.log.Warn("trainer lease", "err", err)
+			continue
+		}
+		a.reconcile(ctx)
+	}
+}
+
+func (a *Agent) ensureLease(ctx context.Context, last *time.Time) error {
+	a.mu.Lock()
+	lease := a.lease
+	a.mu.Unlock()
+	if lease != 0 && time.Since(*last) < time.Duration(a.cfg.LeaseTTL)*time.Second/3 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if lease != 0 {
+		if _, err := a.meta.LeaseKeepAlive(cctx, lease); err == nil {
+			*last = time.Now()
+			return nil
+		} else if !strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "NotFound") {
+			return err
+		}
+		a.log.Warn("trainer lease lost: re-registering trainers", "lease", lease)
+	}
+	id, err := a.meta.LeaseGrant(cctx, a.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.lease = id
+	for _, r := range a.running {
+		_ = a.register(ctx, r.job, r.id, id)
+	}
+	a.mu.Unlock()
+	*last = time.Now()
+	return nil
+}
+
+func trainerKey(job, id string) string { return "/jobs/" + job + "/trainers/" + id }
+
+func (a *Agent) register(ctx context.Context, job, id string, lease int64) error {
+	v, _ := json.Marshal(map[string]string{"node": a.cfg.NodeID, "addr": a.cfg.Addr})
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := a.meta.Put(cctx, &pb.PutRequest{Key: []byte(trainerKey(job, id)), Value: v, Lease: lease})
+	return err
+}
+
+func (a *Agent) reconcile(ctx context.Context) {
+	jobs := a.meta.Jobs()
+	live := map[string]bool{}
+	for _, j := range jobs {
+		if j.State != pb.JobState_JOB_RUNNING || j.Spec == nil {
+			continue
+		}
+		for k := 0; k < a.cfg.Trainers; k++ {
+			id := a.cfg.NodeID
+			if k > 0 {
+				id = a.cfg.NodeID + "-" + strconv.Itoa(k+1)
+			}
+			key := trainerKey(j.Name, id)
+			live[key] = true
+			a.mu.Lock()
+			_, ok := a.running[key]
+			a.mu.Unlock()
+			if !ok {
+				a.start(ctx, j.Spec, id)
+			}
+		}
+	}
+	a.mu.Lock()
+	for key, r := range a.running {
+		select {
+		case <-r.done:
+			if !live[key] {
+				delete(a.running, key)
+			} else {
+				// The trainer returned while the job still runs (an error):
+				// restart it on the next round.
+				delete(a.running, key)
+			}
+		default:
+			if !live[key] {
+				r.cancel()
+			}
+		}
+	}
+	a.mu.Unlock()
+}
+
+// start loads the dataset (so that the trainer does not hold a sync step
+// while it reads), registers the trainer and runs it.
+func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
+	dir := spec.GetDataset().GetPath()
+	if a.cfg.DataDir != "" {
+		dir = a.cfg.DataDir
+	}
+	if _, err := dataset.LoadFashionMNIST(dir, "train"); err != nil {
+		a.log.Warn("dataset not on this node: no trainer here", "job", spec.Name, "dir", dir, "err", err)
+		return
+	}
+	ps, err := pserver.NewClient(spec, id, &resolver{meta: a.meta})
+	if err != nil {
+		a.log.Error("pserver client", "job", spec.Name, "err", err)
+		return
+	}
+	tr, err := trainer.New(trainer.Config{ID: id, Job: spec.Name, DataDir: a.cfg.DataDir, Logger: a.cfg.Logger.With("trainer", id)},
+		masterAdapter{a.master}, &psAdapter{c: ps})
+	if err != nil {
+		a.log.Error("trainer", "job", spec.Name, "err", err)
+		ps.Close()
+		return
+	}
+	a.mu.Lock()
+	lease := a.lease
+	a.mu.Unlock()
+	if err := a.register(ctx, spec.Name, id, lease); err != nil {
+		a.log.Warn("register trainer", "job", spec.Name, "id", id, "err", err)
+		ps.Close()
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &run{job: spec.Name, id: id, cancel: cancel, done: make(chan struct{}), t: tr}
+	a.mu.Lock()
+	a.running[trainerKey(spec.Name, id)] = r
+	a.mu.Unlock()
+	a.log.Info("trainer started", "job", spec.Name, "id", id)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer close(r.done)
+		defer ps.Close()
+		err := tr.Run(rctx)
+		st := tr.Stats()
+		a.log.Info("trainer stopped", "job", spec.Name, "id", id, "err", err, "tasks", st.Tasks, "examples_per_s", fmt.Sprintf("%.0f", st.ExamplesPerSec()))
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer dcancel()
+		_, _ = a.meta.DeleteRange(dctx, &pb.DeleteRangeRequest{Key: []byte(trainerKey(spec.Name, id))})
+	}()
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	for _, r := range a.running {
+		r.cancel()
+	}
+	lease := a.lease
+	a.lease = 0
+	a.mu.Unlock()
+	a.wg.Wait()
+	if lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = a.meta.LeaseRevoke(ctx, lease)
+	}
+}
+
+// resolver finds a job's pserver slots in /jobs/<job>/ps/.
+type resolver struct{ meta Meta }
+
+func (r *resolver) Slots(ctx context.Context, job string) (map[int32]string, error) {
+	prefix := "/jobs/" + job + "/ps/"
+	end := []byte(prefix)
+	end[len(end)-1]++
+	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, Serializable: true})
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]string{}
+	for _, kv := range resp.Kvs {
+		idx, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			continue
+		}
+		var v pserver.PSValue
+		if json.Unmarshal(kv.Value, &v) == nil && v.Addr != "" {
+			out[int32(idx)] = v.Addr
+		}
+	}
+	return out, nil
+}
+
+// masterAdapter fits MasterAPI to trainer.Master.
+type masterAdapter struct{ m MasterAPI }
+
+func (m masterAdapter) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	return m.m.GetTask(ctx, req)
+}
+func (m masterAdapter) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	return m.m.TaskFinished(ctx, req)
+}
+func (m masterAdapter) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	return m.m.TaskFailed(ctx, req)
+}
+func (m masterAdapter) GetJob(ctx context.Context, name string) (*pb.JobStatus, error) {
+	resp, err := m.m.GetJob(ctx, &pb.GetJobRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Status, nil
+}
+
+// psAdapter fits pserver.Client to trainer.PS.
+type psAdapter struct {
+	c   *pserver.Client
+	buf map[string][]float32
+}
+
+func (p *psAdapter) version() int64 {
+	vs := p.c.Versions()
+	if len(vs) == 0 {
+		return 0
+	}
+	v := vs[0]
+	for _, x := range vs[1:] {
+		if x < v {
+			v = x
+		}
+	}
+	return v
+}
+
+func (p *psAdapter) Pull(ctx context.Context) (map[string][]float32, int64, error) {
+	if p.buf == nil {
+		p.buf = p.c.NewParams()
+	}
+	if err := p.c.Pull(ctx, p.buf); err != nil {
+		return nil, 0, err
+	}
+	return p.buf, p.version(), nil
+}
+
+func (p *psAdapter) PullRows(ctx context.Context, name string, rows []int64) ([]float32, error) {
+	return p.c.PullRows(ctx, name, rows)
+}
+
+func (p *psAdapter) Push(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, _, _, examples int64) (int64, error) {
+	g := &pserver.Grads{Dense: grads, Examples: examples}
+	if len(rowGrads) > 0 {
+		g.Sparse = map[string]pserver.SparseGrad{}
+		names := make([]string, 0, len(rowGrads))
+		for n := range rowGrads {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			rg := rowGrads[n]
+			g.Sparse[n] = pserver.SparseGrad{Rows: rg.IDs, Values: rg.Values}
+		}
+	}
+	if err := p.c.Push(ctx, g); err != nil {
+		return 0, err
+	}
+	return p.version(), nil
+}
+
+func (p *psAdapter) LeaveStep(ctx context.Context) error { return p.c.LeaveStep(ctx) }
+
+var _ trainer.PS = (*psAdapter)(nil)
