@@ -41,11 +41,11 @@ type Record struct {
 type History struct {
 	start time.Time
 
-	mu  sync.Mutex
+	mu   sync.Mutex
 	recs []Record
-	f   *os.File
-	w   *bufio.Writer
-	err error
+	f    *os.File
+	w    *bufio.Writer
+	err  error
 }
 
 // NewHistory returns an empty history whose clock starts now. path, if not

@@ -39,7 +39,7 @@ type HostsConfig struct {
 type Host struct {
 	Name string // "n1", "n2", ...
 	// Env is added to the environment of processes started with Start.
-	Env []string
+	Env  []string
 	NS   string // network namespace name
 	IP   string
 	veth string // host side of the veth pair

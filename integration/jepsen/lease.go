@@ -14,10 +14,10 @@ import (
 // LeaseRecord is one event of the lease workload. Times are ns since the
 // run's start.
 type LeaseRecord struct {
-	Kind   string   `json:"kind"`   // "grant", "keepalive", "put", "read", "stop"
-	Role   string   `json:"role"`   // "keeper" or "expirer"
-	Lease  int64    `json:"lease"`  // lease id
-	TTL    int64    `json:"ttl"`    // seconds granted / remaining (grant, keepalive)
+	Kind   string   `json:"kind"`  // "grant", "keepalive", "put", "read", "stop"
+	Role   string   `json:"role"`  // "keeper" or "expirer"
+	Lease  int64    `json:"lease"` // lease id
+	TTL    int64    `json:"ttl"`   // seconds granted / remaining (grant, keepalive)
 	Key    string   `json:"key,omitempty"`
 	Keys   []string `json:"keys,omitempty"` // read: keys present under the role's prefix
 	Status Status   `json:"status"`
