@@ -178,6 +178,15 @@ func (s *Store) runBatcher() {
 			s.failQueued()
 			return
 		}
+		// Wait for an in-flight slot before draining: while the pipeline is
+		// full, proposals accumulate and the next entry carries them all.
+		select {
+		case s.inflight <- struct{}{}:
+		case <-s.stopping:
+			first.done <- proposalResult{err: ErrNotOpen}
+			s.failQueued()
+			return
+		}
 		batch := []*proposal{first}
 	drain:
 		for len(batch) < s.cfg.MaxBatch {
@@ -197,6 +206,7 @@ func (s *Store) runBatcher() {
 			live = append(live, p)
 		}
 		if len(live) == 0 {
+			<-s.inflight
 			continue
 		}
 		cmds := make([]*pb.Command, len(live))
@@ -208,6 +218,7 @@ func (s *Store) runBatcher() {
 			for _, p := range live {
 				p.done <- proposalResult{err: fmt.Errorf("raftstore: encode entry: %w", err)}
 			}
+			<-s.inflight
 			continue
 		}
 		s.metrics.batchSize.Observe(float64(len(live)))
@@ -235,6 +246,7 @@ func (s *Store) runWaiter() {
 	defer s.wg.Done()
 	for pe := range s.waitCh {
 		err := pe.fut.Error()
+		<-s.inflight
 		var ar *fsm.ApplyResult
 		if err == nil {
 			var ok bool

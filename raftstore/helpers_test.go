@@ -36,6 +36,9 @@ func (w *tbWriter) Write(p []byte) (int, error) {
 func testLogger(tb testing.TB) *slog.Logger {
 	tb.Helper()
 	level := slog.LevelWarn
+	if _, ok := tb.(*testing.B); ok {
+		level = slog.LevelError
+	}
 	switch os.Getenv("RAFTSTORE_TEST_LOG") {
 	case "debug":
 		level = slog.LevelDebug

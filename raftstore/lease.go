@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -140,6 +141,13 @@ func (t *leaseTimers) expired(now time.Time, retry time.Duration) []int64 {
 	return ids
 }
 
+func (t *leaseTimers) forget(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.deadline, id)
+	delete(t.revoking, id)
+}
+
 func (t *leaseTimers) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -176,6 +184,10 @@ func (s *Store) revokeExpired(ctx context.Context, id int64, timeout time.Durati
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, err := s.ApplyLocal(ctx, cmd); err != nil {
+		if errors.Is(err, fsm.ErrLeaseNotFound) {
+			s.leases.forget(id) // revoked by a client meanwhile
+			return
+		}
 		s.logger.Warn("lease revoke failed (will retry)", "lease", id, "err", err)
 		return
 	}

@@ -69,9 +69,10 @@ type Store struct {
 	fwd    Forwarder
 	logger *slog.Logger
 
-	mu     sync.Mutex // guards opened, closed
-	opened bool
-	closed bool
+	mu      sync.Mutex // guards opened, closing, closed
+	opened  bool
+	closing bool // Close has been called (calls keep working during the handover)
+	closed  bool // Raft is being or has been shut down
 
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
@@ -87,6 +88,7 @@ type Store struct {
 	leaderLast *bool
 
 	proposeCh chan *proposal
+	inflight  chan struct{} // one token per proposed, unresolved entry
 	waitCh    chan pendingEntry
 
 	wakeMu sync.Mutex
@@ -121,6 +123,7 @@ func New(cfg Config, f *fsm.FSM, fwd Forwarder) (*Store, error) {
 		notifyCh:   make(chan bool, 16),
 		proposeCh:  make(chan *proposal, 4*cfg.MaxBatch),
 		waitCh:     make(chan pendingEntry, 1024),
+		inflight:   make(chan struct{}, cfg.MaxInflight),
 		wake:       make(chan struct{}),
 		barrierSem: make(chan struct{}, 1),
 		leases:     newLeaseTimers(),
@@ -140,7 +143,7 @@ func (s *Store) Open() (err error) {
 	if s.opened {
 		return ErrOpen
 	}
-	if s.closed {
+	if s.closing || s.closed {
 		return ErrNotOpen
 	}
 	dir := filepath.Join(s.cfg.DataDir, "raft")
@@ -223,18 +226,26 @@ func (s *Store) Open() (err error) {
 // returns nil. Closing a store that was never opened returns ErrNotOpen.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if s.closing || s.closed {
+		s.mu.Unlock()
 		return nil
 	}
+	s.closing = true
 	if !s.opened {
 		s.closed = true
+		s.mu.Unlock()
 		return ErrNotOpen
 	}
-	s.closed = true
+	s.mu.Unlock()
+
+	// Hand over leadership while the store still serves: writes that meet
+	// the transfer are retried against the new leader.
 	if s.raft.State() == raft.Leader {
 		s.transferLeadership()
 	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	close(s.stopping)
 	var errs []error
 	if err := s.raft.Shutdown().Error(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
@@ -536,5 +537,31 @@ func TestLeaderChFanOut(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("late subscriber got nothing")
+	}
+}
+
+func TestCollector(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 10*time.Second)
+	l := c.leader(ctx)
+	mustPut(ctx, t, l, "/m", "1")
+	reg := prometheus.NewPedanticRegistry()
+	for _, s := range c.live() {
+		if err := reg.Register(s.Collector()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"raftps_raft_state", "raftps_raft_term", "raftps_raft_commit_index", "raftps_raft_applied_index", "raftps_raft_apply_seconds", "raftps_raft_batch_commands", "raftps_raft_leases"} {
+		if !names[want] {
+			t.Errorf("metric %s missing (have %v)", want, names)
+		}
 	}
 }
