@@ -146,7 +146,7 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 		if e.state != evalPending || req.TaskId != evalID(e.pass) || req.Epoch != e.run.epoch {
 			return no, nil
 		}
-		j.slowestEval = max(j.slowestEval, now-e.run.started)
+		j.slowestEval = max(j.slowestEval, now-e.run.started) // negative (clock skew between leaders) is ignored
 		j.succeeded(e.run.trainer)
 		step := m.GetStep()
 		if step == 0 {
@@ -180,19 +180,18 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 	j.tasks[id].epoch = c.epoch
 	j.removePending(id, slotDone)
 	j.nDone++
-	d := now - c.started
+	// A new leader's clock may be behind the old one's: clamp at 0.
+	d := max(now-c.started, 0)
 	j.slowest = max(j.slowest, d)
 	j.durations.push(d)
 	j.succeeded(c.trainer)
+	examples := max(m.GetExamples(), 0)
 	if loss := m.GetLoss(); !math.IsNaN(loss) && !math.IsInf(loss, 0) {
-		w := float64(m.GetExamples())
-		if w <= 0 {
-			w = 1
-		}
+		w := float64(max(examples, 1))
 		j.acc.lossSum += loss * w
 		j.acc.weight += w
 	}
-	j.acc.examples += m.GetExamples()
+	j.acc.examples += examples
 	j.acc.finished++
 	j.acc.maxStep = max(j.acc.maxStep, m.GetStep())
 	j.emit(now, event{typ: pb.JobEvent_TASK_DONE, pass: j.pass, taskID: int64(id), epoch: c.epoch,
