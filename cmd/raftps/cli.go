@@ -523,3 +523,5 @@ func nonNil(s []string) []string {
 }
 
 var _ = os.Stdout
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore/client"
+)
+
+func init() { extraCommands = append(extraCommands, newCheckpointCmd) }
+
+// remoteMeta is checkpoint.Meta over the gRPC KV API.
+type remoteMeta struct{ cl *client.Client }
+
+func (m remoteMeta) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	return m.cl.KV.Txn(ctx, req)
+}
+func (m remoteMeta) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return m.cl.KV.Range(ctx, req)
+}
+
+// remotePeers lists the cluster's nodes as checkpoint peers.
+type remotePeers []checkpoint.Peer
+
+func (p remotePeers) Peers() []checkpoint.Peer { return p }
+
+// openManager builds a checkpoint manager for the CLI: an empty scratch
+// store (the CLI holds no blobs) and every alive node as a peer, so reads
+// and verification go to the replicas over gRPC.
+func openManager(ctx context.Context, cl *client.Client) (*checkpoint.Manager, func(), error) {
+	dir, err := os.MkdirTemp("", "raftps-cli-ckpt-")
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := checkpoint.Open(dir, discardLogger())
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	cleanup := func() { st.Close(); os.RemoveAll(dir) }
+	mresp, err := cl.Cluster.Members(ctx, &pb.MembersRequest{})
+	if err != nil {
+		cleanup()
+		return nil, nil, rpcError(err)
+	}
+	var peers remotePeers
+	for _, m := range mresp.Members {
+		if m.Status != "alive" {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(m.GrpcAddr)
+		peers = append(peers, checkpoint.Peer{ID: m.Id, Addr: m.GrpcAddr, Host: host})
+	}
+	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "cli", Store: st, Meta: remoteMeta{cl}, Peers: peers, Logger: discardLogger()})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return mgr, cleanup, nil
+}
+
+// evalMetrics maps checkpoint versions to the test accuracy of the pass
+// evaluated on them: each pass's metric goes to the newest version at or
+// before the step it was evaluated at.
+func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []checkpoint.VersionInfo) checkpoint.Metrics {
+	resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
+	if err != nil {
+		return nil
+	}
+	out := checkpoint.Metrics{}
+	for _, m := range resp.Status.Metrics {
+		v := m.CheckpointVersion
+		if v == 0 {
+			for _, vi := range versions {
+				if vi.Version <= m.Step && vi.Version > v {
+					v = vi.Version
+				}
+			}
+		}
+		if v > 0 {
+			out[v] = m.TestAccuracy
+		}
+	}
+	return out
+}
+
+// vshardDecoder decodes pserver vshard blobs for export.
+var vshardDecoder = checkpoint.DecoderFunc(func(blob []byte) ([]checkpoint.Block, error) {
+	vs, err := pserver.DecodeVShard(blob)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]checkpoint.Block, 0, len(vs.Entries))
+	for _, e := range vs.Entries {
+		p := vs.Params[e.Param]
+		off := e.Index * vs.BlockSize
+		if p.Embedding {
+			off = e.Index * p.Shape[len(p.Shape)-1]
+		}
+		out = append(out, checkpoint.Block{Name: p.Name, Shape: p.Shape, Offset: off, Data: e.Values})
+	}
+	return out, nil
+})
+
+func newCheckpointCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "checkpoint", Short: "list, verify, export checkpoints; find the best one"}
+	list := &cobra.Command{
+		Use: "list JOB", Short: "list a job's checkpoint versions", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
+				vs, err := mgr.List(ctx, args[0], nil)
+				if err != nil {
+					return err
+				}
+				vs, err = mgr.List(ctx, args[0], evalMetrics(ctx, cl, args[0], vs))
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					return g.printJSON(vs)
+				}
+				fmt.Fprintf(g.out, "%-8s %-8s %-9s %-12s %-10s %-20s %s\n", "VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS")
+				for _, v := range vs {
+					acc := "-"
+					if v.Metric != nil {
+						acc = fmt.Sprintf("%.2f%%", 100**v.Metric)
+					}
+					fmt.Fprintf(g.out, "%-8d %-8d %-9v %-12d %-10s %-20s %s\n", v.Version, v.Step, v.Complete, v.Bytes, acc,
+						time.Unix(0, v.TimestampUnixNano).Format(time.DateTime), strings.Join(v.Replicas, ","))
+				}
+				return nil
+			})
+		},
+	}
+	verify := &cobra.Command{
+		Use: "verify JOB [VERSION]", Short: "re-hash every blob of a version on every replica", Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
+				v, err := versionArg(ctx, mgr, args)
+				if err != nil {
+					return err
+				}
+				bad, err := mgr.Verify(ctx, args[0], v)
+				if err != nil {
+					return err
+				}
+				if g.output == "json" {
+					if err := g.printJSON(bad); err != nil {
+						return err
+					}
+				} else {
+					for _, m := range bad {
+						fmt.Fprintf(g.out, "MISMATCH node %s slot %d vshard %d md5 %s: %s %s\n", m.Node, m.Slot, m.VShard, m.MD5, m.Problem, m.Actual)
+					}
+				}
+				if len(bad) > 0 {
+					return &exitError{code: 5, err: fmt.Errorf("version %d of %s: %d mismatches", v, args[0], len(bad))}
+				}
+				fmt.Fprintf(g.out, "version %d of %s: every blob verified on every replica\n", v, args[0])
+				return nil
+			})
+		},
+	}
+	var out string
+	export := &cobra.Command{
+		Use: "export JOB [VERSION] --out FILE", Short: "write every parameter of a version to one portable file (pserver/checkpoint/FORMAT.md)",
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
+				v, err := versionArg(ctx, mgr, args)
+				if err != nil {
+					return err
+				}
+				f, err := os.Create(out)
+				if err != nil {
+					return err
+				}
+				if err := mgr.Export(ctx, args[0], v, vshardDecoder, f); err != nil {
+					f.Close()
+					os.Remove(out)
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.out, "exported version %d of %s to %s\n", v, args[0], out)
+				return nil
+			})
+		},
+	}
+	export.Flags().StringVar(&out, "out", "", "output file")
+	best := &cobra.Command{
+		Use: "best JOB", Short: "the complete version with the best test accuracy", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
+				vs, err := mgr.List(ctx, args[0], nil)
+				if err != nil {
+					return err
+				}
+				vs, err = mgr.List(ctx, args[0], evalMetrics(ctx, cl, args[0], vs))
+				if err != nil {
+					return err
+				}
+				b, ok := checkpoint.Best(vs, checkpoint.HigherIsBetter)
+				if !ok {
+					return &exitError{code: 1, err: fmt.Errorf("no complete version of %s has an eval metric", args[0])}
+				}
+				if g.output == "json" {
+					return g.printJSON(b)
+				}
+				fmt.Fprintf(g.out, "%d\n", b.Version)
+				fmt.Fprintf(g.err, "version %d (step %d): test accuracy %.2f%%\n", b.Version, b.Step, 100**b.Metric)
+				return nil
+			})
+		},
+	}
+	c.AddCommand(list, verify, export, best)
+	return c
+}
+
+func withManager(parent context.Context, g *globals, fn func(context.Context, *client.Client, *checkpoint.Manager) error) error {
+	cl, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(parent, 10*g.timeout)
+	defer cancel()
+	mgr, cleanup, err := openManager(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return fn(ctx, cl, mgr)
+}
+
+// versionArg is args[1] or the newest complete version.
+func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (int64, error) {
+	if len(args) > 1 {
+		v, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("version %q: %v", args[1], err)
+		}
+		return v, nil
+	}
+	vs, err := mgr.List(ctx, args[0], nil)
+	if err != nil {
+		return 0, err
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].Version > vs[j].Version })
+	for _, v := range vs {
+		if v.Complete {
+			return v.Version, nil
+		}
+	}
+	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
+}
