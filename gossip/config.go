@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Config configures one gossip member. Build it from DefaultConfig, set Meta,
@@ -52,6 +54,11 @@ type Config struct {
 	// AES-GCM; it must be 16, 24 or 32 bytes (AES-128/192/256) and the same
 	// on every member. Members with a different key (or none) cannot join.
 	SecretKey []byte
+
+	// Label, if set, is stamped on every gossip packet and stream; members
+	// with another label (another cluster, or a test's neighbour that got
+	// a reused port) are refused. Same on every member. Default "".
+	Label string
 
 	// JoinRetryMax is how long the background join of Open keeps retrying
 	// before it gives up and Joined reports the error. 0 retries until
@@ -105,8 +112,16 @@ type Config struct {
 	DeadNodeReclaimTime time.Duration
 
 	// DeadRetention is how long Members keeps reporting a dead or left
-	// member after the event. Default 5 min.
+	// member after the event, and how long a dead member is retried by the
+	// reconnect loop. 0 keeps them forever. Default 1 h.
 	DeadRetention time.Duration
+
+	// ReconnectInterval is the period of the reconnect loop, which tries to
+	// join one random dead member (so that the two sides of a healed
+	// partition, or a member restarted without --join, merge again) and,
+	// while no other member is alive, the Join addresses. 0 disables it.
+	// Default 2 s.
+	ReconnectInterval time.Duration
 
 	// Logger receives this package's and memberlist's logs (memberlist's
 	// [DEBUG]/[INFO]/[WARN]/[ERR] lines are mapped to slog levels). nil
@@ -130,7 +145,8 @@ func DefaultConfig() Config {
 		PushPullInterval:        5 * time.Second,
 		TCPTimeout:              5 * time.Second,
 		DeadNodeReclaimTime:     5 * time.Second,
-		DeadRetention:           5 * time.Minute,
+		DeadRetention:           time.Hour,
+		ReconnectInterval:       2 * time.Second,
 	}
 }
 
@@ -155,6 +171,8 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
+	case len(c.Label) > memberlist.LabelMaxSize:
+		return fmt.Errorf("gossip: config: Label is %d bytes, limit %d", len(c.Label), memberlist.LabelMaxSize)
 	case c.JoinRetryMax < 0:
 		return fmt.Errorf("gossip: config: JoinRetryMax %v < 0", c.JoinRetryMax)
 	case c.ProbeInterval <= 0:
@@ -177,6 +195,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gossip: config: DeadNodeReclaimTime %v < 0", c.DeadNodeReclaimTime)
 	case c.DeadRetention < 0:
 		return fmt.Errorf("gossip: config: DeadRetention %v < 0", c.DeadRetention)
+	case c.ReconnectInterval < 0:
+		return fmt.Errorf("gossip: config: ReconnectInterval %v < 0", c.ReconnectInterval)
 	}
 	return nil
 }

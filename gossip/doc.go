@@ -33,7 +33,7 @@
 // Config.DeadRetention. Subscribe delivers the changes as Events: EventJoin,
 // EventUpdate (metadata changed), EventLeave, EventFail, and EventConflict
 // (a second process uses an ID that is alive elsewhere; memberlist ignores
-// it). Every subscriber gets every event, in memberlist's order. Delivery
+// it; reported at most every 10 s per claimant). Every subscriber gets every event, in memberlist's order. Delivery
 // never blocks memberlist: a subscriber more than 1024 events behind loses
 // its oldest events (with a logged warning), so events are hints and
 // Members is the truth.
@@ -74,6 +74,14 @@
 // cluster reports EventConflict: IDs must be unique. A node restarted on a
 // new address may reuse its ID once it has been dead for
 // Config.DeadNodeReclaimTime; on the same address at once.
+//
+// memberlist never contacts a dead member again, so on its own the two
+// sides of a partition that outlasts the suspicion would stay apart after
+// it heals. Like Serf, this package runs a reconnect loop: every
+// Config.ReconnectInterval (2 s) it tries to join one random dead member,
+// and, while it sees no other member alive, the Join addresses again.
+// Config.Label keeps clusters that share a network (or, in tests, reuse
+// each other's ports) from merging.
 //
 // # Encryption
 //

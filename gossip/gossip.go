@@ -66,9 +66,10 @@ type Gossip struct {
 
 	metaBytes atomic.Pointer[[]byte] // encoded local meta, read by NodeMeta
 
-	// selfConflicts counts conflicts about our own ID, seen while a Join
-	// was running or after.
+	// selfConflicts counts conflicts about our own ID; conflicted is set
+	// when one of them made our Join fail, i.e. we are the claimant.
 	selfConflicts atomic.Uint64
+	conflicted    atomic.Bool
 
 	joined     chan struct{} // closed at the first successful join
 	joinedOnce sync.Once
@@ -81,7 +82,14 @@ type Gossip struct {
 	members map[string]entry
 	subs    map[*subscriber]struct{}
 	joinErr error
+	// conflictSeen rate-limits conflict reports per claimant address:
+	// memberlist reports one for every alive message the claimant sends.
+	conflictSeen map[string]time.Time
 }
+
+// conflictQuiet is how long repeated conflicts from one claimant are not
+// reported again.
+const conflictQuiet = 10 * time.Second
 
 type entry struct {
 	m     Member
@@ -112,6 +120,8 @@ func New(cfg Config) (*Gossip, error) {
 		joinDone:    make(chan struct{}),
 		members:     make(map[string]entry),
 		subs:        make(map[*subscriber]struct{}),
+
+		conflictSeen: make(map[string]time.Time),
 	}
 	b, err := encodeMeta(cfg.Meta, g.incarnation)
 	if err != nil {
@@ -153,16 +163,18 @@ func (g *Gossip) Open(ctx context.Context) error {
 		g.log.Warn("gossip cannot read memberlist's node state (unexpected memberlist version); graceful leaves will be reported as failures")
 	}
 
-	jctx, cancel := context.WithCancel(context.Background())
+	bg, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
+	if g.cfg.ReconnectInterval > 0 {
+		g.wg.Go(func() { g.reconnectLoop(bg) })
+	}
 	join := g.withoutSelf(g.cfg.Join)
 	if len(join) == 0 {
 		g.markJoined()
 		close(g.joinDone)
 		return nil
 	}
-	g.wg.Add(1)
-	go g.joinLoop(jctx, join)
+	g.wg.Go(func() { g.joinLoop(bg, join) })
 	return nil
 }
 
@@ -202,6 +214,7 @@ func (g *Gossip) memberlistConfig(ctx context.Context) (*memberlist.Config, erro
 	if len(c.SecretKey) > 0 {
 		mc.SecretKey = c.SecretKey
 	}
+	mc.Label = c.Label
 	mc.ProbeInterval = c.ProbeInterval
 	mc.ProbeTimeout = c.ProbeTimeout
 	mc.SuspicionMult = c.SuspicionMult
@@ -239,7 +252,6 @@ func (g *Gossip) withoutSelf(addrs []string) []string {
 }
 
 func (g *Gossip) joinLoop(ctx context.Context, addrs []string) {
-	defer g.wg.Done()
 	defer close(g.joinDone)
 	if g.cfg.JoinRetryMax > 0 {
 		var cancel context.CancelFunc
@@ -257,6 +269,62 @@ func (g *Gossip) joinLoop(ctx context.Context, addrs []string) {
 	g.log.Info("gossip joined", "contacted", n, "join", addrs)
 }
 
+// reconnectLoop heals the view after partitions and restarts, like Serf's
+// reconnect: memberlist never contacts a member again once it is dead, so
+// two sides of a long partition would stay apart. Every ReconnectInterval
+// it tries to join one random dead member (not left ones) and, when no
+// other member is alive, the configured Join addresses.
+func (g *Gossip) reconnectLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		targets := g.reconnectTargets()
+		if len(targets) == 0 {
+			continue
+		}
+		n, err := g.ml.Join(targets)
+		if n > 0 {
+			g.log.Info("gossip reconnected", "addrs", targets, "contacted", n)
+			g.markJoined()
+		} else {
+			g.log.Debug("gossip reconnect failed", "addrs", targets, "err", err)
+		}
+	}
+}
+
+func (g *Gossip) reconnectTargets() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var dead []string
+	alive := 0
+	for id, e := range g.members {
+		switch {
+		case id == g.cfg.Meta.ID:
+		case e.m.Status == StatusDead:
+			dead = append(dead, e.m.GossipAddr)
+		case e.m.Status == StatusAlive || e.m.Status == StatusSuspect:
+			alive++
+		}
+	}
+	var out []string
+	if len(dead) > 0 {
+		out = append(out, dead[rand.IntN(len(dead))])
+	}
+	if alive == 0 {
+		for _, a := range g.withoutSelf(g.cfg.Join) {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 func (g *Gossip) markJoined() { g.joinedOnce.Do(func() { close(g.joined) }) }
 
 // Join contacts the members at addrs (gossip host:port) and merges their
@@ -264,7 +332,8 @@ func (g *Gossip) markJoined() { g.joinedOnce.Do(func() { close(g.joined) }) }
 // 2 s, ±20 % jitter) until at least one answers or ctx is done. It returns
 // how many answered. The error wraps ErrJoin and ctx.Err() when ctx ends
 // first, ErrConflict when the members we reached already have a live member
-// with our ID at another address, or ErrNotOpen.
+// with our ID at another address (the caller should then Close: this
+// process is refused by the cluster), or ErrNotOpen.
 func (g *Gossip) Join(ctx context.Context, addrs []string) (int, error) {
 	if lifecycle(g.state.Load()) != stateOpen {
 		return 0, ErrNotOpen
@@ -278,6 +347,7 @@ func (g *Gossip) Join(ctx context.Context, addrs []string) (int, error) {
 		n, err := g.ml.Join(addrs)
 		if n > 0 {
 			if g.selfConflicts.Load() != conflicts {
+				g.conflicted.Store(true)
 				return n, fmt.Errorf("%w: %q (joined via %v)", ErrConflict, g.cfg.Meta.ID, addrs)
 			}
 			g.markJoined()
@@ -529,7 +599,7 @@ func (g *Gossip) close(leave bool) error {
 		return nil
 	case stateOpen:
 		g.cancel()
-		if leave && g.selfConflicts.Load() == 0 {
+		if leave && !g.conflicted.Load() {
 			if err := g.leaveLocked(closeLeaveTimeout); err != nil {
 				g.log.Warn("gossip leave on close", "err", err)
 			}
@@ -639,10 +709,21 @@ func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 		st = StatusLeft
 	}
 	m := g.toMember(other, st)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	key := existing.Name + "@" + m.GossipAddr
+	if last, ok := g.conflictSeen[key]; ok && now.Sub(last) < conflictQuiet {
+		return
+	}
+	for k, t := range g.conflictSeen {
+		if now.Sub(t) >= conflictQuiet {
+			delete(g.conflictSeen, k)
+		}
+	}
+	g.conflictSeen[key] = now
 	g.log.Error("gossip node ID conflict: another process claims this ID from a different address; it is ignored",
 		"member", existing.Name, "holder_addr", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))),
 		"claimant_addr", m.GossipAddr)
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.publishLocked(Event{Type: EventConflict, Member: m})
 }

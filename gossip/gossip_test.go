@@ -334,6 +334,58 @@ func TestEncryption(t *testing.T) {
 	}
 }
 
+func TestLabel(t *testing.T) {
+	gs := mustCluster(t, 2, func(c *Config) { c.Label = "cluster-a" })
+	for _, label := range []string{"cluster-b", ""} {
+		cfg := testConfig(t, "stranger")
+		cfg.Label = label
+		x := mustOpen(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := x.Join(ctx, []string{gs[0].LocalAddr()})
+		cancel()
+		if !errors.Is(err, ErrJoin) {
+			t.Errorf("Join with label %q = %v, want ErrJoin", label, err)
+		}
+		if _, ok := gs[0].Member("stranger"); ok {
+			t.Errorf("cluster-a admitted a member labelled %q", label)
+		}
+		_ = x.Close()
+	}
+}
+
+// TestReconnect restarts a killed member at the same address without any
+// Join address: the survivors' reconnect loop must find it again, as it
+// would the other side of a healed partition.
+func TestReconnect(t *testing.T) {
+	gs := mustCluster(t, 3, nil)
+	ch, cancel := gs[0].Subscribe()
+	defer cancel()
+
+	addr := gs[2].LocalAddr()
+	if err := gs[2].close(false); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, ch, 5*time.Second, EventFail, "n3")
+
+	cfg := testConfig(t, "n3")
+	cfg.BindAddr = addr
+	n3 := mustOpen(t, cfg)
+	start := time.Now()
+	ev := waitEvent(t, ch, 10*time.Second, EventJoin, "n3")
+	t.Logf("restarted n3 found again after %v", time.Since(start).Round(time.Millisecond))
+	if ev.Member.Status != StatusAlive {
+		t.Errorf("rejoin event status = %v", ev.Member.Status)
+	}
+	waitFor(t, 10*time.Second, "everyone sees 3 alive", func() bool {
+		for _, g := range []*Gossip{gs[0], gs[1], n3} {
+			if countStatus(g.Members(), StatusAlive) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // freePort returns a loopback port that was free for both TCP and UDP a
 // moment ago.
 func freePort(tb testing.TB) int {
@@ -521,6 +573,7 @@ func TestConfigValidate(t *testing.T) {
 		{"probe timeout ≥ interval", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, nil, false},
 		{"suspicion mult 0", func(c *Config) { c.SuspicionMult = 0 }, nil, false},
 		{"negative join retry", func(c *Config) { c.JoinRetryMax = -1 }, nil, false},
+		{"label too long", func(c *Config) { c.Label = strings.Repeat("l", 256) }, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok.clone()
