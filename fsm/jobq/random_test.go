@@ -2,11 +2,14 @@ package jobq
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/errs"
 )
 
 const (
@@ -35,6 +38,9 @@ func scenario(t *testing.T, seed uint64, restore bool) ([]byte, *Queue) {
 		s.EvalEachPass = rng.IntN(2) == 0
 		s.MaxTaskTimeouts = 1 + rng.Int32N(3)
 		s.TaskTimeoutFloorMs = 500 + rng.Int64N(1500)
+		if rng.IntN(3) == 0 {
+			s.MaxSteps = 20 + rng.Int64N(200) // the step counter below counts finishes of both jobs
+		}
 		mustSubmit(t, q, t0, s)
 	}
 	trainers := []string{"t0", "t1", "t2", "t3", "t4"}
@@ -98,6 +104,11 @@ func scenario(t *testing.T, seed uint64, restore bool) ([]byte, *Queue) {
 			if _, err := q.RecordEvent(now, &pb.JobEvent{Job: job, Type: pb.JobEvent_CHECKPOINT_COMMITTED, Version: step}); err != nil {
 				t.Fatal(err)
 			}
+		case op < 93 && rng.IntN(20) == 0:
+			if _, err := q.Cancel(now, &pb.CancelJobRequest{Name: job}); err != nil && !errors.Is(err, errs.ErrFailedPrecondition) {
+				t.Fatal(err)
+			}
+			mustCheck(t, q)
 		default:
 			if _, err := q.Cancel(now, &pb.CancelJobRequest{Name: "nope"}); err == nil {
 				t.Fatal("cancel of an unknown job succeeded")
@@ -138,7 +149,8 @@ func scenario(t *testing.T, seed uint64, restore bool) ([]byte, *Queue) {
 
 // checkExactlyOnce verifies, from the events alone, that in every pass of
 // the job every task was counted done at most once, and in every pass that
-// ended, exactly once unless it had failed (in that pass or before).
+// ended, exactly once unless it had failed (in that pass or before) or the
+// pass was cut short by max_steps.
 func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 	t.Helper()
 	st := mustStatus(t, q, job)
@@ -147,6 +159,7 @@ func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 	done := map[int32]map[int64]int{}
 	failedIn := map[int64]int32{} // task -> pass it failed in
 	ended := map[int32]bool{}
+	cut := map[int32]bool{}
 	for _, e := range evs {
 		switch e.Type {
 		case pb.JobEvent_TASK_DONE:
@@ -169,6 +182,7 @@ func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 				t.Errorf("job %s: pass %d ended twice", job, e.Pass)
 			}
 			ended[e.Pass] = true
+			cut[e.Pass] = strings.Contains(e.Message, "max_steps")
 		}
 	}
 	for pass, ids := range done {
@@ -179,6 +193,9 @@ func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 		}
 	}
 	for pass := range ended {
+		if cut[pass] {
+			continue
+		}
 		for id := range n {
 			p, failed := failedIn[id]
 			failed = failed && p <= pass
@@ -189,6 +206,12 @@ func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 	}
 	switch st.State {
 	case pb.JobState_JOB_SUCCEEDED:
+		if strings.Contains(st.Message, "max_steps") {
+			if !cut[st.Pass] || len(ended) != int(st.Pass)+1 || len(st.Metrics) != len(ended) {
+				t.Errorf("job %s: max_steps end in pass %d after %d passes (%d metrics)", job, st.Pass, len(ended), len(st.Metrics))
+			}
+			break
+		}
 		if len(ended) != int(st.Spec.Passes) || len(st.Metrics) != int(st.Spec.Passes) {
 			t.Errorf("job %s succeeded after %d passes (%d metrics), want %d", job, len(ended), len(st.Metrics), st.Spec.Passes)
 		}
@@ -196,6 +219,7 @@ func checkExactlyOnce(t *testing.T, q *Queue, job string) {
 		if int64(len(failedIn)) != n {
 			t.Errorf("job %s failed with %d of %d tasks failed", job, len(failedIn), n)
 		}
+	case pb.JobState_JOB_CANCELLED:
 	default:
 		t.Errorf("job %s ended in %v", job, st.State)
 	}
@@ -209,8 +233,8 @@ func TestRandomized(t *testing.T) {
 				checkExactlyOnce(t, q, job)
 				st := mustStatus(t, q, job)
 				evs := mustEvents(t, q, job)
-				t.Logf("job %s: %v pass %d/%d tasks %d failed %d timeouts %d requeued %d events %d (done %d, eval %d)",
-					job, st.State, st.Pass, st.Spec.Passes, st.TotalTasks, st.Failed, st.Timeouts, st.Requeued, len(evs),
+				t.Logf("job %s: %v (%s) pass %d/%d tasks %d failed %d timeouts %d requeued %d events %d (done %d, eval %d)",
+					job, st.State, st.Message, st.Pass, st.Spec.Passes, st.TotalTasks, st.Failed, st.Timeouts, st.Requeued, len(evs),
 					countEvents(evs, pb.JobEvent_TASK_DONE), countEvents(evs, pb.JobEvent_EVAL_REPORTED))
 			}
 			// Determinism: the same commands without the restores give the
