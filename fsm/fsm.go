@@ -28,6 +28,11 @@ const (
 	// events (in memory and in snapshots). Older revisions are compacted
 	// automatically; COMMAND_COMPACT compacts further.
 	HistoryRevisions = 10000
+	// HistoryBytes bounds the watch history's size (keys and values of the
+	// events and their prev_kv, in bytes): past it the oldest revisions are
+	// compacted even if younger than HistoryRevisions, so big values cannot
+	// exhaust memory. The latest revision is always kept.
+	HistoryBytes = 256 << 20
 )
 
 // FSM is the replicated state machine of raftps: an MVCC key/value store with
@@ -44,7 +49,9 @@ type FSM struct {
 	leases     map[int64]*lease
 	nextLease  int64 // next candidate for a store-assigned lease id
 	hist       []revEvents
+	histSize   int64 // sum of revEvents.size over hist
 	histRevs   int64 // HistoryRevisions; tests shrink it
+	histBytes  int64 // HistoryBytes; tests shrink it
 	jobs       JobQueue
 	newJobs    func() JobQueue
 
@@ -93,6 +100,7 @@ func New(logger *slog.Logger) *FSM {
 		leases:    map[int64]*lease{},
 		nextLease: 1,
 		histRevs:  HistoryRevisions,
+		histBytes: HistoryBytes,
 		newJobs:   defaultJobQueue,
 	}
 	f.jobs = f.newJobs()

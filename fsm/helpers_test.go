@@ -175,7 +175,12 @@ func checkInvariants(tb testing.TB, f *FSM) {
 		}
 	}
 	last := f.compactRev
+	var size int64
 	for _, g := range f.hist {
+		size += g.size
+		if g.size != eventsSize(g.events) {
+			tb.Fatalf("history group %d size %d", g.rev, g.size)
+		}
 		if g.rev <= last || g.rev > f.rev || len(g.events) == 0 {
 			tb.Fatalf("history group rev %d after %d (store %d), %d events", g.rev, last, f.rev, len(g.events))
 		}
@@ -185,6 +190,9 @@ func checkInvariants(tb testing.TB, f *FSM) {
 			}
 		}
 		last = g.rev
+	}
+	if size != f.histSize {
+		tb.Fatalf("history size %d, groups sum to %d", f.histSize, size)
 	}
 }
 

@@ -12,22 +12,56 @@ import (
 // share them.
 type revEvents struct {
 	rev    int64
+	size   int64 // eventsSize(events)
 	events []*pb.Event
 }
 
+// eventsSize is what a revision's events count against HistoryBytes: the
+// keys and values of every event and prev_kv, plus a fixed 64 per event.
+func eventsSize(events []*pb.Event) int64 {
+	var n int64
+	for _, ev := range events {
+		n += 64 + int64(len(ev.GetKv().GetKey())+len(ev.GetKv().GetValue())+len(ev.GetPrevKv().GetKey())+len(ev.GetPrevKv().GetValue()))
+	}
+	return n
+}
+
 // record appends the events of revision rev and compacts history beyond the
-// last histRevs revisions.
+// last histRevs revisions or histBytes bytes. Both bounds depend only on the
+// replicated state, so every replica compacts at the same revision.
 func (f *FSM) record(rev int64, events []*pb.Event) {
-	f.hist = append(f.hist, revEvents{rev: rev, events: events})
-	if floor := f.rev - f.histRevs; floor > f.compactRev {
+	g := revEvents{rev: rev, size: eventsSize(events), events: events}
+	f.hist = append(f.hist, g)
+	f.histSize += g.size
+	floor := f.rev - f.histRevs
+	if f.histSize > f.histBytes {
+		var drop int64
+		for _, old := range f.hist[:len(f.hist)-1] {
+			drop += old.size
+			floor = max(floor, old.rev)
+			if f.histSize-drop <= f.histBytes {
+				break
+			}
+		}
+	}
+	if floor > f.compactRev {
 		f.compactTo(floor)
 	}
+}
+
+func prefixSize(h []revEvents) int64 {
+	var n int64
+	for _, g := range h {
+		n += g.size
+	}
+	return n
 }
 
 // compactTo drops the events of revisions <= rev.
 func (f *FSM) compactTo(rev int64) {
 	f.compactRev = rev
 	n := sort.Search(len(f.hist), func(i int) bool { return f.hist[i].rev > rev })
+	f.histSize -= prefixSize(f.hist[:n])
 	clear(f.hist[:n]) // let the GC have them before append reallocates
 	f.hist = f.hist[n:]
 }

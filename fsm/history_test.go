@@ -118,3 +118,31 @@ func TestHistoryIsBounded(t *testing.T) {
 	}
 	checkInvariants(t, f.FSM)
 }
+
+func TestHistoryBytesBound(t *testing.T) {
+	f := newTestFSM(t)
+	f.histBytes = 1000
+	val := string(make([]byte, 300))
+	for range 10 {
+		f.put("k", val) // each revision ~ 64+1+300 (+prev 301) bytes
+	}
+	f.mu.RLock()
+	size, groups := f.histSize, len(f.hist)
+	f.mu.RUnlock()
+	if size > 1000 || groups < 1 || f.CompactRevision() != f.Revision()-int64(groups) {
+		t.Fatalf("history %d bytes in %d revisions, compact %d revision %d", size, groups, f.CompactRevision(), f.Revision())
+	}
+	// A single revision bigger than the bound is kept.
+	f.put("big", string(make([]byte, 5000)))
+	if evs, err := f.Events([]byte("big"), nil, f.Revision(), 0); err != nil || len(evs) != 1 {
+		t.Fatalf("latest revision lost: %v %v", evs, err)
+	}
+	checkInvariants(t, f.FSM)
+	g := New(nil)
+	if err := restore(g, mustSnapshot(t, f.FSM)); err != nil {
+		t.Fatal(err)
+	}
+	if g.histSize != f.histSize {
+		t.Fatalf("restored history size %d, want %d", g.histSize, f.histSize)
+	}
+}

@@ -174,8 +174,8 @@ func (w *writeTxn) put(req *pb.PutRequest) *pb.PutResponse {
 	f := w.f
 	resp := &pb.PutResponse{Header: w.header()}
 	kv := &pb.KeyValue{
-		Key:            bytes.Clone(req.Key),
-		Value:          bytes.Clone(req.Value),
+		Key:            req.Key, // req was decoded for this command alone: the store may keep its bytes
+		Value:          req.Value,
 		ModRevision:    w.rev,
 		CreateRevision: w.rev,
 		Version:        1,

@@ -186,6 +186,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.kvs = st.kvs
 	f.leases = st.leases
 	f.hist = st.hist
+	f.histSize = st.histSize
 	f.jobs = st.jobs
 	n := Notification{Index: f.applied, Revision: f.rev, Restored: true}
 	f.mu.Unlock()
@@ -202,7 +203,14 @@ type restored struct {
 	kvs        *btree.BTreeG[*pb.KeyValue]
 	leases     map[int64]*lease
 	hist       []revEvents
+	histSize   int64
 	jobs       JobQueue
+}
+
+func (st *restored) addHist(rev int64, events []*pb.Event) {
+	g := revEvents{rev: rev, size: eventsSize(events), events: events}
+	st.hist = append(st.hist, g)
+	st.histSize += g.size
 }
 
 // crcReader hashes every byte read through it.
@@ -390,7 +398,7 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 				}
 			}
 			if rev != lastRev && len(events) > 0 {
-				st.hist = append(st.hist, revEvents{rev: lastRev, events: events})
+				st.addHist(lastRev, events)
 				events = nil
 			}
 			lastRev = rev
@@ -410,7 +418,7 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		return nil, malformed("no meta record")
 	}
 	if len(events) > 0 {
-		st.hist = append(st.hist, revEvents{rev: lastRev, events: events})
+		st.addHist(lastRev, events)
 	}
 	if st.jobs == nil {
 		st.jobs = newJobs()
