@@ -97,6 +97,9 @@
 // change O(1) tasks, except pass rollover (O(tasks) once per pass) and
 // RequeueTrainer / ExpireTasks (O(pending)). Per task the state is 16 bytes
 // plus 4 in the todo ring; a 1,000,000-task job is about 20 MB.
+// Times come from successive leaders' clocks: a duration that comes out
+// negative after a failover counts as 0, and deadlines are only as good as
+// the clocks' agreement (the timeout floor absorbs the usual skew).
 // Errors wrap the sentinels of package fsm/errs (ErrInvalid naming the
 // field, ErrExists, ErrNotFound, ErrFailedPrecondition, ErrMalformed for a
 // bad snapshot). MarshalBinary is canonical: equal states give equal bytes.

@@ -28,8 +28,11 @@ import (
 //     held by this trainer (Paddle's "speculative execution");
 //   - else WAIT (retry_after_ms = WaitRetryMs).
 //
-// Passes roll over eagerly (in the command that finishes the last task), so
-// GetTask never sees an ended pass with work left to hand out.
+// A backup copy comes back as the task with Epoch = BackupEpoch = the new
+// epoch (the one to report), Trainer = the primary's trainer and
+// BackupTrainer = req.Trainer. Passes roll over eagerly (in the command that
+// finishes the last task), so GetTask never sees an ended pass with work
+// left to hand out.
 func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	j, err := q.job(req.GetJob())
 	if err != nil {
@@ -129,8 +132,8 @@ func (j *job) speculative(now int64, trainer string) *pendingTask {
 // after this pass (its eval, if any, still runs). An accepted eval finish
 // stores the pass's PassMetric, emits EVAL_REPORTED and rolls the pass over.
 // Stale or unknown (job not running, task not pending, epoch mismatch)
-// finishes return accepted = false and change nothing. Unknown job:
-// errs.ErrNotFound.
+// finishes return accepted = false and change nothing. The epoch is the
+// fence: req.Trainer is not consulted. Unknown job: errs.ErrNotFound.
 func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
 	j, err := q.job(req.GetJob())
 	if err != nil {
