@@ -319,11 +319,10 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 		if r.err == nil && total > len(r.b) {
 			r.err = fmt.Errorf("%w: entries need more data than the blob holds", ErrCorrupt)
 		}
-		e.Values = make([]float32, 0, n) // length set below
 		if r.err != nil {
 			return nil, r.err
 		}
-		e.Values = e.Values[:n]
+		e.Values = make([]float32, n)
 	}
 	if r.err != nil {
 		return nil, r.err

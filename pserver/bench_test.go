@@ -1,0 +1,176 @@
+package pserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// benchParams is the model size of the transport benchmarks: 10M float32s (40 MB).
+const benchParams = 10_000_000
+
+// BenchmarkPushPull: one op = every trainer pulls the whole 10M-parameter
+// model and pushes a full gradient (async SGD) over 2 loopback gRPC
+// pservers; MB/s counts both directions of every trainer.
+func BenchmarkPushPull(b *testing.B) {
+	for _, mode := range []string{"unary", "stream"} {
+		for _, trainers := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/trainers=%d", mode, trainers), func(b *testing.B) {
+				spec := &pb.JobSpec{Name: "bench", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumPservers: 2,
+					Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 1e-6},
+					Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{benchParams}}}}
+				addrs, _, _ := startServers(b, spec, 2)
+				thr := -1
+				if mode == "stream" {
+					thr = 0
+				}
+				type tr struct {
+					c      *Client
+					params map[string][]float32
+					g      *Grads
+				}
+				var ts []tr
+				for i := range trainers {
+					c, err := NewClient(spec, fmt.Sprint("t", i), resolverOf(addrs), WithStreamThreshold(thr))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c.Close()
+					ts = append(ts, tr{c, c.NewParams(), &Grads{Dense: map[string][]float32{"w": make([]float32, benchParams)}, Examples: 1}})
+				}
+				ctx := context.Background()
+				b.SetBytes(int64(trainers) * 2 * 4 * benchParams)
+				b.ResetTimer()
+				for range b.N {
+					var wg sync.WaitGroup
+					for _, t := range ts {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							if err := t.c.Pull(ctx, t.params); err != nil {
+								b.Error(err)
+							}
+							if err := t.c.Push(ctx, t.g); err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					wg.Wait()
+				}
+			})
+		}
+	}
+}
+
+// rawCodec passes []byte through unchanged (no protobuf).
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...); return nil }
+func (rawCodec) Name() string                       { return "raw" }
+
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "bench.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Echo",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var in []byte
+			if err := dec(&in); err != nil {
+				return nil, err
+			}
+			return &in, nil
+		},
+	}},
+}
+
+// BenchmarkGRPCEcho: the same 40 MB echoed by a default-config gRPC
+// service (only the message size limits raised) with a raw bytes codec.
+func BenchmarkGRPCEcho(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	gs.RegisterService(&echoDesc, struct{}{})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	in := make([]byte, 4*benchParams)
+	var out []byte
+	b.SetBytes(2 * 4 * benchParams)
+	b.ResetTimer()
+	for range b.N {
+		if err := cc.Invoke(context.Background(), "/bench.Echo/Echo", &in, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRawTCP: the same 40 MB sent and echoed back over one loopback
+// TCP connection.
+func BenchmarkRawTCP(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lis.Close()
+	const n = 4 * benchParams
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, n)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	out, in := make([]byte, n), make([]byte, n)
+	b.SetBytes(2 * n)
+	b.ResetTimer()
+	for range b.N {
+		done := make(chan error, 1)
+		go func() { _, err := c.Write(out); done <- err }()
+		if _, err := io.ReadFull(c, in); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemcpy: the same 40 MB copied there and back in memory.
+func BenchmarkMemcpy(b *testing.B) {
+	x, y := make([]byte, 4*benchParams), make([]byte, 4*benchParams)
+	b.SetBytes(2 * 4 * benchParams)
+	for range b.N {
+		copy(y, x)
+		copy(x, y)
+	}
+}
