@@ -85,15 +85,24 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	case <-s.stopping:
 		return nil, ErrNotOpen
 	}
+	var r proposalResult
 	select {
-	case r := <-p.done:
-		if r.err != nil {
-			return nil, r.err
-		}
-		return r.res, fsm.ResultError(r.res)
+	case r = <-p.done:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("raftstore: apply outcome unknown: %w", ctx.Err())
+	case <-s.workersDone:
+		// The batcher and waiter are gone: p was either resolved or never
+		// taken from the queue.
+		select {
+		case r = <-p.done:
+		default:
+			return nil, ErrNotOpen
+		}
 	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.res, fsm.ResultError(r.res)
 }
 
 // raiseLeaseTTL returns cmd, or a copy with a lease grant's TTL raised to

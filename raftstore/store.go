@@ -79,8 +79,9 @@ type Store struct {
 	bolt  *raftboltdb.BoltStore
 	snaps raft.SnapshotStore
 
-	stopping chan struct{} // closed at Close
-	wg       sync.WaitGroup
+	stopping    chan struct{} // closed at Close
+	wg          sync.WaitGroup
+	workersDone chan struct{} // closed when the store's goroutines have exited
 
 	notifyCh   chan bool // raft.Config.NotifyCh
 	leaderMu   sync.Mutex
@@ -115,18 +116,19 @@ func New(cfg Config, f *fsm.FSM, fwd Forwarder) (*Store, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Store{
-		cfg:        cfg,
-		fsm:        f,
-		fwd:        fwd,
-		logger:     cfg.Logger.With("component", "raftstore", "id", cfg.ID),
-		stopping:   make(chan struct{}),
-		notifyCh:   make(chan bool, 16),
-		proposeCh:  make(chan *proposal, 4*cfg.MaxBatch),
-		waitCh:     make(chan pendingEntry, 1024),
-		inflight:   make(chan struct{}, cfg.MaxInflight),
-		wake:       make(chan struct{}),
-		barrierSem: make(chan struct{}, 1),
-		leases:     newLeaseTimers(),
+		cfg:         cfg,
+		fsm:         f,
+		fwd:         fwd,
+		logger:      cfg.Logger.With("component", "raftstore", "id", cfg.ID),
+		stopping:    make(chan struct{}),
+		workersDone: make(chan struct{}),
+		notifyCh:    make(chan bool, 16),
+		proposeCh:   make(chan *proposal, 4*cfg.MaxBatch),
+		waitCh:      make(chan pendingEntry, 1024),
+		inflight:    make(chan struct{}, cfg.MaxInflight),
+		wake:        make(chan struct{}),
+		barrierSem:  make(chan struct{}, 1),
+		leases:      newLeaseTimers(),
 	}
 	s.metrics = newStoreMetrics(s)
 	f.SetObserver(observer{s})
@@ -252,6 +254,7 @@ func (s *Store) Close() error {
 		errs = append(errs, fmt.Errorf("raftstore: raft shutdown: %w", err))
 	}
 	s.wg.Wait()
+	close(s.workersDone)
 	if err := s.trans.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
 	}

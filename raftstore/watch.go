@@ -70,7 +70,7 @@ func (s *Store) runWatch(ctx context.Context, req *pb.WatchRequest, next int64, 
 			if !req.GetPrevKv() {
 				evs = stripPrev(evs)
 			}
-			if !send(&pb.WatchResponse{Header: s.header(rev), Events: evs}) {
+			if !send(&pb.WatchResponse{Header: s.header(max(rev, modRev(evs[len(evs)-1]))), Events: evs}) {
 				return
 			}
 			next = modRev(evs[len(evs)-1]) + 1
