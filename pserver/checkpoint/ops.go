@@ -186,7 +186,7 @@ func (m *Manager) Verify(ctx context.Context, job string, version int64) ([]Mism
 		// Nodes that should hold it: the pointer's replicas, plus us if we do.
 		nodes := map[string]source{}
 		for _, src := range lm.sources {
-			if contains(ptrs[s].GetReplicas(), src.id) {
+			if slices.Contains(ptrs[s].GetReplicas(), src.id) {
 				nodes[src.id] = src
 			} else if src.local {
 				if _, err := m.cfg.Store.GetManifest(key); err == nil {
