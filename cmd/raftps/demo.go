@@ -228,6 +228,9 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		}
 	}
 	w := g.err
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return err
+	}
 	cluster, err := newDemoCluster(exe, dataDir, 3)
 	if err != nil {
 		return err
