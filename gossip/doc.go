@@ -48,12 +48,15 @@
 // dead by all others within 3 s on a LAN cluster of a few members: probe
 // every 250 ms, ack within 200 ms, then a suspicion of 3 probe intervals
 // (750 ms) when another member confirms it, up to 1.5 s otherwise, so that
-// one slow prober cannot evict a healthy member on its own. Measured by
-// TestFailureDetection: 3 members on 127.0.0.1, one stopped without
-// leaving (which is what SIGKILL does to memberlist), time until both
-// survivors report EventFail, 7 trials each on a shared 2-core machine:
+// one slow prober cannot evict a healthy member on its own. Measured on
+// 127.0.0.1 with 3 members as the time until both survivors report
+// EventFail, on a shared 2-core machine: TestSIGKILLDetection kills a
+// member running in a child process with SIGKILL (5 trials);
+// TestFailureDetection stops an in-process member without leaving, which
+// is what SIGKILL does to memberlist (7 trials each):
 //
 //	ProbeInterval / ProbeTimeout / SuspicionMult   median   max
+//	250 ms / 200 ms / 3 (default), SIGKILL, -race  1.41 s   1.55 s
 //	250 ms / 200 ms / 3 (default), go test -race   1.15 s   1.44 s
 //	250 ms / 200 ms / 3 (default)                  1.13 s   1.72 s
 //	250 ms / 200 ms / 2                            0.89 s   1.24 s

@@ -231,8 +231,10 @@ func (g *Gossip) memberlistConfig(ctx context.Context) (*memberlist.Config, erro
 	return mc, nil
 }
 
-// withoutSelf drops our own advertised address from addrs, so that a node
-// given the whole cluster's list does not "join" itself.
+// withoutSelf drops our own address (the advertised IP, or an unspecified
+// IP, with our port) from addrs, so that a node given the whole cluster's
+// list does not "join" itself. Other spellings of ourselves (host names)
+// are caught by Join, which does not count a join that found nobody else.
 func (g *Gossip) withoutSelf(addrs []string) []string {
 	lhost, lport, _ := net.SplitHostPort(g.localAddr)
 	lip := net.ParseIP(lhost)
@@ -241,7 +243,7 @@ func (g *Gossip) withoutSelf(addrs []string) []string {
 		host, port, err := net.SplitHostPort(a)
 		if err == nil && port == lport {
 			ip := net.ParseIP(host)
-			if a == g.localAddr || (ip != nil && (ip.Equal(lip) || ip.IsLoopback() && lip.IsLoopback())) {
+			if ip != nil && (ip.Equal(lip) || ip.IsUnspecified()) {
 				g.log.Debug("skipping own address in join list", "addr", a)
 				continue
 			}
@@ -345,6 +347,10 @@ func (g *Gossip) Join(ctx context.Context, addrs []string) (int, error) {
 	for attempt := 1; ; attempt++ {
 		conflicts := g.selfConflicts.Load()
 		n, err := g.ml.Join(addrs)
+		if n > 0 && g.ml.NumMembers() < 2 {
+			// Only ourselves answered (our address under another name).
+			n, err = 0, errors.New("no member other than ourselves answered")
+		}
 		if n > 0 {
 			if g.selfConflicts.Load() != conflicts {
 				g.conflicted.Store(true)

@@ -448,6 +448,18 @@ func TestJoinGivesUp(t *testing.T) {
 	}
 }
 
+func TestJoinOnlySelfByOtherName(t *testing.T) {
+	port := freePort(t)
+	cfg := testConfig(t, "a")
+	cfg.BindAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	a := mustOpen(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if n, err := a.Join(ctx, []string{fmt.Sprintf("localhost:%d", port)}); !errors.Is(err, ErrJoin) {
+		t.Errorf("Join(only ourselves) = %d, %v; want ErrJoin", n, err)
+	}
+}
+
 func TestJoinListWithSelf(t *testing.T) {
 	port := freePort(t)
 	cfg := testConfig(t, "a")
