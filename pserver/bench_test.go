@@ -73,9 +73,12 @@ func BenchmarkPushPull(b *testing.B) {
 // rawCodec passes []byte through unchanged (no protobuf).
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error)      { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...); return nil }
-func (rawCodec) Name() string                       { return "raw" }
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...)
+	return nil
+}
+func (rawCodec) Name() string { return "raw" }
 
 var echoDesc = grpc.ServiceDesc{
 	ServiceName: "bench.Echo",

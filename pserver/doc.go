@@ -1,0 +1,104 @@
+// Package pserver is raftps's parameter server: it holds a job's parameters
+// cut into virtual shards, applies trainers' gradients with an optimizer
+// (SGD, momentum, Adam, Adagrad) in sync or async mode, snapshots shards for
+// checkpoints, and serves it all over gRPC; Client is the trainers' side.
+//
+// # Sharding
+//
+// A job's parameters (JobSpec.params) are cut into V = num_virtual_shards
+// (default 64) virtual shards, the unit of checkpoint and repartitioning:
+//
+//   - a dense tensor is flattened row-major and split into blocks of
+//     dense_block_size float32s (default 65536); block b of parameter p lives
+//     in vshard VShardOfBlock(p, b, V) = (FNV-1a-32(p) + b) mod V, so a large
+//     tensor spreads over every pserver;
+//   - an embedding table [buckets, dim] is split by row: row r lives in
+//     VShardOfRow(p, r, V) = FNV-1a-64(p ‖ r) mod V; rows are created on
+//     first pull (or push).
+//
+// Vshard v is served by slot SlotOfVShard(v, n) = v mod n of the job's n
+// pservers. Initial values are drawn from a generator seeded by (job seed,
+// parameter name, block or row), so every partitioning yields the same model.
+//
+// # Update modes
+//
+// Async (Li et al. 2014, "Scaling distributed machine learning with the
+// parameter server", OSDI; the Paddle pserver's async SGD): every push is
+// applied on arrival; with staleness bound k > 0 a push computed on a
+// version older than Version()-k fails with FailedPrecondition and the
+// trainer re-pulls (stale-synchronous parallel).
+//
+// Sync (the Paddle pserver design's "synchronous SGD"; membership handled as
+// in Horovod Elastic): one update per step from the gradients of the
+// trainers of the current membership epoch. The node calls SetTrainers with
+// /jobs/<job>/trainers/ whenever it changes. A step's members are fixed at
+// its first push; a step completes when each has pushed or left (LeaveStep,
+// or removal by SetTrainers, e.g. its lease expired), so a dead or finished
+// trainer never hangs the others. The update uses the example-weighted
+// average Σ nᵢgᵢ / Σ nᵢ: k trainers are exactly one process on the
+// concatenated batch. Push blocks until the step completes.
+//
+// # Fencing
+//
+// A pserver claims slot i of a job with ClaimSlot: a Txn that creates
+// /jobs/<job>/ps/<i> = {node, addr, incarnation} under the pserver's lease
+// only if the key does not exist. The incarnation is the key's
+// create_revision. Every later metadata write for the slot (checkpoint
+// pointers) carries FenceCompare(job, i, incarnation), which fails once the
+// lease expired or another pserver re-claimed the slot. When its lease is
+// lost the node calls Slot.Fence (or Server.Unhost): from then on every call
+// fails with gRPC Unavailable "slot lost its lease; re-resolve", blocked
+// sync pushes included, and clients re-resolve the slot's new owner.
+//
+// # Checkpoints
+//
+// Slot.Snapshot copies values, optimizer state and update counts under the
+// slot's read lock (a memory copy, nothing more); EncodeVShard writes one
+// vshard in a versioned, self-describing, CRC-checked binary format
+// (documented in snapshot.go); RestoreSlot rebuilds a slot from the blobs of
+// the vshards it owns, whichever slots wrote them, so restoring with another
+// number of pservers is just another choice of blobs. Storage and
+// replication of blobs are in pserver/checkpoint.
+//
+// # Usage
+//
+// On a pserver node:
+//
+//	s, err := pserver.NewSlot(spec, slot, spec.NumPservers) // or RestoreSlot
+//	srv := pserver.NewServer()
+//	srv.Host(spec.Name, slot, s)
+//	gs := grpc.NewServer(pserver.ServerOptions()...)
+//	pb.RegisterPServerServer(gs, srv)
+//	// on /jobs/<job>/trainers/ changes: s.SetTrainers(ids)
+//	// on lease loss:                    srv.Unhost(spec.Name, slot)
+//
+// On a trainer:
+//
+//	c, _ := pserver.NewClient(spec, trainerID, resolver)
+//	params := c.NewParams()
+//	for {
+//		_ = c.Pull(ctx, params)
+//		grads := model.Gradients(params, batch)
+//		err := c.Push(ctx, &pserver.Grads{Dense: grads, Examples: n})
+//		if errors.Is(err, pserver.ErrStale) { continue } // re-pull
+//	}
+//	_ = c.LeaveStep(ctx) // out of data (sync mode)
+//
+// # Concurrency
+//
+// Slot, Server and Client are safe for concurrent use. A Slot serializes
+// updates with one lock; pulls share it. Errors carry gRPC codes
+// (status.Code works on them) and wrap the sentinels of errors.go.
+//
+// # Sources
+//
+//   - PaddlePaddle cloud design (2017), doc/design/cluster_train:
+//     parameter_server.md, pserver_client.md, checkpointing.md.
+//   - M. Li et al., "Scaling Distributed Machine Learning with the Parameter
+//     Server", OSDI 2014.
+//   - Horovod Elastic (horovod.ai, docs/elastic.rst): membership changes
+//     between steps, learning rate scaled by the number of workers.
+//   - Optimizers: Kingma & Ba 2015 (Adam), Duchi, Hazan & Singer 2011
+//     (Adagrad), Sutskever et al. 2013 (momentum, Nesterov), Glorot &
+//     Bengio 2010 (initializer).
+package pserver
