@@ -23,7 +23,7 @@
 // Parameter names: softmax "w" [in, classes], "b" [classes]; mlp "w0", "b0",
 // "w1", "b1", ... one pair per layer; hashed_lr "emb" [buckets, dim]
 // (embedding), "w" [dim, classes], "b" [classes]. Weights use Glorot
-// uniform, biases zeros, embeddings U(-0.1, 0.1) (see InitTensor).
+// uniform, biases zeros, embeddings U(-0.01, 0.01) (see InitTensor).
 //
 // # Correctness
 //

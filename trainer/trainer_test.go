@@ -1,0 +1,329 @@
+package trainer_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/trainer"
+	"github.com/raftps/raftps/trainer/trainertest"
+)
+
+// testLogger sends the trainer's logs to t.Log.
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tlogWriter struct{ tb testing.TB }
+
+func (w tlogWriter) Write(p []byte) (int, error) { w.tb.Log(string(p[:len(p)-1])); return len(p), nil }
+
+// synthDir is a synthetic dataset shared by the tests (2000 train, 500 test).
+func synthDir(tb testing.TB) string {
+	dir := tb.TempDir()
+	trainertest.WriteSynthetic(tb, dir, 2000, 500, 1)
+	return dir
+}
+
+func smallSpec(dir string, m *pb.ModelSpec) *pb.JobSpec {
+	return &pb.JobSpec{
+		Name: "job", Model: m, Dataset: &pb.DatasetSpec{Path: dir, Format: "fashion-mnist", Records: 2000},
+		RecordsPerTask: 250, Passes: 2, BatchSize: 50, Seed: 3, EvalEachPass: true,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.05, Momentum: 0.9},
+	}
+}
+
+type fixture struct {
+	master *trainertest.Master
+	ps     *trainertest.PS
+	tr     *trainer.Trainer
+}
+
+func mustFixture(tb testing.TB, spec *pb.JobSpec, cfg trainer.Config) fixture {
+	tb.Helper()
+	ps, err := trainertest.NewPS(spec, 784, 10)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := fixture{master: trainertest.NewMaster(spec), ps: ps}
+	if cfg.ID == "" {
+		cfg.ID = "t1"
+	}
+	cfg.Job = spec.GetName()
+	cfg.Logger = testLogger(tb)
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
+	}
+	if f.tr, err = trainer.New(cfg, f.master, f.ps); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+func mustRun(tb testing.TB, f fixture) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.tr.Run(ctx); err != nil {
+		tb.Fatalf("Run: %v", err)
+	}
+	if !f.master.Over() {
+		tb.Fatal("Run returned before JOB_OVER")
+	}
+}
+
+// checkJob verifies that every task of every pass finished once, that the
+// pservers saw every record once per pass, and that the last eval is good.
+func checkJob(t *testing.T, f fixture, spec *pb.JobSpec, minAcc float64) {
+	t.Helper()
+	tasks := int(spec.Dataset.Records / spec.RecordsPerTask)
+	var train, eval int
+	var lastAcc float64
+	for _, fin := range f.master.FinishedCopy() {
+		if fin.TaskId < 0 {
+			eval++
+			lastAcc = fin.Metrics.Accuracy
+			continue
+		}
+		train++
+		if fin.Metrics.Examples != spec.RecordsPerTask || fin.Metrics.Loss <= 0 || fin.Metrics.Step <= 0 {
+			t.Errorf("task %d metrics %v", fin.TaskId, fin.Metrics)
+		}
+	}
+	if want := tasks * int(spec.Passes); train != want || eval != int(spec.Passes) {
+		t.Errorf("finished %d train and %d eval tasks, want %d and %d", train, eval, want, spec.Passes)
+	}
+	if want := spec.Dataset.Records * int64(spec.Passes); f.ps.Examples != want {
+		t.Errorf("pservers got %d examples, want %d", f.ps.Examples, want)
+	}
+	if lastAcc < minAcc {
+		t.Errorf("final eval accuracy %.3f < %.2f", lastAcc, minAcc)
+	}
+	st := f.tr.Stats()
+	t.Logf("stats %+v, %.0f examples/s, final accuracy %.3f", st, st.ExamplesPerSec(), lastAcc)
+}
+
+func TestRunCompletesJob(t *testing.T) {
+	dir := synthDir(t)
+	for _, m := range []*pb.ModelSpec{
+		{Name: "softmax"},
+		{Name: "mlp", Hidden: []int32{32}},
+		{Name: "hashed_lr", EmbeddingDim: 8, HashBuckets: 4096},
+	} {
+		t.Run(m.Name, func(t *testing.T) {
+			spec := smallSpec(dir, m)
+			f := mustFixture(t, spec, trainer.Config{})
+			mustRun(t, f)
+			checkJob(t, f, spec, 0.9)
+			if f.ps.Leaves < 2 { // at least PASS_OVER and JOB_OVER
+				t.Errorf("LeaveStep called %d times", f.ps.Leaves)
+			}
+		})
+	}
+}
+
+func TestPushUnavailableIsRetried(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	f := mustFixture(t, spec, trainer.Config{})
+	f.ps.PushHook = func(n int) error {
+		if n == 3 || n == 4 || n == 40 {
+			return status.Error(codes.Unavailable, "pserver slot moved")
+		}
+		return nil
+	}
+	f.ps.PullHook = func(n int) error {
+		if n == 10 {
+			return status.Error(codes.Unavailable, "pserver restarting")
+		}
+		return nil
+	}
+	mustRun(t, f)
+	checkJob(t, f, spec, 0.9)
+	if st := f.tr.Stats(); st.Retries != 4 || st.FailedTasks != 0 || st.DroppedTasks != 0 {
+		t.Errorf("stats %+v, want 4 retries and no failed or dropped task", st)
+	}
+	if len(f.master.Failed) != 0 {
+		t.Errorf("TaskFailed called: %v", f.master.Failed)
+	}
+}
+
+func TestMasterFailoverIsRidden(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	f := mustFixture(t, spec, trainer.Config{})
+	unavailable := status.Error(codes.Unavailable, "no leader")
+	f.master.GetTaskHook = func(n int) error {
+		if n >= 2 && n <= 5 {
+			return unavailable
+		}
+		return nil
+	}
+	f.master.FinishHook = func(n int) error {
+		if n == 3 {
+			return unavailable
+		}
+		return nil
+	}
+	mustRun(t, f)
+	checkJob(t, f, spec, 0.9)
+}
+
+func TestNonRetryableErrorFailsTask(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	f := mustFixture(t, spec, trainer.Config{})
+	f.ps.PushHook = func(n int) error {
+		if n == 7 {
+			return status.Error(codes.InvalidArgument, "bad gradient")
+		}
+		return nil
+	}
+	mustRun(t, f)
+	if len(f.master.Failed) != 1 || f.tr.Stats().FailedTasks != 1 {
+		t.Fatalf("failed reports %v, stats %+v", f.master.Failed, f.tr.Stats())
+	}
+	t.Logf("reason: %s", f.master.Failed[0].Reason)
+	// The failed task was requeued and finished later: the job still completes.
+	if got, want := len(f.master.FinishedCopy()), 2*8+2; got != want {
+		t.Errorf("%d finished tasks, want %d", got, want)
+	}
+}
+
+func TestJobOverEndsLoop(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	mustRun(t, f) // the job runs out
+	// A second trainer joining a finished job returns at once.
+	tr2, err := trainer.New(trainer.Config{ID: "t2", Job: "job"}, f.master, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves := f.ps.Leaves
+	if err := tr2.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr2.Stats(); st.Tasks != 0 || f.ps.Leaves != leaves+1 {
+		t.Errorf("late trainer: stats %+v, leaves %d -> %d", st, leaves, f.ps.Leaves)
+	}
+}
+
+// waitMaster always answers WAIT with a long retry_after.
+type waitMaster struct{ *trainertest.Master }
+
+func (waitMaster) GetTask(context.Context, *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, RetryAfterMs: 60_000}, nil
+}
+
+func TestCancelStopsPromptly(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	cases := []struct {
+		name  string
+		setup func(f *fixture) (trainer.Master, trainer.PS)
+	}{
+		{"waiting", func(f *fixture) (trainer.Master, trainer.PS) { return waitMaster{f.master}, f.ps }},
+		{"retrying push", func(f *fixture) (trainer.Master, trainer.PS) {
+			f.ps.PushHook = func(int) error { return status.Error(codes.Unavailable, "down") }
+			return f.master, f.ps
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustFixture(t, spec, trainer.Config{})
+			m, ps := tc.setup(&f)
+			tr, err := trainer.New(trainer.Config{ID: "t1", Job: "job", Logger: testLogger(t),
+				MaxWait: time.Minute, MinBackoff: 10 * time.Second, MaxBackoff: time.Minute}, m, ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- tr.Run(ctx) }()
+			time.Sleep(300 * time.Millisecond)
+			t0 := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Run = %v, want context.Canceled", err)
+				}
+				t.Logf("stopped %v after cancel", time.Since(t0))
+			case <-time.After(2 * time.Second):
+				t.Fatal("Run did not stop within 2s of cancel")
+			}
+		})
+	}
+}
+
+func TestTaskDroppedAtDeadline(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	f := mustFixture(t, spec, trainer.Config{MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	f.master.TaskTimeout = 100 * time.Millisecond
+	start := time.Now()
+	f.ps.PushHook = func(n int) error {
+		// The pservers are down past the first task's deadline.
+		if time.Since(start) < 150*time.Millisecond {
+			return status.Error(codes.Unavailable, "down")
+		}
+		return nil
+	}
+	mustRun(t, f)
+	if len(f.master.Failed) != 0 {
+		t.Errorf("a transient failure was reported as TaskFailed: %v", f.master.Failed)
+	}
+	st := f.tr.Stats()
+	if st.DroppedTasks == 0 || f.master.Timeouts == 0 {
+		t.Errorf("dropped %d, master timeouts %d; want both > 0", st.DroppedTasks, f.master.Timeouts)
+	}
+	checkJob(t, f, spec, 0.9)
+}
+
+func TestRunFashionMNISTSubset(t *testing.T) {
+	if raceEnabled {
+		t.Skip("loads all of Fashion-MNIST; too slow with -race")
+	}
+	mustFashion(t)
+	spec := &pb.JobSpec{
+		Name: "job", Model: &pb.ModelSpec{Name: "softmax"},
+		Dataset:        &pb.DatasetSpec{Path: fashionDir, Format: "fashion-mnist", Records: 10000},
+		RecordsPerTask: 1000, Passes: 2, BatchSize: 64, Seed: 1, EvalEachPass: true,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9},
+	}
+	f := mustFixture(t, spec, trainer.Config{})
+	mustRun(t, f)
+	checkJob(t, f, spec, 0.78)
+}
+
+func TestNewValidates(t *testing.T) {
+	m := trainertest.NewMaster(&pb.JobSpec{Name: "j"})
+	if _, err := trainer.New(trainer.Config{Job: "j"}, m, &trainertest.PS{}); !errors.Is(err, trainer.ErrBadJob) {
+		t.Errorf("missing ID: %v", err)
+	}
+	if _, err := trainer.New(trainer.Config{ID: "t", Job: "j"}, nil, nil); !errors.Is(err, trainer.ErrBadJob) {
+		t.Errorf("nil deps: %v", err)
+	}
+}
+
+func TestIsRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{status.Error(codes.Unavailable, "x"), true},
+		{status.Error(codes.Aborted, "x"), true},
+		{status.Error(codes.InvalidArgument, "x"), false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, true},
+		{errors.Join(errors.New("wrapped"), trainer.ErrRetryable), true},
+		{errors.New("plain"), false},
+	} {
+		if got := trainer.IsRetryable(tc.err); got != tc.want {
+			t.Errorf("IsRetryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
