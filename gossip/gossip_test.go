@@ -235,7 +235,10 @@ func TestGracefulLeave(t *testing.T) {
 // memberlist: no leave broadcast, sockets gone) and measures how long the
 // two survivors take to report EventFail. The requirement is 3 s.
 func TestFailureDetection(t *testing.T) {
-	const trials = 7
+	trials := 7
+	if testing.Short() {
+		trials = 3
+	}
 	const limit = 3 * time.Second
 	var first, last []time.Duration
 	for i := range trials {
@@ -619,5 +622,25 @@ func TestMetaEncoding(t *testing.T) {
 	// Unknown keys from newer versions are ignored.
 	if got, _, err := decodeMeta([]byte(`{"id":"n2","zz":1}`)); err != nil || got.ID != "n2" {
 		t.Errorf("decode with unknown key = %+v, %v", got, err)
+	}
+}
+
+func TestMemberlistLogLevels(t *testing.T) {
+	var buf bytes.Buffer
+	l := newMemberlistLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	l.Printf("[WARN] memberlist: Refuting a suspect message (from: n2)")
+	l.Printf("[ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp: use of closed network connection")
+	l.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:2")
+	l.Printf("no level")
+	got := buf.String()
+	for _, want := range []string{
+		`level=WARN msg="Refuting a suspect message (from: n2)" lib=memberlist`,
+		`level=DEBUG msg="Failed to send gossip`,
+		`level=DEBUG msg="Stream connection from=127.0.0.1:2"`,
+		`level=INFO msg="no level"`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log output lacks %q:\n%s", want, got)
+		}
 	}
 }

@@ -38,6 +38,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	line = bytes.TrimPrefix(line, []byte("memberlist: "))
+	if level > slog.LevelDebug && bytes.Contains(line, []byte("use of closed network connection")) {
+		level = slog.LevelDebug // sends racing our own Shutdown: expected, not an error
+	}
 	ctx := context.Background()
 	if w.l.Enabled(ctx, level) {
 		w.l.Log(ctx, level, string(line), "lib", "memberlist")
