@@ -45,6 +45,9 @@ type pendingEntry struct {
 // the command was proposed, the outcome is unknown. ErrNotLeader (wrapping
 // ErrNoLeader) is returned only if no leader became known before ctx ended.
 func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
+	if cmd == nil {
+		return nil, fmt.Errorf("%w: nil command", fsm.ErrInvalid)
+	}
 	var res *pb.Result
 	err := s.onLeader(ctx,
 		func() error {
@@ -69,6 +72,9 @@ func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) 
 func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
+	}
+	if cmd == nil {
+		return nil, fmt.Errorf("%w: nil command", fsm.ErrInvalid)
 	}
 	if !s.IsLeader() {
 		return nil, ErrNotLeader

@@ -61,6 +61,11 @@
 // reach the FSM (no-ops, barriers, configuration changes) are skipped by
 // looking at the log. LinearizableRead is the two together, and Range uses
 // it unless RangeRequest.Serializable asks for this server's state as is.
+// One timing assumption remains: hashicorp/raft may confirm VerifyLeader
+// with a heartbeat that was already in flight when the read began. That is
+// safe while a heartbeat round trip is shorter than HeartbeatTimeout, since
+// a follower refuses to vote for HeartbeatTimeout after hearing from the
+// leader (so no new leader can commit in that window).
 //
 // # Leases
 //
