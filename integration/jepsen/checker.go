@@ -57,12 +57,27 @@ func CheckRegisters(ops []RegisterOp, timeout time.Duration) (Result, porcupine.
 	}
 	pops := PorcupineOps(ops)
 	res.Stats["checked"] = len(pops)
+	unobserved := 0
+	for _, op := range ops {
+		if op.Status == StatusInfo && op.Kind != RegRead {
+			unobserved++
+		}
+	}
+	for _, o := range pops {
+		if o.Metadata.(RegisterOp).Status == StatusInfo {
+			unobserved--
+		}
+	}
+	res.Stats["info-unobserved-dropped"] = unobserved
 	if len(pops) == 0 {
 		res.Verdict = VerdictUnknown
 		res.Notes = append(res.Notes, "no register operations to check")
 		return res, porcupine.LinearizationInfo{}
 	}
+	res.Stats["keys"] = len(RegisterModel.Partition(pops))
+	began := time.Now()
 	cr, info := porcupine.CheckOperationsVerbose(RegisterModel, pops, timeout)
+	res.Notes = append(res.Notes, fmt.Sprintf("porcupine: %s in %s", cr, time.Since(began).Round(time.Millisecond)))
 	switch cr {
 	case porcupine.Ok:
 	case porcupine.Illegal:
@@ -304,6 +319,47 @@ func CheckLeases(recs []LeaseRecord, b LeaseBounds) Result {
 		res.Notes = append(res.Notes, "no successful lease reads")
 	}
 	return res
+}
+
+// TermChanges returns, for every Raft term after the first one seen, a
+// pseudo-fault "term-change" at the first time a client got a response
+// carrying it (an upper bound on when the election that started it
+// happened). CheckLeases uses them like faults: a leader elected in a new
+// term extends every lease by its TTL, fault or no fault (a leader that
+// misses its leader lease under CPU starvation steps down by itself).
+func TermChanges(ops []RegisterOp, recs []LeaseRecord) []Fault {
+	first := map[uint64]int64{}
+	see := func(term uint64, at int64) {
+		if term == 0 {
+			return
+		}
+		if t, ok := first[term]; !ok || at < t {
+			first[term] = at
+		}
+	}
+	for _, op := range ops {
+		if op.Status == StatusOK {
+			see(op.Term, op.Return)
+		}
+	}
+	for _, r := range recs {
+		if r.Status == StatusOK {
+			see(r.Term, r.Return)
+		}
+	}
+	var terms []uint64
+	for t := range first {
+		terms = append(terms, t)
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i] < terms[j] })
+	var out []Fault
+	for i, t := range terms {
+		if i == 0 {
+			continue
+		}
+		out = append(out, Fault{Type: "term-change", Target: fmt.Sprintf("term %d", t), Start: first[t], End: first[t]})
+	}
+	return out
 }
 
 func leaseOfKey(puts []LeaseRecord, key string) bool {

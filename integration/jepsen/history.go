@@ -136,3 +136,23 @@ func (h *History) Faults() []Fault {
 	}
 	return fs
 }
+
+// LoadHistory reads a history.jsonl written by a run.
+func LoadHistory(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var recs []Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("jepsen: %s line %d: %w", path, len(recs)+1, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, sc.Err()
+}

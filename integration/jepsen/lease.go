@@ -24,6 +24,7 @@ type LeaseRecord struct {
 	Call   int64    `json:"call"`
 	Return int64    `json:"return"`
 	Err    string   `json:"err,omitempty"`
+	Term   uint64   `json:"term,omitempty"` // header raft_term of the serving node
 }
 
 // LeaseConfig shapes the lease workload.
@@ -87,7 +88,7 @@ func (lc *leaseClient) grant(ctx context.Context) (int64, bool) {
 		lc.add(rec)
 		return 0, false
 	}
-	rec.Status, rec.Lease, rec.TTL = StatusOK, resp.Id, resp.Ttl
+	rec.Status, rec.Lease, rec.TTL, rec.Term = StatusOK, resp.Id, resp.Ttl, resp.GetHeader().GetRaftTerm()
 	lc.add(rec)
 	return resp.Id, true
 }
@@ -113,7 +114,7 @@ func (lc *leaseClient) keepalive(ctx context.Context, id int64) (alive bool) {
 		return true // unknown: keep trying until the lease's TTL says otherwise
 	}
 	_ = st.CloseSend()
-	rec.Status, rec.TTL = StatusOK, resp.Ttl
+	rec.Status, rec.TTL, rec.Term = StatusOK, resp.Ttl, resp.GetHeader().GetRaftTerm()
 	return resp.Ttl > 0
 }
 
@@ -122,12 +123,12 @@ func (lc *leaseClient) put(ctx context.Context, id int64, key string) bool {
 	octx, cancel := context.WithTimeout(ctx, lc.cfg.OpTimeout)
 	defer cancel()
 	rec := LeaseRecord{Kind: "put", Lease: id, Key: key, Call: lc.h.Now()}
-	_, err := nc.KV.Put(octx, &pb.PutRequest{Key: []byte(key), Value: []byte("x"), Lease: id})
+	resp, err := nc.KV.Put(octx, &pb.PutRequest{Key: []byte(key), Value: []byte("x"), Lease: id})
 	rec.Return = lc.h.Now()
 	if err != nil {
 		rec.Status, rec.Err = StatusInfo, err.Error()
 	} else {
-		rec.Status = StatusOK
+		rec.Status, rec.Term = StatusOK, resp.GetHeader().GetRaftTerm()
 	}
 	lc.add(rec)
 	return err == nil
@@ -144,7 +145,7 @@ func (lc *leaseClient) read(ctx context.Context) {
 	if err != nil {
 		rec.Status, rec.Err = StatusFail, err.Error()
 	} else {
-		rec.Status = StatusOK
+		rec.Status, rec.Term = StatusOK, resp.GetHeader().GetRaftTerm()
 		rec.Keys = []string{}
 		for _, kv := range resp.Kvs {
 			rec.Keys = append(rec.Keys, string(kv.Key))

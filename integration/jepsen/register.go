@@ -41,6 +41,7 @@ type RegisterOp struct {
 	Call    int64        `json:"call"`
 	Return  int64        `json:"return"`
 	Rev     int64        `json:"revision,omitempty"` // header revision of the response
+	Term    uint64       `json:"term,omitempty"`     // header raft_term of the serving node
 	Err     string       `json:"err,omitempty"`
 }
 
@@ -129,11 +130,64 @@ var RegisterModel = porcupine.Model{
 	},
 }
 
-// PorcupineOps turns register ops into Porcupine operations: failed reads are
-// dropped, indeterminate (info) writes and cas get Return = +inf and an
-// unknown output, failed writes that are known not to have happened are
-// dropped too.
+// PorcupineOps turns register ops into Porcupine operations, patched as
+// etcd's tests/robustness does (values are unique per write):
+//   - failed reads are dropped;
+//   - an indeterminate (info) write or cas whose value no completed op ever
+//     observed (an ok read of it, or a successful cas expecting it) is dropped:
+//     had it taken effect, it was overwritten unseen, so the history with it
+//     is linearizable iff the history without it is;
+//   - an observed indeterminate write gets an unknown output and returns when
+//     its first observer returned (it must have taken effect by then);
+//
+// all other indeterminate ops would keep Return = +inf (math.MaxInt64).
 func PorcupineOps(ops []RegisterOp) []porcupine.Operation {
+	type kv struct{ key, value string }
+	seen := map[kv]int64{} // first return time of an op that observed value
+	observe := func(k kv, at int64) {
+		if t, ok := seen[k]; !ok || at < t {
+			seen[k] = at
+		}
+	}
+	for _, op := range ops {
+		if op.Status != StatusOK {
+			continue
+		}
+		switch {
+		case op.Kind == RegRead && op.Result != "":
+			observe(kv{op.Key, op.Result}, op.Return)
+		case op.Kind == RegCAS && op.OK:
+			observe(kv{op.Key, op.Expect}, op.Return)
+		}
+	}
+	var out []porcupine.Operation
+	for _, op := range ops {
+		in := regInput{Kind: op.Kind, Value: op.Value, Expect: op.Expect}
+		o := porcupine.Operation{ClientId: op.Process, Input: in, Call: op.Call, Return: op.Return, Metadata: op}
+		switch op.Status {
+		case StatusOK:
+			o.Output = regOutput{Result: op.Result, OK: op.OK}
+		case StatusFail:
+			continue
+		case StatusInfo:
+			if op.Kind == RegRead {
+				continue
+			}
+			at, observed := seen[kv{op.Key, op.Value}]
+			if !observed {
+				continue
+			}
+			o.Output = regOutput{Unknown: true}
+			o.Return = max(at, op.Call)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// unpatchedInfinite is the unpatched form: every indeterminate write open
+// until +inf. It is kept for tests that check the patch is sound.
+func unpatchedInfinite(ops []RegisterOp) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, op := range ops {
 		in := regInput{Kind: op.Kind, Value: op.Value, Expect: op.Expect}
@@ -162,6 +216,10 @@ type RegisterConfig struct {
 	Prefix    string        // key prefix (default "/jepsen/reg/")
 	OpTimeout time.Duration // per-op timeout (default 1s)
 	Pause     time.Duration // think time between ops of a client (default 20ms)
+	// KeyLifetime: every KeyLifetime the clients move to fresh keys
+	// (<prefix><generation>-<i>), as Jepsen's independent keys do, so that
+	// each key's history stays small enough for Porcupine (default 5s).
+	KeyLifetime time.Duration
 }
 
 func (c RegisterConfig) withDefaults() RegisterConfig {
@@ -179,6 +237,9 @@ func (c RegisterConfig) withDefaults() RegisterConfig {
 	}
 	if c.Pause == 0 {
 		c.Pause = 20 * time.Millisecond
+	}
+	if c.KeyLifetime == 0 {
+		c.KeyLifetime = 5 * time.Second
 	}
 	return c
 }
@@ -217,7 +278,8 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 			process := client
 			for ctx.Err() == nil {
 				name, nc := conns.Random(r)
-				key := fmt.Sprintf("%s%d", cfg.Prefix, r.IntN(cfg.Keys))
+				gen := h.Now() / int64(cfg.KeyLifetime)
+				key := fmt.Sprintf("%s%d-%d", cfg.Prefix, gen, r.IntN(cfg.Keys))
 				op := RegisterOp{Process: process, Client: client, Node: name, Key: key}
 				switch p := r.IntN(10); {
 				case p < 4:
@@ -271,7 +333,7 @@ func doRegisterOp(ctx context.Context, kv pb.KVClient, op *RegisterOp) error {
 		if err != nil {
 			return err
 		}
-		op.Rev = resp.GetHeader().GetRevision()
+		op.Rev, op.Term = resp.GetHeader().GetRevision(), resp.GetHeader().GetRaftTerm()
 		if len(resp.Kvs) > 0 {
 			op.Result = string(resp.Kvs[0].Value)
 		}
@@ -280,7 +342,7 @@ func doRegisterOp(ctx context.Context, kv pb.KVClient, op *RegisterOp) error {
 		if err != nil {
 			return err
 		}
-		op.Rev = resp.GetHeader().GetRevision()
+		op.Rev, op.Term = resp.GetHeader().GetRevision(), resp.GetHeader().GetRaftTerm()
 	case RegCAS:
 		resp, err := kv.Txn(ctx, &pb.TxnRequest{
 			Compare: []*pb.Compare{{
@@ -293,7 +355,7 @@ func doRegisterOp(ctx context.Context, kv pb.KVClient, op *RegisterOp) error {
 		if err != nil {
 			return err
 		}
-		op.Rev = resp.GetHeader().GetRevision()
+		op.Rev, op.Term = resp.GetHeader().GetRevision(), resp.GetHeader().GetRaftTerm()
 		op.OK = resp.Succeeded
 	}
 	return nil

@@ -198,7 +198,15 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 			watchRes.Notes = append(watchRes.Notes, fmt.Sprintf("watcher %d covered only up to %d < fence %d", r.ID, r.EndRevision, fenceRev))
 		}
 	}
-	leaseRes := CheckLeases(leaseRecs, LeaseBounds{ElectionTimeout: cfg.ElectionTimeout, Slack: 2 * time.Second, Margin: 100 * time.Millisecond, Faults: faults})
+	terms := TermChanges(regOps, leaseRecs)
+	leaseRes := CheckLeases(leaseRecs, LeaseBounds{
+		ElectionTimeout: cfg.ElectionTimeout, Slack: 2 * time.Second, Margin: 100 * time.Millisecond,
+		Faults: append(append([]Fault(nil), faults...), terms...),
+	})
+	leaseRes.Stats["term-changes"] = len(terms)
+	for _, tc := range terms {
+		h.Notef("observed %s first at %s", tc.Target, fmtNs(tc.Start))
+	}
 	sum.Results = []Result{regRes, watchRes, leaseRes}
 	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
 		h.Notef("visualization: %v", err)

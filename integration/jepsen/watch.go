@@ -37,6 +37,10 @@ type WatcherRun struct {
 type WatchConfig struct {
 	Watchers int    // default 3
 	Prefix   string // default "/jepsen/"
+	// Reconnect: a watcher drops its stream after a random time in
+	// [Reconnect, 2*Reconnect) and resumes on a random node, so that resumes
+	// happen even without faults (default 8s; <0 disables).
+	Reconnect time.Duration
 }
 
 // Watchers runs watchers on a prefix. Start them with StartWatchers, stop
@@ -61,6 +65,9 @@ func StartWatchers(ctx context.Context, cfg WatchConfig, conns Conns, h *History
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "/jepsen/"
+	}
+	if cfg.Reconnect == 0 {
+		cfg.Reconnect = 8 * time.Second
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watchers{cfg: cfg, conns: conns, h: h, cancel: cancel}
@@ -94,7 +101,12 @@ func (w *Watchers) loop(ctx context.Context, run *WatcherRun) {
 		w.mu.Lock()
 		from := run.EndRevision + 1
 		w.mu.Unlock()
-		err := w.stream(ctx, run, name, nc, from)
+		sctx, scancel := ctx, context.CancelFunc(func() {})
+		if w.cfg.Reconnect > 0 {
+			sctx, scancel = context.WithTimeout(ctx, w.cfg.Reconnect+time.Duration(r.Int64N(int64(w.cfg.Reconnect))))
+		}
+		err := w.stream(sctx, run, name, nc, from)
+		scancel()
 		if ctx.Err() != nil {
 			return
 		}
