@@ -483,3 +483,38 @@ func TestReplicateFetchVerifyRPC(t *testing.T) {
 		t.Fatalf("bad PutBlob: %v", err)
 	}
 }
+
+func TestIngestPath(t *testing.T) {
+	c := mustCluster(t, 2)
+	ctx := context.Background()
+	for _, n := range c.nodes {
+		n.store.ingestThreshold = 0 // every checkpoint is ingested as an sstable
+	}
+	c.claim(testJob, 0, c.nodes[0], 1)
+	w := c.nodes[0].mgr.Writer(testJob, 0)
+	pol := &pb.CheckpointPolicy{KeepMax: 2, Replicas: 2}
+	for v := int64(1); v <= 4; v++ {
+		mustCheckpoint(t, w, WriteRequest{Job: testJob, Slot: 0, NumPservers: 1, Version: v, Incarnation: 1,
+			Blobs: slotBlobs(v, 0, 1, testNV, testSize), Policy: pol})
+	}
+	// Version 5 has the same bytes as 4: content addressing stores nothing new.
+	mustCheckpoint(t, w, WriteRequest{Job: testJob, Slot: 0, NumPservers: 1, Version: 5, Incarnation: 1,
+		Blobs: slotBlobs(4, 0, 1, testNV, testSize), Policy: pol})
+	for _, n := range c.nodes {
+		keys, _ := n.store.ManifestKeys(testJob)
+		blobs, _ := n.store.BlobMD5s()
+		if len(keys) != 2 || len(blobs) != testNV {
+			t.Fatalf("%s: %d manifests %d blobs, want 2 and %d", n.id, len(keys), len(blobs), testNV)
+		}
+	}
+	blobs, rec, err := c.nodes[0].mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 1})
+	if err != nil || rec.GetVersion() != 5 {
+		t.Fatalf("restore: %v %v", rec, err)
+	}
+	checkWhole(t, blobs, vshardsOf(0, 1, testNV), testSize)
+	// Reopened from disk, the ingested blobs are still there and verify.
+	c.restart(c.nodes[0], false)
+	if mm, err := c.nodes[0].mgr.Verify(ctx, testJob, 5); err != nil || len(mm) != 0 {
+		t.Fatalf("verify after reopen: %+v %v", mm, err)
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +18,11 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
+	"github.com/cockroachdb/pebble/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/sstable"
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/google/uuid"
 )
 
 // Key layout in the node's checkpoint Pebble:
@@ -161,7 +169,16 @@ type Store struct {
 	db     *pebble.DB
 	pins   map[string]time.Time
 	gcLock sync.RWMutex // writers of blob+manifest hold R; GC holds W
+
+	// ingestThreshold: checkpoints at least this big are ingested as an
+	// sstable instead of written through the WAL.
+	ingestThreshold int64
 }
+
+// DefaultIngestThreshold is the checkpoint size from which blobs are
+// ingested as one sstable (written once) rather than through the WAL
+// (written twice: WAL, then memtable flush).
+const DefaultIngestThreshold = 8 << 20
 
 // Open opens (creating if needed) the checkpoint store in dir.
 func Open(dir string, logger *slog.Logger) (*Store, error) {
@@ -175,11 +192,18 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 		MemTableSize: 64 << 20,
 		Logger:       pebbleLogger{logger},
 	}
+	// Bloom filters let a presence check of a missing blob skip reading the
+	// (multi-MB) data block it would sit in.
+	opts.Levels = make([]pebble.LevelOptions, 7)
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		opts.Levels[i].Compression = pebble.NoCompression // parameters do not compress
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint store %q: %w", dir, err)
 	}
-	return &Store{dir: dir, logger: logger, db: db, pins: map[string]time.Time{}}, nil
+	return &Store{dir: dir, logger: logger, db: db, pins: map[string]time.Time{}, ingestThreshold: DefaultIngestThreshold}, nil
 }
 
 // Dir is the directory the store was opened in.
@@ -249,18 +273,30 @@ func (s *Store) putBlob(md5hex string, data []byte, wo *pebble.WriteOptions) err
 	return nil
 }
 
-// putBlobs writes every blob, then syncs the WAL once: on return every blob
-// is durable. The returned refs are sorted by vshard id.
+// putBlobs writes every blob durably: on return every blob is synced. The
+// returned refs are sorted by vshard id. Checkpoints of at least
+// ingestThreshold bytes are written as one external sstable, fsynced and
+// ingested (data written once, like a plain file); smaller ones go through
+// the WAL with one sync at the end.
 func (s *Store) putBlobs(blobs map[int32][]byte) ([]VShardRef, int64, error) {
 	refs := make([]VShardRef, 0, len(blobs))
 	var total int64
 	for id, b := range blobs {
-		h := MD5Hex(b)
-		if err := s.putBlob(h, b, pebble.NoSync); err != nil {
-			return nil, 0, fmt.Errorf("vshard %d: %w", id, err)
-		}
-		refs = append(refs, VShardRef{ID: id, MD5: h, Bytes: int64(len(b))})
+		refs = append(refs, VShardRef{ID: id, Bytes: int64(len(b))})
 		total += int64(len(b))
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
+	hashAll(refs, blobs)
+	if total >= s.ingestThreshold {
+		if err := s.ingestBlobs(refs, blobs); err != nil {
+			return nil, 0, err
+		}
+		return refs, total, nil
+	}
+	for _, r := range refs {
+		if err := s.putBlob(r.MD5, blobs[r.ID], pebble.NoSync); err != nil {
+			return nil, 0, fmt.Errorf("vshard %d: %w", r.ID, err)
+		}
 	}
 	db, err := s.getDB()
 	if err != nil {
@@ -270,8 +306,66 @@ func (s *Store) putBlobs(blobs map[int32][]byte) ([]VShardRef, int64, error) {
 	if err := db.LogData(nil, pebble.Sync); err != nil {
 		return nil, 0, fmt.Errorf("sync blobs: %w", err)
 	}
-	sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
 	return refs, total, nil
+}
+
+// ingestBlobs writes the blobs not yet stored into one sstable (no
+// compression: parameters do not compress), fsyncs it and ingests it.
+func (s *Store) ingestBlobs(refs []VShardRef, blobs map[int32][]byte) error {
+	s.gcLock.RLock()
+	defer s.gcLock.RUnlock()
+	db, err := s.getDB()
+	if err != nil {
+		return err
+	}
+	byMD5 := map[string][]byte{}
+	for _, r := range refs {
+		s.pin(r.MD5)
+		if _, ok := byMD5[r.MD5]; ok {
+			continue
+		}
+		if ok, _, _ := s.verify(db, r.MD5); ok {
+			continue // content addressed: already here
+		}
+		byMD5[r.MD5] = blobs[r.ID]
+	}
+	if len(byMD5) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(byMD5))
+	for h := range byMD5 {
+		keys = append(keys, h)
+	}
+	sort.Strings(keys)
+	tmpDir := filepath.Join(s.dir, "ingest")
+	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+		return fmt.Errorf("ingest dir: %w", err)
+	}
+	path := filepath.Join(tmpDir, uuid.NewString()+".sst")
+	defer os.Remove(path)
+	f, err := vfs.Default.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{
+		TableFormat:  db.FormatMajorVersion().MaxTableFormat(),
+		Compression:  sstable.NoCompression,
+		FilterPolicy: bloom.FilterPolicy(10),
+		FilterType:   sstable.TableFilter,
+	})
+	for _, h := range keys {
+		if err := w.Set([]byte(blobPrefix+h), byMD5[h]); err != nil {
+			w.Close()
+			return fmt.Errorf("write sstable %s: %w", path, err)
+		}
+	}
+	if err := w.Close(); err != nil { // finishes and fsyncs the file
+		return fmt.Errorf("finish sstable %s: %w", path, err)
+	}
+	if err := db.Ingest([]string{path}); err != nil {
+		return fmt.Errorf("ingest blobs: %w", err)
+	}
+	return nil
 }
 
 // GetBlob returns a copy of blob md5hex after re-hashing it: a stored blob
@@ -331,9 +425,28 @@ func (s *Store) PutManifest(m *Manifest) (raw []byte, md5hex string, err error) 
 	return raw, md5hex, nil
 }
 
+// putLocalManifest is PutManifest for blobs this process just wrote.
+func (s *Store) putLocalManifest(m *Manifest) (raw []byte, md5hex string, err error) {
+	raw, md5hex, err = EncodeManifest(m)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.putManifestRaw(m.Key(), raw, false); err != nil {
+		return nil, "", err
+	}
+	return raw, md5hex, nil
+}
+
 // PutManifestRaw decodes raw, checks that key is its key and that its blobs
 // are all present, and stores it synced.
 func (s *Store) PutManifestRaw(key string, raw []byte) error {
+	return s.putManifestRaw(key, raw, true)
+}
+
+// putManifestRaw with checkBlobs=false is for the local writer, which has
+// just written (and pinned) the blobs: checking presence would read every
+// multi-MB data block back.
+func (s *Store) putManifestRaw(key string, raw []byte, checkBlobs bool) error {
 	m, err := DecodeManifest(raw)
 	if err != nil {
 		return err
@@ -350,6 +463,9 @@ func (s *Store) PutManifestRaw(key string, raw []byte) error {
 	// Blobs were hashed when they were put; here only their presence is
 	// checked (a second MD5 pass over hundreds of MB would halve throughput).
 	for _, r := range m.VShards {
+		if !checkBlobs {
+			break
+		}
 		_, closer, err := db.Get([]byte(blobPrefix + r.MD5))
 		if err != nil {
 			return fmt.Errorf("manifest %s: vshard %d: %w: blob %s (%v)", key, r.ID, ErrNotFound, r.MD5, err)
@@ -571,4 +687,26 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...))
 	panic(fmt.Sprintf(format, args...))
+}
+
+// hashAll fills refs[i].MD5, hashing on every CPU (MD5 of hundreds of MB is
+// a large part of a checkpoint's cost).
+func hashAll(refs []VShardRef, blobs map[int32][]byte) {
+	workers := min(runtime.GOMAXPROCS(0), len(refs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				refs[i].MD5 = MD5Hex(blobs[refs[i].ID])
+			}
+		}()
+	}
+	for i := range refs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }

@@ -254,7 +254,7 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 		NumPservers: req.NumPservers, Step: req.Step, TimestampUnixNano: time.Now().UnixNano(),
 		VShards: refs, Bytes: total,
 	}
-	_, manMD5, err := m.cfg.Store.PutManifest(man)
+	_, manMD5, err := m.cfg.Store.putLocalManifest(man)
 	if err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
