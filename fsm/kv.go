@@ -181,7 +181,9 @@ func (w *writeTxn) put(req *pb.PutRequest) *pb.PutResponse {
 		Version:        1,
 		Lease:          req.Lease,
 	}
-	prev, had := f.get(req.Key)
+	// One traversal: insert, then complete kv from the item it replaced (kv
+	// is new and unshared, so finishing it in place is safe).
+	prev, had := f.kvs.ReplaceOrInsert(kv)
 	if had {
 		kv.CreateRevision = prev.CreateRevision
 		kv.Version = prev.Version + 1
@@ -195,7 +197,6 @@ func (w *writeTxn) put(req *pb.PutRequest) *pb.PutResponse {
 		prev = nil
 	}
 	f.attach(kv.Lease, kv.Key)
-	f.kvs.ReplaceOrInsert(kv)
 	w.events = append(w.events, &pb.Event{Type: pb.Event_PUT, Kv: kv, PrevKv: prev})
 	return resp
 }

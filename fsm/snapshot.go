@@ -96,7 +96,7 @@ func (s *snapshot) Release() {}
 
 func (s *snapshot) writeTo(w io.Writer) error {
 	h := crc32.New(crcTable)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 256<<10)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10)
 	var buf []byte
 	rec := func(tag byte, body []byte) error {
 		buf = append(buf[:0], tag)
@@ -264,7 +264,7 @@ func maxRecord(tag byte) uint64 {
 }
 
 func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
-	cr := &crcReader{r: bufio.NewReaderSize(r, 256<<10), h: crc32.New(crcTable)}
+	cr := &crcReader{r: bufio.NewReaderSize(r, 64<<10), h: crc32.New(crcTable)}
 	magic := make([]byte, len(snapMagic))
 	if _, err := io.ReadFull(cr, magic); err != nil {
 		return nil, readErr("header", err)
