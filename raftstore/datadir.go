@@ -2,11 +2,15 @@ package raftstore
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/hashicorp/raft"
 )
 
 // nodeIDFile is written on first start and checked on every later start.
@@ -58,4 +62,49 @@ func syncFile(p string) error {
 		return fmt.Errorf("raftstore: sync %q: %w", p, err)
 	}
 	return nil
+}
+
+// clusterIDFile records the cluster's ID once this server has seen it.
+const clusterIDFile = "cluster-id"
+
+// clusterIDFromLog derives the cluster ID from log entry 1, the
+// configuration that bootstrapped the cluster: every server that holds
+// that entry (the bootstrapping ones, and joiners that replicated it)
+// computes the same ID; bootstrap-expect servers bootstrap with identical
+// configurations and so agree too. ok is false when entry 1 is not (yet,
+// or no longer) in the log.
+func clusterIDFromLog(logs raft.LogStore) (id string, ok bool) {
+	var l raft.Log
+	if err := logs.GetLog(1, &l); err != nil || l.Type != raft.LogConfiguration {
+		return "", false
+	}
+	sum := sha256.Sum256(append([]byte(fmt.Sprintf("%d:", l.Term)), l.Data...))
+	return hex.EncodeToString(sum[:8]), true
+}
+
+// checkClusterID compares the recorded cluster ID with the log's; it
+// records the log's if none is recorded. It returns the known ID ("" if
+// neither is known yet) and ErrDataDirMismatch if they differ.
+func checkClusterID(dir string, logs raft.LogStore) (string, error) {
+	p := filepath.Join(dir, clusterIDFile)
+	b, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("raftstore: read %q: %w", p, err)
+	}
+	recorded := string(bytes.TrimSpace(b))
+	fromLog, ok := clusterIDFromLog(logs)
+	switch {
+	case !ok:
+		return recorded, nil
+	case recorded == "":
+		if err := os.WriteFile(p, []byte(fromLog+"\n"), 0o644); err != nil {
+			return "", fmt.Errorf("raftstore: write %q: %w", p, err)
+		}
+		return fromLog, nil
+	case recorded != fromLog:
+		return "", fmt.Errorf("%w: %q records cluster %s but the Raft log in it belongs to cluster %s",
+			ErrDataDirMismatch, dir, recorded, fromLog)
+	default:
+		return recorded, nil
+	}
 }

@@ -22,6 +22,15 @@
 // Other servers are added through the leader with Join (and taken out with
 // Remove); both are idempotent, so a node can ask to join on every start.
 //
+// # Data dir
+//
+// <DataDir>/raft holds raft.db (bolt: log and stable store), snapshots/,
+// node-id (written on first start; a start with another --id fails with
+// ErrDataDirMismatch) and cluster-id (16 hex digits hashed from log entry 1,
+// the bootstrap configuration, recorded once the server has seen it; a
+// Raft log from another cluster then also fails with ErrDataDirMismatch).
+// Bootstrap only happens when raft.HasExistingState reports no state.
+//
 // # Caller's duties
 //
 //   - Implement Forwarder in the gRPC layer (Internal service) and route it

@@ -57,6 +57,7 @@ type Status struct {
 	Leader       string // leader's Raft address, "" if unknown
 	LeaderID     string
 	Revision     int64
+	ClusterID    string // "" until known (see Store.ClusterID)
 }
 
 // Store is one server of the Raft group: hashicorp/raft over a TCP
@@ -102,6 +103,8 @@ type Store struct {
 
 	leases  *leaseTimers
 	metrics *storeMetrics
+
+	clusterID atomic.Pointer[string]
 }
 
 // New returns a Store for f; it does no I/O (Open does). fwd may be nil,
@@ -190,6 +193,11 @@ func (s *Store) Open() (err error) {
 	if err != nil {
 		return fmt.Errorf("raftstore: check existing state: %w", err)
 	}
+	cid, err := checkClusterID(dir, bolt)
+	if err != nil {
+		return err
+	}
+	s.clusterID.Store(&cid)
 	rc := s.cfg.raftConfig(s.notifyCh)
 	rc.Logger = hcl
 	r, err := raft.NewRaft(rc, s.fsm, bolt, bolt, snaps, trans)
@@ -213,6 +221,10 @@ func (s *Store) Open() (err error) {
 	s.opened = true
 
 	internal := s.LeaderCh()
+	if cid == "" {
+		s.wg.Add(1)
+		go s.learnClusterID(dir)
+	}
 	s.wg.Add(4)
 	go s.runNotify()
 	go s.runBatcher()
@@ -332,6 +344,49 @@ func (s *Store) Addr() string {
 // ID returns the server ID.
 func (s *Store) ID() string { return s.cfg.ID }
 
+// ClusterID returns the ID of the cluster this server belongs to (16 hex
+// digits derived from the bootstrap configuration, log entry 1, and
+// recorded in <DataDir>/raft/cluster-id), or "" until it is known. A
+// server that joined after entry 1 was compacted away never learns it.
+func (s *Store) ClusterID() string {
+	if p := s.clusterID.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// learnClusterID waits for log entry 1 (bootstrap or replication from the
+// leader) and records the cluster ID.
+func (s *Store) learnClusterID(dir string) {
+	defer s.wg.Done()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case <-t.C:
+		}
+		if first, err := s.bolt.FirstIndex(); err != nil || first > 1 {
+			if first > 1 {
+				s.logger.Info("cluster id unknown: log entry 1 was compacted before this server saw it")
+				return
+			}
+			continue
+		}
+		cid, err := checkClusterID(dir, s.bolt)
+		if err != nil {
+			s.logger.Error("cluster id", "err", err)
+			return
+		}
+		if cid != "" {
+			s.clusterID.Store(&cid)
+			s.logger.Info("cluster id recorded", "cluster_id", cid)
+			return
+		}
+	}
+}
+
 // IsLeader reports whether this server is the Raft leader right now (not
 // linearizable: use ReadIndex for that).
 func (s *Store) IsLeader() bool { return s.raft != nil && s.raft.State() == raft.Leader }
@@ -376,7 +431,7 @@ func (s *Store) waitLeader(ctx context.Context) (addr, id string, err error) {
 
 // Stats returns a snapshot of the server's Raft and FSM state.
 func (s *Store) Stats() Status {
-	st := Status{ID: s.cfg.ID, Revision: s.fsm.Revision(), AppliedIndex: s.fsm.AppliedIndex()}
+	st := Status{ID: s.cfg.ID, Revision: s.fsm.Revision(), AppliedIndex: s.fsm.AppliedIndex(), ClusterID: s.ClusterID()}
 	if s.raft == nil {
 		st.State = "Closed"
 		return st

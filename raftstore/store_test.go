@@ -155,6 +155,44 @@ func TestFollowerWriteAndMembership(t *testing.T) {
 	if err != nil || len(servers) != 3 {
 		t.Fatalf("configuration %v %v", servers, err)
 	}
+	// Every server learns the same cluster ID.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ids := map[string]bool{}
+		for _, s := range c.live() {
+			ids[s.ClusterID()] = true
+		}
+		if len(ids) == 1 && !ids[""] {
+			t.Logf("cluster id %v", ids)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster ids %v", ids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestClusterIDMismatch(t *testing.T) {
+	dir := t.TempDir()
+	logs := raft.NewInmemStore()
+	if id, err := checkClusterID(dir, logs); err != nil || id != "" {
+		t.Fatalf("empty log: %q %v", id, err)
+	}
+	logs.StoreLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: []byte("cfg-a")})
+	id, err := checkClusterID(dir, logs)
+	if err != nil || id == "" {
+		t.Fatalf("first: %q %v", id, err)
+	}
+	if again, err := checkClusterID(dir, logs); err != nil || again != id {
+		t.Fatalf("again: %q %v", again, err)
+	}
+	other := raft.NewInmemStore()
+	other.StoreLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: []byte("cfg-b")})
+	if _, err := checkClusterID(dir, other); !errors.Is(err, ErrDataDirMismatch) {
+		t.Fatalf("other cluster's log = %v, want ErrDataDirMismatch", err)
+	} else {
+		t.Log(err)
+	}
 }
 
 // TestLeaderFailover: clients write through every node while the leader
