@@ -95,8 +95,9 @@ type Master struct {
 	members Members
 	log     *slog.Logger
 
-	mu         sync.Mutex
-	deadSince  map[string]time.Time // server id -> when gossip declared it dead
+	mu          sync.Mutex
+	deadSince   map[string]time.Time // server id -> when gossip declared it dead
+	gone        map[string]bool      // node id -> its trainers and slots were released
 	leaderSince time.Time
 }
 
@@ -104,7 +105,7 @@ type Master struct {
 func New(cfg Config, store Store, members Members) *Master {
 	cfg = cfg.withDefaults()
 	return &Master{cfg: cfg, store: store, members: members, log: cfg.Logger,
-		deadSince: map[string]time.Time{}}
+		deadSince: map[string]time.Time{}, gone: map[string]bool{}}
 }
 
 // Run follows leadership changes until ctx ends: on gaining leadership it
@@ -173,6 +174,7 @@ func (m *Master) leaderLoop(ctx context.Context) {
 	m.mu.Lock()
 	m.leaderSince = time.Now()
 	m.deadSince = map[string]time.Time{}
+	m.gone = map[string]bool{}
 	m.mu.Unlock()
 
 	events, unsubscribe := m.members.Subscribe()
@@ -186,10 +188,7 @@ func (m *Master) leaderLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev := <-events:
-			if ev.Type == gossip.EventFail || ev.Type == gossip.EventLeave {
-				m.nodeGone(ctx, ev.Member)
-			}
+		case <-events:
 			m.reconcile(ctx)
 		case <-reconcile.C:
 			m.reconcile(ctx)
@@ -247,6 +246,17 @@ func (m *Master) reconcile(ctx context.Context) {
 	for _, mem := range m.members.Members() {
 		id := mem.Meta.ID
 		m.writeNode(ctx, mem)
+		// A node that died or left while another node led (or before this
+		// leader subscribed to gossip) is released here: its event is gone.
+		m.mu.Lock()
+		released := m.gone[id]
+		if mem.Status == gossip.StatusAlive {
+			delete(m.gone, id)
+		}
+		m.mu.Unlock()
+		if (mem.Status == gossip.StatusDead || mem.Status == gossip.StatusLeft) && !released && id != self {
+			m.nodeGone(ctx, mem)
+		}
 		if !hasRole(mem, "server") || id == self {
 			continue
 		}
@@ -335,6 +345,9 @@ func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
 // timeout and the lease TTL are only the backstops).
 func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	node := mem.Meta.ID
+	m.mu.Lock()
+	m.gone[node] = true
+	m.mu.Unlock()
 	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte("/jobs/"), RangeEnd: []byte("/jobs0")})
 	if err != nil {
 		return

@@ -204,6 +204,17 @@ accuracy misses its target or a fault was not survived.`,
 			if !cmd.Flags().Changed("name") {
 				spec.Name = "demo-fashion-mlp"
 			}
+			// Demo defaults: frequent checkpoints (a restore loses at most 50
+			// steps) and enough passes with a decaying rate for a stable 85%+.
+			if !cmd.Flags().Changed("checkpoint-steps") {
+				spec.Checkpoint.EverySteps = 50
+			}
+			if !cmd.Flags().Changed("passes") {
+				spec.Passes = 5
+			}
+			if spec.Optimizer.LrDecay == 0 {
+				spec.Optimizer.LrDecay = 0.002
+			}
 			return runDemo(cmd.Context(), g, spec, dataDir, keep, noFaults)
 		},
 	}

@@ -88,6 +88,9 @@ type hosted struct {
 	lastCkptTime  time.Time
 	lastVersion   int64
 	checkpointing bool
+	// rollbackRev is the mod revision of /jobs/<job>/rollback this slot has
+	// already followed (or that was there when it was claimed).
+	rollbackRev int64
 }
 
 // New returns an agent; Run starts it.
@@ -265,8 +268,107 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 			mine++
 		}
 	}
+	a.followRollback(ctx, spec)
 	a.feedTrainers(ctx, job)
 	a.maybeCheckpoint(ctx, job)
+}
+
+// RollbackKey is /jobs/<job>/rollback: in a sync job, the checkpoint
+// version that a restored slot went back to, which every other slot of the
+// job then goes back to as well, so the model stays one consistent version
+// (Horovod Elastic's restore-and-reset; DESIGN.md §6).
+func RollbackKey(job string) string { return "/jobs/" + job + "/rollback" }
+
+// Rollback is the value of RollbackKey.
+type Rollback struct {
+	Version int64  `json:"version"`
+	Slot    int32  `json:"slot"`
+	Node    string `json:"node"`
+}
+
+func (a *Agent) readRollback(ctx context.Context, job string) (Rollback, int64, bool) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(RollbackKey(job)), Serializable: true})
+	if err != nil || len(resp.Kvs) == 0 {
+		return Rollback{}, 0, false
+	}
+	var rb Rollback
+	if json.Unmarshal(resp.Kvs[0].Value, &rb) != nil {
+		return Rollback{}, 0, false
+	}
+	return rb, resp.Kvs[0].ModRevision, true
+}
+
+// followRollback brings every hosted slot of a sync job back to a rollback
+// version published by another slot's restore.
+func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
+	if spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC {
+		return
+	}
+	rb, rev, ok := a.readRollback(ctx, spec.Name)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	var todo []*hosted
+	for k, h := range a.hosted {
+		if k.job == spec.Name && rev > h.rollbackRev {
+			todo = append(todo, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range todo {
+		h.rollbackRev = rev
+		if rb.Slot == h.key.slot || h.slot.Step() <= rb.Version {
+			continue
+		}
+		from := h.slot.Step()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		blobs, err := a.ckpt.ReadVersion(rctx, spec.Name, rb.Version)
+		cancel()
+		if err != nil {
+			a.log.Error("rollback: cannot read the version; this slot stays ahead (model inconsistent until the next restore)",
+				"job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
+			continue
+		}
+		mine := map[int32][]byte{}
+		for v, b := range blobs {
+			if pserver.SlotOfVShard(v, spec.NumPservers) == h.key.slot {
+				mine[v] = b
+			}
+		}
+		s, err := pserver.RestoreSlot(spec, h.key.slot, spec.NumPservers, mine)
+		if err != nil {
+			a.log.Error("rollback: blobs do not decode", "job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
+			continue
+		}
+		s.SetIncarnation(h.incarnation)
+		s.SetTrainers(splitIDs(h.trainers))
+		a.mu.Lock()
+		if a.hosted[h.key] != h {
+			a.mu.Unlock()
+			continue
+		}
+		old := h.slot
+		h.slot = s
+		h.lastCkptStep = s.Step()
+		h.lastVersion = rb.Version
+		a.mu.Unlock()
+		a.server.Host(spec.Name, h.key.slot, s) // fences the old slot: its waiting pushes retry on this one
+		old.Close()
+		a.log.Warn("rolled back to keep the sync model consistent", "job", spec.Name, "slot", h.key.slot,
+			"from_step", from, "to_version", rb.Version, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
+		_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
+			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (slot %d was restored)", h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Slot)})
+	}
+}
+
+func splitIDs(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func (a *Agent) hosting(job string, slot int32) bool {
@@ -310,7 +412,19 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	}
 	s.SetIncarnation(inc)
 	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc,
-		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now()}
+		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now(), lastVersion: rec.Version}
+	if _, rev, ok := a.readRollback(ctx, spec.Name); ok {
+		h.rollbackRev = rev
+	}
+	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && rec.Version > 0 {
+		v, _ := json.Marshal(Rollback{Version: rec.Version, Slot: i, Node: a.cfg.NodeID})
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		if resp, err := a.meta.Txn(pctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{
+			RequestPut: &pb.PutRequest{Key: []byte(RollbackKey(spec.Name)), Value: v}}}}}); err == nil {
+			h.rollbackRev = resp.GetHeader().GetRevision()
+		}
+		pcancel()
+	}
 	a.mu.Lock()
 	a.hosted[h.key] = h
 	a.mu.Unlock()
