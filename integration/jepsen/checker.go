@@ -88,6 +88,9 @@ func CheckRegisters(ops []RegisterOp, timeout time.Duration) (Result, porcupine.
 				bad = append(bad, part[0].Metadata.(RegisterOp).Key)
 			}
 		}
+		if len(bad) > 8 {
+			bad = append(bad[:8:8], fmt.Sprintf("... (%d keys in all)", len(bad)))
+		}
 		res.violate("history is not linearizable on key(s) %s (see linearizability.html for the longest linearizable prefix)", strings.Join(bad, ", "))
 	default:
 		res.Verdict = VerdictUnknown

@@ -220,6 +220,10 @@ type RegisterConfig struct {
 	// (<prefix><generation>-<i>), as Jepsen's independent keys do, so that
 	// each key's history stays small enough for Porcupine (default 5s).
 	KeyLifetime time.Duration
+	// Serializable makes reads serializable (served from the local FSM):
+	// not linearizable under partitions, so a run with it is a canary that
+	// shows the checker catching stale reads in a real cluster.
+	Serializable bool
 }
 
 func (c RegisterConfig) withDefaults() RegisterConfig {
@@ -294,7 +298,7 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 				}
 				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 				op.Call = h.Now()
-				err := doRegisterOp(octx, nc.KV, &op)
+				err := doRegisterOp(octx, nc.KV, &op, cfg.Serializable)
 				op.Return = h.Now()
 				cancel()
 				if err != nil {
@@ -325,11 +329,11 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 	return acked
 }
 
-func doRegisterOp(ctx context.Context, kv pb.KVClient, op *RegisterOp) error {
+func doRegisterOp(ctx context.Context, kv pb.KVClient, op *RegisterOp, serializable bool) error {
 	key := []byte(op.Key)
 	switch op.Kind {
 	case RegRead:
-		resp, err := kv.Range(ctx, &pb.RangeRequest{Key: key})
+		resp, err := kv.Range(ctx, &pb.RangeRequest{Key: key, Serializable: serializable})
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,9 @@ type SuiteConfig struct {
 	// LogLevel passed to every node (default "info").
 	LogLevel string
 	Seed     uint64
+	// Serializable: register reads are serializable (a canary run that
+	// should be found not linearizable when the faults isolate a node).
+	Serializable bool
 	// Logf reports progress (t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -150,7 +153,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		leaseRecs  []LeaseRecord
 		faults     []Fault
 		leaseCfg   = LeaseConfig{TTL: 4}
-		regCfg     = RegisterConfig{Clients: 5, Keys: 3}
+		regCfg     = RegisterConfig{Clients: 5, Keys: 3, Serializable: cfg.Serializable}
 		faultSlots = len(cfg.Faults) + 1
 	)
 	hold := cfg.Hold
