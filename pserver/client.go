@@ -169,8 +169,8 @@ func (c *Client) version(slot int32) int64 {
 	return c.versions[slot]
 }
 
-// conn returns a PServer client for slot, resolving if needed.
-func (c *Client) conn(ctx context.Context, slot int32) (pb.PServerClient, error) {
+// conn returns the connection to slot's pserver, resolving if needed.
+func (c *Client) conn(ctx context.Context, slot int32) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	addr, ok := c.addrs[slot]
 	c.mu.Unlock()
@@ -200,7 +200,7 @@ func (c *Client) conn(ctx context.Context, slot int32) (pb.PServerClient, error)
 		}
 		c.conns[addr] = cc
 	}
-	return pb.NewPServerClient(cc), nil
+	return cc, nil
 }
 
 func (c *Client) invalidate(slot int32) {
@@ -231,7 +231,7 @@ func fromGRPC(err error) error {
 
 // do calls fn on slot's pserver, retrying with re-resolution while it
 // answers Unavailable (or cannot be resolved).
-func (c *Client) do(ctx context.Context, slot int32, fn func(pb.PServerClient) error) error {
+func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) error) error {
 	backoff := c.cfg.backoff
 	for attempt := 0; ; attempt++ {
 		cl, err := c.conn(ctx, slot)
@@ -309,33 +309,20 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 		}
 	}
 	return c.parallel(func(slot int32) error {
-		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			req := &pb.PullRequest{Job: c.job, Slot: slot}
-			put := func(resp *pb.PullResponse) error {
-				for _, t := range resp.GetTensors() {
-					p, ok := c.layout.Param(t.GetName())
-					if !ok || p.Embedding || t.GetBlock() < 0 || t.GetBlock() >= p.Blocks {
-						return fmt.Errorf("pull: unexpected tensor %q block %d", t.GetName(), t.GetBlock())
-					}
-					lo, hi := c.layout.BlockRange(p, t.GetBlock())
-					if len(t.GetData()) != int(hi-lo)*4 {
-						return fmt.Errorf("pull: tensor %q block %d has %d bytes, want %d", t.GetName(), t.GetBlock(), len(t.GetData()), (hi-lo)*4)
-					}
-					getFloat32s(dst[t.GetName()][lo:hi], t.GetData())
-				}
-				c.setVersion(slot, resp.GetVersion())
-				return nil
-			}
+			// The tensor codec reads blocks straight into dst.
+			sink := &pullSink{layout: c.layout, dst: dst}
 			if !c.useStream(slot) {
-				resp, err := cl.Pull(ctx, req)
-				if err != nil {
+				if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
 					return err
 				}
-				return put(resp)
+				c.setVersion(slot, sink.version)
+				return nil
 			}
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			st, err := cl.PullStream(sctx)
+			st, err := pb.NewPServerClient(cc).PullStream(sctx, tensorCallOption)
 			if err != nil {
 				return err
 			}
@@ -346,16 +333,12 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 				return err
 			}
 			for {
-				resp, err := st.Recv()
-				if errors.Is(err, io.EOF) {
+				if err := st.RecvMsg(sink); errors.Is(err, io.EOF) {
 					return nil
-				}
-				if err != nil {
+				} else if err != nil {
 					return err
 				}
-				if err := put(resp); err != nil {
-					return err
-				}
+				c.setVersion(slot, sink.version)
 			}
 		})
 	})
@@ -436,13 +419,13 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 		ts = append(ts, sparse[slot]...)
 		v := c.version(slot)
 		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples}
-		return c.do(ctx, slot, func(cl pb.PServerClient) error {
+		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			var resp *pb.PushResponse
 			var err error
 			if c.useStream(slot) && len(ts) > 1 {
-				resp, err = c.pushStream(ctx, cl, req)
+				resp, err = c.pushStream(ctx, cc, req)
 			} else {
-				resp, err = cl.Push(ctx, req)
+				resp, err = pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
 			}
 			if err != nil {
 				return err
@@ -453,10 +436,10 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 	})
 }
 
-func (c *Client) pushStream(ctx context.Context, cl pb.PServerClient, req *pb.PushRequest) (*pb.PushResponse, error) {
+func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.PushRequest) (*pb.PushResponse, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := cl.PushStream(sctx)
+	st, err := pb.NewPServerClient(cc).PushStream(sctx, tensorCallOption)
 	if err != nil {
 		return nil, err
 	}
@@ -503,8 +486,8 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 		for i, j := range per[slot] {
 			t.Rows[i] = rows[j]
 		}
-		return c.do(ctx, slot, func(cl pb.PServerClient) error {
-			resp, err := cl.Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}})
+		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}}, tensorCallOption)
 			if err != nil {
 				return err
 			}
@@ -531,8 +514,8 @@ func (c *Client) PushRows(ctx context.Context, name string, rows []int64, grads 
 // LeaveStep tells every slot this trainer leaves sync steps (out of data).
 func (c *Client) LeaveStep(ctx context.Context) error {
 	return c.parallel(func(slot int32) error {
-		return c.do(ctx, slot, func(cl pb.PServerClient) error {
-			_, err := cl.LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer})
+		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+			_, err := pb.NewPServerClient(cc).LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer}, tensorCallOption)
 			return err
 		})
 	})

@@ -141,6 +141,8 @@ func (srv *Server) PullStream(stream pb.PServer_PullStreamServer) error {
 		if err != nil {
 			return err
 		}
+		// The tensor codec sends resp's data in place, after Send returns:
+		// every pull allocates its own copy (no buffer reuse).
 		resp, err := srv.Pull(stream.Context(), req)
 		if err != nil {
 			return err

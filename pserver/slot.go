@@ -228,22 +228,7 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 		return nil, err
 	}
 	if len(req.GetTensors()) == 0 {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		total := 0
-		for _, k := range s.denseKeys {
-			total += len(s.dense[k].values)
-		}
-		buf := make([]byte, 4*total)
-		resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
-		off := 0
-		for _, k := range s.denseKeys {
-			v := s.dense[k].values
-			b := buf[off : off+4*len(v) : off+4*len(v)]
-			putFloat32s(b, v)
-			off += len(b)
-			resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
-		}
+		resp, _ := s.pullAll(nil)
 		return resp, nil
 	}
 	// Validate everything first.
@@ -298,6 +283,31 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 		resp.Tensors = append(resp.Tensors, out)
 	}
 	return resp, nil
+}
+
+// pullAll copies every dense block of the slot into buf (grown if too
+// short) and returns a response whose tensors alias it, and buf.
+func (s *Slot) pullAll(buf []byte) (*pb.PullResponse, []byte) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	total := 0
+	for _, k := range s.denseKeys {
+		total += len(s.dense[k].values)
+	}
+	if cap(buf) < 4*total {
+		buf = make([]byte, 4*total)
+	}
+	buf = buf[:4*total]
+	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
+	off := 0
+	for _, k := range s.denseKeys {
+		v := s.dense[k].values
+		b := buf[off : off+4*len(v) : off+4*len(v)]
+		putFloat32s(b, v)
+		off += len(b)
+		resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
+	}
+	return resp, buf
 }
 
 // rowLocked returns embedding row r of p, creating it if create (write lock held).
