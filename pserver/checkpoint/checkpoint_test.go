@@ -518,3 +518,25 @@ func TestIngestPath(t *testing.T) {
 		t.Fatalf("verify after reopen: %+v %v", mm, err)
 	}
 }
+
+func TestRestoreReadsOnlyNeededOldSlots(t *testing.T) {
+	// Slot 1's manifest is gone everywhere: restoring slot 0 with the same
+	// layout (or with 4 slots: gcd 2) does not need it and must not fall back.
+	c, _ := twoSlotCluster(t, &pb.CheckpointPolicy{Replicas: 2})
+	ctx := context.Background()
+	for _, n := range c.nodes {
+		n.store.setRaw(ManifestKey(testJob, 1, 1), []byte("gone"))
+	}
+	for _, p := range []int32{2, 4} {
+		blobs, rec, err := c.nodes[0].mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: p})
+		if err != nil || rec.GetReason() != "newest" {
+			t.Fatalf("P=%d: %v %v", p, rec, err)
+		}
+		checkWhole(t, blobs, vshardsOf(0, p, testNV), testSize)
+	}
+	// With 3 slots every old slot contributes: version 1 is unusable.
+	blobs, rec, _ := c.nodes[0].mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 3})
+	if blobs != nil || !strings.HasPrefix(rec.GetReason(), "initializer:") {
+		t.Fatalf("P=3: %v", rec)
+	}
+}

@@ -68,6 +68,21 @@
 // recorded in the pb.RestoreRecord. Restore never panics on bad data (Paddle
 // panicked on a bad checkpoint instead of falling back).
 //
+// Async jobs (RestoreRequest.Async) have no global cut: their slots
+// checkpoint at unrelated versions (e.g. updates applied), so each old slot
+// contributes its own newest usable version and falls back independently.
+//
+// # Storage
+//
+// Blobs live under blob/<md5hex> in Pebble, one value per vshard (MBs to
+// hundreds of MBs). A checkpoint of at least DefaultIngestThreshold bytes is
+// written as one uncompressed external sstable, fsynced and ingested (the
+// bytes are written once, like a plain file; through the WAL they would be
+// written twice); smaller ones go through the WAL with one sync. Bloom
+// filters keep presence checks of missing blobs from reading multi-MB
+// blocks. Readers re-hash every blob (GetBlob, VerifyBlob): a flipped byte
+// is ErrCorrupt naming the md5, never silently restored.
+//
 // # Caller's duties
 //
 //   - Blobs come from a consistent snapshot: encode under the lock, or copy

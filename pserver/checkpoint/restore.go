@@ -308,7 +308,10 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 // with ok=true means "those of the manifest that the new slot owns".
 func neededFrom(req RestoreRequest, s, oldP int32) (need []int32, ok bool) {
 	if req.VShards == nil {
-		return nil, true
+		// Some v has v%oldP == s and v%NumPservers == Slot iff s ≡ Slot
+		// (mod gcd(oldP, NumPservers)) (Chinese remainder theorem): other
+		// old slots' manifests need not even be read.
+		return nil, (s-req.Slot)%gcd(oldP, req.NumPservers) == 0
 	}
 	for _, id := range req.VShards {
 		if id%oldP == s {
@@ -456,4 +459,11 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 		rec.Reason = "fallback: " + strings.Join(failures, "; ") + " (async, per slot: " + strings.Join(used, ", ") + ")"
 	}
 	return out, true
+}
+
+func gcd(a, b int32) int32 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }

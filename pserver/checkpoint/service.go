@@ -21,6 +21,10 @@ import (
 // ChunkSize is the size of the data pieces of a streamed blob (1 MiB).
 const ChunkSize = 1 << 20
 
+// MaxBlobSize bounds the size a PutBlob stream may announce (the receiver
+// allocates it up front).
+const MaxBlobSize = 4 << 30
+
 // deleteKeyPrefix marks a PutBlob stream that carries no blob but a request
 // to delete versions of one slot: manifest_key "delete/<job>/<slot>",
 // manifest = JSON deleteRequest. It stands in for a DeleteVersions RPC that
@@ -60,20 +64,23 @@ func (s *Service) PutBlob(stream grpc.ClientStreamingServer[pb.BlobChunk, pb.Put
 		return toStatus(fmt.Errorf("%w: put blob: no first chunk: %v", ErrInvalid, err))
 	}
 	md5hex, size := first.GetMd5(), first.GetSize()
-	if size < 0 || (md5hex != "" && !isMD5Hex(md5hex)) {
+	if size < 0 || size > MaxBlobSize || (md5hex != "" && !isMD5Hex(md5hex)) {
 		return toStatus(fmt.Errorf("%w: put blob: md5 %q size %d", ErrInvalid, md5hex, size))
 	}
 	var data []byte
 	if md5hex != "" {
 		data = make([]byte, 0, size)
 		data = append(data, first.GetData()...)
-		for int64(len(data)) < size {
+		for {
 			c, err := stream.Recv()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				return err
+			}
+			if int64(len(data)+len(c.GetData())) > size {
+				return toStatus(fmt.Errorf("%w: blob %s: more than the announced %d bytes", ErrCorrupt, md5hex, size))
 			}
 			data = append(data, c.GetData()...)
 		}
