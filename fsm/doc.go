@@ -52,7 +52,9 @@
 //     Timers, keepalives, the minimum TTL and expiry belong to the leader
 //     (raftstore), which revokes an expired lease through Raft.
 //   - Linearizable reads: Range reads whatever is applied; the caller waits
-//     for AppliedIndex to reach its read index first.
+//     for AppliedIndex to reach its read index first. hashicorp/raft hands
+//     the FSM only LogCommand entries, so AppliedIndex is the index of the
+//     last command (or snapshot), not of a trailing no-op or barrier.
 //   - Watches: watchers poll Events from their next revision when the
 //     Observer reports a new revision, and cancel with ErrCompacted.
 //   - Size: keys up to MaxKeySize, values up to MaxValueSize (ErrTooLarge).

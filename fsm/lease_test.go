@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -147,4 +148,18 @@ func keysOfBytes(keys [][]byte) []string {
 		out = append(out, string(k))
 	}
 	return out
+}
+
+func TestLeaseAutoIDWraps(t *testing.T) {
+	f := newTestFSM(t)
+	f.grant(math.MaxInt64, 1)
+	f.grant(1, 1)
+	f.mu.Lock()
+	f.nextLease = math.MaxInt64 - 1
+	f.mu.Unlock()
+	for _, want := range []int64{math.MaxInt64 - 1, 2, 3} {
+		if got := f.grant(0, 1); got != want {
+			t.Fatalf("id %d, want %d", got, want)
+		}
+	}
 }

@@ -244,3 +244,61 @@ func evRec(ev *pb.Event) []byte {
 func snapBody(recs ...[]byte) []byte {
 	return bytes.Join(recs, nil)
 }
+
+// failSink fails every write after the first n bytes.
+type failSink struct {
+	bufSink
+	n int
+}
+
+func (s *failSink) Write(p []byte) (int, error) {
+	if s.Len()+len(p) > s.n {
+		return 0, errors.New("disk full")
+	}
+	return s.bufSink.Write(p)
+}
+
+func TestPersistFailureCancelsSink(t *testing.T) {
+	f := newTestFSM(t)
+	populate(t, f)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &failSink{n: 100}
+	if err := snap.Persist(sink); err == nil || !sink.cancelled || sink.closed {
+		t.Fatalf("persist: %v, cancelled %v closed %v", err, sink.cancelled, sink.closed)
+	}
+}
+
+// errReader returns its bytes, then err.
+type errReader struct {
+	b   []byte
+	err error
+}
+
+func (r *errReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+func TestRestoreReaderError(t *testing.T) {
+	src := newTestFSM(t)
+	populate(t, src)
+	b := mustSnapshot(t, src.FSM)
+	dst := newTestFSM(t)
+	dst.put("keep", "me")
+	before := dumpState(t, dst.FSM)
+	ioErr := errors.New("connection reset")
+	err := dst.Restore(io.NopCloser(&errReader{b: b[:len(b)/2], err: ioErr}))
+	if !errors.Is(err, ioErr) {
+		t.Fatalf("restore: %v", err)
+	}
+	if !equalDump(before, dumpState(t, dst.FSM)) {
+		t.Fatal("state changed")
+	}
+}
