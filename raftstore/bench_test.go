@@ -2,15 +2,12 @@ package raftstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // BenchmarkPut3Node measures Put through the leader of a 3-node cluster on
@@ -28,14 +25,8 @@ func BenchmarkPut3Node(b *testing.B) {
 		keys[i] = fmt.Sprintf("/bench/%d", i)
 	}
 	runClients(b, c, func(i int64) error {
-		for {
-			// A Put is idempotent: retry when a leader change (this box is
-			// shared and slow) leaves the outcome unknown.
-			_, err := put(ctx, b, l, keys[i%int64(len(keys))], val)
-			if !errors.Is(err, raft.ErrLeadershipLost) {
-				return err
-			}
-		}
+		_, err := put(ctx, b, l, keys[i%int64(len(keys))], val)
+		return err
 	})
 }
 
@@ -56,18 +47,11 @@ func BenchmarkRangeLinearizable3Node(b *testing.B) {
 // runClients runs op b.N times from 1 and 64 concurrent clients and reports
 // ops/s, p50 and p99 latency in ms and, for writes, commands per entry.
 func runClients(b *testing.B, c *cluster, op func(i int64) error) {
-	batchStats := func() (e, n uint64) {
-		for _, s := range c.live() {
-			se, sn := s.BatchStats()
-			e, n = e+se, n+sn
-		}
-		return e, n
-	}
 	for _, clients := range []int{1, 64} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			var next atomic.Int64
 			lat := make([][]time.Duration, clients)
-			e0, c0 := batchStats()
+			e0, c0 := c.batchStats()
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
@@ -103,7 +87,7 @@ func runClients(b *testing.B, c *cluster, op func(i int64) error) {
 			b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
 			b.ReportMetric(pct(0.50), "p50-ms")
 			b.ReportMetric(pct(0.99), "p99-ms")
-			if e1, c1 := batchStats(); e1 > e0 {
+			if e1, c1 := c.batchStats(); e1 > e0 {
 				b.ReportMetric(float64(c1-c0)/float64(e1-e0), "cmds/entry")
 			}
 		})

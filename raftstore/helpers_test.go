@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -185,6 +186,15 @@ func mustCluster(tb testing.TB, n int) *cluster {
 	return c
 }
 
+// batchStats sums BatchStats over the live stores (the leader may change).
+func (c *cluster) batchStats() (entries, cmds uint64) {
+	for _, s := range c.live() {
+		e, n := s.BatchStats()
+		entries, cmds = entries+e, cmds+n
+	}
+	return entries, cmds
+}
+
 func (c *cluster) live() []*Store {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -251,8 +261,20 @@ func putCmd(tb testing.TB, key, value string, lease int64) *pb.Command {
 	return cmd
 }
 
+// put writes key=value through s. A Put is idempotent for the final state,
+// so it is retried when a leader change leaves its outcome unknown (the
+// shared test machine can stall a leader past its lease).
 func put(ctx context.Context, tb testing.TB, s *Store, key, value string) (*pb.Result, error) {
-	return s.Apply(ctx, putCmd(tb, key, value, 0))
+	return applyRetry(ctx, s, putCmd(tb, key, value, 0))
+}
+
+func applyRetry(ctx context.Context, s *Store, cmd *pb.Command) (*pb.Result, error) {
+	for {
+		res, err := s.Apply(ctx, cmd)
+		if !errors.Is(err, raft.ErrLeadershipLost) || ctx.Err() != nil {
+			return res, err
+		}
+	}
 }
 
 func mustPut(ctx context.Context, tb testing.TB, s *Store, key, value string) int64 {
@@ -282,7 +304,7 @@ func mustGrant(ctx context.Context, tb testing.TB, s *Store, ttl int64) (id, gra
 	if err != nil {
 		tb.Fatal(err)
 	}
-	res, err := s.Apply(ctx, cmd)
+	res, err := applyRetry(ctx, s, cmd)
 	if err != nil {
 		tb.Fatalf("lease grant: %v", err)
 	}

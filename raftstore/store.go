@@ -105,6 +105,7 @@ type Store struct {
 	metrics *storeMetrics
 
 	clusterID atomic.Pointer[string]
+	transfers atomic.Int64 // successful leadership transfers at Close
 }
 
 // New returns a Store for f; it does no I/O (Open does). fwd may be nil,
@@ -300,6 +301,7 @@ func (s *Store) transferLeadership() {
 		select {
 		case err := <-done:
 			if err == nil {
+				s.transfers.Add(1)
 				s.logger.Info("leadership transferred", "attempt", attempt)
 				return
 			}

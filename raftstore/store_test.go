@@ -342,7 +342,9 @@ func TestWatchResume(t *testing.T) {
 	start := mustPut(ctx, t, l, "/other", "x") + 1
 
 	const total = 120
+	writes := make(chan struct{})
 	go func() {
+		defer close(writes)
 		for i := 0; i < total; i++ {
 			s := l
 			if i%2 == 1 {
@@ -352,7 +354,9 @@ func TestWatchResume(t *testing.T) {
 				t.Errorf("put: %v", err)
 			}
 			if i%10 == 0 {
-				mustPut(ctx, t, l, "/other", "y") // not matching the watch
+				if _, err := put(ctx, t, l, "/other", "y"); err != nil { // not matching the watch
+					t.Errorf("put: %v", err)
+				}
 			}
 		}
 	}()
@@ -381,21 +385,38 @@ func TestWatchResume(t *testing.T) {
 		for range ch { // drain until closed
 		}
 	}
-	seen := map[string]bool{}
+	<-writes
+	if err := l.LinearizableRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher saw exactly the FSM's history of the range: same events,
+	// same order, nothing missing, nothing twice.
+	want, err := l.FSM().Events([]byte("/w/"), []byte("/w0"), start, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) < len(want) {
+		t.Fatalf("watch got %d events, history has %d", len(got), len(want))
+	}
+	got = got[:len(want)] // writes after the last one we waited for
 	var prev int64
 	for i, e := range got {
-		k := string(e.Kv.Key)
-		if seen[k] {
-			t.Fatalf("duplicate event for %s", k)
-		}
-		seen[k] = true
-		if want := fmt.Sprintf("/w/%03d", i); k != want {
-			t.Fatalf("event %d is %s, want %s (gap or reorder)", i, k, want)
+		w := want[i]
+		if e.Kv.ModRevision != w.Kv.ModRevision || string(e.Kv.Key) != string(w.Kv.Key) || e.Type != w.Type {
+			t.Fatalf("event %d: got %s@%d, history has %s@%d (gap, duplicate or reorder)",
+				i, e.Kv.Key, e.Kv.ModRevision, w.Kv.Key, w.Kv.ModRevision)
 		}
 		if e.Kv.ModRevision <= prev {
 			t.Fatalf("revision %d after %d", e.Kv.ModRevision, prev)
 		}
 		prev = e.Kv.ModRevision
+	}
+	keys := map[string]bool{}
+	for _, e := range got {
+		keys[string(e.Kv.Key)] = true
+	}
+	if len(keys) != total {
+		t.Fatalf("watch saw %d distinct keys, wrote %d", len(keys), total)
 	}
 
 	// Start below the compaction revision: a clear error.
@@ -521,7 +542,7 @@ func TestBatching(t *testing.T) {
 	c := mustCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	l := c.leader(ctx)
-	e0, c0 := l.BatchStats()
+	e0, c0 := c.batchStats()
 	const clients, each = 128, 10
 	var wg sync.WaitGroup
 	for i := 0; i < clients; i++ {
@@ -537,11 +558,11 @@ func TestBatching(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	e1, c1 := l.BatchStats()
+	e1, c1 := c.batchStats()
 	entries, cmds := e1-e0, c1-c0
 	t.Logf("%d commands in %d log entries (%.1f per entry)", cmds, entries, float64(cmds)/float64(entries))
-	if cmds != clients*each {
-		t.Fatalf("commands = %d, want %d", cmds, clients*each)
+	if cmds < clients*each { // more if a leader change made put retry
+		t.Fatalf("commands = %d, want >= %d", cmds, clients*each)
 	}
 	if entries*4 > cmds {
 		t.Fatalf("%d entries for %d commands: writes were not coalesced", entries, cmds)
@@ -634,8 +655,8 @@ func TestCloseTransfersLeadership(t *testing.T) {
 	nl := c.leader(ctx)
 	d := time.Since(t0)
 	t.Logf("graceful close: %s leads %v after Close started", nl.cfg.ID, d)
-	if d > old.cfg.ElectionTimeout {
-		t.Fatalf("leadership took %v after a graceful close: no transfer", d)
+	if old.transfers.Load() != 1 {
+		t.Fatalf("Close did not transfer leadership (new leader after %v)", d)
 	}
 	mustPut(ctx, t, c.follower(ctx), "k", "2")
 }
