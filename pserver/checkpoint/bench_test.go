@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"google.golang.org/grpc"
 )
 
 // Sizes of the benchmarks: 100M float32 parameters (400 MB) in 64 vshards by
@@ -191,6 +193,44 @@ func BenchmarkRestoreLocal(b *testing.B) {
 		got, rec, err := e.mgr.Restore(context.Background(), RestoreRequest{Job: "bench", Slot: 0, NumPservers: 1})
 		if err != nil || len(got) != len(blobs) {
 			b.Fatalf("restore: %v %v", rec, err)
+		}
+	}
+}
+
+// BenchmarkCheckpointR2: Checkpoint with R=2 to a second store served over
+// loopback gRPC (same disk: both copies compete for it).
+func BenchmarkCheckpointR2(b *testing.B) {
+	blobs, total := benchBlobs(b)
+	e := newBenchEnv(b)
+	st2, err := Open(filepath.Join(b.TempDir(), "ckpt2"), quietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st2.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterCheckpointStoreServer(srv, NewService(st2, quietLogger()))
+	go srv.Serve(lis)
+	defer srv.Stop()
+	mgr, err := New(Config{NodeID: "n0", Host: "h0", Store: e.st, Meta: e.meta, Logger: quietLogger(),
+		Peers: StaticPeers{{ID: "n1", Addr: lis.Addr().String(), Host: "h1"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(total)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		quiesce(b, e.st)
+		quiesce(b, st2)
+		stamp(blobs, i)
+		p, err := mgr.Writer("bench", 0).Checkpoint(context.Background(), WriteRequest{
+			Job: "bench", Slot: 0, NumPservers: 1, Version: int64(i + 1), Incarnation: 1, Blobs: blobs,
+			Policy: &pb.CheckpointPolicy{KeepMax: 1, Replicas: 2}})
+		if err != nil || len(p.GetReplicas()) != 2 {
+			b.Fatalf("checkpoint: %v %v", p, err)
 		}
 	}
 }

@@ -540,3 +540,31 @@ func TestRestoreReadsOnlyNeededOldSlots(t *testing.T) {
 		t.Fatalf("P=3: %v", rec)
 	}
 }
+
+func TestDeleteSparesNewerInFlightVersions(t *testing.T) {
+	st, err := Open(t.TempDir(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for v := int64(1); v <= 4; v++ {
+		blobs := slotBlobs(v, 0, 1, 2, 64)
+		refs, total, err := st.putBlobs(blobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.PutManifest(&Manifest{Job: testJob, Version: v, Slot: 0, NumPservers: 1, VShards: refs, Bytes: total}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted, err := st.DeleteVersions(testJob, 0, []int64{2})
+	if err != nil || !equalInts(deleted, []int64{1}) {
+		t.Fatalf("deleted %v %v, want [1] (3 and 4 may be in flight)", deleted, err)
+	}
+	if keys, _ := st.ManifestKeys(testJob); len(keys) != 3 {
+		t.Fatalf("manifests left: %v", keys)
+	}
+	if blobs, _ := st.BlobMD5s(); len(blobs) != 6 {
+		t.Fatalf("blobs left: %d, want 6", len(blobs))
+	}
+}

@@ -21,6 +21,9 @@ import (
 // ChunkSize is the size of the data pieces of a streamed blob (1 MiB).
 const ChunkSize = 1 << 20
 
+// ReplicationStreams is how many blobs Replicate sends concurrently.
+const ReplicationStreams = 2
+
 // MaxBlobSize bounds the size a PutBlob stream may announce (the receiver
 // allocates it up front).
 const MaxBlobSize = 4 << 30
@@ -268,16 +271,46 @@ func (c *Client) Replicate(ctx context.Context, addr string, m *Manifest, blobs 
 		return err
 	}
 	for _, r := range m.VShards {
-		b, ok := blobs[r.ID]
-		if !ok {
+		if _, ok := blobs[r.ID]; !ok {
 			return fmt.Errorf("%w: replicate %s: no bytes for vshard %d", ErrInvalid, m.Key(), r.ID)
 		}
-		if v, err := c.VerifyBlob(ctx, addr, r.MD5); err == nil && v.GetOk() {
-			continue
+	}
+	// Two streams in flight: one is hashed/synced by the receiver while the
+	// next is on the wire.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan VShardRef)
+	errc := make(chan error, ReplicationStreams)
+	for w := 0; w < ReplicationStreams; w++ {
+		go func() {
+			var first error
+			for r := range work {
+				if first != nil {
+					continue
+				}
+				if v, err := c.VerifyBlob(ctx, addr, r.MD5); err == nil && v.GetOk() {
+					continue
+				}
+				if err := c.PutBlob(ctx, addr, r.MD5, blobs[r.ID]); err != nil {
+					first = fmt.Errorf("replicate %s vshard %d to %s: %w", m.Key(), r.ID, addr, err)
+					cancel()
+				}
+			}
+			errc <- first
+		}()
+	}
+	for _, r := range m.VShards {
+		work <- r
+	}
+	close(work)
+	var firstErr error
+	for w := 0; w < ReplicationStreams; w++ {
+		if err := <-errc; err != nil && firstErr == nil {
+			firstErr = err
 		}
-		if err := c.PutBlob(ctx, addr, r.MD5, b); err != nil {
-			return fmt.Errorf("replicate %s vshard %d to %s: %w", m.Key(), r.ID, addr, err)
-		}
+	}
+	if firstErr != nil {
+		return firstErr
 	}
 	if err := c.put(ctx, addr, &pb.BlobChunk{Manifest: raw, ManifestKey: m.Key()}, nil); err != nil {
 		return fmt.Errorf("replicate manifest %s to %s: %w", m.Key(), addr, err)

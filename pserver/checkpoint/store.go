@@ -250,6 +250,13 @@ func (s *Store) unpin(refs []VShardRef) {
 // md5hex (ErrCorrupt otherwise). The write is synced. A blob already present
 // is not rewritten.
 func (s *Store) PutBlob(md5hex string, data []byte) error {
+	if int64(len(data)) >= s.ingestThreshold/2 {
+		// Large: one single-key sstable, written once and ingested.
+		if got := MD5Hex(data); got != md5hex {
+			return fmt.Errorf("%w: blob %s: data hashes to %s", ErrCorrupt, md5hex, got)
+		}
+		return s.ingestBlobs([]VShardRef{{MD5: md5hex}}, map[int32][]byte{0: data})
+	}
 	return s.putBlob(md5hex, data, pebble.Sync)
 }
 
@@ -544,7 +551,8 @@ func (s *Store) scan(prefix string, fn func(k, v []byte) error, keysOnly bool) e
 }
 
 // DeleteVersions deletes the manifests of (job, slot) whose version is not in
-// keep, then garbage-collects blobs no longer referenced. It returns the
+// keep and older than the newest kept one, then garbage-collects blobs no
+// longer referenced. It returns the
 // deleted manifest versions.
 func (s *Store) DeleteVersions(job string, slot int32, keep []int64) ([]int64, error) {
 	deleted, err := s.deleteManifests(job, slot, keep)
@@ -560,8 +568,10 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 		return nil, err
 	}
 	keepSet := make(map[int64]bool, len(keep))
+	var newest int64
 	for _, v := range keep {
 		keepSet[v] = true
+		newest = max(newest, v)
 	}
 	keys, err := s.ManifestKeys(job)
 	if err != nil {
@@ -576,7 +586,9 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 	var deleted []int64
 	for _, k := range keys {
 		_, v, sl, ok := parseManifestKey(k)
-		if !ok || sl != slot || keepSet[v] {
+		// Versions newer than every kept one are never deleted: they may be
+		// a newer owner's checkpoint in flight (not yet pointed to).
+		if !ok || sl != slot || keepSet[v] || v > newest {
 			continue
 		}
 		if err := b.Delete([]byte(k), nil); err != nil {
