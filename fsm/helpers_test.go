@@ -266,3 +266,5 @@ func wantErr(tb testing.TB, err, want error) {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
