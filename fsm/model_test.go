@@ -21,7 +21,9 @@ type model struct {
 	events []string // "PUT k@rev" / "DELETE k@rev"
 }
 
-func newModel() *model { return &model{rev: 1, kvs: map[string]*pb.KeyValue{}, leases: map[int64]bool{}} }
+func newModel() *model {
+	return &model{rev: 1, kvs: map[string]*pb.KeyValue{}, leases: map[int64]bool{}}
+}
 
 func (m *model) put(rev int64, k, v string, lease int64) {
 	kv := &pb.KeyValue{Key: []byte(k), Value: []byte(v), CreateRevision: rev, ModRevision: rev, Version: 1, Lease: lease}
