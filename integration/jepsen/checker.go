@@ -3,6 +3,7 @@ package jepsen
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -493,12 +494,29 @@ func CheckTraining(th TrainingHistory) Result {
 			continue
 		}
 		res.Stats["restores-checked"]++
-		md5, ok := ptr[sv{r.GetSlot(), r.GetVersion()}]
-		switch {
-		case !ok:
-			res.violate("slot %d restored version %d that no committed pointer names", r.GetSlot(), r.GetVersion())
-		case md5 != r.GetMd5():
-			res.violate("slot %d version %d restored with md5 %s, pointer says %s", r.GetSlot(), r.GetVersion(), r.GetMd5(), md5)
+		// md5 is the slot's manifest md5, or "slot:md5,..." when several old
+		// slots contributed (restore with a different number of pservers).
+		parts := map[int32]string{r.GetSlot(): r.GetMd5()}
+		if strings.Contains(r.GetMd5(), ":") {
+			parts = map[int32]string{}
+			for _, p := range strings.Split(r.GetMd5(), ",") {
+				s, m, _ := strings.Cut(p, ":")
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					res.violate("slot %d: restore md5 %q does not parse", r.GetSlot(), r.GetMd5())
+					continue
+				}
+				parts[int32(n)] = m
+			}
+		}
+		for slot, got := range parts {
+			md5, ok := ptr[sv{slot, r.GetVersion()}]
+			switch {
+			case !ok:
+				res.violate("slot %d restored version %d of slot %d that no committed pointer names", r.GetSlot(), r.GetVersion(), slot)
+			case md5 != got:
+				res.violate("slot %d version %d restored with md5 %s, pointer of slot %d says %s", r.GetSlot(), r.GetVersion(), got, slot, md5)
+			}
 		}
 	}
 	if len(evs) == 0 {

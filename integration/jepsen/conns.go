@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -156,4 +158,24 @@ func (cs ConnSet) PutFence(ctx context.Context, key, value string) (int64, error
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// DialBalanced returns one connection over every address, round-robin, that
+// leaves out nodes it cannot reach: a client of the whole cluster (for the
+// training workload's Master and Watch calls).
+func DialBalanced(addrs []string) (*grpc.ClientConn, error) {
+	r := manual.NewBuilderWithScheme("jepsen")
+	var state resolver.State
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r.InitialState(state)
+	return grpc.NewClient(r.Scheme()+":///cluster",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}))
 }

@@ -2,13 +2,17 @@ package jepsen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
 // SuiteConfig is one run of the suite.
@@ -35,6 +39,11 @@ type SuiteConfig struct {
 	// Serializable: register reads are serializable (a canary run that
 	// should be found not linearizable when the faults isolate a node).
 	Serializable bool
+	// Training also submits a small job (`raftps job submit` with
+	// TrainingArgs, dataset DatasetDir) and checks its events and restores.
+	Training     bool
+	TrainingArgs []string
+	DatasetDir   string
 	// Logf reports progress (t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -145,6 +154,33 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 	}
 	watchers := StartWatchers(ctx, WatchConfig{Watchers: 3, Prefix: "/jepsen/"}, conns, h, startRev+1)
 
+	var (
+		trainDone = make(chan TrainingHistory, 1)
+		trainErr  error
+	)
+	if cfg.Training {
+		name := fmt.Sprintf("jepsen-%d", os.Getpid())
+		args := append([]string{"job", "submit", "--endpoints", strings.Join(addrs, ","), "--name", name, "--dataset", cfg.DatasetDir}, cfg.TrainingArgs...)
+		out, err := exec.CommandContext(ctx, cfg.Binary, args...).CombinedOutput()
+		h.Notef("training: raftps %s: %v\n%s", strings.Join(args, " "), err, out)
+		if err != nil {
+			trainErr = fmt.Errorf("submit: %w: %s", err, out)
+			close(trainDone)
+		} else {
+			bal, err := DialBalanced(addrs)
+			if err != nil {
+				return sum, err
+			}
+			defer bal.Close()
+			tctx, tcancel := context.WithTimeout(ctx, cfg.Workload+2*time.Minute)
+			go func() {
+				defer tcancel()
+				th, _ := FollowJob(tctx, pb.NewMasterClient(bal), pb.NewWatchClient(bal), name)
+				trainDone <- th
+			}()
+		}
+	}
+
 	wctx, wcancel := context.WithTimeout(ctx, cfg.Workload)
 	defer wcancel()
 	var (
@@ -211,6 +247,27 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		h.Notef("observed %s first at %s", tc.Target, fmtNs(tc.Start))
 	}
 	sum.Results = []Result{regRes, watchRes, leaseRes}
+	if cfg.Training {
+		cfg.Logf("waiting for the training job to end")
+		th, ok := <-trainDone
+		var tr Result
+		if !ok {
+			tr = newResult("training")
+			tr.Verdict = VerdictUnknown
+			tr.Notes = append(tr.Notes, fmt.Sprintf("job not submitted: %v", trainErr))
+		} else {
+			tr = CheckTraining(th)
+			if th.Final != nil {
+				tr.Notes = append(tr.Notes, fmt.Sprintf("job %s: state %s, pass %d, done %d, failed %d, requeued %d, restores %d, pointers seen %d",
+					th.Job, th.Final.GetState(), th.Final.GetPass(), th.Final.GetDone(), th.Final.GetFailed(), th.Final.GetRequeued(), len(th.Restores), len(th.Pointers)))
+			}
+			sum.Ops["job-events"] = len(th.Events)
+			if b, err := json.MarshalIndent(th, "", " "); err == nil {
+				_ = os.WriteFile(filepath.Join(cfg.OutDir, "training.json"), b, 0o644)
+			}
+		}
+		sum.Results = append(sum.Results, tr)
+	}
 	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
 		h.Notef("visualization: %v", err)
 	}

@@ -2,10 +2,13 @@ package jepsen
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -34,57 +37,91 @@ type TrainingHistory struct {
 	Final *pb.JobStatus `json:"final,omitempty"`
 }
 
-// RunTraining submits spec through m, follows the job's event stream
-// (resuming from the last seq + 1 on any stream error) and polls GetJob for
-// checkpoint pointers and restore records until the job ends or ctx ends.
-// It is the training workload of the suite; nemesis faults run beside it.
-func RunTraining(ctx context.Context, m pb.MasterClient, spec *pb.JobSpec) (TrainingHistory, error) {
-	th := TrainingHistory{Job: spec.GetName()}
+// RunTraining submits spec through m and follows the job (FollowJob). It is
+// the training workload of the suite; nemesis faults run beside it.
+func RunTraining(ctx context.Context, m pb.MasterClient, w pb.WatchClient, spec *pb.JobSpec) (TrainingHistory, error) {
 	if _, err := m.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec}); err != nil {
-		return th, fmt.Errorf("jepsen: submit job %q: %w", spec.GetName(), err)
+		return TrainingHistory{Job: spec.GetName()}, fmt.Errorf("jepsen: submit job %q: %w", spec.GetName(), err)
 	}
-	evCtx, cancel := context.WithCancel(ctx)
+	return FollowJob(ctx, m, w, spec.GetName())
+}
+
+// FollowJob follows job until it ends or ctx ends: its event stream
+// (WatchJob from seq 1, resumed from the last seq + 1 on any stream error),
+// every checkpoint pointer committed under /jobs/<job>/checkpoints/ (a KV
+// watch from revision 1, resumed likewise; w may be nil to skip), and
+// GetJob every 500ms for the restore records and the final status.
+func FollowJob(ctx context.Context, m pb.MasterClient, w pb.WatchClient, job string) (TrainingHistory, error) {
+	th := TrainingHistory{Job: job}
+	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evDone := make(chan []*pb.JobEvent, 1)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		evs      []*pb.JobEvent
+		pointers []PointerRecord
+	)
+	wg.Add(1)
 	go func() {
-		var evs []*pb.JobEvent
+		defer wg.Done()
 		next := int64(1)
-		for evCtx.Err() == nil {
-			st, err := m.WatchJob(evCtx, &pb.WatchJobRequest{Name: spec.GetName(), FromSeq: next})
+		for fctx.Err() == nil {
+			st, err := m.WatchJob(fctx, &pb.WatchJobRequest{Name: job, FromSeq: next})
 			for err == nil {
 				var ev *pb.JobEvent
-				ev, err = st.Recv()
-				if err == nil {
+				if ev, err = st.Recv(); err == nil {
+					mu.Lock()
 					evs = append(evs, ev)
+					mu.Unlock()
 					next = ev.GetSeq() + 1
 					if ev.GetType() == pb.JobEvent_JOB_ENDED {
-						evDone <- evs
 						return
 					}
 				}
 			}
-			if errors.Is(err, io.EOF) || evCtx.Err() != nil {
-				if evCtx.Err() != nil {
-					break
-				}
-			}
-			sleepCtx(evCtx, 200*time.Millisecond)
+			sleepCtx(fctx, 200*time.Millisecond)
 		}
-		evDone <- evs
 	}()
-	seen := map[PointerRecord]bool{}
+	if w != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prefix := fmt.Sprintf("/jobs/%s/checkpoints/", job)
+			next := int64(1)
+			for fctx.Err() == nil {
+				st, err := w.Watch(fctx, &pb.WatchRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), StartRevision: next})
+				for err == nil {
+					var resp *pb.WatchResponse
+					if resp, err = st.Recv(); err != nil {
+						break
+					}
+					for _, ev := range resp.GetEvents() {
+						next = ev.GetKv().GetModRevision() + 1
+						if ev.GetType() != pb.Event_PUT {
+							continue
+						}
+						slot, perr := strconv.Atoi(strings.TrimPrefix(string(ev.GetKv().GetKey()), prefix))
+						var p pb.CheckpointPointer
+						if perr != nil || (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(ev.GetKv().GetValue(), &p) != nil {
+							continue
+						}
+						mu.Lock()
+						pointers = append(pointers, PointerRecord{Slot: int32(slot), Version: p.GetVersion(), MD5: p.GetMd5()})
+						mu.Unlock()
+					}
+				}
+				sleepCtx(fctx, 200*time.Millisecond)
+			}
+		}()
+	}
 	for ctx.Err() == nil {
-		resp, err := m.GetJob(ctx, &pb.GetJobRequest{Name: spec.GetName()})
+		octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := m.GetJob(octx, &pb.GetJobRequest{Name: job})
+		ocancel()
 		if err == nil {
 			st := resp.GetStatus()
 			th.Final = st
 			th.TasksPerPass = st.GetTotalTasks()
-			for _, p := range pointersFromStatus(st) {
-				if !seen[p] {
-					seen[p] = true
-					th.Pointers = append(th.Pointers, p)
-				}
-			}
 			th.Restores = st.GetRestores()
 			if s := st.GetState(); s == pb.JobState_JOB_SUCCEEDED || s == pb.JobState_JOB_FAILED || s == pb.JobState_JOB_CANCELLED {
 				break
@@ -92,24 +129,11 @@ func RunTraining(ctx context.Context, m pb.MasterClient, spec *pb.JobSpec) (Trai
 		}
 		sleepCtx(ctx, 500*time.Millisecond)
 	}
-	select {
-	case th.Events = <-evDone:
-	case <-time.After(10 * time.Second):
-		cancel()
-		th.Events = <-evDone
-	}
+	// Let the streams catch up with the end, then stop them.
+	time.AfterFunc(5*time.Second, cancel)
+	wg.Wait()
+	mu.Lock()
+	th.Events, th.Pointers = evs, pointers
+	mu.Unlock()
 	return th, ctx.Err()
-}
-
-// pointersFromStatus reads the checkpoint pointers of a status; slot i is the
-// i-th pointer (JobStatus.checkpoints is indexed by slot).
-func pointersFromStatus(st *pb.JobStatus) []PointerRecord {
-	var out []PointerRecord
-	for i, cp := range st.GetCheckpoints() {
-		if cp == nil || cp.GetVersion() == 0 {
-			continue
-		}
-		out = append(out, PointerRecord{Slot: int32(i), Version: cp.GetVersion(), MD5: cp.GetMd5()})
-	}
-	return out
 }
