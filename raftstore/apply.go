@@ -41,8 +41,10 @@ type pendingEntry struct {
 // Config.MaxBatch commands, the leader clock stamped once per entry); on a
 // follower it goes through Forwarder.ForwardApply, retried while the
 // leader changes. A rejected command returns its Result and an error from
-// fsm.ResultError (errors.Is(err, fsm.ErrInvalid), ...). If ctx ends after
-// the command was proposed, the outcome is unknown. ErrNotLeader (wrapping
+// fsm.ResultError (errors.Is(err, fsm.ErrInvalid), ...). The outcome is
+// unknown if ctx ends after the command was proposed, or if the error wraps
+// raft.ErrLeadershipLost (the leader lost its term with the entry
+// uncommitted; it may still commit under the next leader). ErrNotLeader (wrapping
 // ErrNoLeader) is returned only if no leader became known before ctx ended.
 func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
 	if cmd == nil {
