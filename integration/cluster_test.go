@@ -170,6 +170,23 @@ func TestBadStartup(t *testing.T) {
 	c.StartAll()
 	mustLeader(t, c, 20*time.Second)
 	mustCLI(t, c, c.Procs[0], "kv", "put", "/bad/a", "1")
+
+	// A second process with --id n1 joining the running n1.
+	dup := c.AddProc()
+	dup.Args = replaceFlag(dup.Args, "--id", "n1")
+	c.Start(dup)
+	select {
+	case <-dup.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatal("node with a duplicate --id kept running")
+	}
+	if log, _ := os.ReadFile(dup.LogPath); !strings.Contains(string(log), "already used") {
+		t.Fatalf("duplicate id error is not clear:\n%s", log)
+	}
+	c.Procs = c.Procs[:1]
+	if got := strings.TrimSpace(mustCLI(t, c, c.Procs[0], "kv", "get", "/bad/a")); got != "1" {
+		t.Fatalf("n1 damaged by the duplicate: %q", got)
+	}
 	c.Stop(c.Procs[0])
 
 	// n2 pointed at n1's data dir.

@@ -145,9 +145,14 @@ with an existing data dir, and for a node added to a running cluster:
 			if err := n.Open(cmd.Context()); err != nil {
 				return err
 			}
-			<-cmd.Context().Done()
-			logger.Info("signal received: shutting down")
-			return n.Close()
+			select {
+			case <-cmd.Context().Done():
+				logger.Info("signal received: shutting down")
+				return n.Close()
+			case err := <-n.Failed():
+				n.Close()
+				return err
+			}
 		},
 	}
 	f := c.Flags()

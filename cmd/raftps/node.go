@@ -109,6 +109,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	failed    chan error
+	failOnce  sync.Once
 	closeOnce sync.Once
 	closeErr  error
 	// onClose run in reverse order at Close (agents registered by roles).
@@ -123,7 +125,18 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}, nil
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), failed: make(chan error, 1)}, nil
+}
+
+// Failed is closed-with-an-error when the node cannot go on (e.g. its id
+// is taken); the caller should Close it and exit non-zero.
+func (n *Node) Failed() <-chan error { return n.failed }
+
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.log.Error("node failed", "err", err)
+		n.failed <- err
+	})
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -193,6 +206,33 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 	if err := n.gossip.Open(ctx); err != nil {
 		return err
+	}
+	if len(n.cfg.Join) > 0 {
+		// A duplicate --id: the members we join report a conflict for our id
+		// before we are in. A node already joined keeps running (the
+		// newcomer is the one refused).
+		events, unsubscribe := n.gossip.Subscribe()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer unsubscribe()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-n.gossip.JoinedCh():
+					return
+				case ev, ok := <-events:
+					if !ok {
+						return
+					}
+					if ev.Type == gossip.EventConflict && ev.Member.Meta.ID == n.cfg.ID {
+						n.fail(fmt.Errorf("--id %q is already used by the member at %s: %w", n.cfg.ID, ev.Member.GossipAddr, gossip.ErrConflict))
+						return
+					}
+				}
+			}
+		}()
 	}
 
 	n.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20),
