@@ -6,13 +6,32 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds MB per CPU-second (both ends of the connection live in
+// this process): a throughput figure that other load on a shared machine
+// does not distort the way wall-clock MB/s is.
+func reportCPU(b *testing.B, start time.Duration, bytesPerOp int64) {
+	cpu := (cpuTime() - start).Seconds()
+	if cpu > 0 {
+		b.ReportMetric(float64(bytesPerOp)*float64(b.N)/1e6/cpu, "MB/cpu-s")
+	}
+}
 
 // benchParams is the model size of the transport benchmarks: 10M float32s (40 MB).
 const benchParams = 10_000_000
@@ -49,6 +68,8 @@ func BenchmarkPushPull(b *testing.B) {
 				ctx := context.Background()
 				b.SetBytes(int64(trainers) * 2 * 4 * benchParams)
 				b.ResetTimer()
+				start := cpuTime()
+				defer func() { reportCPU(b, start, int64(trainers)*2*4*benchParams) }()
 				for range b.N {
 					var wg sync.WaitGroup
 					for _, t := range ts {
@@ -116,6 +137,8 @@ func BenchmarkGRPCEcho(b *testing.B) {
 	var out []byte
 	b.SetBytes(2 * 4 * benchParams)
 	b.ResetTimer()
+	start := cpuTime()
+	defer func() { reportCPU(b, start, 2*4*benchParams) }()
 	for range b.N {
 		if err := cc.Invoke(context.Background(), "/bench.Echo/Echo", &in, &out); err != nil {
 			b.Fatal(err)
@@ -156,6 +179,8 @@ func BenchmarkRawTCP(b *testing.B) {
 	out, in := make([]byte, n), make([]byte, n)
 	b.SetBytes(2 * n)
 	b.ResetTimer()
+	start := cpuTime()
+	defer func() { reportCPU(b, start, 2*n) }()
 	for range b.N {
 		done := make(chan error, 1)
 		go func() { _, err := c.Write(out); done <- err }()
@@ -172,6 +197,8 @@ func BenchmarkRawTCP(b *testing.B) {
 func BenchmarkMemcpy(b *testing.B) {
 	x, y := make([]byte, 4*benchParams), make([]byte, 4*benchParams)
 	b.SetBytes(2 * 4 * benchParams)
+	start := cpuTime()
+	defer func() { reportCPU(b, start, 2*4*benchParams) }()
 	for range b.N {
 		copy(y, x)
 		copy(x, y)

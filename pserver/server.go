@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -33,6 +34,7 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.MaxSendMsgSize(MaxMessageSize),
 		grpc.ReadBufferSize(bufferSize),
 		grpc.WriteBufferSize(bufferSize),
+		experimental.BufferPool(grpcBufs),
 	}
 }
 
@@ -113,6 +115,9 @@ func (srv *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespo
 		return nil, err
 	}
 	resp, err := s.Push(ctx, req)
+	// The slot keeps no reference to the gradient bytes after Push returns
+	// (async applies them, sync accumulates a copy).
+	releaseTensors(req.Grads)
 	return resp, toGRPC(err)
 }
 
