@@ -201,8 +201,8 @@ type wireReader struct {
 	// released by Server after the push was applied).
 	pooled bool
 	mr     *mem.Reader
-	br  *bufio.Reader
-	rem int // bytes left in the current (sub)message
+	br     *bufio.Reader
+	rem    int // bytes left in the current (sub)message
 }
 
 func newWireReader(data mem.BufferSlice) *wireReader {
