@@ -568,3 +568,61 @@ func TestDeleteSparesNewerInFlightVersions(t *testing.T) {
 		t.Fatalf("blobs left: %d, want 6", len(blobs))
 	}
 }
+
+func TestConcurrentSlotsShareAStore(t *testing.T) {
+	// Four slots on one node checkpoint concurrently (keep_max 1: every
+	// checkpoint garbage-collects) while restores read; at the end every
+	// slot restores its newest version whole.
+	c := mustCluster(t, 2)
+	ctx := context.Background()
+	const p = 4
+	pol := &pb.CheckpointPolicy{KeepMax: 1, Replicas: 2}
+	for s := int32(0); s < p; s++ {
+		c.claim(testJob, s, c.nodes[0], 1)
+	}
+	errc := make(chan error, 2*p)
+	for s := int32(0); s < p; s++ {
+		go func() {
+			w := c.nodes[0].mgr.Writer(testJob, s)
+			for v := int64(1); v <= 4; v++ {
+				if _, err := w.Checkpoint(ctx, WriteRequest{Job: testJob, Slot: s, NumPservers: p, Version: v, Incarnation: 1,
+					Blobs: slotBlobs(v, s, p, 16, testSize), Policy: pol}); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		go func() {
+			for i := 0; i < 4; i++ {
+				// Any outcome is fine mid-flight except an error or a torn result.
+				blobs, _, err := c.nodes[1].mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: s, NumPservers: p})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if blobs != nil {
+					if _, err := wholeVersion(blobs, vshardsOf(s, p, 16), testSize); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for i := 0; i < 2*p; i++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := int32(0); s < p; s++ {
+		blobs, rec, err := c.nodes[0].mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: s, NumPservers: p})
+		if err != nil || blobs == nil {
+			t.Fatalf("slot %d: %v %v", s, rec, err)
+		}
+		if v := checkWhole(t, blobs, vshardsOf(s, p, 16), testSize); v != 4 {
+			t.Fatalf("slot %d restored %d", s, v)
+		}
+	}
+}

@@ -184,29 +184,37 @@ func mustPointer(tb testing.TB, meta Meta, job string, slot int32) *pb.Checkpoin
 // version, byte-identical to fakeBlob; it returns that version.
 func checkWhole(tb testing.TB, blobs map[int32][]byte, want []int32, size int) int64 {
 	tb.Helper()
+	v, err := wholeVersion(blobs, want, size)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func wholeVersion(blobs map[int32][]byte, want []int32, size int) (int64, error) {
 	if len(blobs) != len(want) {
-		tb.Fatalf("got %d vshards, want %d (%v)", len(blobs), len(want), want)
+		return 0, fmt.Errorf("got %d vshards, want %d (%v)", len(blobs), len(want), want)
 	}
 	var ver int64 = -1
 	for _, id := range want {
 		b, ok := blobs[id]
 		if !ok {
-			tb.Fatalf("vshard %d missing", id)
+			return 0, fmt.Errorf("vshard %d missing", id)
 		}
 		v, gotID := blobVersion(b)
 		if gotID != id {
-			tb.Fatalf("vshard %d holds vshard %d's bytes", id, gotID)
+			return 0, fmt.Errorf("vshard %d holds vshard %d's bytes", id, gotID)
 		}
 		if ver == -1 {
 			ver = v
 		} else if v != ver {
-			tb.Fatalf("mixed versions: vshard %d is version %d, others %d", id, v, ver)
+			return 0, fmt.Errorf("mixed versions: vshard %d is version %d, others %d", id, v, ver)
 		}
 		if string(b) != string(fakeBlob(v, id, size)) {
-			tb.Fatalf("vshard %d version %d: bytes differ (torn)", id, v)
+			return 0, fmt.Errorf("vshard %d version %d: bytes differ (torn)", id, v)
 		}
 	}
-	return ver
+	return ver, nil
 }
 
 func vshardsOf(slot, p, nv int32) []int32 {

@@ -190,9 +190,14 @@ func (w *Writer) stage(s string) error {
 // pointer's replicas); (3) commits the pointer through a Txn fenced on the
 // ps key's incarnation; (4) only then deletes versions beyond keep_max
 // locally and on replicas (best effort). It returns the committed pointer.
-// Errors: ErrInvalid, ErrStaleVersion, ErrFenced (pointer unchanged), store,
-// replication-free errors; a failure after step 3 still returns the pointer
-// with a nil error (deletion is best effort).
+//
+// Errors: ErrInvalid; ErrStaleVersion if req.Version is not above the
+// committed pointer's version (after a fallback restore the caller must
+// number on from above it); ErrFenced if the slot's claim is not (or no
+// longer) req.Incarnation, in which case the pointer did not move and the
+// pserver must stop serving; store and Meta errors. Replication failures
+// are not errors (the pointer lists the replicas that succeeded). Deletion
+// failures after the commit are logged only.
 func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.CheckpointPointer, error) {
 	m := w.m
 	log := m.logger.With("job", req.Job, "slot", req.Slot, "version", req.Version)
