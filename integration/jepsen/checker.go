@@ -2,6 +2,7 @@ package jepsen
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -377,6 +378,30 @@ func leaseOfKey(puts []LeaseRecord, key string) bool {
 
 func fmtNs(ns int64) string { return time.Duration(ns).Round(time.Millisecond).String() }
 
+// restoreMsg is the message of a pserver's PSERVER_RESTORED event on claim
+// (pserver/agent): "slot %d on %s: version %d md5 %s from %s: %s".
+var restoreMsg = regexp.MustCompile(`^slot (\d+) on (\S+): version (\d+) md5 (\S*) from (.*?): (.*)$`)
+
+// RestoresFromEvents extracts the restore records of PSERVER_RESTORED events
+// (rollback events of sync mode, "rolled back ...", are not restores of a
+// slot's own checkpoint and are skipped).
+func RestoresFromEvents(evs []*pb.JobEvent) []*pb.RestoreRecord {
+	var out []*pb.RestoreRecord
+	for _, ev := range evs {
+		if ev.GetType() != pb.JobEvent_PSERVER_RESTORED {
+			continue
+		}
+		m := restoreMsg.FindStringSubmatch(ev.GetMessage())
+		if m == nil {
+			continue
+		}
+		slot, _ := strconv.Atoi(m[1])
+		version, _ := strconv.ParseInt(m[3], 10, 64)
+		out = append(out, &pb.RestoreRecord{Slot: int32(slot), Version: version, Md5: m[4], Source: m[5], Reason: m[6], UnixNano: ev.GetUnixNano()})
+	}
+	return out
+}
+
 // CheckTraining checks a job's event stream and restores:
 //   - event seqs are 1, 2, 3, ... without gaps or duplicates (a stream that
 //     starts later than 1 is allowed if it was resumed);
@@ -489,7 +514,8 @@ func CheckTraining(th TrainingHistory) Result {
 	for _, p := range th.Pointers {
 		ptr[sv{p.Slot, p.Version}] = p.MD5
 	}
-	for _, r := range th.Restores {
+	restores := append(append([]*pb.RestoreRecord(nil), th.Restores...), RestoresFromEvents(evs)...)
+	for _, r := range restores {
 		if strings.HasPrefix(r.GetReason(), "initializer") || r.GetVersion() == 0 {
 			continue
 		}

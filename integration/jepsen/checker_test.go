@@ -274,6 +274,19 @@ func honestTraining() TrainingHistory {
 
 func TestCheckTraining(t *testing.T) {
 	mustVerdict(t, CheckTraining(honestTraining()), VerdictOK)
+	t.Run("honest restore events and repartitioned restore", func(t *testing.T) {
+		th := honestTraining()
+		th.Events = append(th.Events,
+			&pb.JobEvent{Seq: int64(len(th.Events) + 1), Type: pb.JobEvent_PSERVER_RESTORED, Message: "slot 0 on n2: version 1 md5 aa from n1,n3: newest"},
+			&pb.JobEvent{Seq: int64(len(th.Events) + 2), Type: pb.JobEvent_PSERVER_RESTORED, Message: "slot 1 on n2: version 0 md5  from : initializer: no checkpoint pointer for job j"},
+			&pb.JobEvent{Seq: int64(len(th.Events) + 3), Type: pb.JobEvent_PSERVER_RESTORED, Message: "slot 0 on n1: rolled back from step 7 to version 1 (slot 1 was restored)"})
+		th.Restores = append(th.Restores, &pb.RestoreRecord{Slot: 0, Version: 1, Md5: "0:aa,1:cc", Reason: "newest"})
+		r := CheckTraining(th)
+		mustVerdict(t, r, VerdictOK)
+		if r.Stats["restores-checked"] != 4 {
+			t.Fatalf("restores-checked = %d, want 4", r.Stats["restores-checked"])
+		}
+	})
 	tests := []struct {
 		name string
 		f    func(th *TrainingHistory)
@@ -293,6 +306,13 @@ func TestCheckTraining(t *testing.T) {
 		}},
 		{"restore of an uncommitted version", func(th *TrainingHistory) {
 			th.Restores[0].Version = 3
+		}},
+		{"restore event with a torn checkpoint", func(th *TrainingHistory) {
+			th.Events = append(th.Events, &pb.JobEvent{Seq: int64(len(th.Events) + 1), Type: pb.JobEvent_PSERVER_RESTORED,
+				Message: "slot 0 on n2: version 1 md5 ab from n1,n3: newest"})
+		}},
+		{"repartitioned restore with one wrong part", func(th *TrainingHistory) {
+			th.Restores = append(th.Restores, &pb.RestoreRecord{Slot: 0, Version: 1, Md5: "0:aa,1:xx", Reason: "newest"})
 		}},
 	}
 	for _, tc := range tests {
