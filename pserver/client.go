@@ -24,6 +24,14 @@ type Resolver interface {
 	Slots(ctx context.Context, job string) (map[int32]string, error)
 }
 
+// SlotWatcher is an optional Resolver extension: WatchSlots sends the
+// job's complete slot -> address map whenever /jobs/<job>/ps/ changes, and
+// closes the channel when ctx ends. A Client whose resolver implements it
+// follows moves at once instead of waiting for an Unavailable.
+type SlotWatcher interface {
+	WatchSlots(ctx context.Context, job string) (<-chan map[int32]string, error)
+}
+
 // StaticResolver is a fixed slot -> address map (tests, single node).
 type StaticResolver map[int32]string
 
@@ -96,6 +104,8 @@ type Client struct {
 	cfg      clientConfig
 	blocks   [][]blockRef // dense blocks per slot
 
+	stopWatch context.CancelFunc
+
 	mu       sync.Mutex
 	addrs    map[int32]string
 	conns    map[string]*grpc.ClientConn
@@ -124,6 +134,25 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 	for _, o := range opts {
 		o(&c.cfg)
 	}
+	if w, ok := r.(SlotWatcher); ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := w.WatchSlots(ctx, c.job)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("watch slots of job %q: %w", c.job, err)
+		}
+		c.stopWatch = cancel
+		go func() {
+			for m := range ch {
+				c.mu.Lock()
+				c.addrs = make(map[int32]string, len(m))
+				for s, a := range m {
+					c.addrs[s] = a
+				}
+				c.mu.Unlock()
+			}
+		}()
+	}
 	for _, p := range l.Params {
 		if p.Embedding {
 			continue
@@ -140,8 +169,11 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 // Layout returns the job's sharding layout.
 func (c *Client) Layout() *Layout { return c.layout }
 
-// Close closes every connection.
+// Close stops the slot watch and closes every connection.
 func (c *Client) Close() error {
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error

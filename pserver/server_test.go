@@ -162,3 +162,53 @@ func TestServerOnRealListener(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// watchResolver pushes a new slot map on demand.
+type watchResolver struct {
+	StaticResolver
+	ch chan map[int32]string
+}
+
+func (w *watchResolver) WatchSlots(ctx context.Context, job string) (<-chan map[int32]string, error) {
+	out := make(chan map[int32]string)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case m := <-w.ch:
+				out <- m
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func TestClientFollowsWatch(t *testing.T) {
+	spec := syncSpec()
+	spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+	a, _, slotsA := startServers(t, spec, 1)
+	b, _, slotsB := startServers(t, spec, 1)
+	w := &watchResolver{StaticResolver: resolverOf(a), ch: make(chan map[int32]string)}
+	c, err := NewClient(spec, "t", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	g := &Grads{Dense: map[string][]float32{"w": ones(10, 1)}}
+	if err := c.Push(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	w.ch <- map[int32]string{0: b[0]}
+	deadline := time.Now().Add(5 * time.Second)
+	for slotsB[0].Version() == 0 && time.Now().Before(deadline) {
+		if err := c.Push(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slotsB[0].Version() == 0 || slotsA[0].Fenced() {
+		t.Fatalf("client did not follow the watch (A %d, B %d)", slotsA[0].Version(), slotsB[0].Version())
+	}
+}

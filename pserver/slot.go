@@ -99,6 +99,9 @@ type Slot struct {
 // it owns initialized from the spec's initializers (seeded by spec.seed,
 // parameter name and block, so values do not depend on numPservers).
 // Embedding rows are created on first pull or push.
+//
+// In sync mode the caller must keep the slot's trainer set current with
+// SetTrainers: a push from a trainer not in the set waits for it.
 func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 	s, err := newEmptySlot(spec, slot, numPservers)
 	if err != nil {

@@ -56,7 +56,9 @@ type EntrySnapshot struct {
 
 // Snapshot copies the slot's values, optimizer state, version and step per
 // vshard. It holds the slot's read lock only for the memory copy: pushes
-// wait at most that long, pulls not at all.
+// wait at most that long, pulls not at all. Gradients of a sync step still
+// in progress are not part of it (they belong to no version yet; after a
+// restore their trainers get ErrStale and re-pull).
 func (s *Slot) Snapshot() *SlotSnapshot {
 	params := make([]ParamInfo, len(s.layout.Params))
 	for i, p := range s.layout.Params {
