@@ -488,6 +488,13 @@ func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error
 		if sameID && sameAddr && voter {
 			break // non-voter → voter: AddVoter promotes in place
 		}
+		if sameID && sameAddr {
+			if err := s.futureErr(ctx, s.raft.DemoteVoter(srv.ID, 0, s.timeout(ctx))); err != nil {
+				return fmt.Errorf("raftstore: join %s as non-voter: demote: %w", id, err)
+			}
+			s.logger.Info("join: demoted to non-voter", "node", id)
+			return nil
+		}
 		if err := s.futureErr(ctx, s.raft.RemoveServer(srv.ID, 0, s.timeout(ctx))); err != nil {
 			return fmt.Errorf("raftstore: join %s: remove stale %s@%s: %w", id, srv.ID, srv.Address, err)
 		}

@@ -65,7 +65,12 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("second Open = %v, want ErrOpen", err)
 	}
 	ctx := ctxT(t, 10*time.Second)
+	var notes atomic.Int64
+	s.Observe(observerFunc(func(fsm.Notification) { notes.Add(1) }))
 	rev := mustPut(ctx, t, s, "k", "v1")
+	if notes.Load() == 0 {
+		t.Fatal("Observe: no notification after a put")
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +153,23 @@ func TestFollowerWriteAndMembership(t *testing.T) {
 	if err := l.Join(ctx, f.cfg.ID, f.Addr(), true); err != nil {
 		t.Fatalf("re-join: %v", err)
 	}
+	if err := l.Join(ctx, f.cfg.ID, f.Addr(), false); err != nil {
+		t.Fatalf("demote: %v", err)
+	}
+	if err := l.Join(ctx, f.cfg.ID, f.Addr(), true); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
 	if err := l.Remove(ctx, "nope"); err != nil {
 		t.Fatalf("remove absent: %v", err)
 	}
 	servers, err := l.Configuration()
 	if err != nil || len(servers) != 3 {
 		t.Fatalf("configuration %v %v", servers, err)
+	}
+	for _, srv := range servers {
+		if srv.Suffrage != raft.Voter {
+			t.Fatalf("%s is %v after promote", srv.ID, srv.Suffrage)
+		}
 	}
 	// Every server learns the same cluster ID.
 	for deadline := time.Now().Add(5 * time.Second); ; {
@@ -679,3 +695,7 @@ func TestSlowWatcherDoesNotBlockApply(t *testing.T) {
 		}
 	}
 }
+
+type observerFunc func(fsm.Notification)
+
+func (f observerFunc) Applied(n fsm.Notification) { f(n) }
