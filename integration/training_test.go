@@ -1,0 +1,224 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// datasetDir is the shipped Fashion-MNIST.
+func datasetDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "datasets", "fashion-mnist")
+}
+
+// jobEvents collects a job's event stream across node failures.
+type jobEvents struct {
+	mu     sync.Mutex
+	events []*pb.JobEvent
+}
+
+func (j *jobEvents) snapshot() []*pb.JobEvent {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]*pb.JobEvent(nil), j.events...)
+}
+
+// follow streams the job's events into j until ctx ends or the job ends,
+// reconnecting through any running node.
+func (j *jobEvents) follow(ctx context.Context, c *Cluster, job string) {
+	next := int64(1)
+	for ctx.Err() == nil {
+		var p *Proc
+		for _, q := range c.Procs {
+			if q.Running() {
+				p = q
+				break
+			}
+		}
+		if p == nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		cl := c.Client(p)
+		stream, err := cl.Master.WatchJob(ctx, &pb.WatchJobRequest{Name: job, FromSeq: next})
+		if err == nil {
+			for {
+				ev, err := stream.Recv()
+				if err != nil {
+					break
+				}
+				j.mu.Lock()
+				j.events = append(j.events, ev)
+				j.mu.Unlock()
+				next = ev.Seq + 1
+				if ev.Type == pb.JobEvent_JOB_ENDED {
+					return
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (j *jobEvents) count(typ pb.JobEvent_Type, pred func(*pb.JobEvent) bool) int {
+	n := 0
+	for _, ev := range j.snapshot() {
+		if ev.Type == typ && (pred == nil || pred(ev)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTrainingUnderFaults runs a real job on three real nodes and:
+// SIGKILLs a trainer mid-task (its task is requeued and done by another),
+// adds a fourth node mid-job (it takes tasks), kills every node and
+// restarts them (the job resumes from the queues and the pservers'
+// checkpoints), and checks that every task was done exactly once per pass
+// and the model learned.
+func TestTrainingUnderFaults(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	const job = "e2e-train"
+	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
+		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "500", "--passes", "2",
+		"--pservers", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "20", "--keep-max", "3")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ev := &jobEvents{}
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	done := func() int { return ev.count(pb.JobEvent_TASK_DONE, nil) }
+	waitFor(t, 2*time.Minute, "8 tasks done", func() bool { return done() >= 8 })
+
+	// 1. A trainer SIGKILLed mid-task: pick a non-leader node holding a pending task.
+	leader := mustLeader(t, c, 10*time.Second)
+	var victim *Proc
+	var victimTask int64 = -1
+	waitFor(t, 30*time.Second, "a non-leader trainer holding a task", func() bool {
+		cl := c.Client(leader)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		resp, err := cl.Master.GetJob(cctx, &pb.GetJobRequest{Name: job})
+		if err != nil || resp.Status.Pending < 3 { // every trainer holds a task
+			return false
+		}
+		for _, p := range c.Procs {
+			if p != leader && p.Running() {
+				victim = p
+				return true
+			}
+		}
+		return false
+	})
+	killedAt := time.Now()
+	c.Kill(victim)
+	t.Logf("SIGKILLed %s (a trainer) with %d tasks done", victim.ID, done())
+	afterKill := func(e *pb.JobEvent) bool { return e.Trainer == victim.ID && e.UnixNano >= killedAt.UnixNano() }
+	waitFor(t, 30*time.Second, "the dead trainer's tasks requeued", func() bool {
+		return ev.count(pb.JobEvent_TASK_REQUEUED, afterKill) > 0
+	})
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_TASK_REQUEUED && afterKill(e) {
+			victimTask = e.TaskId
+			t.Logf("task %d of %s requeued %v after the kill", e.TaskId, victim.ID, time.Unix(0, e.UnixNano).Sub(killedAt).Round(time.Millisecond))
+			break
+		}
+	}
+	if victimTask < 0 {
+		t.Fatalf("no task of %s was requeued", victim.ID)
+	}
+	{
+		waitFor(t, 60*time.Second, "the requeued task done by another trainer", func() bool {
+			return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.TaskId == victimTask && e.Trainer != victim.ID }) > 0
+		})
+	}
+	c.Start(victim)
+
+	// 2. A fourth node added mid-job takes tasks.
+	n4 := c.AddProc()
+	c.Start(n4)
+	waitFor(t, 90*time.Second, "n4's trainer to finish a task", func() bool {
+		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.Trainer == n4.ID }) > 0
+	})
+	t.Logf("n4 joined mid-job and finished tasks; %d tasks done", done())
+
+	// 3. Every node killed, then restarted with the same command lines.
+	before := done()
+	for _, p := range c.Procs {
+		c.Kill(p)
+	}
+	t.Logf("all nodes SIGKILLed with %d tasks done", before)
+	for _, p := range c.Procs {
+		c.Start(p)
+	}
+	mustLeader(t, c, 30*time.Second)
+	waitFor(t, 2*time.Minute, "the job to end", func() bool {
+		return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0
+	})
+	<-followDone
+	final := jobStatusOf(t, c, c.Procs[0], job)
+	if final.State != pb.JobState_JOB_SUCCEEDED {
+		t.Fatalf("job ended %v: %s", final.State, final.Message)
+	}
+
+	// Every task done exactly once per pass, from the event stream.
+	seen := map[string]int{}
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_TASK_DONE {
+			seen[fmt.Sprintf("%d/%d", e.Pass, e.TaskId)]++
+		}
+	}
+	tasksPerPass := int(final.TotalTasks)
+	for pass := 0; pass < 2; pass++ {
+		for id := 0; id < tasksPerPass; id++ {
+			if n := seen[fmt.Sprintf("%d/%d", pass, id)]; n != 1 {
+				t.Errorf("pass %d task %d done %d times", pass, id, n)
+			}
+		}
+	}
+	var seqs []int64
+	for _, e := range ev.snapshot() {
+		seqs = append(seqs, e.Seq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("event stream has a gap or duplicate: %d then %d", seqs[i-1], seqs[i])
+		}
+	}
+	if len(final.Metrics) == 0 {
+		t.Fatal("no evaluation recorded")
+	}
+	acc := final.Metrics[len(final.Metrics)-1].TestAccuracy
+	t.Logf("job succeeded: %d tasks/pass, requeued %d, final test accuracy %.2f%%", tasksPerPass, final.Requeued, 100*acc)
+	if acc < 0.75 {
+		t.Fatalf("final test accuracy %.2f%% < 75%%: the model did not survive the faults", 100*acc)
+	}
+}
+
+func jobStatusOf(t *testing.T, c *Cluster, p *Proc, job string) *pb.JobStatus {
+	t.Helper()
+	var st *pb.JobStatus
+	waitFor(t, 30*time.Second, "job status", func() bool {
+		cl := c.Client()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
+		if err != nil {
+			return false
+		}
+		st = resp.Status
+		return true
+	})
+	return st
+}
