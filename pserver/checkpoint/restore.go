@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -341,35 +343,81 @@ func (m *Manager) fetchBlobs(ctx context.Context, lm *loadedManifest, req Restor
 			}
 		}
 	}
-	for _, id := range need {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
+	refs := make([]VShardRef, len(need))
+	for k, id := range need {
 		i := slices.IndexFunc(lm.m.VShards, func(r VShardRef) bool { return r.ID == id })
 		if i < 0 {
 			return 0, fmt.Errorf("vshard %d is not in manifest %s", id, lm.m.Key())
 		}
-		ref := lm.m.VShards[i]
-		var errs []string
-		for _, src := range lm.sources {
-			b, err := m.readBlob(ctx, src, ref.MD5)
-			if err == nil && int64(len(b)) != ref.Bytes {
-				err = fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorrupt, ref.MD5, len(b), ref.Bytes)
+		refs[k] = lm.m.VShards[i]
+	}
+	// RestoreParallelism blobs are read (and MD5 verified) at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	work := make(chan VShardRef)
+	for w := 0; w < RestoreParallelism; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ref := range work {
+				b, src, err := m.readAnySource(ctx, lm.sources, ref)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+					cancel()
+				}
+				if err == nil {
+					out[ref.ID] = b
+					srcUsed[src] = true
+				}
+				mu.Unlock()
 			}
-			if err != nil {
-				m.logger.Warn("blob not usable on source; trying the next", "vshard", id, "md5", ref.MD5, "source", src.id, "err", err)
-				errs = append(errs, src.id+": "+shortErr(err))
-				continue
-			}
-			out[id] = b
-			srcUsed[src.id] = true
+		}()
+	}
+	for _, ref := range refs {
+		if ctx.Err() != nil {
 			break
 		}
-		if _, ok := out[id]; !ok {
-			return 0, fmt.Errorf("vshard %d blob %s: %s", id, ref.MD5, strings.Join(errs, ", "))
-		}
+		work <- ref
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	return len(need), nil
+}
+
+// RestoreParallelism is how many blobs Restore reads and verifies at once.
+var RestoreParallelism = max(2, runtime.GOMAXPROCS(0))
+
+// readAnySource returns ref's blob from the first source holding it intact.
+func (m *Manager) readAnySource(ctx context.Context, sources []source, ref VShardRef) ([]byte, string, error) {
+	var errs []string
+	for _, src := range sources {
+		b, err := m.readBlob(ctx, src, ref.MD5)
+		if err == nil && int64(len(b)) != ref.Bytes {
+			err = fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorrupt, ref.MD5, len(b), ref.Bytes)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, "", ctx.Err()
+			}
+			m.logger.Warn("blob not usable on source; trying the next", "vshard", ref.ID, "md5", ref.MD5, "source", src.id, "err", err)
+			errs = append(errs, src.id+": "+shortErr(err))
+			continue
+		}
+		return b, src.id, nil
+	}
+	return nil, "", fmt.Errorf("vshard %d blob %s: %s", ref.ID, ref.MD5, strings.Join(errs, ", "))
 }
 
 func joinMD5s(parts []string) string {
