@@ -56,8 +56,8 @@ func TestTrainLocalFashionMNIST(t *testing.T) {
 		{"softmax", &pb.ModelSpec{Name: "softmax"}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 3, 0.82},
 		// 85.7% after 3 passes.
 		{"mlp-128", &pb.ModelSpec{Name: "mlp", Hidden: []int32{128}}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 3, 0.85},
-		// 82.9% after 2 passes.
-		{"hashed_lr", &pb.ModelSpec{Name: "hashed_lr", EmbeddingDim: 16, HashBuckets: 1 << 14}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 2, 0.80},
+		// 82.6% after 1 pass.
+		{"hashed_lr", &pb.ModelSpec{Name: "hashed_lr", EmbeddingDim: 16, HashBuckets: 1 << 14}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 1, 0.80},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Now()

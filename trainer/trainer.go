@@ -152,8 +152,9 @@ type Stats struct {
 	FailedTasks, DroppedTasks int64
 	// Examples and Steps count trained records and pushed mini-batches.
 	Examples, Steps int64
-	// Retries counts retried transient errors.
-	Retries int64
+	// Retries counts retried transient errors; StalePushes the pushes
+	// refused as stale (gRPC FailedPrecondition) and redone from a new pull.
+	Retries, StalePushes int64
 	// TrainTime is the time spent in training tasks (pull, compute, push).
 	TrainTime time.Duration
 }
@@ -225,7 +226,10 @@ func (t *Trainer) count(f func(*Stats)) {
 //     loss, examples, duration and last version. A transient error
 //     (IsRetryable) retries the mini-batch from the pull, with backoff, until
 //     the task's deadline; then the task is dropped (the master requeues it).
-//     Any other error is reported with TaskFailed.
+//     A push refused as stale (gRPC FailedPrecondition, the pservers'
+//     "re-pull": the sync step moved on, or the async staleness bound) is
+//     redone at once from a fresh pull. Any other error is reported with
+//     TaskFailed.
 //   - TASK (eval): pull parameters, evaluate on the test split, TaskFinished
 //     with accuracy and loss.
 //   - WAIT: leave the sync step, sleep retry_after_ms (at most MaxWait).
@@ -249,6 +253,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 	}
 	t.log.Info("trainer started", "model", t.model.Name(), "records", t.records, "batch_size", t.spec.GetBatchSize())
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		var resp *pb.GetTaskResponse
 		err := t.retry(ctx, time.Time{}, "get task", func(ctx context.Context) (err error) {
 			resp, err = t.master.GetTask(ctx, &pb.GetTaskRequest{Job: t.cfg.Job, Trainer: t.cfg.ID})
@@ -344,8 +351,12 @@ func (t *Trainer) setup(ctx context.Context) error {
 	return nil
 }
 
-// errDropped: the task ran out of deadline or retry budget.
-var errDropped = errors.New("trainer: task dropped")
+var (
+	// errDropped: the task ran out of deadline or retry budget.
+	errDropped = errors.New("trainer: task dropped")
+	// errStale: a push was refused as stale; re-pull and redo at once.
+	errStale = fmt.Errorf("stale push: %w", ErrRetryable)
+)
 
 func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	start := time.Now()
@@ -361,6 +372,9 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	var lossSum float64
 	var version int64
 	for _, batch := range dataset.Batches(recs, int(t.spec.GetBatchSize())) {
+		if err := ctx.Err(); err != nil {
+			return err // the task stays pending; the master requeues it
+		}
 		t.x, t.y = t.train.Gather(batch, t.x, t.y)
 		var loss float64
 		err := t.retry(ctx, deadline, "train step", func(ctx context.Context) (err error) {
@@ -410,6 +424,12 @@ func (t *Trainer) step(ctx context.Context) (loss float64, version int64, err er
 	}
 	t.joined = true
 	if _, err = t.ps.Push(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y))); err != nil {
+		if status.Code(err) == codes.FailedPrecondition {
+			// The pservers' "stale push; re-pull": the step or version moved
+			// on (sync step ended, async staleness bound). Redo the batch.
+			t.count(func(s *Stats) { s.StalePushes++ })
+			return 0, 0, fmt.Errorf("push: %w: %w", errStale, err)
+		}
 		return 0, 0, fmt.Errorf("push: %w", err)
 	}
 	return loss, version, nil
@@ -553,11 +573,17 @@ func (t *Trainer) retry(ctx context.Context, deadline time.Time, what string, fn
 			return err
 		}
 		wait := backoff/2 + rand.N(backoff)
+		if errors.Is(err, errStale) {
+			wait = 0 // not a fault: the step moved on; re-pull now
+		}
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("%w: %s still failing after %d attempts: %w", errDropped, what, attempt, err)
 		}
 		t.count(func(s *Stats) { s.Retries++ })
 		t.log.Debug("retrying", "op", what, "attempt", attempt, "backoff", wait, "err", err)
+		if wait == 0 {
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

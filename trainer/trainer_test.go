@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,11 +26,33 @@ type tlogWriter struct{ tb testing.TB }
 
 func (w tlogWriter) Write(p []byte) (int, error) { w.tb.Log(string(p[:len(p)-1])); return len(p), nil }
 
-// synthDir is a synthetic dataset shared by the tests (2000 train, 500 test).
+// synthDir returns a synthetic dataset (2000 train, 500 test records),
+// written once per test binary and removed by TestMain.
 func synthDir(tb testing.TB) string {
-	dir := tb.TempDir()
-	trainertest.WriteSynthetic(tb, dir, 2000, 500, 1)
-	return dir
+	tb.Helper()
+	synth.once.Do(func() {
+		if synth.dir, synth.err = os.MkdirTemp("", "trainer-synth"); synth.err == nil {
+			synth.err = trainertest.WriteSynthetic(synth.dir, 2000, 500, 1)
+		}
+	})
+	if synth.err != nil {
+		tb.Fatal(synth.err)
+	}
+	return synth.dir
+}
+
+var synth struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if synth.dir != "" {
+		os.RemoveAll(synth.dir)
+	}
+	os.Exit(code)
 }
 
 func smallSpec(dir string, m *pb.ModelSpec) *pb.JobSpec {
@@ -153,6 +177,24 @@ func TestPushUnavailableIsRetried(t *testing.T) {
 	}
 }
 
+// A push refused as stale (the pservers' FailedPrecondition "re-pull") is
+// redone from a fresh pull, at once and without TaskFailed.
+func TestStalePushIsRedone(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "hashed_lr", EmbeddingDim: 8, HashBuckets: 4096})
+	f := mustFixture(t, spec, trainer.Config{MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	f.ps.PushHook = func(n int) error {
+		if n == 2 || n == 3 || n == 30 {
+			return status.Error(codes.FailedPrecondition, "pserver: stale push; re-pull")
+		}
+		return nil
+	}
+	mustRun(t, f)
+	checkJob(t, f, spec, 0.9)
+	if st := f.tr.Stats(); st.StalePushes != 3 || st.FailedTasks != 0 {
+		t.Errorf("stats %+v, want 3 stale pushes and no failed task", st)
+	}
+}
+
 func TestMasterFailoverIsRidden(t *testing.T) {
 	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
 	f := mustFixture(t, spec, trainer.Config{})
@@ -263,10 +305,9 @@ func TestTaskDroppedAtDeadline(t *testing.T) {
 	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
 	f := mustFixture(t, spec, trainer.Config{MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	f.master.TaskTimeout = 100 * time.Millisecond
-	start := time.Now()
 	f.ps.PushHook = func(n int) error {
-		// The pservers are down past the first task's deadline.
-		if time.Since(start) < 150*time.Millisecond {
+		// The pservers are down until the trainer gives up on a task.
+		if f.tr.Stats().DroppedTasks == 0 {
 			return status.Error(codes.Unavailable, "down")
 		}
 		return nil

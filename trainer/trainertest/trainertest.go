@@ -3,7 +3,7 @@
 // end to end in tests without a cluster.
 //
 //	dir := t.TempDir()
-//	trainertest.WriteSynthetic(t, dir, 2000, 500, 1)
+//	err := trainertest.WriteSynthetic(dir, 2000, 500, 1)
 //	spec := &pb.JobSpec{Name: "j", Model: ..., Dataset: &pb.DatasetSpec{Path: dir}, ...}
 //	m := trainertest.NewMaster(spec)
 //	ps, err := trainertest.NewPS(spec, 784, 10)
@@ -25,7 +25,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -367,8 +366,7 @@ func (p *PS) Version() int64 {
 // WriteSynthetic writes a learnable 28x28, 10-class dataset in Fashion-MNIST
 // layout (gzip IDX, train and t10k files) into dir: class c lights a 7x7
 // block at a class-specific place, plus noise. nTrain and nTest records.
-func WriteSynthetic(tb testing.TB, dir string, nTrain, nTest int, seed uint64) {
-	tb.Helper()
+func WriteSynthetic(dir string, nTrain, nTest int, seed uint64) error {
 	r := rand.New(rand.NewPCG(seed, 99))
 	for _, s := range []struct {
 		prefix string
@@ -380,10 +378,15 @@ func WriteSynthetic(tb testing.TB, dir string, nTrain, nTest int, seed uint64) {
 			c := r.IntN(10)
 			lbl[i] = byte(c)
 			x := img[i*784 : (i+1)*784]
+			var bits uint64
 			for j := range x {
-				if r.IntN(4) == 0 {
-					x[j] = byte(r.IntN(128))
+				if j%8 == 0 {
+					bits = r.Uint64()
 				}
+				if b := byte(bits); b&3 == 0 { // a quarter of the pixels get noise in [0, 128)
+					x[j] = b &^ 3 >> 1
+				}
+				bits >>= 8
 			}
 			r0, c0 := (c/4)*7+r.IntN(3), (c%4)*7
 			for dr := 0; dr < 7; dr++ {
@@ -392,15 +395,19 @@ func WriteSynthetic(tb testing.TB, dir string, nTrain, nTest int, seed uint64) {
 				}
 			}
 		}
-		writeIDX(tb, filepath.Join(dir, s.prefix+"-images-idx3-ubyte.gz"), 0x803, []uint32{uint32(s.n), 28, 28}, img)
-		writeIDX(tb, filepath.Join(dir, s.prefix+"-labels-idx1-ubyte.gz"), 0x801, []uint32{uint32(s.n)}, lbl)
+		if err := writeIDX(filepath.Join(dir, s.prefix+"-images-idx3-ubyte.gz"), 0x803, []uint32{uint32(s.n), 28, 28}, img); err != nil {
+			return err
+		}
+		if err := writeIDX(filepath.Join(dir, s.prefix+"-labels-idx1-ubyte.gz"), 0x801, []uint32{uint32(s.n)}, lbl); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-func writeIDX(tb testing.TB, path string, magic uint32, dims []uint32, data []byte) {
-	tb.Helper()
+func writeIDX(path string, magic uint32, dims []uint32, data []byte) error {
 	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
 	hdr := binary.BigEndian.AppendUint32(nil, magic)
 	for _, d := range dims {
 		hdr = binary.BigEndian.AppendUint32(hdr, d)
@@ -408,9 +415,10 @@ func writeIDX(tb testing.TB, path string, magic uint32, dims []uint32, data []by
 	zw.Write(hdr)
 	zw.Write(data)
 	if err := zw.Close(); err != nil {
-		tb.Fatal(err)
+		return fmt.Errorf("trainertest: %w", err)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		tb.Fatal(fmt.Errorf("trainertest: %w", err))
+		return fmt.Errorf("trainertest: %w", err)
 	}
+	return nil
 }
