@@ -699,3 +699,77 @@ func TestSlowWatcherDoesNotBlockApply(t *testing.T) {
 type observerFunc func(fsm.Notification)
 
 func (f observerFunc) Applied(n fsm.Notification) { f(n) }
+
+// TestRestartAndSnapshotCatchUp: a follower that was down while the leader
+// snapshotted and truncated its log restarts on its data dir (Bootstrap
+// still set, as the same command line would) and catches up through
+// InstallSnapshot; linearizable reads on it then see the latest writes.
+func TestRestartAndSnapshotCatchUp(t *testing.T) {
+	c := &cluster{tb: t}
+	fwd := directForwarder{c}
+	mk := func(id, dir, addr string, boot bool) *Store {
+		cfg := testConfig(t, id, dir)
+		cfg.RaftAddr = addr
+		cfg.Bootstrap = boot
+		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 32, 50*time.Millisecond, 8
+		s, err := New(cfg, fsm.New(nil), fwd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Open(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		c.mu.Lock()
+		c.stores = append(c.stores, s)
+		c.mu.Unlock()
+		return s
+	}
+	ctx := ctxT(t, 60*time.Second)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	n1 := mk("n1", dirs[0], "127.0.0.1:0", true)
+	if err := n1.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n2 := mk("n2", dirs[1], "127.0.0.1:0", false)
+	n3 := mk("n3", dirs[2], "127.0.0.1:0", false)
+	for _, s := range []*Store{n2, n3} {
+		if err := n1.Join(ctx, s.cfg.ID, s.Addr(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPut(ctx, t, n1, "k", "0")
+	if err := n3.LinearizableRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr3 := n3.Addr()
+	c.crash(n3)
+	for i := 1; i <= 200; i++ {
+		mustPut(ctx, t, n1, "k", fmt.Sprint(i))
+	}
+	// Wait for a snapshot and log truncation on the leader.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		first, _ := n1.bolt.FirstIndex()
+		if first > 1 {
+			t.Logf("leader log starts at %d, last %d", first, n1.Raft().LastIndex())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("leader never truncated its log")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n3 = mk("n3", dirs[2], addr3, true)
+	t0 := time.Now()
+	if v, _, err := get(ctx, n3, "k", false); err != nil || v != "200" {
+		t.Fatalf("restarted follower: k = %q, %v; want 200", v, err)
+	}
+	t.Logf("restarted follower caught up in %v (revision %d)", time.Since(t0), n3.FSM().Revision())
+	if n3.ClusterID() != n1.ClusterID() || n1.ClusterID() == "" {
+		t.Fatalf("cluster ids %q vs %q", n3.ClusterID(), n1.ClusterID())
+	}
+	mustPut(ctx, t, n3, "k", "201")
+	if v, _, err := get(ctx, n2, "k", false); err != nil || v != "201" {
+		t.Fatalf("after restart: k on n2 = %q, %v", v, err)
+	}
+}
