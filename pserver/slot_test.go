@@ -28,6 +28,22 @@ func pushW(ctx context.Context, s *Slot, trainer string, step int64, g []float32
 		Grads: denseTensors(s.Layout(), s.Index(), map[string][]float32{"w": g})})
 }
 
+// waitPushed waits until trainer's push is counted in the current step.
+func waitPushed(tb testing.TB, s *Slot, trainer string) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.RLock()
+		ok := s.cur.pushed[trainer]
+		s.mu.RUnlock()
+		if ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tb.Fatalf("push of %s never arrived", trainer)
+}
+
 func ones(n int, v float32) []float32 {
 	f := make([]float32, n)
 	for i := range f {
@@ -274,7 +290,7 @@ func TestSyncLeaveStep(t *testing.T) {
 	// b comes back: it takes part from the next step it starts.
 	done := make(chan error, 1)
 	go func() { _, err := pushW(ctx, s, "b", 5, ones(10, 1), 1); done <- err }()
-	time.Sleep(50 * time.Millisecond)
+	waitPushed(t, s, "b")
 	if _, err := pushW(ctx, s, "a", 5, ones(10, 1), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +308,7 @@ func TestSyncJoinMidStep(t *testing.T) {
 	defer cancel()
 	resA := make(chan error, 1)
 	go func() { _, err := pushW(ctx, s, "a", 0, ones(10, 1), 1); resA <- err }()
-	time.Sleep(50 * time.Millisecond)
+	waitPushed(t, s, "a")
 	s.SetTrainers([]string{"a", "b", "c"})
 	resC := make(chan error, 1)
 	go func() { _, err := pushW(ctx, s, "c", 0, ones(10, 1), 1); resC <- err }()
