@@ -52,8 +52,9 @@ func TestTrainLocalFashionMNIST(t *testing.T) {
 		passes int32
 		want   float64
 	}{
-		// 3 passes land at 83.3%; softmax regression tops out near 84% (Xiao et al. 2017).
-		{"softmax", &pb.ModelSpec{Name: "softmax"}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 3, 0.82},
+		// 84.1% after 3 passes (momentum 0.9, lr 0.01 gives 83.3%, and 83.8%
+		// after 10); logistic regression tops out near 84% (Xiao et al. 2017).
+		{"softmax", &pb.ModelSpec{Name: "softmax"}, &pb.OptimizerSpec{Name: "adagrad", LearningRate: 0.1}, 3, 0.835},
 		// 85.7% after 3 passes.
 		{"mlp-128", &pb.ModelSpec{Name: "mlp", Hidden: []int32{128}}, &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9}, 3, 0.85},
 		// 82.6% after 1 pass.

@@ -151,7 +151,7 @@ func TestRealFashionMNIST(t *testing.T) {
 		split string
 		n     int
 	}{{"test", 10000}}
-	if !testing.Short() {
+	if !testing.Short() && !raceEnabled {
 		splits = append(splits, struct {
 			split string
 			n     int
