@@ -29,9 +29,11 @@ const EmbeddingInitScale = 0.01
 // Why sum and not mean: with h = Σ E_f a plain SGD step moves h by lr·k·∂h
 // (k ≈ 100-400 lit pixels), the same scale as softmax regression on raw
 // pixels, so the learning rates that suit "softmax" suit "hashed_lr". Mean
-// pooling divides each row's gradient by k, and SGD then barely moves
-// (measured: 10-30% accuracy after 2 passes where sum reaches 77%). The
-// small initial scale (EmbeddingInitScale) keeps the initial h near 0.
+// pooling divides each row's gradient by k, and SGD then barely moves.
+// Measured with SGD at lr 0.1, one pass over 20000 Fashion-MNIST records:
+// sum 77% test accuracy, 1/√k-scaled sum 48%; plain mean did not learn at
+// all. The small initial scale (EmbeddingInitScale) keeps the initial h near
+// 0. Colliding features (same bucket) simply add up.
 type hashedModel struct {
 	inDim, dim, classes int
 	buckets             int64

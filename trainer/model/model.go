@@ -87,7 +87,7 @@ const (
 // Build returns the model named by spec for inputs of inputDim features and
 // labels in [0, classes): "softmax" (multinomial logistic regression),
 // "mlp" (spec.hidden ReLU layers, e.g. [128]) or "hashed_lr" (hashed
-// pixel-intensity features, mean-pooled embedding bag of
+// pixel-intensity features, summed embedding bag of
 // spec.embedding_dim over spec.hash_buckets rows, dense softmax layer).
 // Unknown names return ErrUnknownModel, bad sizes ErrBadSpec.
 func Build(spec *pb.ModelSpec, inputDim, classes int) (Model, error) {
