@@ -20,9 +20,10 @@ import (
 // Sizes of the benchmarks: 100M float32 parameters (400 MB) in 64 vshards by
 // default. Smaller: go test -bench . -ckpt.params 1000000
 var (
-	benchParams  = flag.Int64("ckpt.params", 100_000_000, "float32 parameters checkpointed by the benchmarks")
-	benchVShards = flag.Int("ckpt.vshards", 64, "vshards the benchmark parameters are split into")
-	benchQuiesce = flag.Bool("ckpt.quiesce", true, "wait (untimed) for Pebble compactions to finish between checkpoints, as between real checkpoints minutes apart")
+	benchParams     = flag.Int64("ckpt.params", 100_000_000, "float32 parameters checkpointed by the benchmarks")
+	benchVShards    = flag.Int("ckpt.vshards", 64, "vshards the benchmark parameters are split into")
+	benchRestorePar = flag.Int("ckpt.restorepar", 0, "RestoreParallelism for BenchmarkRestoreLocal (0: default)")
+	benchQuiesce    = flag.Bool("ckpt.quiesce", true, "wait (untimed) for Pebble compactions to finish between checkpoints, as between real checkpoints minutes apart")
 )
 
 // quiesce waits, with the timer stopped, until st has no compaction or
@@ -187,6 +188,10 @@ func BenchmarkRestoreLocal(b *testing.B) {
 	blobs, total := benchBlobs(b)
 	e := newBenchEnv(b)
 	e.checkpoint(b, blobs, 1)
+	if *benchRestorePar > 0 {
+		defer func(p int) { RestoreParallelism = p }(RestoreParallelism)
+		RestoreParallelism = *benchRestorePar
+	}
 	b.SetBytes(total)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
