@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -188,9 +189,13 @@ type Trainer struct {
 	x        []float32
 	y        []uint8
 
-	mu    sync.Mutex
-	stats Stats
+	running atomic.Bool
+	mu      sync.Mutex
+	stats   Stats
 }
+
+// ErrRunTwice: Run was called a second time on the same Trainer.
+var ErrRunTwice = errors.New("trainer: Run called twice; create a new Trainer")
 
 // New returns a Trainer for cfg.Job talking to master and ps.
 func New(cfg Config, master Master, ps PS) (*Trainer, error) {
@@ -241,6 +246,9 @@ func (t *Trainer) count(f func(*Stats)) {
 // cancelled (after a best-effort LeaveStep), and an error if the job spec,
 // model or data cannot be set up.
 func (t *Trainer) Run(ctx context.Context) error {
+	if !t.running.CompareAndSwap(false, true) {
+		return ErrRunTwice
+	}
 	defer func() {
 		if t.joined {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -270,6 +278,13 @@ func (t *Trainer) Run(ctx context.Context) error {
 		switch resp.GetResult() {
 		case pb.GetTaskResponse_TASK:
 			task := resp.GetTask()
+			if task == nil {
+				t.log.Warn("master answered TASK without a task; asking again")
+				if err := t.sleep(ctx, 0); err != nil {
+					return err
+				}
+				continue
+			}
 			if task.GetKind() == pb.TaskKind_TASK_KIND_EVAL {
 				t.leaveStep(ctx)
 				err = t.runEval(ctx, task)

@@ -252,6 +252,9 @@ func TestJobOverEndsLoop(t *testing.T) {
 	if st := tr2.Stats(); st.Tasks != 0 || f.ps.Leaves != leaves+1 {
 		t.Errorf("late trainer: stats %+v, leaves %d -> %d", st, leaves, f.ps.Leaves)
 	}
+	if err := tr2.Run(context.Background()); !errors.Is(err, trainer.ErrRunTwice) {
+		t.Errorf("second Run: %v, want ErrRunTwice", err)
+	}
 }
 
 // waitMaster always answers WAIT with a long retry_after.
