@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,5 +76,44 @@ func TestTrainLocalFashionMNIST(t *testing.T) {
 				t.Errorf("test accuracy %.4f < %.2f", res.Accuracy, tc.want)
 			}
 		})
+	}
+}
+
+func TestTrainLocalSpec(t *testing.T) {
+	dir := synthDir(t)
+	train, err := dataset.LoadFashionMNIST(dir, "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := dataset.LoadFashionMNIST(dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := smallSpec(dir, &pb.ModelSpec{Name: "hashed_lr", EmbeddingDim: 8, HashBuckets: 4096})
+	res, err := trainer.TrainLocal(context.Background(), spec, train, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 80 || res.Examples != 4000 || len(res.Passes) != 2 || res.Accuracy < 0.9 || res.ExamplesPerSec <= 0 {
+		t.Errorf("result %+v", res)
+	}
+	spec.MaxSteps = 5
+	if res, err = trainer.TrainLocal(context.Background(), spec, train, test); err != nil || res.Steps != 5 {
+		t.Errorf("max_steps 5: %d steps, err %v", res.Steps, err)
+	}
+	for _, bad := range []func(*pb.JobSpec){
+		func(s *pb.JobSpec) { s.BatchSize = 0 },
+		func(s *pb.JobSpec) { s.Dataset.Records = 1 << 20 },
+	} {
+		s := smallSpec(dir, &pb.ModelSpec{Name: "softmax"})
+		bad(s)
+		if _, err := trainer.TrainLocal(context.Background(), s, train, test); !errors.Is(err, trainer.ErrBadJob) {
+			t.Errorf("%v: err %v, want ErrBadJob", s, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := trainer.TrainLocal(ctx, smallSpec(dir, &pb.ModelSpec{Name: "softmax"}), train, test); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: err %v", err)
 	}
 }
