@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,7 +19,6 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
-	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/raftstore/service"
 )
 
@@ -101,6 +99,10 @@ func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.
 	}
 	out := &pb.SubmitJobResponse{}
 	if err := s.apply(ctx, pb.CommandType_COMMAND_SUBMIT_JOB, req, out); err != nil {
+		if status.Code(err) == codes.AlreadyExists {
+			// A spec naming an existing job is a bad spec: its name field.
+			return nil, status.Errorf(codes.InvalidArgument, "name: job %q already exists (%s)", req.Spec.GetName(), status.Convert(err).Message())
+		}
 		return nil, err
 	}
 	return out, nil
@@ -306,6 +308,3 @@ func (s *Service) header() *pb.ResponseHeader {
 	st := s.store.Stats()
 	return &pb.ResponseHeader{Revision: st.Revision, RaftTerm: st.Term, MemberId: st.ID}
 }
-
-var _ = strings.TrimSpace
-var _ gossip.Member
