@@ -203,6 +203,10 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint store %q: %w", dir, err)
 	}
+	// sstables a crash left before they were ingested are garbage.
+	if err := os.RemoveAll(filepath.Join(dir, "ingest")); err != nil {
+		logger.Warn("cannot remove leftover ingest files", "err", err)
+	}
 	return &Store{dir: dir, logger: logger, db: db, pins: map[string]time.Time{}, ingestThreshold: DefaultIngestThreshold}, nil
 }
 
