@@ -18,7 +18,7 @@ var (
 	flagOut    = flag.String("jepsen.out", "", "results directory (default: integration/results/<timestamp>)")
 	flagSeed   = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
 	flagFaults = flag.String("jepsen.faults", "", "comma-separated fault schedule overriding the default (kinds: see AllFaults)")
-	flagTrain  = flag.Bool("jepsen.training", false, "also run a small training job under the faults and check its task events and restores")
+	flagTrain  = flag.Bool("jepsen.training", false, "also run a training job (mlp, 40 passes of 60000 records) under the faults and check its task events and restores (always on with -jepsen.long)")
 	flagCanary = flag.Bool("jepsen.canary", false, "canary: serializable reads, which a partition should make non-linearizable; the test then expects a violation")
 )
 
@@ -97,11 +97,11 @@ func TestJepsen(t *testing.T) {
 		cfg.Hold = 6 * time.Second
 		cfg.CheckTimeout = 5 * time.Minute
 	}
-	if *flagTrain {
+	if *flagTrain || *flagLong {
 		cfg.Training = true
 		cfg.DatasetDir = filepath.Join(moduleRoot(t), "datasets", "fashion-mnist")
-		cfg.TrainingArgs = []string{"--model", "mlp", "--hidden", "16", "--optimizer", "sgd", "--lr", "0.1", "--records", "6000",
-			"--records-per-task", "500", "--passes", "2", "--pservers", "2", "--mode", "sync", "--checkpoint-steps", "20"}
+		cfg.TrainingArgs = []string{"--model", "mlp", "--hidden", "16", "--optimizer", "sgd", "--lr", "0.1", "--records", "60000",
+			"--records-per-task", "2000", "--passes", "40", "--pservers", "2", "--mode", "sync", "--checkpoint-steps", "20"}
 	}
 	if *flagFaults != "" {
 		cfg.Faults = strings.Split(*flagFaults, ",")

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
@@ -111,7 +114,9 @@ func (lc *leaseClient) keepalive(ctx context.Context, id int64) (alive bool) {
 	}
 	if err != nil {
 		rec.Status, rec.Err = StatusFail, err.Error()
-		return true // unknown: keep trying until the lease's TTL says otherwise
+		// NotFound: the lease is gone (expired while keepalives failed);
+		// anything else is unknown: keep trying.
+		return status.Code(err) != codes.NotFound
 	}
 	_ = st.CloseSend()
 	rec.Status, rec.TTL, rec.Term = StatusOK, resp.Ttl, resp.GetHeader().GetRaftTerm()
