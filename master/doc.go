@@ -1,0 +1,50 @@
+// Package master runs raftps' leader-only work and serves the Master and
+// Cluster gRPC APIs on every node.
+//
+// The master is PaddlePaddle's master server (2017 cloud design) with its
+// state moved into the Raft FSM: job specs, the todo/pending/done/failed
+// task queues, passes and job events are FSM state (package fsm/jobq), so a
+// master failover is a Raft election and nothing is rebuilt. This package
+// only holds loops and RPC handlers.
+//
+//	m := master.New(master.Config{Logger: log}, store, gossip)
+//	go m.Run(ctx)                                // follows leadership; idle on followers
+//	master.NewService(store, gossip).Register(grpcServer)
+//
+// # Leader loop
+//
+// Run follows raftstore's leadership channel (fed by raft.Config.NotifyCh,
+// as Consul's monitorLeadership). On gaining leadership it issues a Barrier,
+// so the FSM holds everything earlier leaders committed, and then, until
+// leadership is lost:
+//
+//   - reconciles gossip membership into the Raft configuration: an alive
+//     server node joins as a voter while there are fewer than MaxVoters
+//     voters, as a non-voter after that; a node that left gracefully is
+//     removed; a failed one is only marked unhealthy and removed after
+//     DeadServerTimeout, never below three voters (raft-autopilot's rule);
+//     /nodes/<id> records are written from gossip;
+//   - releases a node that gossip declares dead or left: the pending tasks
+//     of its trainers are requeued at once (COMMAND_REQUEUE_TRAINER) and the
+//     leases of its trainer and pserver keys revoked, so sync steps go on
+//     and other nodes claim its pserver slots without waiting for a TTL. A
+//     node that died before this leader took over is released on the next
+//     reconciliation, since its gossip event is gone;
+//   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
+//     leader's clock stamped in the entry) and requeues the tasks of
+//     trainers whose registration key vanished.
+//
+// # Services
+//
+// Every Master RPC is a Raft command applied through Store.Apply, which
+// forwards to the leader, so any node serves any call. Reads (GetJob,
+// ListJobs, WatchJob) are linearizable and assemble trainers, pserver slots
+// and checkpoint pointers from /jobs/<job>/... keys. WatchJob streams a
+// job's events gap-free from any sequence number and resumes on another
+// node after a failure. SubmitJob rejects a bad spec with InvalidArgument
+// naming the field (the dataset path is checked on the receiving node; the
+// rest deterministically in the FSM).
+//
+// Concurrency: Master's methods are for one Run goroutine; Service is safe
+// for concurrent use.
+package master
