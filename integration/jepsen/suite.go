@@ -113,7 +113,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
-	defer os.RemoveAll(dataRoot)
+	unreg := registerCleanup(func() { _ = os.RemoveAll(dataRoot) })
+	defer func() { unreg(); _ = os.RemoveAll(dataRoot) }()
 
 	var names, addrs []string
 	for _, n := range hs.Nodes {
