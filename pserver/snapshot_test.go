@@ -201,3 +201,27 @@ func TestDecodeCorrupt(t *testing.T) {
 		t.Fatalf("future format: %v", err)
 	}
 }
+
+// FuzzDecodeVShard: any input decodes to a blob or an ErrCorrupt error,
+// never a panic. Run with go test -fuzz FuzzDecodeVShard ./pserver/.
+func FuzzDecodeVShard(f *testing.F) {
+	spec := restoreSpec()
+	s := mustSlot(f, spec, 0, 1)
+	trainSlots(f, []*Slot{s}, 2, 0)
+	for _, b := range blobsOf(f, []*Slot{s}) {
+		f.Add(b)
+	}
+	f.Add([]byte("RPVS\x01\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		vs, err := DecodeVShard(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if again, err := DecodeVShard(vs.Encode()); err != nil || !reflect.DeepEqual(again.Params, vs.Params) {
+			t.Fatalf("re-encode: %v", err)
+		}
+	})
+}
