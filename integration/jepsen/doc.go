@@ -13,13 +13,21 @@
 // As root (namespaces and nftables need it; without root the tests say
 // "skipped"):
 //
-//	go test ./integration/jepsen -run TestJepsen -v                 # short: 3 nodes, 4 faults, ~80 s of workload, < 6 min
-//	go test ./integration/jepsen -run TestJepsen -v -jepsen.long -timeout 30m   # 5 nodes, every fault kind twice, ~10 min
-//	go test ./integration/jepsen -run TestJepsen -v -jepsen.bin /path/to/raftps -jepsen.out /tmp/run1
-//	go test ./integration/jepsen -run 'Check|Hosts' -v              # checker unit tests (no root) and host tests (root)
+//	go test ./integration/jepsen -run TestJepsen -v                  # short: 3 nodes, 4 faults, 80 s of workload, ~1.5 min
+//	go test ./integration/jepsen -run TestJepsen -v -jepsen.training # + a training job under the faults, ~2.5 min
+//	go test ./integration/jepsen -run TestJepsen -v -jepsen.long -timeout 30m  # 5 nodes, every fault kind twice, training, ~10 min
+//	go test ./integration/jepsen -run 'Check|Hosts' -v               # checker tests (no root) and host tests (root)
 //
-// Without -jepsen.bin the test builds ./cmd/raftps (and skips, saying why,
-// if it does not build or `raftps node --help` lacks a flag the suite uses).
+// Flags (after the package): -jepsen.bin PATH (default: go build
+// ./cmd/raftps into a temp dir; the test skips, saying why, if that fails or
+// `raftps node --help` lacks a flag the suite uses), -jepsen.out DIR,
+// -jepsen.seed N, -jepsen.faults kill-leader,loss,... (overrides the
+// schedule; kinds in AllFaults), -jepsen.training, -jepsen.long,
+// -jepsen.canary (register reads are made serializable, which the checker
+// must find not linearizable: the test then passes only if it does), and
+// -jepsen.replay DIR/history.jsonl for TestReplay, which re-checks a
+// recorded history's registers and leases.
+//
 // Missing iproute2 or nftables are installed with apt-get. `tc netem` is not
 // used: loss and partitions are nftables rules inside the nodes' namespaces.
 //
@@ -59,9 +67,14 @@
 //     compare-and-swap (Txn: compare value, then put) on 3 keys, each op
 //     against a random node with a 1 s timeout. Porcupine checks
 //     linearizability per key (RegisterModel). Indeterminate writes get
-//     Return = +inf; the client then continues as a new process.
+//     Return = +inf; the client then continues as a new process. The history
+//     is patched as etcd's robustness tests do (PorcupineOps): an
+//     indeterminate write whose unique value nobody observed is dropped, an
+//     observed one returns when its first observer returned; keys rotate
+//     every 5 s. Both keep Porcupine fast (ms instead of timing out).
 //   - Watches (StartWatchers, CheckWatches): 3 prefix watchers resume from
-//     their last revision + 1 on a random node after any stream error. Per
+//     their last revision + 1 on a random node after any stream error, and
+//     also drop their stream every 8-16 s to resume elsewhere. Per
 //     watcher: revisions never go back, no (revision, key) twice, every
 //     acknowledged put whose revision it covered is there with its value,
 //     every event another watcher saw in its covered range is there too, and
@@ -72,12 +85,17 @@
 //     before the last answered keepalive's promise (sent + TTL) ran out is a
 //     violation. An expirer stops keeping its lease alive; its keys must be
 //     gone by max(stop, promise) + election timeout + slack (pushed to
-//     fault end + TTL when a fault overlaps: a new leader extends leases).
+//     fault end + TTL when a fault, or a Raft term change seen in response
+//     headers, overlaps: a new leader extends every lease by its TTL).
 //   - Training (RunTraining, CheckTraining): over a job's JobEvent stream,
 //     seqs are gap-free, each task is TASK_DONE exactly once per pass and a
 //     finished pass has every task done or failed; every restore that names a
-//     checkpoint version matches a committed pointer's MD5. The workload is
-//     a function of a Master client; it is not yet part of RunSuite.
+//     checkpoint version (JobStatus.restores and the PSERVER_RESTORED events)
+//     matches the MD5 of the pointer committed for that slot and version
+//     (seen by a KV watch on /jobs/<job>/checkpoints/ from revision 1).
+//     FollowJob takes a Master client (and a Watch client); the suite submits
+//     the job with `raftps job submit` and uses a round-robin client over
+//     all nodes (DialBalanced).
 //
 // The checkers' own tests (checker_test.go) feed doctored histories: a stale
 // read, a lost write, a watch gap, a duplicate watch event, a lease key that
