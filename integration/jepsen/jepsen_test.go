@@ -64,6 +64,9 @@ func raftpsBinary(t *testing.T) string {
 // TestJepsen runs the fault suite against real raftps processes in network
 // namespaces and fails if any checker reports a violation. See doc.go.
 func TestJepsen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("jepsen: -short; skipped (the suite runs real clusters for minutes)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("jepsen: needs root to create network namespaces; skipped")
 	}
