@@ -444,3 +444,39 @@ func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
 	}
 	return nil
 }
+
+// ValueRun is a run of one parameter's values from a vshard blob: a dense
+// block or an embedding row, without optimizer state. It has the fields of
+// checkpoint.Block, so cmd can adapt DecodeVShardValues to
+// checkpoint.Decoder (export and inspection of checkpoints).
+type ValueRun struct {
+	Name string
+	// Shape is the whole parameter's shape.
+	Shape []int64
+	// Offset is the index of Data[0] in the parameter flattened row-major
+	// (block·block_size for a dense block, row·dim for an embedding row).
+	Offset int64
+	Data   []float32
+}
+
+// DecodeVShardValues decodes a vshard blob into value runs, in
+// (param, block|row) order. Errors wrap ErrCorrupt.
+func DecodeVShardValues(blob []byte) ([]ValueRun, error) {
+	vs, err := DecodeVShard(blob)
+	if err != nil {
+		return nil, err
+	}
+	runs := make([]ValueRun, 0, len(vs.Entries))
+	for _, e := range vs.Entries {
+		p := vs.Params[e.Param]
+		off := e.Index * vs.BlockSize
+		if p.Embedding {
+			if len(p.Shape) != 2 {
+				return nil, fmt.Errorf("%w: embedding %q has shape %v", ErrCorrupt, p.Name, p.Shape)
+			}
+			off = e.Index * p.Shape[1]
+		}
+		runs = append(runs, ValueRun{Name: p.Name, Shape: p.Shape, Offset: off, Data: e.Values})
+	}
+	return runs, nil
+}

@@ -225,3 +225,31 @@ func FuzzDecodeVShard(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeVShardValues(t *testing.T) {
+	spec := restoreSpec()
+	s := mustSlot(t, spec, 0, 1)
+	trainSlots(t, []*Slot{s}, 2, 0)
+	want := pullAll(t, s)
+	got := map[string][]float32{"w": make([]float32, 20), "b": make([]float32, 4)}
+	rows := 0
+	for _, blob := range blobsOf(t, []*Slot{s}) {
+		runs, err := DecodeVShardValues(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Name == "emb" {
+				rows++
+				if r.Offset%2 != 0 || len(r.Data) != 2 {
+					t.Fatalf("row run %+v", r)
+				}
+				continue
+			}
+			copy(got[r.Name][r.Offset:], r.Data)
+		}
+	}
+	if !reflect.DeepEqual(got, want) || rows != 4 {
+		t.Fatalf("values differ or %d rows (want 4)", rows)
+	}
+}
