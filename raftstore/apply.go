@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -135,6 +137,19 @@ func (s *Store) raiseLeaseTTL(cmd *pb.Command) (*pb.Command, error) {
 // current leader; it waits for a leader and retries while the leader
 // changes (ErrNotLeader, a transfer in progress), until ctx ends.
 func (s *Store) onLeader(ctx context.Context, local func() error, remote func(id, addr string) error) error {
+	return s.onLeaderRetry(ctx, retryable, local, remote)
+}
+
+// onLeaderIdempotent is onLeader for calls that are safe to repeat (reads,
+// keepalives): it also retries when the forwarded call reports the leader
+// unavailable (gRPC Unavailable), as during an election.
+func (s *Store) onLeaderIdempotent(ctx context.Context, local func() error, remote func(id, addr string) error) error {
+	return s.onLeaderRetry(ctx, func(err error) bool {
+		return retryable(err) || status.Code(err) == codes.Unavailable
+	}, local, remote)
+}
+
+func (s *Store) onLeaderRetry(ctx context.Context, retryable func(error) bool, local func() error, remote func(id, addr string) error) error {
 	backoff := 5 * time.Millisecond
 	for {
 		if err := s.checkOpen(); err != nil {
@@ -176,8 +191,8 @@ func (s *Store) onLeader(ctx context.Context, local func() error, remote func(id
 // retryable reports errors after which the command was certainly not
 // appended, so it can go to the (new) leader.
 func retryable(err error) bool {
-	return err != nil && (errors.Is(err, ErrNotLeader) || errors.Is(err, raft.ErrNotLeader) ||
-		errors.Is(err, raft.ErrLeadershipTransferInProgress))
+	return err != nil && (errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) ||
+		errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress))
 }
 
 // runBatcher coalesces queued proposals into log entries: it takes one,

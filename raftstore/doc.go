@@ -38,7 +38,10 @@
 //     LeaseKeepAliveLocal, LeaseTimeToLiveLocal. Return an error wrapping
 //     ErrNotLeader when the target is not (or no longer) the leader, or is
 //     known not to have applied the command: the store then retries against
-//     the new leader. Any other error is returned to the caller as is.
+//     the new leader. ReadIndex, LeaseKeepAlive and LeaseTimeToLive, which
+//     are safe to repeat, are also retried on a gRPC Unavailable status;
+//     Apply is not (its outcome is unknown). Retries end with ctx. Any other
+//     error is returned to the caller as is.
 //   - Use LeaderCh (not raft's LeaderCh) for leader-only loops; each call
 //     gets its own channel that always ends with the latest state.
 //   - Register Collector with Prometheus once.

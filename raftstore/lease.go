@@ -199,7 +199,7 @@ func (s *Store) revokeExpired(ctx context.Context, id int64, timeout time.Durati
 // leader's clock; nothing goes through Raft. Errors: fsm.ErrLeaseNotFound
 // if the lease does not exist or has expired.
 func (s *Store) LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err error) {
-	err = s.onLeader(ctx,
+	err = s.onLeaderIdempotent(ctx,
 		func() error {
 			var err error
 			ttl, err = s.LeaseKeepAliveLocal(ctx, id)
@@ -233,7 +233,7 @@ func (s *Store) LeaseKeepAliveLocal(_ context.Context, id int64) (int64, error) 
 // timer sees it (rounded up; a follower forwards). Errors:
 // fsm.ErrLeaseNotFound.
 func (s *Store) LeaseTimeToLive(ctx context.Context, id int64) (ttl int64, err error) {
-	err = s.onLeader(ctx,
+	err = s.onLeaderIdempotent(ctx,
 		func() error {
 			var err error
 			ttl, err = s.LeaseTimeToLiveLocal(ctx, id)

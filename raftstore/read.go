@@ -19,7 +19,7 @@ import (
 // the term did not change meanwhile. On a follower: Forwarder.ReadIndex.
 func (s *Store) ReadIndex(ctx context.Context) (uint64, error) {
 	var idx uint64
-	err := s.onLeader(ctx,
+	err := s.onLeaderIdempotent(ctx,
 		func() error {
 			var err error
 			idx, err = s.ReadIndexLocal(ctx)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
@@ -771,5 +773,34 @@ func TestRestartAndSnapshotCatchUp(t *testing.T) {
 	mustPut(ctx, t, n3, "k", "201")
 	if v, _, err := get(ctx, n2, "k", false); err != nil || v != "201" {
 		t.Fatalf("after restart: k on n2 = %q, %v", v, err)
+	}
+}
+
+// flakyForwarder fails the first n ReadIndex calls as a gRPC layer would
+// while the leader is unreachable.
+type flakyForwarder struct {
+	directForwarder
+	fails atomic.Int64
+}
+
+func (f *flakyForwarder) ReadIndex(ctx context.Context, id, addr string) (uint64, error) {
+	if f.fails.Add(-1) >= 0 {
+		return 0, status.Error(codes.Unavailable, "leader unreachable")
+	}
+	return f.directForwarder.ReadIndex(ctx, id, addr)
+}
+
+func TestIdempotentForwardRetries(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 10*time.Second)
+	f := c.follower(ctx)
+	ff := &flakyForwarder{directForwarder: directForwarder{c}}
+	ff.fails.Store(2)
+	f.fwd = ff
+	if err := f.LinearizableRead(ctx); err != nil {
+		t.Fatalf("read through a flaky forwarder: %v", err)
+	}
+	if n := ff.fails.Load(); n >= 0 {
+		t.Fatalf("forwarder not retried (fails left %d)", n)
 	}
 }
