@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,6 +254,9 @@ func fromGRPC(err error) error {
 	switch st.Code() {
 	case codes.Unavailable:
 		s = ErrNotHosted
+		if strings.HasPrefix(st.Message(), ErrFenced.Error()) {
+			s = ErrFenced
+		}
 	case codes.InvalidArgument:
 		s = ErrInvalid
 	case codes.FailedPrecondition:
@@ -260,8 +264,12 @@ func fromGRPC(err error) error {
 	default:
 		return err
 	}
-	return &Error{Sentinel: s, Detail: st.Message()}
+	msg := strings.TrimPrefix(strings.TrimPrefix(st.Message(), s.Error()), ": ")
+	return &Error{Sentinel: s, Detail: msg}
 }
+
+// retryable reports whether err asks the client to re-resolve the slot.
+func retryable(err error) bool { return errors.Is(err, ErrNotHosted) || errors.Is(err, ErrFenced) }
 
 // do calls fn on slot's pserver, retrying with re-resolution while it
 // answers Unavailable (or cannot be resolved).
@@ -275,7 +283,7 @@ func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) e
 				return nil
 			}
 			err = fromGRPC(err)
-			if !errors.Is(err, ErrNotHosted) {
+			if !retryable(err) {
 				return fmt.Errorf("slot %d: %w", slot, err)
 			}
 		}

@@ -212,3 +212,16 @@ func TestClientFollowsWatch(t *testing.T) {
 		t.Fatalf("client did not follow the watch (A %d, B %d)", slotsA[0].Version(), slotsB[0].Version())
 	}
 }
+
+func TestErrorMapping(t *testing.T) {
+	for _, s := range []error{ErrFenced, ErrNotHosted, ErrInvalid, ErrStale} {
+		in := errorf(s, "slot 3")
+		out := fromGRPC(status.Convert(in).Err())
+		if !errors.Is(out, s) || out.Error() != in.Error() {
+			t.Errorf("%v -> %v", in, out)
+		}
+	}
+	if !retryable(fromGRPC(status.Error(codes.Unavailable, "connection refused"))) {
+		t.Error("plain Unavailable is not retryable")
+	}
+}
