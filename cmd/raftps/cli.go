@@ -162,6 +162,7 @@ with an existing data dir, and for a node added to a running cluster:
 	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7001", "Raft transport address")
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:7002", "gossip address (UDP and TCP)")
 	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7003", "HTTP address (/healthz, /readyz, /metrics)")
+	f.StringVar(&cfg.Advertise, "advertise", "", "host other nodes use to reach this one (when binding to 0.0.0.0)")
 	f.StringSliceVar(&cfg.Join, "join", nil, "gossip addresses of existing members (host:port,...)")
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many server nodes have joined")
 	f.StringSliceVar(&cfg.Roles, "roles", []string{"server", "pserver", "trainer"}, "roles: server, pserver, trainer")

@@ -36,6 +36,9 @@ type NodeConfig struct {
 	RaftAddr   string
 	GossipAddr string
 	HTTPAddr   string
+	// Advertise is the host other nodes use to reach this one (needed when
+	// binding to 0.0.0.0); empty announces the bind addresses as they are.
+	Advertise string
 	// Join lists gossip addresses of existing members.
 	Join []string
 	// BootstrapExpect: with no existing state, wait for this many server
@@ -167,9 +170,12 @@ func (n *Node) Open(ctx context.Context) (err error) {
 
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.
 	gcfg := gossip.DefaultConfig()
-	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.GRPCAddr(),
-		RaftAddr: n.cfg.RaftAddr, HTTPAddr: n.httpLis.Addr().String()}
+	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.advertised(n.GRPCAddr()),
+		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.httpLis.Addr().String())}
 	gcfg.BindAddr = n.cfg.GossipAddr
+	if n.cfg.Advertise != "" {
+		gcfg.AdvertiseAddr = n.advertised(n.cfg.GossipAddr)
+	}
 	gcfg.Join = n.cfg.Join
 	gcfg.JoinRetryMax = 0
 	gcfg.SecretKey = n.cfg.GossipKey
@@ -187,6 +193,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.ID = n.cfg.ID
 	rcfg.DataDir = n.cfg.DataDir
 	rcfg.RaftAddr = n.cfg.RaftAddr
+	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
 	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0
 	if n.cfg.HeartbeatTimeout > 0 {
 		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout
@@ -278,6 +285,18 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	return nil
 }
 
+// advertised is bind with its host replaced by --advertise (if set).
+func (n *Node) advertised(bind string) string {
+	if n.cfg.Advertise == "" {
+		return bind
+	}
+	_, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return bind
+	}
+	return net.JoinHostPort(n.cfg.Advertise, port)
+}
+
 // bootstrapExpect waits until gossip shows BootstrapExpect alive server
 // nodes, checks that none of them is already part of a cluster, and then
 // bootstraps all of them with the same configuration (Consul's
@@ -301,6 +320,7 @@ func (n *Node) bootstrapExpect(ctx context.Context) {
 		for _, m := range n.gossip.Members() {
 			if m.Status == gossip.StatusAlive && hasRole(m.Meta.Roles, "server") {
 				servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.Meta.ID), Address: raft.ServerAddress(m.Meta.RaftAddr)})
+				// (RaftAddr in gossip metadata is the advertised address.)
 			}
 		}
 		if len(servers) < n.cfg.BootstrapExpect {

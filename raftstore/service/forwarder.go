@@ -3,10 +3,13 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -52,6 +55,22 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 	return pb.NewInternalClient(cc), nil
 }
 
+// notLeader turns the leader's "not leader" answer (it lost leadership
+// after we resolved it) into raftstore.ErrNotLeader, so the store retries
+// against the new leader. Any other error is returned as it is: a write
+// whose outcome is unknown must not be retried blindly.
+func notLeader(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := status.Convert(err).Message()
+	if status.Code(err) == codes.Unavailable &&
+		(strings.Contains(msg, raftstore.ErrNotLeader.Error()) || strings.Contains(msg, raftstore.ErrNoLeader.Error())) {
+		return fmt.Errorf("%w: %v", raftstore.ErrNotLeader, err)
+	}
+	return err
+}
+
 // ForwardApply applies cmd on the leader and returns its result.
 func (f *Forwarder) ForwardApply(ctx context.Context, leaderID, _ string, cmd *pb.Command) (*pb.Result, error) {
 	c, err := f.client(leaderID)
@@ -66,7 +85,7 @@ func (f *Forwarder) ForwardApply(ctx context.Context, leaderID, _ string, cmd *p
 	defer cancel()
 	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: b})
 	if err != nil {
-		return nil, err
+		return nil, notLeader(err)
 	}
 	res := &pb.Result{}
 	if err := proto.Unmarshal(resp.Result, res); err != nil {
@@ -85,7 +104,7 @@ func (f *Forwarder) ReadIndex(ctx context.Context, leaderID, _ string) (uint64, 
 	defer cancel()
 	resp, err := c.ReadIndex(ctx, &pb.ReadIndexRequest{})
 	if err != nil {
-		return 0, err
+		return 0, notLeader(err)
 	}
 	return resp.Index, nil
 }
@@ -100,7 +119,7 @@ func (f *Forwarder) LeaseKeepAlive(ctx context.Context, leaderID, _ string, id i
 	defer cancel()
 	resp, err := c.LeaseKeepAliveOnce(ctx, &pb.LeaseKeepAliveRequest{Id: id})
 	if err != nil {
-		return 0, err
+		return 0, notLeader(err)
 	}
 	return resp.Ttl, nil
 }
@@ -115,7 +134,7 @@ func (f *Forwarder) LeaseTimeToLive(ctx context.Context, leaderID, _ string, id 
 	defer cancel()
 	resp, err := c.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: id})
 	if err != nil {
-		return 0, err
+		return 0, notLeader(err)
 	}
 	return resp.Ttl, nil
 }

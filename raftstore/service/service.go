@@ -30,6 +30,9 @@ type Store interface {
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
 	IsLeader() bool
+	ReadIndexLocal(ctx context.Context) (uint64, error)
+	LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error)
+	LeaseTimeToLiveLocal(ctx context.Context, id int64) (int64, error)
 }
 
 var _ Store = (*raftstore.Store)(nil)
@@ -40,9 +43,16 @@ type Service struct {
 	pb.UnimplementedKVServer
 	pb.UnimplementedLeaseServer
 	pb.UnimplementedWatchServer
-	pb.UnimplementedInternalServer
 
 	store Store
+}
+
+// internal is the node-to-node Internal service: leader-only, never
+// forwarding again (a call that reaches a node that is no longer the leader
+// answers Unavailable "not leader" and the caller retries).
+type internal struct {
+	pb.UnimplementedInternalServer
+	s *Service
 }
 
 // New returns a Service over s.
@@ -53,7 +63,7 @@ func (s *Service) Register(g *grpc.Server) {
 	pb.RegisterKVServer(g, s)
 	pb.RegisterLeaseServer(g, s)
 	pb.RegisterWatchServer(g, s)
-	pb.RegisterInternalServer(g, s)
+	pb.RegisterInternalServer(g, &internal{s: s})
 }
 
 // ToStatus maps an error of raftps' lower layers to a gRPC status error:
@@ -240,12 +250,12 @@ func (s *Service) Watch(req *pb.WatchRequest, stream pb.Watch_WatchServer) error
 
 // ForwardApply applies a command forwarded by a follower. It runs only on
 // the leader; a node that lost leadership meanwhile answers Unavailable.
-func (s *Service) ForwardApply(ctx context.Context, req *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
+func (in *internal) ForwardApply(ctx context.Context, req *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
 	cmd := &pb.Command{}
 	if err := proto.Unmarshal(req.Command, cmd); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "forward: malformed command: %v", err)
 	}
-	res, err := s.store.ApplyLocal(ctx, cmd)
+	res, err := in.s.store.ApplyLocal(ctx, cmd)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -257,11 +267,8 @@ func (s *Service) ForwardApply(ctx context.Context, req *pb.ForwardApplyRequest)
 }
 
 // ReadIndex returns the leader's read index for a follower's linearizable read.
-func (s *Service) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
-	if !s.store.IsLeader() {
-		return nil, ToStatus(raftstore.ErrNotLeader)
-	}
-	idx, err := s.store.ReadIndex(ctx)
+func (in *internal) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
+	idx, err := in.s.store.ReadIndexLocal(ctx)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -269,15 +276,21 @@ func (s *Service) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) (*pb.Re
 }
 
 // LeaseKeepAliveOnce renews a lease on the leader for a follower.
-func (s *Service) LeaseKeepAliveOnce(ctx context.Context, req *pb.LeaseKeepAliveRequest) (*pb.LeaseKeepAliveResponse, error) {
-	if !s.store.IsLeader() {
-		return nil, ToStatus(raftstore.ErrNotLeader)
-	}
-	ttl, err := s.store.LeaseKeepAlive(ctx, req.Id)
+func (in *internal) LeaseKeepAliveOnce(ctx context.Context, req *pb.LeaseKeepAliveRequest) (*pb.LeaseKeepAliveResponse, error) {
+	ttl, err := in.s.store.LeaseKeepAliveLocal(ctx, req.Id)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
 	return &pb.LeaseKeepAliveResponse{Id: req.Id, Ttl: ttl}, nil
+}
+
+// LeaseTimeToLive reports a lease's remaining time from the leader's timer.
+func (in *internal) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	ttl, err := in.s.store.LeaseTimeToLiveLocal(ctx, req.Id)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &pb.LeaseTimeToLiveResponse{Id: req.Id, Ttl: ttl}, nil
 }
 
 // forwardTimeout bounds one forwarded call when the caller set no deadline.
