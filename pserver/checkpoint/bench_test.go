@@ -73,7 +73,12 @@ func stamp(blobs map[int32][]byte, it int) {
 	}
 }
 
+var benchVerbose = flag.Bool("ckpt.v", false, "log checkpoint stage timings to stderr")
+
 func quietLogger() *slog.Logger {
+	if *benchVerbose {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 

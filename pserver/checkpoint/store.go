@@ -297,7 +297,9 @@ func (s *Store) putBlobs(blobs map[int32][]byte) ([]VShardRef, int64, error) {
 		total += int64(len(b))
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
+	t0 := time.Now()
 	hashAll(refs, blobs)
+	s.logger.Debug("hashed blobs", "bytes", total, "took", time.Since(t0))
 	if total >= s.ingestThreshold {
 		if err := s.ingestBlobs(refs, blobs); err != nil {
 			return nil, 0, err
@@ -348,6 +350,7 @@ func (s *Store) ingestBlobs(refs []VShardRef, blobs map[int32][]byte) error {
 		keys = append(keys, h)
 	}
 	sort.Strings(keys)
+	t0 := time.Now()
 	tmpDir := filepath.Join(s.dir, "ingest")
 	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
 		return fmt.Errorf("ingest dir: %w", err)
@@ -373,9 +376,11 @@ func (s *Store) ingestBlobs(refs []VShardRef, blobs map[int32][]byte) error {
 	if err := w.Close(); err != nil { // finishes and fsyncs the file
 		return fmt.Errorf("finish sstable %s: %w", path, err)
 	}
+	t1 := time.Now()
 	if err := db.Ingest([]string{path}); err != nil {
 		return fmt.Errorf("ingest blobs: %w", err)
 	}
+	s.logger.Debug("ingested blobs", "blobs", len(keys), "write+fsync", t1.Sub(t0), "ingest", time.Since(t1))
 	return nil
 }
 

@@ -264,6 +264,7 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
 	log.Debug("checkpoint written locally", "bytes", total, "vshards", len(refs), "took", time.Since(start))
+	localDone := time.Now()
 	if err := w.stage(StageBlobsWritten); err != nil {
 		return nil, err
 	}
@@ -287,6 +288,7 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 			log.Warn("fewer replicas than the policy asks", "want", replicas, "have", len(got), "replicas", got)
 		}
 	}
+	log.Debug("replicated", "replicas", got, "took", time.Since(localDone))
 	if err := w.stage(StageReplicated); err != nil {
 		return nil, err
 	}
