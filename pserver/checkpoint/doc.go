@@ -81,7 +81,9 @@
 // written twice); smaller ones go through the WAL with one sync. Bloom
 // filters keep presence checks of missing blobs from reading multi-MB
 // blocks. Readers re-hash every blob (GetBlob, VerifyBlob): a flipped byte
-// is ErrCorrupt naming the md5, never silently restored.
+// is ErrCorrupt naming the md5, never silently restored. Each manifest is
+// stored with its MD5 and re-hashed on read, so kept versions (which no
+// pointer md5 names) are checked too.
 //
 // # Caller's duties
 //

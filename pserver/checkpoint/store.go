@@ -29,9 +29,11 @@ import (
 //
 //	blob/<md5hex>                              → blob bytes (content addressed)
 //	manifest/<job>/<version %020d>/<slot>      → JSON Manifest
+//	manifestsum/<job>/<version %020d>/<slot>   → MD5 hex of that manifest
 const (
-	blobPrefix     = "blob/"
-	manifestPrefix = "manifest/"
+	blobPrefix        = "blob/"
+	manifestPrefix    = "manifest/"
+	manifestSumPrefix = "manifestsum/"
 )
 
 // pinGrace is how long a blob written without (yet) a manifest that
@@ -488,7 +490,18 @@ func (s *Store) putManifestRaw(key string, raw []byte, checkBlobs bool) error {
 		}
 		closer.Close()
 	}
-	if err := db.Set([]byte(key), raw, pebble.Sync); err != nil {
+	// The manifest and its MD5 in one synced batch: a manifest whose bytes
+	// change at rest is caught on read even for kept versions, which no
+	// pointer md5 anchors.
+	b := db.NewBatch()
+	defer b.Close()
+	if err := b.Set([]byte(key), raw, nil); err != nil {
+		return err
+	}
+	if err := b.Set([]byte(manifestSumKey(key)), []byte(MD5Hex(raw)), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("put manifest %s: %w", key, err)
 	}
 	s.unpin(m.VShards)
@@ -508,8 +521,23 @@ func (s *Store) GetManifest(key string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get manifest %s: %w", key, err)
 	}
-	defer closer.Close()
-	return bytes.Clone(v), nil
+	raw := bytes.Clone(v)
+	closer.Close()
+	sum, closer, err := db.Get([]byte(manifestSumKey(key)))
+	if err == nil {
+		want := string(sum)
+		closer.Close()
+		if got := MD5Hex(raw); got != want {
+			return nil, fmt.Errorf("%w: manifest %s hashes to %s, stored sum %s", ErrCorrupt, key, got, want)
+		}
+	}
+	return raw, nil
+}
+
+// manifestSumKey is "manifestsum/<job>/<version>/<slot>": the MD5 of the
+// manifest stored under key (outside the "manifest/" prefix).
+func manifestSumKey(key string) string {
+	return manifestSumPrefix + strings.TrimPrefix(key, manifestPrefix)
 }
 
 // ManifestKeys lists the manifest keys stored for job (all jobs if job is
@@ -601,6 +629,9 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 			continue
 		}
 		if err := b.Delete([]byte(k), nil); err != nil {
+			return nil, err
+		}
+		if err := b.Delete([]byte(manifestSumKey(k)), nil); err != nil {
 			return nil, err
 		}
 		deleted = append(deleted, v)
