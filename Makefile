@@ -1,5 +1,5 @@
 GO ?= go
-PROTOS := $(wildcard api/*.proto)
+PROTOS := $(wildcard api/raftps/v1/*.proto)
 
 .PHONY: build test test-short generate bench demo jepsen tools fmt vet
 
@@ -16,9 +16,9 @@ generate:
 	protoc -I api \
 	  --plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
 	  --plugin=protoc-gen-go-grpc="$$($(GO) tool -n protoc-gen-go-grpc)" \
-	  --go_out=api/raftpspb --go_opt=paths=source_relative \
-	  --go-grpc_out=api/raftpspb --go-grpc_opt=paths=source_relative \
-	  $(notdir $(PROTOS))
+	  --go_out=. --go_opt=module=github.com/raftps/raftps \
+	  --go-grpc_out=. --go-grpc_opt=module=github.com/raftps/raftps \
+	  $(patsubst api/%,%,$(PROTOS))
 
 vet:
 	$(GO) vet ./...

@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: command.proto
+// source: raftps/v1/command.proto
 
 package raftpspb
 
@@ -93,11 +93,11 @@ func (x CommandType) String() string {
 }
 
 func (CommandType) Descriptor() protoreflect.EnumDescriptor {
-	return file_command_proto_enumTypes[0].Descriptor()
+	return file_raftps_v1_command_proto_enumTypes[0].Descriptor()
 }
 
 func (CommandType) Type() protoreflect.EnumType {
-	return &file_command_proto_enumTypes[0]
+	return &file_raftps_v1_command_proto_enumTypes[0]
 }
 
 func (x CommandType) Number() protoreflect.EnumNumber {
@@ -106,7 +106,7 @@ func (x CommandType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CommandType.Descriptor instead.
 func (CommandType) EnumDescriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{0}
 }
 
 type Command struct {
@@ -119,7 +119,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_command_proto_msgTypes[0]
+	mi := &file_raftps_v1_command_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -131,7 +131,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[0]
+	mi := &file_raftps_v1_command_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -144,7 +144,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Command) GetType() CommandType {
@@ -174,7 +174,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_command_proto_msgTypes[1]
+	mi := &file_raftps_v1_command_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +186,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[1]
+	mi := &file_raftps_v1_command_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +199,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{1}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Entry) GetNowUnixNano() int64 {
@@ -227,7 +227,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_raftps_v1_command_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +239,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[2]
+	mi := &file_raftps_v1_command_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +252,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{2}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Status) GetCode() int32 {
@@ -284,7 +284,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_raftps_v1_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +296,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[3]
+	mi := &file_raftps_v1_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +309,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{3}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Result) GetError() *Status {
@@ -342,7 +342,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_raftps_v1_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +354,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[4]
+	mi := &file_raftps_v1_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +367,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{4}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompactRequest) GetRevision() int64 {
@@ -385,7 +385,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_raftps_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +397,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[5]
+	mi := &file_raftps_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +410,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{5}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 type ExpireTasksRequest struct {
@@ -422,7 +422,7 @@ type ExpireTasksRequest struct {
 
 func (x *ExpireTasksRequest) Reset() {
 	*x = ExpireTasksRequest{}
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_raftps_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +434,7 @@ func (x *ExpireTasksRequest) String() string {
 func (*ExpireTasksRequest) ProtoMessage() {}
 
 func (x *ExpireTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[6]
+	mi := &file_raftps_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +447,7 @@ func (x *ExpireTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireTasksRequest.ProtoReflect.Descriptor instead.
 func (*ExpireTasksRequest) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{6}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExpireTasksRequest) GetJob() string {
@@ -466,7 +466,7 @@ type ExpireTasksResponse struct {
 
 func (x *ExpireTasksResponse) Reset() {
 	*x = ExpireTasksResponse{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_raftps_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +478,7 @@ func (x *ExpireTasksResponse) String() string {
 func (*ExpireTasksResponse) ProtoMessage() {}
 
 func (x *ExpireTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_raftps_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +491,7 @@ func (x *ExpireTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireTasksResponse.ProtoReflect.Descriptor instead.
 func (*ExpireTasksResponse) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExpireTasksResponse) GetExpired() int64 {
@@ -512,7 +512,7 @@ type RequeueTrainerRequest struct {
 
 func (x *RequeueTrainerRequest) Reset() {
 	*x = RequeueTrainerRequest{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_raftps_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +524,7 @@ func (x *RequeueTrainerRequest) String() string {
 func (*RequeueTrainerRequest) ProtoMessage() {}
 
 func (x *RequeueTrainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_raftps_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +537,7 @@ func (x *RequeueTrainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueTrainerRequest.ProtoReflect.Descriptor instead.
 func (*RequeueTrainerRequest) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RequeueTrainerRequest) GetJob() string {
@@ -570,7 +570,7 @@ type RequeueTrainerResponse struct {
 
 func (x *RequeueTrainerResponse) Reset() {
 	*x = RequeueTrainerResponse{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_raftps_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +582,7 @@ func (x *RequeueTrainerResponse) String() string {
 func (*RequeueTrainerResponse) ProtoMessage() {}
 
 func (x *RequeueTrainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_raftps_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +595,7 @@ func (x *RequeueTrainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueTrainerResponse.ProtoReflect.Descriptor instead.
 func (*RequeueTrainerResponse) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequeueTrainerResponse) GetRequeued() int64 {
@@ -605,11 +605,11 @@ func (x *RequeueTrainerResponse) GetRequeued() int64 {
 	return 0
 }
 
-var File_command_proto protoreflect.FileDescriptor
+var File_raftps_v1_command_proto protoreflect.FileDescriptor
 
-const file_command_proto_rawDesc = "" +
+const file_raftps_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\traftps.v1\"O\n" +
+	"\x17raftps/v1/command.proto\x12\traftps.v1\"O\n" +
 	"\aCommand\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.raftps.v1.CommandTypeR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"[\n" +
@@ -655,20 +655,20 @@ const file_command_proto_rawDesc = "" +
 	"\x11COMMAND_JOB_EVENT\x10\x11B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
-	file_command_proto_rawDescOnce sync.Once
-	file_command_proto_rawDescData []byte
+	file_raftps_v1_command_proto_rawDescOnce sync.Once
+	file_raftps_v1_command_proto_rawDescData []byte
 )
 
-func file_command_proto_rawDescGZIP() []byte {
-	file_command_proto_rawDescOnce.Do(func() {
-		file_command_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)))
+func file_raftps_v1_command_proto_rawDescGZIP() []byte {
+	file_raftps_v1_command_proto_rawDescOnce.Do(func() {
+		file_raftps_v1_command_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raftps_v1_command_proto_rawDesc), len(file_raftps_v1_command_proto_rawDesc)))
 	})
-	return file_command_proto_rawDescData
+	return file_raftps_v1_command_proto_rawDescData
 }
 
-var file_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
-var file_command_proto_goTypes = []any{
+var file_raftps_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_raftps_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_raftps_v1_command_proto_goTypes = []any{
 	(CommandType)(0),               // 0: raftps.v1.CommandType
 	(*Command)(nil),                // 1: raftps.v1.Command
 	(*Entry)(nil),                  // 2: raftps.v1.Entry
@@ -681,7 +681,7 @@ var file_command_proto_goTypes = []any{
 	(*RequeueTrainerRequest)(nil),  // 9: raftps.v1.RequeueTrainerRequest
 	(*RequeueTrainerResponse)(nil), // 10: raftps.v1.RequeueTrainerResponse
 }
-var file_command_proto_depIdxs = []int32{
+var file_raftps_v1_command_proto_depIdxs = []int32{
 	0, // 0: raftps.v1.Command.type:type_name -> raftps.v1.CommandType
 	1, // 1: raftps.v1.Entry.commands:type_name -> raftps.v1.Command
 	3, // 2: raftps.v1.Result.error:type_name -> raftps.v1.Status
@@ -692,27 +692,27 @@ var file_command_proto_depIdxs = []int32{
 	0, // [0:3] is the sub-list for field type_name
 }
 
-func init() { file_command_proto_init() }
-func file_command_proto_init() {
-	if File_command_proto != nil {
+func init() { file_raftps_v1_command_proto_init() }
+func file_raftps_v1_command_proto_init() {
+	if File_raftps_v1_command_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_command_proto_rawDesc), len(file_raftps_v1_command_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_command_proto_goTypes,
-		DependencyIndexes: file_command_proto_depIdxs,
-		EnumInfos:         file_command_proto_enumTypes,
-		MessageInfos:      file_command_proto_msgTypes,
+		GoTypes:           file_raftps_v1_command_proto_goTypes,
+		DependencyIndexes: file_raftps_v1_command_proto_depIdxs,
+		EnumInfos:         file_raftps_v1_command_proto_enumTypes,
+		MessageInfos:      file_raftps_v1_command_proto_msgTypes,
 	}.Build()
-	File_command_proto = out.File
-	file_command_proto_goTypes = nil
-	file_command_proto_depIdxs = nil
+	File_raftps_v1_command_proto = out.File
+	file_raftps_v1_command_proto_goTypes = nil
+	file_raftps_v1_command_proto_depIdxs = nil
 }

@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: job.proto
+// source: raftps/v1/job.proto
 
 package raftpspb
 
@@ -55,11 +55,11 @@ func (x UpdateMode) String() string {
 }
 
 func (UpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[0].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[0].Descriptor()
 }
 
 func (UpdateMode) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[0]
+	return &file_raftps_v1_job_proto_enumTypes[0]
 }
 
 func (x UpdateMode) Number() protoreflect.EnumNumber {
@@ -68,7 +68,7 @@ func (x UpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateMode.Descriptor instead.
 func (UpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
 type Initializer int32
@@ -107,11 +107,11 @@ func (x Initializer) String() string {
 }
 
 func (Initializer) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[1].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[1].Descriptor()
 }
 
 func (Initializer) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[1]
+	return &file_raftps_v1_job_proto_enumTypes[1]
 }
 
 func (x Initializer) Number() protoreflect.EnumNumber {
@@ -120,7 +120,7 @@ func (x Initializer) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Initializer.Descriptor instead.
 func (Initializer) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{1}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
 type JobState int32
@@ -162,11 +162,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[2].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[2].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[2]
+	return &file_raftps_v1_job_proto_enumTypes[2]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -175,7 +175,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{2}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 type TaskState int32
@@ -214,11 +214,11 @@ func (x TaskState) String() string {
 }
 
 func (TaskState) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[3].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[3].Descriptor()
 }
 
 func (TaskState) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[3]
+	return &file_raftps_v1_job_proto_enumTypes[3]
 }
 
 func (x TaskState) Number() protoreflect.EnumNumber {
@@ -227,7 +227,7 @@ func (x TaskState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskState.Descriptor instead.
 func (TaskState) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{3}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 type TaskKind int32
@@ -261,11 +261,11 @@ func (x TaskKind) String() string {
 }
 
 func (TaskKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[4].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[4].Descriptor()
 }
 
 func (TaskKind) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[4]
+	return &file_raftps_v1_job_proto_enumTypes[4]
 }
 
 func (x TaskKind) Number() protoreflect.EnumNumber {
@@ -274,7 +274,7 @@ func (x TaskKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskKind.Descriptor instead.
 func (TaskKind) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{4}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 type JobEvent_Type int32
@@ -334,11 +334,11 @@ func (x JobEvent_Type) String() string {
 }
 
 func (JobEvent_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[5].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[5].Descriptor()
 }
 
 func (JobEvent_Type) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[5]
+	return &file_raftps_v1_job_proto_enumTypes[5]
 }
 
 func (x JobEvent_Type) Number() protoreflect.EnumNumber {
@@ -347,7 +347,7 @@ func (x JobEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobEvent_Type.Descriptor instead.
 func (JobEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{12, 0}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type GetTaskResponse_Result int32
@@ -390,11 +390,11 @@ func (x GetTaskResponse_Result) String() string {
 }
 
 func (GetTaskResponse_Result) Descriptor() protoreflect.EnumDescriptor {
-	return file_job_proto_enumTypes[6].Descriptor()
+	return file_raftps_v1_job_proto_enumTypes[6].Descriptor()
 }
 
 func (GetTaskResponse_Result) Type() protoreflect.EnumType {
-	return &file_job_proto_enumTypes[6]
+	return &file_raftps_v1_job_proto_enumTypes[6]
 }
 
 func (x GetTaskResponse_Result) Number() protoreflect.EnumNumber {
@@ -403,7 +403,7 @@ func (x GetTaskResponse_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetTaskResponse_Result.Descriptor instead.
 func (GetTaskResponse_Result) EnumDescriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{22, 0}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{22, 0}
 }
 
 type ModelSpec struct {
@@ -421,7 +421,7 @@ type ModelSpec struct {
 
 func (x *ModelSpec) Reset() {
 	*x = ModelSpec{}
-	mi := &file_job_proto_msgTypes[0]
+	mi := &file_raftps_v1_job_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +433,7 @@ func (x *ModelSpec) String() string {
 func (*ModelSpec) ProtoMessage() {}
 
 func (x *ModelSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[0]
+	mi := &file_raftps_v1_job_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +446,7 @@ func (x *ModelSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
 func (*ModelSpec) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ModelSpec) GetName() string {
@@ -491,7 +491,7 @@ type DatasetSpec struct {
 
 func (x *DatasetSpec) Reset() {
 	*x = DatasetSpec{}
-	mi := &file_job_proto_msgTypes[1]
+	mi := &file_raftps_v1_job_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +503,7 @@ func (x *DatasetSpec) String() string {
 func (*DatasetSpec) ProtoMessage() {}
 
 func (x *DatasetSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[1]
+	mi := &file_raftps_v1_job_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +516,7 @@ func (x *DatasetSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DatasetSpec.ProtoReflect.Descriptor instead.
 func (*DatasetSpec) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{1}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *DatasetSpec) GetPath() string {
@@ -560,7 +560,7 @@ type OptimizerSpec struct {
 
 func (x *OptimizerSpec) Reset() {
 	*x = OptimizerSpec{}
-	mi := &file_job_proto_msgTypes[2]
+	mi := &file_raftps_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +572,7 @@ func (x *OptimizerSpec) String() string {
 func (*OptimizerSpec) ProtoMessage() {}
 
 func (x *OptimizerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[2]
+	mi := &file_raftps_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +585,7 @@ func (x *OptimizerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OptimizerSpec.ProtoReflect.Descriptor instead.
 func (*OptimizerSpec) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{2}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *OptimizerSpec) GetName() string {
@@ -667,7 +667,7 @@ type CheckpointPolicy struct {
 
 func (x *CheckpointPolicy) Reset() {
 	*x = CheckpointPolicy{}
-	mi := &file_job_proto_msgTypes[3]
+	mi := &file_raftps_v1_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +679,7 @@ func (x *CheckpointPolicy) String() string {
 func (*CheckpointPolicy) ProtoMessage() {}
 
 func (x *CheckpointPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[3]
+	mi := &file_raftps_v1_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +692,7 @@ func (x *CheckpointPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPolicy.ProtoReflect.Descriptor instead.
 func (*CheckpointPolicy) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{3}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckpointPolicy) GetEverySteps() int64 {
@@ -739,7 +739,7 @@ type ParamSpec struct {
 
 func (x *ParamSpec) Reset() {
 	*x = ParamSpec{}
-	mi := &file_job_proto_msgTypes[4]
+	mi := &file_raftps_v1_job_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +751,7 @@ func (x *ParamSpec) String() string {
 func (*ParamSpec) ProtoMessage() {}
 
 func (x *ParamSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[4]
+	mi := &file_raftps_v1_job_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +764,7 @@ func (x *ParamSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParamSpec.ProtoReflect.Descriptor instead.
 func (*ParamSpec) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{4}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ParamSpec) GetName() string {
@@ -841,7 +841,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_job_proto_msgTypes[5]
+	mi := &file_raftps_v1_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +853,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[5]
+	mi := &file_raftps_v1_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +866,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{5}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JobSpec) GetName() string {
@@ -1041,7 +1041,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_job_proto_msgTypes[6]
+	mi := &file_raftps_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1053,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[6]
+	mi := &file_raftps_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1066,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{6}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Task) GetId() int64 {
@@ -1183,7 +1183,7 @@ type PassMetric struct {
 
 func (x *PassMetric) Reset() {
 	*x = PassMetric{}
-	mi := &file_job_proto_msgTypes[7]
+	mi := &file_raftps_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1195,7 @@ func (x *PassMetric) String() string {
 func (*PassMetric) ProtoMessage() {}
 
 func (x *PassMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[7]
+	mi := &file_raftps_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1208,7 @@ func (x *PassMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassMetric.ProtoReflect.Descriptor instead.
 func (*PassMetric) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{7}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PassMetric) GetPass() int32 {
@@ -1272,7 +1272,7 @@ type PServerSlot struct {
 
 func (x *PServerSlot) Reset() {
 	*x = PServerSlot{}
-	mi := &file_job_proto_msgTypes[8]
+	mi := &file_raftps_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1284,7 @@ func (x *PServerSlot) String() string {
 func (*PServerSlot) ProtoMessage() {}
 
 func (x *PServerSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[8]
+	mi := &file_raftps_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1297,7 @@ func (x *PServerSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PServerSlot.ProtoReflect.Descriptor instead.
 func (*PServerSlot) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{8}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PServerSlot) GetIndex() int32 {
@@ -1349,7 +1349,7 @@ type CheckpointPointer struct {
 
 func (x *CheckpointPointer) Reset() {
 	*x = CheckpointPointer{}
-	mi := &file_job_proto_msgTypes[9]
+	mi := &file_raftps_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1361,7 @@ func (x *CheckpointPointer) String() string {
 func (*CheckpointPointer) ProtoMessage() {}
 
 func (x *CheckpointPointer) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[9]
+	mi := &file_raftps_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1374,7 @@ func (x *CheckpointPointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPointer.ProtoReflect.Descriptor instead.
 func (*CheckpointPointer) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{9}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckpointPointer) GetUuid() string {
@@ -1462,7 +1462,7 @@ type RestoreRecord struct {
 
 func (x *RestoreRecord) Reset() {
 	*x = RestoreRecord{}
-	mi := &file_job_proto_msgTypes[10]
+	mi := &file_raftps_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1474,7 @@ func (x *RestoreRecord) String() string {
 func (*RestoreRecord) ProtoMessage() {}
 
 func (x *RestoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[10]
+	mi := &file_raftps_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1487,7 @@ func (x *RestoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRecord.ProtoReflect.Descriptor instead.
 func (*RestoreRecord) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{10}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RestoreRecord) GetSlot() int32 {
@@ -1561,7 +1561,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_job_proto_msgTypes[11]
+	mi := &file_raftps_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1573,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[11]
+	mi := &file_raftps_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1586,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{11}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobStatus) GetName() string {
@@ -1751,7 +1751,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_job_proto_msgTypes[12]
+	mi := &file_raftps_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1763,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[12]
+	mi := &file_raftps_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1776,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{12}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobEvent) GetSeq() int64 {
@@ -1879,7 +1879,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_job_proto_msgTypes[13]
+	mi := &file_raftps_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1891,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[13]
+	mi := &file_raftps_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +1904,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{13}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitJobRequest) GetSpec() *JobSpec {
@@ -1923,7 +1923,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_job_proto_msgTypes[14]
+	mi := &file_raftps_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +1935,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[14]
+	mi := &file_raftps_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +1948,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{14}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitJobResponse) GetStatus() *JobStatus {
@@ -1967,7 +1967,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_job_proto_msgTypes[15]
+	mi := &file_raftps_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +1979,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[15]
+	mi := &file_raftps_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +1992,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{15}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobRequest) GetName() string {
@@ -2011,7 +2011,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_job_proto_msgTypes[16]
+	mi := &file_raftps_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2023,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[16]
+	mi := &file_raftps_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2036,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{16}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJobResponse) GetStatus() *JobStatus {
@@ -2054,7 +2054,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_job_proto_msgTypes[17]
+	mi := &file_raftps_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2066,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[17]
+	mi := &file_raftps_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2079,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{17}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 type ListJobsResponse struct {
@@ -2091,7 +2091,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_job_proto_msgTypes[18]
+	mi := &file_raftps_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2103,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[18]
+	mi := &file_raftps_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2116,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{18}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobStatus {
@@ -2135,7 +2135,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_job_proto_msgTypes[19]
+	mi := &file_raftps_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2147,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[19]
+	mi := &file_raftps_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2160,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{19}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelJobRequest) GetName() string {
@@ -2179,7 +2179,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_job_proto_msgTypes[20]
+	mi := &file_raftps_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2191,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[20]
+	mi := &file_raftps_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2204,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{20}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelJobResponse) GetStatus() *JobStatus {
@@ -2224,7 +2224,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_job_proto_msgTypes[21]
+	mi := &file_raftps_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2236,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[21]
+	mi := &file_raftps_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2249,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{21}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTaskRequest) GetJob() string {
@@ -2279,7 +2279,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_job_proto_msgTypes[22]
+	mi := &file_raftps_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2291,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[22]
+	mi := &file_raftps_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2304,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{22}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTaskResponse) GetResult() GetTaskResponse_Result {
@@ -2348,7 +2348,7 @@ type TaskMetrics struct {
 
 func (x *TaskMetrics) Reset() {
 	*x = TaskMetrics{}
-	mi := &file_job_proto_msgTypes[23]
+	mi := &file_raftps_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2360,7 @@ func (x *TaskMetrics) String() string {
 func (*TaskMetrics) ProtoMessage() {}
 
 func (x *TaskMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[23]
+	mi := &file_raftps_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2373,7 @@ func (x *TaskMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskMetrics.ProtoReflect.Descriptor instead.
 func (*TaskMetrics) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{23}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskMetrics) GetLoss() float64 {
@@ -2424,7 +2424,7 @@ type TaskFinishedRequest struct {
 
 func (x *TaskFinishedRequest) Reset() {
 	*x = TaskFinishedRequest{}
-	mi := &file_job_proto_msgTypes[24]
+	mi := &file_raftps_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2436,7 @@ func (x *TaskFinishedRequest) String() string {
 func (*TaskFinishedRequest) ProtoMessage() {}
 
 func (x *TaskFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[24]
+	mi := &file_raftps_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2449,7 @@ func (x *TaskFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinishedRequest.ProtoReflect.Descriptor instead.
 func (*TaskFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{24}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TaskFinishedRequest) GetJob() string {
@@ -2497,7 +2497,7 @@ type TaskFinishedResponse struct {
 
 func (x *TaskFinishedResponse) Reset() {
 	*x = TaskFinishedResponse{}
-	mi := &file_job_proto_msgTypes[25]
+	mi := &file_raftps_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2509,7 @@ func (x *TaskFinishedResponse) String() string {
 func (*TaskFinishedResponse) ProtoMessage() {}
 
 func (x *TaskFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[25]
+	mi := &file_raftps_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2522,7 @@ func (x *TaskFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinishedResponse.ProtoReflect.Descriptor instead.
 func (*TaskFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{25}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TaskFinishedResponse) GetAccepted() bool {
@@ -2545,7 +2545,7 @@ type TaskFailedRequest struct {
 
 func (x *TaskFailedRequest) Reset() {
 	*x = TaskFailedRequest{}
-	mi := &file_job_proto_msgTypes[26]
+	mi := &file_raftps_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2557,7 @@ func (x *TaskFailedRequest) String() string {
 func (*TaskFailedRequest) ProtoMessage() {}
 
 func (x *TaskFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[26]
+	mi := &file_raftps_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2570,7 @@ func (x *TaskFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailedRequest.ProtoReflect.Descriptor instead.
 func (*TaskFailedRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{26}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskFailedRequest) GetJob() string {
@@ -2617,7 +2617,7 @@ type TaskFailedResponse struct {
 
 func (x *TaskFailedResponse) Reset() {
 	*x = TaskFailedResponse{}
-	mi := &file_job_proto_msgTypes[27]
+	mi := &file_raftps_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2629,7 @@ func (x *TaskFailedResponse) String() string {
 func (*TaskFailedResponse) ProtoMessage() {}
 
 func (x *TaskFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[27]
+	mi := &file_raftps_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2642,7 @@ func (x *TaskFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailedResponse.ProtoReflect.Descriptor instead.
 func (*TaskFailedResponse) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{27}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskFailedResponse) GetAccepted() bool {
@@ -2663,7 +2663,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_job_proto_msgTypes[28]
+	mi := &file_raftps_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2675,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_job_proto_msgTypes[28]
+	mi := &file_raftps_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2688,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_job_proto_rawDescGZIP(), []int{28}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -2705,11 +2705,11 @@ func (x *WatchJobRequest) GetFromSeq() int64 {
 	return 0
 }
 
-var File_job_proto protoreflect.FileDescriptor
+var File_raftps_v1_job_proto protoreflect.FileDescriptor
 
-const file_job_proto_rawDesc = "" +
+const file_raftps_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\tjob.proto\x12\traftps.v1\"\x7f\n" +
+	"\x13raftps/v1/job.proto\x12\traftps.v1\"\x7f\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06hidden\x18\x02 \x03(\x05R\x06hidden\x12#\n" +
@@ -2961,20 +2961,20 @@ const file_job_proto_rawDesc = "" +
 	"\bWatchJob\x12\x1a.raftps.v1.WatchJobRequest\x1a\x13.raftps.v1.JobEvent0\x01B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
-	file_job_proto_rawDescOnce sync.Once
-	file_job_proto_rawDescData []byte
+	file_raftps_v1_job_proto_rawDescOnce sync.Once
+	file_raftps_v1_job_proto_rawDescData []byte
 )
 
-func file_job_proto_rawDescGZIP() []byte {
-	file_job_proto_rawDescOnce.Do(func() {
-		file_job_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_job_proto_rawDesc), len(file_job_proto_rawDesc)))
+func file_raftps_v1_job_proto_rawDescGZIP() []byte {
+	file_raftps_v1_job_proto_rawDescOnce.Do(func() {
+		file_raftps_v1_job_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raftps_v1_job_proto_rawDesc), len(file_raftps_v1_job_proto_rawDesc)))
 	})
-	return file_job_proto_rawDescData
+	return file_raftps_v1_job_proto_rawDescData
 }
 
-var file_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_job_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
-var file_job_proto_goTypes = []any{
+var file_raftps_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_raftps_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_raftps_v1_job_proto_goTypes = []any{
 	(UpdateMode)(0),              // 0: raftps.v1.UpdateMode
 	(Initializer)(0),             // 1: raftps.v1.Initializer
 	(JobState)(0),                // 2: raftps.v1.JobState
@@ -3012,7 +3012,7 @@ var file_job_proto_goTypes = []any{
 	(*TaskFailedResponse)(nil),   // 34: raftps.v1.TaskFailedResponse
 	(*WatchJobRequest)(nil),      // 35: raftps.v1.WatchJobRequest
 }
-var file_job_proto_depIdxs = []int32{
+var file_raftps_v1_job_proto_depIdxs = []int32{
 	1,  // 0: raftps.v1.ParamSpec.init:type_name -> raftps.v1.Initializer
 	7,  // 1: raftps.v1.JobSpec.model:type_name -> raftps.v1.ModelSpec
 	8,  // 2: raftps.v1.JobSpec.dataset:type_name -> raftps.v1.DatasetSpec
@@ -3060,27 +3060,27 @@ var file_job_proto_depIdxs = []int32{
 	0,  // [0:24] is the sub-list for field type_name
 }
 
-func init() { file_job_proto_init() }
-func file_job_proto_init() {
-	if File_job_proto != nil {
+func init() { file_raftps_v1_job_proto_init() }
+func file_raftps_v1_job_proto_init() {
+	if File_raftps_v1_job_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_job_proto_rawDesc), len(file_job_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_job_proto_rawDesc), len(file_raftps_v1_job_proto_rawDesc)),
 			NumEnums:      7,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_job_proto_goTypes,
-		DependencyIndexes: file_job_proto_depIdxs,
-		EnumInfos:         file_job_proto_enumTypes,
-		MessageInfos:      file_job_proto_msgTypes,
+		GoTypes:           file_raftps_v1_job_proto_goTypes,
+		DependencyIndexes: file_raftps_v1_job_proto_depIdxs,
+		EnumInfos:         file_raftps_v1_job_proto_enumTypes,
+		MessageInfos:      file_raftps_v1_job_proto_msgTypes,
 	}.Build()
-	File_job_proto = out.File
-	file_job_proto_goTypes = nil
-	file_job_proto_depIdxs = nil
+	File_raftps_v1_job_proto = out.File
+	file_raftps_v1_job_proto_goTypes = nil
+	file_raftps_v1_job_proto_depIdxs = nil
 }

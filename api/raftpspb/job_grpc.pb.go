@@ -6,7 +6,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: job.proto
+// source: raftps/v1/job.proto
 
 package raftpspb
 
@@ -391,5 +391,5 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "job.proto",
+	Metadata: "raftps/v1/job.proto",
 }

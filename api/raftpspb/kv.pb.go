@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: kv.proto
+// source: raftps/v1/kv.proto
 
 package raftpspb
 
@@ -60,11 +60,11 @@ func (x Compare_CompareResult) String() string {
 }
 
 func (Compare_CompareResult) Descriptor() protoreflect.EnumDescriptor {
-	return file_kv_proto_enumTypes[0].Descriptor()
+	return file_raftps_v1_kv_proto_enumTypes[0].Descriptor()
 }
 
 func (Compare_CompareResult) Type() protoreflect.EnumType {
-	return &file_kv_proto_enumTypes[0]
+	return &file_raftps_v1_kv_proto_enumTypes[0]
 }
 
 func (x Compare_CompareResult) Number() protoreflect.EnumNumber {
@@ -73,7 +73,7 @@ func (x Compare_CompareResult) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Compare_CompareResult.Descriptor instead.
 func (Compare_CompareResult) EnumDescriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{8, 0}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{8, 0}
 }
 
 type Compare_CompareTarget int32
@@ -115,11 +115,11 @@ func (x Compare_CompareTarget) String() string {
 }
 
 func (Compare_CompareTarget) Descriptor() protoreflect.EnumDescriptor {
-	return file_kv_proto_enumTypes[1].Descriptor()
+	return file_raftps_v1_kv_proto_enumTypes[1].Descriptor()
 }
 
 func (Compare_CompareTarget) Type() protoreflect.EnumType {
-	return &file_kv_proto_enumTypes[1]
+	return &file_raftps_v1_kv_proto_enumTypes[1]
 }
 
 func (x Compare_CompareTarget) Number() protoreflect.EnumNumber {
@@ -128,7 +128,7 @@ func (x Compare_CompareTarget) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Compare_CompareTarget.Descriptor instead.
 func (Compare_CompareTarget) EnumDescriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{8, 1}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{8, 1}
 }
 
 type Event_EventType int32
@@ -161,11 +161,11 @@ func (x Event_EventType) String() string {
 }
 
 func (Event_EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_kv_proto_enumTypes[2].Descriptor()
+	return file_raftps_v1_kv_proto_enumTypes[2].Descriptor()
 }
 
 func (Event_EventType) Type() protoreflect.EnumType {
-	return &file_kv_proto_enumTypes[2]
+	return &file_raftps_v1_kv_proto_enumTypes[2]
 }
 
 func (x Event_EventType) Number() protoreflect.EnumNumber {
@@ -174,7 +174,7 @@ func (x Event_EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_EventType.Descriptor instead.
 func (Event_EventType) EnumDescriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{21, 0}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type ResponseHeader struct {
@@ -191,7 +191,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_kv_proto_msgTypes[0]
+	mi := &file_raftps_v1_kv_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -203,7 +203,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[0]
+	mi := &file_raftps_v1_kv_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -216,7 +216,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ResponseHeader) GetRevision() int64 {
@@ -258,7 +258,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_kv_proto_msgTypes[1]
+	mi := &file_raftps_v1_kv_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +270,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[1]
+	mi := &file_raftps_v1_kv_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +283,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{1}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -345,7 +345,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_kv_proto_msgTypes[2]
+	mi := &file_raftps_v1_kv_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +357,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[2]
+	mi := &file_raftps_v1_kv_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +370,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{2}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RangeRequest) GetKey() []byte {
@@ -427,7 +427,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_kv_proto_msgTypes[3]
+	mi := &file_raftps_v1_kv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +439,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[3]
+	mi := &file_raftps_v1_kv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +452,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{3}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RangeResponse) GetHeader() *ResponseHeader {
@@ -495,7 +495,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_kv_proto_msgTypes[4]
+	mi := &file_raftps_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +507,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[4]
+	mi := &file_raftps_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +520,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{4}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -561,7 +561,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_kv_proto_msgTypes[5]
+	mi := &file_raftps_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +573,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[5]
+	mi := &file_raftps_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +586,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{5}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -614,7 +614,7 @@ type DeleteRangeRequest struct {
 
 func (x *DeleteRangeRequest) Reset() {
 	*x = DeleteRangeRequest{}
-	mi := &file_kv_proto_msgTypes[6]
+	mi := &file_raftps_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +626,7 @@ func (x *DeleteRangeRequest) String() string {
 func (*DeleteRangeRequest) ProtoMessage() {}
 
 func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[6]
+	mi := &file_raftps_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +639,7 @@ func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRangeRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{6}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteRangeRequest) GetKey() []byte {
@@ -674,7 +674,7 @@ type DeleteRangeResponse struct {
 
 func (x *DeleteRangeResponse) Reset() {
 	*x = DeleteRangeResponse{}
-	mi := &file_kv_proto_msgTypes[7]
+	mi := &file_raftps_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +686,7 @@ func (x *DeleteRangeResponse) String() string {
 func (*DeleteRangeResponse) ProtoMessage() {}
 
 func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[7]
+	mi := &file_raftps_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +699,7 @@ func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRangeResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{7}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRangeResponse) GetHeader() *ResponseHeader {
@@ -742,7 +742,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_kv_proto_msgTypes[8]
+	mi := &file_raftps_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +754,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[8]
+	mi := &file_raftps_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +767,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{8}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Compare) GetResult() Compare_CompareResult {
@@ -891,7 +891,7 @@ type RequestOp struct {
 
 func (x *RequestOp) Reset() {
 	*x = RequestOp{}
-	mi := &file_kv_proto_msgTypes[9]
+	mi := &file_raftps_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +903,7 @@ func (x *RequestOp) String() string {
 func (*RequestOp) ProtoMessage() {}
 
 func (x *RequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[9]
+	mi := &file_raftps_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +916,7 @@ func (x *RequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestOp.ProtoReflect.Descriptor instead.
 func (*RequestOp) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{9}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequestOp) GetRequest() isRequestOp_Request {
@@ -989,7 +989,7 @@ type ResponseOp struct {
 
 func (x *ResponseOp) Reset() {
 	*x = ResponseOp{}
-	mi := &file_kv_proto_msgTypes[10]
+	mi := &file_raftps_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1001,7 @@ func (x *ResponseOp) String() string {
 func (*ResponseOp) ProtoMessage() {}
 
 func (x *ResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[10]
+	mi := &file_raftps_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1014,7 @@ func (x *ResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseOp.ProtoReflect.Descriptor instead.
 func (*ResponseOp) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{10}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResponseOp) GetResponse() isResponseOp_Response {
@@ -1084,7 +1084,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_kv_proto_msgTypes[11]
+	mi := &file_raftps_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1096,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[11]
+	mi := &file_raftps_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1109,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{11}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TxnRequest) GetCompare() []*Compare {
@@ -1144,7 +1144,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_kv_proto_msgTypes[12]
+	mi := &file_raftps_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1156,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[12]
+	mi := &file_raftps_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1169,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{12}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TxnResponse) GetHeader() *ResponseHeader {
@@ -1205,7 +1205,7 @@ type LeaseGrantRequest struct {
 
 func (x *LeaseGrantRequest) Reset() {
 	*x = LeaseGrantRequest{}
-	mi := &file_kv_proto_msgTypes[13]
+	mi := &file_raftps_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1217,7 @@ func (x *LeaseGrantRequest) String() string {
 func (*LeaseGrantRequest) ProtoMessage() {}
 
 func (x *LeaseGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[13]
+	mi := &file_raftps_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1230,7 @@ func (x *LeaseGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrantRequest.ProtoReflect.Descriptor instead.
 func (*LeaseGrantRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{13}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseGrantRequest) GetTtl() int64 {
@@ -1258,7 +1258,7 @@ type LeaseGrantResponse struct {
 
 func (x *LeaseGrantResponse) Reset() {
 	*x = LeaseGrantResponse{}
-	mi := &file_kv_proto_msgTypes[14]
+	mi := &file_raftps_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1270,7 @@ func (x *LeaseGrantResponse) String() string {
 func (*LeaseGrantResponse) ProtoMessage() {}
 
 func (x *LeaseGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[14]
+	mi := &file_raftps_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1283,7 @@ func (x *LeaseGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrantResponse.ProtoReflect.Descriptor instead.
 func (*LeaseGrantResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{14}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseGrantResponse) GetHeader() *ResponseHeader {
@@ -1316,7 +1316,7 @@ type LeaseRevokeRequest struct {
 
 func (x *LeaseRevokeRequest) Reset() {
 	*x = LeaseRevokeRequest{}
-	mi := &file_kv_proto_msgTypes[15]
+	mi := &file_raftps_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1328,7 @@ func (x *LeaseRevokeRequest) String() string {
 func (*LeaseRevokeRequest) ProtoMessage() {}
 
 func (x *LeaseRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[15]
+	mi := &file_raftps_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1341,7 @@ func (x *LeaseRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRevokeRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{15}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRevokeRequest) GetId() int64 {
@@ -1360,7 +1360,7 @@ type LeaseRevokeResponse struct {
 
 func (x *LeaseRevokeResponse) Reset() {
 	*x = LeaseRevokeResponse{}
-	mi := &file_kv_proto_msgTypes[16]
+	mi := &file_raftps_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1372,7 @@ func (x *LeaseRevokeResponse) String() string {
 func (*LeaseRevokeResponse) ProtoMessage() {}
 
 func (x *LeaseRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[16]
+	mi := &file_raftps_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1385,7 @@ func (x *LeaseRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRevokeResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{16}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRevokeResponse) GetHeader() *ResponseHeader {
@@ -1404,7 +1404,7 @@ type LeaseKeepAliveRequest struct {
 
 func (x *LeaseKeepAliveRequest) Reset() {
 	*x = LeaseKeepAliveRequest{}
-	mi := &file_kv_proto_msgTypes[17]
+	mi := &file_raftps_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1416,7 @@ func (x *LeaseKeepAliveRequest) String() string {
 func (*LeaseKeepAliveRequest) ProtoMessage() {}
 
 func (x *LeaseKeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[17]
+	mi := &file_raftps_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1429,7 @@ func (x *LeaseKeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*LeaseKeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{17}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseKeepAliveRequest) GetId() int64 {
@@ -1451,7 +1451,7 @@ type LeaseKeepAliveResponse struct {
 
 func (x *LeaseKeepAliveResponse) Reset() {
 	*x = LeaseKeepAliveResponse{}
-	mi := &file_kv_proto_msgTypes[18]
+	mi := &file_raftps_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1463,7 @@ func (x *LeaseKeepAliveResponse) String() string {
 func (*LeaseKeepAliveResponse) ProtoMessage() {}
 
 func (x *LeaseKeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[18]
+	mi := &file_raftps_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1476,7 @@ func (x *LeaseKeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*LeaseKeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{18}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseKeepAliveResponse) GetHeader() *ResponseHeader {
@@ -1510,7 +1510,7 @@ type LeaseTimeToLiveRequest struct {
 
 func (x *LeaseTimeToLiveRequest) Reset() {
 	*x = LeaseTimeToLiveRequest{}
-	mi := &file_kv_proto_msgTypes[19]
+	mi := &file_raftps_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1522,7 @@ func (x *LeaseTimeToLiveRequest) String() string {
 func (*LeaseTimeToLiveRequest) ProtoMessage() {}
 
 func (x *LeaseTimeToLiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[19]
+	mi := &file_raftps_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1535,7 @@ func (x *LeaseTimeToLiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseTimeToLiveRequest.ProtoReflect.Descriptor instead.
 func (*LeaseTimeToLiveRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{19}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseTimeToLiveRequest) GetId() int64 {
@@ -1566,7 +1566,7 @@ type LeaseTimeToLiveResponse struct {
 
 func (x *LeaseTimeToLiveResponse) Reset() {
 	*x = LeaseTimeToLiveResponse{}
-	mi := &file_kv_proto_msgTypes[20]
+	mi := &file_raftps_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1578,7 @@ func (x *LeaseTimeToLiveResponse) String() string {
 func (*LeaseTimeToLiveResponse) ProtoMessage() {}
 
 func (x *LeaseTimeToLiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[20]
+	mi := &file_raftps_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1591,7 @@ func (x *LeaseTimeToLiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseTimeToLiveResponse.ProtoReflect.Descriptor instead.
 func (*LeaseTimeToLiveResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{20}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseTimeToLiveResponse) GetHeader() *ResponseHeader {
@@ -1641,7 +1641,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_kv_proto_msgTypes[21]
+	mi := &file_raftps_v1_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1653,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[21]
+	mi := &file_raftps_v1_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1666,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{21}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetType() Event_EventType {
@@ -1704,7 +1704,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_kv_proto_msgTypes[22]
+	mi := &file_raftps_v1_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1716,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[22]
+	mi := &file_raftps_v1_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1729,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{22}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchRequest) GetKey() []byte {
@@ -1775,7 +1775,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_kv_proto_msgTypes[23]
+	mi := &file_raftps_v1_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1787,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[23]
+	mi := &file_raftps_v1_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1800,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{23}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchResponse) GetHeader() *ResponseHeader {
@@ -1856,7 +1856,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_kv_proto_msgTypes[24]
+	mi := &file_raftps_v1_kv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1868,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[24]
+	mi := &file_raftps_v1_kv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1881,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{24}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetId() string {
@@ -1948,7 +1948,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_kv_proto_msgTypes[25]
+	mi := &file_raftps_v1_kv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +1960,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[25]
+	mi := &file_raftps_v1_kv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +1973,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{25}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{25}
 }
 
 type MembersResponse struct {
@@ -1986,7 +1986,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_kv_proto_msgTypes[26]
+	mi := &file_raftps_v1_kv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +1998,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[26]
+	mi := &file_raftps_v1_kv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2011,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{26}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MembersResponse) GetHeader() *ResponseHeader {
@@ -2036,7 +2036,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_kv_proto_msgTypes[27]
+	mi := &file_raftps_v1_kv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2048,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[27]
+	mi := &file_raftps_v1_kv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2061,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{27}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{27}
 }
 
 type StatusResponse struct {
@@ -2084,7 +2084,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_kv_proto_msgTypes[28]
+	mi := &file_raftps_v1_kv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2096,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[28]
+	mi := &file_raftps_v1_kv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2109,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{28}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetHeader() *ResponseHeader {
@@ -2208,7 +2208,7 @@ type ForwardApplyRequest struct {
 
 func (x *ForwardApplyRequest) Reset() {
 	*x = ForwardApplyRequest{}
-	mi := &file_kv_proto_msgTypes[29]
+	mi := &file_raftps_v1_kv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2220,7 @@ func (x *ForwardApplyRequest) String() string {
 func (*ForwardApplyRequest) ProtoMessage() {}
 
 func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[29]
+	mi := &file_raftps_v1_kv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2233,7 @@ func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyRequest.ProtoReflect.Descriptor instead.
 func (*ForwardApplyRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{29}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForwardApplyRequest) GetCommand() []byte {
@@ -2253,7 +2253,7 @@ type ForwardApplyResponse struct {
 
 func (x *ForwardApplyResponse) Reset() {
 	*x = ForwardApplyResponse{}
-	mi := &file_kv_proto_msgTypes[30]
+	mi := &file_raftps_v1_kv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2265,7 @@ func (x *ForwardApplyResponse) String() string {
 func (*ForwardApplyResponse) ProtoMessage() {}
 
 func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[30]
+	mi := &file_raftps_v1_kv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2278,7 @@ func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyResponse.ProtoReflect.Descriptor instead.
 func (*ForwardApplyResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{30}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardApplyResponse) GetResult() []byte {
@@ -2296,7 +2296,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2308,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2321,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{31}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{31}
 }
 
 type ReadIndexResponse struct {
@@ -2333,7 +2333,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2345,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2358,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{32}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2379,7 +2379,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2391,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2404,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{33}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2436,7 +2436,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2448,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,14 +2461,14 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{34}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{34}
 }
 
-var File_kv_proto protoreflect.FileDescriptor
+var File_raftps_v1_kv_proto protoreflect.FileDescriptor
 
-const file_kv_proto_rawDesc = "" +
+const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\bkv.proto\x12\traftps.v1\"f\n" +
+	"\x12raftps/v1/kv.proto\x12\traftps.v1\"f\n" +
 	"\x0eResponseHeader\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1b\n" +
 	"\traft_term\x18\x02 \x01(\x04R\braftTerm\x12\x1b\n" +
@@ -2666,20 +2666,20 @@ const file_kv_proto_rawDesc = "" +
 	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
-	file_kv_proto_rawDescOnce sync.Once
-	file_kv_proto_rawDescData []byte
+	file_raftps_v1_kv_proto_rawDescOnce sync.Once
+	file_raftps_v1_kv_proto_rawDescData []byte
 )
 
-func file_kv_proto_rawDescGZIP() []byte {
-	file_kv_proto_rawDescOnce.Do(func() {
-		file_kv_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_kv_proto_rawDesc), len(file_kv_proto_rawDesc)))
+func file_raftps_v1_kv_proto_rawDescGZIP() []byte {
+	file_raftps_v1_kv_proto_rawDescOnce.Do(func() {
+		file_raftps_v1_kv_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)))
 	})
-	return file_kv_proto_rawDescData
+	return file_raftps_v1_kv_proto_rawDescData
 }
 
-var file_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
-var file_kv_proto_goTypes = []any{
+var file_raftps_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_raftps_v1_kv_proto_goTypes = []any{
 	(Compare_CompareResult)(0),      // 0: raftps.v1.Compare.CompareResult
 	(Compare_CompareTarget)(0),      // 1: raftps.v1.Compare.CompareTarget
 	(Event_EventType)(0),            // 2: raftps.v1.Event.EventType
@@ -2719,7 +2719,7 @@ var file_kv_proto_goTypes = []any{
 	(*JoinRequest)(nil),             // 36: raftps.v1.JoinRequest
 	(*JoinResponse)(nil),            // 37: raftps.v1.JoinResponse
 }
-var file_kv_proto_depIdxs = []int32{
+var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 0: raftps.v1.RangeResponse.header:type_name -> raftps.v1.ResponseHeader
 	4,  // 1: raftps.v1.RangeResponse.kvs:type_name -> raftps.v1.KeyValue
 	3,  // 2: raftps.v1.PutResponse.header:type_name -> raftps.v1.ResponseHeader
@@ -2788,24 +2788,24 @@ var file_kv_proto_depIdxs = []int32{
 	0,  // [0:31] is the sub-list for field type_name
 }
 
-func init() { file_kv_proto_init() }
-func file_kv_proto_init() {
-	if File_kv_proto != nil {
+func init() { file_raftps_v1_kv_proto_init() }
+func file_raftps_v1_kv_proto_init() {
+	if File_raftps_v1_kv_proto != nil {
 		return
 	}
-	file_kv_proto_msgTypes[8].OneofWrappers = []any{
+	file_raftps_v1_kv_proto_msgTypes[8].OneofWrappers = []any{
 		(*Compare_Version)(nil),
 		(*Compare_CreateRevision)(nil),
 		(*Compare_ModRevision)(nil),
 		(*Compare_Value)(nil),
 		(*Compare_Lease)(nil),
 	}
-	file_kv_proto_msgTypes[9].OneofWrappers = []any{
+	file_raftps_v1_kv_proto_msgTypes[9].OneofWrappers = []any{
 		(*RequestOp_RequestRange)(nil),
 		(*RequestOp_RequestPut)(nil),
 		(*RequestOp_RequestDeleteRange)(nil),
 	}
-	file_kv_proto_msgTypes[10].OneofWrappers = []any{
+	file_raftps_v1_kv_proto_msgTypes[10].OneofWrappers = []any{
 		(*ResponseOp_ResponseRange)(nil),
 		(*ResponseOp_ResponsePut)(nil),
 		(*ResponseOp_ResponseDeleteRange)(nil),
@@ -2814,18 +2814,18 @@ func file_kv_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kv_proto_rawDesc), len(file_kv_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)),
 			NumEnums:      3,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
-		GoTypes:           file_kv_proto_goTypes,
-		DependencyIndexes: file_kv_proto_depIdxs,
-		EnumInfos:         file_kv_proto_enumTypes,
-		MessageInfos:      file_kv_proto_msgTypes,
+		GoTypes:           file_raftps_v1_kv_proto_goTypes,
+		DependencyIndexes: file_raftps_v1_kv_proto_depIdxs,
+		EnumInfos:         file_raftps_v1_kv_proto_enumTypes,
+		MessageInfos:      file_raftps_v1_kv_proto_msgTypes,
 	}.Build()
-	File_kv_proto = out.File
-	file_kv_proto_goTypes = nil
-	file_kv_proto_depIdxs = nil
+	File_raftps_v1_kv_proto = out.File
+	file_raftps_v1_kv_proto_goTypes = nil
+	file_raftps_v1_kv_proto_depIdxs = nil
 }

@@ -5,7 +5,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: kv.proto
+// source: raftps/v1/kv.proto
 
 package raftpspb
 
@@ -234,7 +234,7 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "kv.proto",
+	Metadata: "raftps/v1/kv.proto",
 }
 
 const (
@@ -445,7 +445,7 @@ var Lease_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "kv.proto",
+	Metadata: "raftps/v1/kv.proto",
 }
 
 const (
@@ -554,7 +554,7 @@ var Watch_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "kv.proto",
+	Metadata: "raftps/v1/kv.proto",
 }
 
 const (
@@ -694,7 +694,7 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "kv.proto",
+	Metadata: "raftps/v1/kv.proto",
 }
 
 const (
@@ -910,5 +910,5 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "kv.proto",
+	Metadata: "raftps/v1/kv.proto",
 }

@@ -4,7 +4,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: pserver.proto
+// source: raftps/v1/pserver.proto
 
 package raftpspb
 
@@ -40,7 +40,7 @@ type Tensor struct {
 
 func (x *Tensor) Reset() {
 	*x = Tensor{}
-	mi := &file_pserver_proto_msgTypes[0]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +52,7 @@ func (x *Tensor) String() string {
 func (*Tensor) ProtoMessage() {}
 
 func (x *Tensor) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[0]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +65,7 @@ func (x *Tensor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tensor.ProtoReflect.Descriptor instead.
 func (*Tensor) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{0}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Tensor) GetName() string {
@@ -108,7 +108,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_pserver_proto_msgTypes[1]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -120,7 +120,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[1]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -133,7 +133,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{1}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PullRequest) GetJob() string {
@@ -169,7 +169,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_pserver_proto_msgTypes[2]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +181,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[2]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +194,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{2}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PullResponse) GetVersion() int64 {
@@ -236,7 +236,7 @@ type PushRequest struct {
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pserver_proto_msgTypes[3]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +248,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[3]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +261,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{3}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PushRequest) GetJob() string {
@@ -322,7 +322,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pserver_proto_msgTypes[4]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +334,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[4]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +347,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{4}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PushResponse) GetVersion() int64 {
@@ -368,7 +368,7 @@ type LeaveStepRequest struct {
 
 func (x *LeaveStepRequest) Reset() {
 	*x = LeaveStepRequest{}
-	mi := &file_pserver_proto_msgTypes[5]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +380,7 @@ func (x *LeaveStepRequest) String() string {
 func (*LeaveStepRequest) ProtoMessage() {}
 
 func (x *LeaveStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[5]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +393,7 @@ func (x *LeaveStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveStepRequest.ProtoReflect.Descriptor instead.
 func (*LeaveStepRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{5}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaveStepRequest) GetJob() string {
@@ -425,7 +425,7 @@ type LeaveStepResponse struct {
 
 func (x *LeaveStepResponse) Reset() {
 	*x = LeaveStepResponse{}
-	mi := &file_pserver_proto_msgTypes[6]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +437,7 @@ func (x *LeaveStepResponse) String() string {
 func (*LeaveStepResponse) ProtoMessage() {}
 
 func (x *LeaveStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[6]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +450,7 @@ func (x *LeaveStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveStepResponse.ProtoReflect.Descriptor instead.
 func (*LeaveStepResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{6}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{6}
 }
 
 // BlobChunk carries a content-addressed checkpoint blob in pieces.
@@ -469,7 +469,7 @@ type BlobChunk struct {
 
 func (x *BlobChunk) Reset() {
 	*x = BlobChunk{}
-	mi := &file_pserver_proto_msgTypes[7]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +481,7 @@ func (x *BlobChunk) String() string {
 func (*BlobChunk) ProtoMessage() {}
 
 func (x *BlobChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[7]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +494,7 @@ func (x *BlobChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobChunk.ProtoReflect.Descriptor instead.
 func (*BlobChunk) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{7}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BlobChunk) GetMd5() string {
@@ -541,7 +541,7 @@ type PutBlobResponse struct {
 
 func (x *PutBlobResponse) Reset() {
 	*x = PutBlobResponse{}
-	mi := &file_pserver_proto_msgTypes[8]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +553,7 @@ func (x *PutBlobResponse) String() string {
 func (*PutBlobResponse) ProtoMessage() {}
 
 func (x *PutBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[8]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +566,7 @@ func (x *PutBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutBlobResponse.ProtoReflect.Descriptor instead.
 func (*PutBlobResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{8}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PutBlobResponse) GetBytes() int64 {
@@ -585,7 +585,7 @@ type GetBlobRequest struct {
 
 func (x *GetBlobRequest) Reset() {
 	*x = GetBlobRequest{}
-	mi := &file_pserver_proto_msgTypes[9]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +597,7 @@ func (x *GetBlobRequest) String() string {
 func (*GetBlobRequest) ProtoMessage() {}
 
 func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[9]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +610,7 @@ func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{9}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetBlobRequest) GetMd5() string {
@@ -629,7 +629,7 @@ type GetManifestRequest struct {
 
 func (x *GetManifestRequest) Reset() {
 	*x = GetManifestRequest{}
-	mi := &file_pserver_proto_msgTypes[10]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +641,7 @@ func (x *GetManifestRequest) String() string {
 func (*GetManifestRequest) ProtoMessage() {}
 
 func (x *GetManifestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[10]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +654,7 @@ func (x *GetManifestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetManifestRequest.ProtoReflect.Descriptor instead.
 func (*GetManifestRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{10}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetManifestRequest) GetKey() string {
@@ -673,7 +673,7 @@ type GetManifestResponse struct {
 
 func (x *GetManifestResponse) Reset() {
 	*x = GetManifestResponse{}
-	mi := &file_pserver_proto_msgTypes[11]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +685,7 @@ func (x *GetManifestResponse) String() string {
 func (*GetManifestResponse) ProtoMessage() {}
 
 func (x *GetManifestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[11]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +698,7 @@ func (x *GetManifestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetManifestResponse.ProtoReflect.Descriptor instead.
 func (*GetManifestResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{11}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetManifestResponse) GetManifest() []byte {
@@ -717,7 +717,7 @@ type VerifyBlobRequest struct {
 
 func (x *VerifyBlobRequest) Reset() {
 	*x = VerifyBlobRequest{}
-	mi := &file_pserver_proto_msgTypes[12]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +729,7 @@ func (x *VerifyBlobRequest) String() string {
 func (*VerifyBlobRequest) ProtoMessage() {}
 
 func (x *VerifyBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[12]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +742,7 @@ func (x *VerifyBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBlobRequest.ProtoReflect.Descriptor instead.
 func (*VerifyBlobRequest) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{12}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VerifyBlobRequest) GetMd5() string {
@@ -763,7 +763,7 @@ type VerifyBlobResponse struct {
 
 func (x *VerifyBlobResponse) Reset() {
 	*x = VerifyBlobResponse{}
-	mi := &file_pserver_proto_msgTypes[13]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +775,7 @@ func (x *VerifyBlobResponse) String() string {
 func (*VerifyBlobResponse) ProtoMessage() {}
 
 func (x *VerifyBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pserver_proto_msgTypes[13]
+	mi := &file_raftps_v1_pserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +788,7 @@ func (x *VerifyBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyBlobResponse.ProtoReflect.Descriptor instead.
 func (*VerifyBlobResponse) Descriptor() ([]byte, []int) {
-	return file_pserver_proto_rawDescGZIP(), []int{13}
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VerifyBlobResponse) GetPresent() bool {
@@ -812,11 +812,11 @@ func (x *VerifyBlobResponse) GetActualMd5() string {
 	return ""
 }
 
-var File_pserver_proto protoreflect.FileDescriptor
+var File_raftps_v1_pserver_proto protoreflect.FileDescriptor
 
-const file_pserver_proto_rawDesc = "" +
+const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\n" +
-	"\rpserver.proto\x12\traftps.v1\"Z\n" +
+	"\x17raftps/v1/pserver.proto\x12\traftps.v1\"Z\n" +
 	"\x06Tensor\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x03R\x05block\x12\x12\n" +
@@ -882,19 +882,19 @@ const file_pserver_proto_rawDesc = "" +
 	"VerifyBlob\x12\x1c.raftps.v1.VerifyBlobRequest\x1a\x1d.raftps.v1.VerifyBlobResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
-	file_pserver_proto_rawDescOnce sync.Once
-	file_pserver_proto_rawDescData []byte
+	file_raftps_v1_pserver_proto_rawDescOnce sync.Once
+	file_raftps_v1_pserver_proto_rawDescData []byte
 )
 
-func file_pserver_proto_rawDescGZIP() []byte {
-	file_pserver_proto_rawDescOnce.Do(func() {
-		file_pserver_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_pserver_proto_rawDesc), len(file_pserver_proto_rawDesc)))
+func file_raftps_v1_pserver_proto_rawDescGZIP() []byte {
+	file_raftps_v1_pserver_proto_rawDescOnce.Do(func() {
+		file_raftps_v1_pserver_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raftps_v1_pserver_proto_rawDesc), len(file_raftps_v1_pserver_proto_rawDesc)))
 	})
-	return file_pserver_proto_rawDescData
+	return file_raftps_v1_pserver_proto_rawDescData
 }
 
-var file_pserver_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
-var file_pserver_proto_goTypes = []any{
+var file_raftps_v1_pserver_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_raftps_v1_pserver_proto_goTypes = []any{
 	(*Tensor)(nil),              // 0: raftps.v1.Tensor
 	(*PullRequest)(nil),         // 1: raftps.v1.PullRequest
 	(*PullResponse)(nil),        // 2: raftps.v1.PullResponse
@@ -910,7 +910,7 @@ var file_pserver_proto_goTypes = []any{
 	(*VerifyBlobRequest)(nil),   // 12: raftps.v1.VerifyBlobRequest
 	(*VerifyBlobResponse)(nil),  // 13: raftps.v1.VerifyBlobResponse
 }
-var file_pserver_proto_depIdxs = []int32{
+var file_raftps_v1_pserver_proto_depIdxs = []int32{
 	0,  // 0: raftps.v1.PullRequest.tensors:type_name -> raftps.v1.Tensor
 	0,  // 1: raftps.v1.PullResponse.tensors:type_name -> raftps.v1.Tensor
 	0,  // 2: raftps.v1.PushRequest.grads:type_name -> raftps.v1.Tensor
@@ -939,26 +939,26 @@ var file_pserver_proto_depIdxs = []int32{
 	0,  // [0:3] is the sub-list for field type_name
 }
 
-func init() { file_pserver_proto_init() }
-func file_pserver_proto_init() {
-	if File_pserver_proto != nil {
+func init() { file_raftps_v1_pserver_proto_init() }
+func file_raftps_v1_pserver_proto_init() {
+	if File_raftps_v1_pserver_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pserver_proto_rawDesc), len(file_pserver_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_pserver_proto_rawDesc), len(file_raftps_v1_pserver_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
-		GoTypes:           file_pserver_proto_goTypes,
-		DependencyIndexes: file_pserver_proto_depIdxs,
-		MessageInfos:      file_pserver_proto_msgTypes,
+		GoTypes:           file_raftps_v1_pserver_proto_goTypes,
+		DependencyIndexes: file_raftps_v1_pserver_proto_depIdxs,
+		MessageInfos:      file_raftps_v1_pserver_proto_msgTypes,
 	}.Build()
-	File_pserver_proto = out.File
-	file_pserver_proto_goTypes = nil
-	file_pserver_proto_depIdxs = nil
+	File_raftps_v1_pserver_proto = out.File
+	file_raftps_v1_pserver_proto_goTypes = nil
+	file_raftps_v1_pserver_proto_depIdxs = nil
 }

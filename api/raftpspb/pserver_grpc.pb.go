@@ -4,7 +4,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: pserver.proto
+// source: raftps/v1/pserver.proto
 
 package raftpspb
 
@@ -266,7 +266,7 @@ var PServer_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "pserver.proto",
+	Metadata: "raftps/v1/pserver.proto",
 }
 
 const (
@@ -479,5 +479,5 @@ var CheckpointStore_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "pserver.proto",
+	Metadata: "raftps/v1/pserver.proto",
 }

@@ -48,6 +48,18 @@ type globals struct {
 
 func (g *globals) client() (*client.Client, error) { return client.New(g.endpoints) }
 
+// call runs fn with a client of --endpoints and a context bounded by --timeout.
+func (g *globals) call(parent context.Context, fn func(ctx context.Context, cl *client.Client) error) error {
+	cl, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := g.ctx(parent)
+	defer cancel()
+	return fn(ctx, cl)
+}
+
 func (g *globals) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, g.timeout)
 }
@@ -182,22 +194,17 @@ func newKVCmd(g *globals) *cobra.Command {
 	put := &cobra.Command{
 		Use: "put KEY VALUE", Short: "put a key", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(args[0]), Value: []byte(args[1]), Lease: lease})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp)
-			}
-			fmt.Fprintln(g.out, "OK")
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(args[0]), Value: []byte(args[1]), Lease: lease})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp)
+				}
+				fmt.Fprintln(g.out, "OK")
+				return nil
+			})
 		},
 	}
 	put.Flags().Int64Var(&lease, "lease", 0, "attach the key to this lease id")
@@ -206,49 +213,44 @@ func newKVCmd(g *globals) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get KEY", Short: "get a key (or every key with --prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable}
-			if prefix {
-				req.RangeEnd = client.PrefixEnd(req.Key)
-			}
-			resp, err := cl.KV.Range(ctx, req)
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				type kvj struct {
-					Key            string `json:"key"`
-					Value          string `json:"value"`
-					CreateRevision int64  `json:"create_revision"`
-					ModRevision    int64  `json:"mod_revision"`
-					Version        int64  `json:"version"`
-					Lease          int64  `json:"lease"`
-				}
-				out := struct {
-					Revision int64 `json:"revision"`
-					KVs      []kvj `json:"kvs"`
-				}{Revision: resp.GetHeader().GetRevision(), KVs: []kvj{}}
-				for _, kv := range resp.Kvs {
-					out.KVs = append(out.KVs, kvj{string(kv.Key), string(kv.Value), kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease})
-				}
-				return g.printJSON(out)
-			}
-			if len(resp.Kvs) == 0 {
-				return &exitError{code: 1, err: fmt.Errorf("key %q not found", args[0])}
-			}
-			for _, kv := range resp.Kvs {
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable}
 				if prefix {
-					fmt.Fprintln(g.out, string(kv.Key))
+					req.RangeEnd = client.PrefixEnd(req.Key)
 				}
-				fmt.Fprintln(g.out, string(kv.Value))
-			}
-			return nil
+				resp, err := cl.KV.Range(ctx, req)
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					type kvj struct {
+						Key            string `json:"key"`
+						Value          string `json:"value"`
+						CreateRevision int64  `json:"create_revision"`
+						ModRevision    int64  `json:"mod_revision"`
+						Version        int64  `json:"version"`
+						Lease          int64  `json:"lease"`
+					}
+					out := struct {
+						Revision int64 `json:"revision"`
+						KVs      []kvj `json:"kvs"`
+					}{Revision: resp.GetHeader().GetRevision(), KVs: []kvj{}}
+					for _, kv := range resp.Kvs {
+						out.KVs = append(out.KVs, kvj{string(kv.Key), string(kv.Value), kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease})
+					}
+					return g.printJSON(out)
+				}
+				if len(resp.Kvs) == 0 {
+					return &exitError{code: 1, err: fmt.Errorf("key %q not found", args[0])}
+				}
+				for _, kv := range resp.Kvs {
+					if prefix {
+						fmt.Fprintln(g.out, string(kv.Key))
+					}
+					fmt.Fprintln(g.out, string(kv.Value))
+				}
+				return nil
+			})
 		},
 	}
 	get.Flags().BoolVar(&prefix, "prefix", false, "get every key with this prefix")
@@ -258,23 +260,18 @@ func newKVCmd(g *globals) *cobra.Command {
 	del := &cobra.Command{
 		Use: "del KEY", Short: "delete a key (or a prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			req := &pb.DeleteRangeRequest{Key: []byte(args[0])}
-			if delPrefix {
-				req.RangeEnd = client.PrefixEnd(req.Key)
-			}
-			resp, err := cl.KV.DeleteRange(ctx, req)
-			if err != nil {
-				return rpcError(err)
-			}
-			fmt.Fprintln(g.out, resp.Deleted)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				req := &pb.DeleteRangeRequest{Key: []byte(args[0])}
+				if delPrefix {
+					req.RangeEnd = client.PrefixEnd(req.Key)
+				}
+				resp, err := cl.KV.DeleteRange(ctx, req)
+				if err != nil {
+					return rpcError(err)
+				}
+				fmt.Fprintln(g.out, resp.Deleted)
+				return nil
+			})
 		},
 	}
 	del.Flags().BoolVar(&delPrefix, "prefix", false, "delete every key with this prefix")
@@ -364,23 +361,18 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil || ttl <= 0 {
 				return fmt.Errorf("TTL %q: want a positive number of seconds", args[0])
 			}
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.Lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: ttl})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp)
-			}
-			fmt.Fprintf(g.out, "%d\n", resp.Id)
-			fmt.Fprintf(g.err, "lease %d granted with TTL %ds\n", resp.Id, resp.Ttl)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: ttl})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp)
+				}
+				fmt.Fprintf(g.out, "%d\n", resp.Id)
+				fmt.Fprintf(g.err, "lease %d granted with TTL %ds\n", resp.Id, resp.Ttl)
+				return nil
+			})
 		},
 	}
 	revoke := &cobra.Command{
@@ -390,18 +382,13 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("lease id %q: %v", args[0], err)
 			}
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			if _, err := cl.Lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id}); err != nil {
-				return rpcError(err)
-			}
-			fmt.Fprintf(g.out, "lease %d revoked\n", id)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				if _, err := cl.Lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id}); err != nil {
+					return rpcError(err)
+				}
+				fmt.Fprintf(g.out, "lease %d revoked\n", id)
+				return nil
+			})
 		},
 	}
 	keepalive := &cobra.Command{
@@ -468,25 +455,20 @@ func newMembersCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "members", Short: "list cluster members", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.Cluster.Members(ctx, &pb.MembersRequest{})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp)
-			}
-			fmt.Fprintf(g.out, "%-10s %-8s %-9s %-22s %-22s %s\n", "ID", "STATUS", "RAFT", "GRPC", "GOSSIP", "ROLES")
-			for _, m := range resp.Members {
-				fmt.Fprintf(g.out, "%-10s %-8s %-9s %-22s %-22s %s\n", m.Id, m.Status, m.Suffrage, m.GrpcAddr, m.GossipAddr, strings.Join(m.Roles, ","))
-			}
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Cluster.Members(ctx, &pb.MembersRequest{})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp)
+				}
+				fmt.Fprintf(g.out, "%-10s %-8s %-9s %-22s %-22s %s\n", "ID", "STATUS", "RAFT", "GRPC", "GOSSIP", "ROLES")
+				for _, m := range resp.Members {
+					fmt.Fprintf(g.out, "%-10s %-8s %-9s %-22s %-22s %s\n", m.Id, m.Status, m.Suffrage, m.GrpcAddr, m.GossipAddr, strings.Join(m.Roles, ","))
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -495,28 +477,23 @@ func newStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use: "status", Short: "show a node's Raft status", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printJSON(map[string]any{
-					"id": st.Id, "leader": st.Leader, "leader_addr": st.LeaderAddr, "term": st.Term,
-					"commit_index": st.CommitIndex, "applied_index": st.AppliedIndex, "last_log_index": st.LastLogIndex,
-					"raft_state": st.RaftState, "voters": nonNil(st.Voters), "nonvoters": nonNil(st.Nonvoters), "revision": st.Revision,
-				})
-			}
-			fmt.Fprintf(g.out, "id: %s\nstate: %s\nleader: %s (%s)\nterm: %d\ncommit index: %d\napplied index: %d\nvoters: %s\nnonvoters: %s\nrevision: %d\n",
-				st.Id, st.RaftState, st.Leader, st.LeaderAddr, st.Term, st.CommitIndex, st.AppliedIndex,
-				strings.Join(st.Voters, ","), strings.Join(st.Nonvoters, ","), st.Revision)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printJSON(map[string]any{
+						"id": st.Id, "leader": st.Leader, "leader_addr": st.LeaderAddr, "term": st.Term,
+						"commit_index": st.CommitIndex, "applied_index": st.AppliedIndex, "last_log_index": st.LastLogIndex,
+						"raft_state": st.RaftState, "voters": nonNil(st.Voters), "nonvoters": nonNil(st.Nonvoters), "revision": st.Revision,
+					})
+				}
+				fmt.Fprintf(g.out, "id: %s\nstate: %s\nleader: %s (%s)\nterm: %d\ncommit index: %d\napplied index: %d\nvoters: %s\nnonvoters: %s\nrevision: %d\n",
+					st.Id, st.RaftState, st.Leader, st.LeaderAddr, st.Term, st.CommitIndex, st.AppliedIndex,
+					strings.Join(st.Voters, ","), strings.Join(st.Nonvoters, ","), st.Revision)
+				return nil
+			})
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/raftstore/client"
 )
 
 // specFlags are the job spec fields settable from flags.
@@ -227,86 +229,66 @@ func newJobCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.Master.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp.Status)
-			}
-			fmt.Fprintf(g.out, "job %s submitted: %d tasks, %d passes\n", spec.Name, resp.Status.TotalTasks, spec.Passes)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Master.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp.Status)
+				}
+				fmt.Fprintf(g.out, "job %s submitted: %d tasks, %d passes\n", spec.Name, resp.Status.TotalTasks, spec.Passes)
+				return nil
+			})
 		},
 	}
 	sf.register(submit)
 	list := &cobra.Command{
 		Use: "list", Short: "list jobs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.Master.ListJobs(ctx, &pb.ListJobsRequest{})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp)
-			}
-			fmt.Fprintf(g.out, "%-24s %-10s %-5s %-14s %s\n", "NAME", "STATE", "PASS", "DONE/TOTAL", "TRAINERS")
-			for _, j := range resp.Jobs {
-				fmt.Fprintf(g.out, "%-24s %-10s %-5d %-14s %d\n", j.Name, jobState(j.State), j.Pass,
-					fmt.Sprintf("%d/%d", j.Done, j.TotalTasks), len(j.Trainers))
-			}
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Master.ListJobs(ctx, &pb.ListJobsRequest{})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp)
+				}
+				fmt.Fprintf(g.out, "%-24s %-10s %-5s %-14s %s\n", "NAME", "STATE", "PASS", "DONE/TOTAL", "TRAINERS")
+				for _, j := range resp.Jobs {
+					fmt.Fprintf(g.out, "%-24s %-10s %-5d %-14s %d\n", j.Name, jobState(j.State), j.Pass,
+						fmt.Sprintf("%d/%d", j.Done, j.TotalTasks), len(j.Trainers))
+				}
+				return nil
+			})
 		},
 	}
 	st := &cobra.Command{
 		Use: "status JOB", Short: "show a job's queues, pass, trainers, pservers and checkpoints", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: args[0]})
-			if err != nil {
-				return rpcError(err)
-			}
-			if g.output == "json" {
-				return g.printProto(resp.Status)
-			}
-			printJobStatus(g, resp.Status)
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: args[0]})
+				if err != nil {
+					return rpcError(err)
+				}
+				if g.output == "json" {
+					return g.printProto(resp.Status)
+				}
+				printJobStatus(g, resp.Status)
+				return nil
+			})
 		},
 	}
 	cancelCmd := &cobra.Command{
 		Use: "cancel JOB", Short: "cancel a job", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := g.ctx(cmd.Context())
-			defer cancel()
-			if _, err := cl.Master.CancelJob(ctx, &pb.CancelJobRequest{Name: args[0]}); err != nil {
-				return rpcError(err)
-			}
-			fmt.Fprintf(g.out, "job %s cancelled\n", args[0])
-			return nil
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				if _, err := cl.Master.CancelJob(ctx, &pb.CancelJobRequest{Name: args[0]}); err != nil {
+					return rpcError(err)
+				}
+				fmt.Fprintf(g.out, "job %s cancelled\n", args[0])
+				return nil
+			})
 		},
 	}
 	c.AddCommand(submit, list, st, cancelCmd)
