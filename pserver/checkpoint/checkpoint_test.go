@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -662,4 +663,85 @@ func TestKeptManifestCorruptionCaughtBySum(t *testing.T) {
 		t.Fatalf("want the initializer, got %v %v (blobs %v)", rec, err, blobs != nil)
 	}
 	t.Log(rec.GetReason())
+}
+
+func TestPrune(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := context.Background()
+	c.claim(testJob, 0, c.nodes[0], 1)
+	w := c.nodes[0].mgr.Writer(testJob, 0)
+	pol := &pb.CheckpointPolicy{KeepMax: 0, Replicas: 2}
+	req := func(v int64) WriteRequest {
+		return WriteRequest{Job: testJob, Slot: 0, NumPservers: 1, Version: v, Incarnation: 1,
+			Blobs: slotBlobs(v, 0, 1, testNV, testSize), Policy: pol}
+	}
+	mustCheckpoint(t, w, req(1))
+	w.hook = func(s string) error {
+		if s == StageReplicated {
+			return errCrash // version 2: written and replicated, never pointed to
+		}
+		return nil
+	}
+	if _, err := w.Checkpoint(ctx, req(2)); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	w.hook = nil
+	mustCheckpoint(t, w, req(3))
+	ptr := mustPointer(t, c.meta, testJob, 0)
+	// n2 also holds an old copy of a version its slot no longer names ...
+	var holder, other *testNode
+	for _, n := range c.nodes {
+		if !contains(ptr.GetReplicas(), n.id) {
+			other = n
+		} else if n != c.nodes[0] {
+			holder = n
+		}
+	}
+	m, _, blobs, err := c.cli.Fetch(ctx, holder.addr, ManifestKey(testJob, 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cli.Replicate(ctx, other.addr, m, blobs); err != nil {
+		t.Fatal(err)
+	}
+	// ... and an old manifest of a job that has no pointer, plus a fresh one.
+	for _, tc := range []struct {
+		job string
+		age time.Duration
+	}{{"gone", 2 * PruneOrphanAge}, {"fresh", 0}} {
+		bl := slotBlobs(9, 0, 1, 2, 64)
+		refs, total, err := other.store.putBlobs(bl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := other.store.PutManifest(&Manifest{Job: tc.job, Version: 9, Slot: 0, NumPservers: 1, VShards: refs, Bytes: total,
+			TimestampUnixNano: time.Now().Add(-tc.age).UnixNano()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.nodes {
+		if _, err := n.mgr.Prune(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.nodes {
+		keys, _ := n.store.ManifestKeys("")
+		for _, k := range keys {
+			job, v, _, _ := parseManifestKey(k)
+			if (job == testJob && v == 2) || job == "gone" {
+				t.Fatalf("%s still holds %s", n.id, k)
+			}
+		}
+		t.Logf("%s: %v", n.id, keys)
+	}
+	if keys, _ := other.store.ManifestKeys("fresh"); len(keys) != 1 {
+		t.Fatalf("fresh pointerless manifest pruned: %v", keys)
+	}
+	for _, v := range []int64{1, 3} {
+		got, err := c.nodes[0].mgr.ReadVersion(ctx, testJob, v)
+		if err != nil {
+			t.Fatalf("version %d after prune: %v", v, err)
+		}
+		checkWhole(t, got, vshardsOf(0, 1, testNV), testSize)
+	}
 }

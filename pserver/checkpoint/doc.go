@@ -42,7 +42,9 @@
 //     and the pointer does not move.
 //  4. Only then, versions beyond keep_max are deleted: manifests first, then
 //     blobs no manifest references (reference counting by scan), locally and
-//     on the replicas (best effort: an orphan costs disk, never correctness).
+//     on the replicas (best effort: an orphan costs disk, never correctness;
+//     Manager.Prune, run now and then on every node, sweeps what no pointer
+//     names).
 //
 // Invariants this order buys: the pointer only ever names a version whose
 // manifest and blobs are durable on every node it lists (1, 2 before 3); a

@@ -646,6 +646,28 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 	return deleted, nil
 }
 
+// deleteManifestKeys deletes the named manifests (and their sums), synced.
+func (s *Store) deleteManifestKeys(keys []string) (int, error) {
+	db, err := s.getDB()
+	if err != nil {
+		return 0, err
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	for _, k := range keys {
+		if err := b.Delete([]byte(k), nil); err != nil {
+			return 0, err
+		}
+		if err := b.Delete([]byte(manifestSumKey(k)), nil); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return 0, fmt.Errorf("delete manifests: %w", err)
+	}
+	return len(keys), nil
+}
+
 // GC deletes every blob that no manifest references and that was not written
 // in the last pinGrace without its manifest yet (an in-flight checkpoint).
 // Reference counting is by a full scan of the manifests.
