@@ -68,6 +68,10 @@ func newSyncStep() *syncStep {
 // All methods are safe for concurrent use. Errors are *Error values carrying
 // a gRPC status (see errors.go).
 type Slot struct {
+	// snapEvery and snapFn are the SnapshotEvery hook (guarded by mu).
+	snapEvery int64
+	snapFn    func(*SlotSnapshot)
+
 	spec      *pb.JobSpec
 	layout    *Layout
 	slot      int32
@@ -599,6 +603,7 @@ func (s *Slot) maybeCompleteLocked() {
 		}
 		s.version++
 		s.step++
+		s.stepSnapshotLocked()
 	}
 	st.version = s.version
 	close(st.done)

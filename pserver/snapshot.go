@@ -60,6 +60,17 @@ type EntrySnapshot struct {
 // in progress are not part of it (they belong to no version yet; after a
 // restore their trainers get ErrStale and re-pull).
 func (s *Slot) Snapshot() *SlotSnapshot {
+	snap := s.newSnapshot()
+	s.mu.RLock()
+	s.copyLocked(snap)
+	s.mu.RUnlock()
+	s.finishSnapshot(snap)
+	return snap
+}
+
+// newSnapshot prepares an empty snapshot (no lock needed: the layout and
+// optimizer are immutable).
+func (s *Slot) newSnapshot() *SlotSnapshot {
 	params := make([]ParamInfo, len(s.layout.Params))
 	for i, p := range s.layout.Params {
 		params[i] = ParamInfo{Name: p.Spec.GetName(), Embedding: p.Embedding, Shape: slices.Clone(p.Spec.GetShape())}
@@ -73,6 +84,13 @@ func (s *Slot) Snapshot() *SlotSnapshot {
 			}
 		}
 	}
+	return snap
+}
+
+// copyLocked copies values, optimizer state, version and step into snap.
+// The caller holds s.mu (read or write): this is the memory copy that
+// updates wait for.
+func (s *Slot) copyLocked(snap *SlotSnapshot) {
 	cp := func(k key, e *entry) EntrySnapshot {
 		es := EntrySnapshot{Param: k.p, Index: k.i, T: e.t, Values: slices.Clone(e.values), State: make([][]float32, len(e.state))}
 		for i, st := range e.state {
@@ -80,26 +98,50 @@ func (s *Slot) Snapshot() *SlotSnapshot {
 		}
 		return es
 	}
-	s.mu.RLock()
 	snap.Version, snap.Step = s.version, s.step
 	for _, k := range s.denseKeys {
 		v := snap.VShards[s.layout.VShardOfBlock(s.layout.Params[k.p], k.i)]
 		v.Entries = append(v.Entries, cp(k, s.dense[k]))
 	}
-	rowKeys := make([]key, 0, len(s.rows))
-	for k := range s.rows {
-		rowKeys = append(rowKeys, k)
-	}
-	for _, k := range rowKeys {
+	for k, e := range s.rows {
 		v := snap.VShards[s.layout.VShardOfRow(s.layout.Params[k.p], k.i)]
-		v.Entries = append(v.Entries, cp(k, s.rows[k]))
+		v.Entries = append(v.Entries, cp(k, e))
 	}
-	s.mu.RUnlock()
+}
+
+// finishSnapshot stamps and sorts the vshards (outside the lock).
+func (s *Slot) finishSnapshot(snap *SlotSnapshot) {
 	for _, v := range snap.VShards {
 		v.Version, v.Step = snap.Version, snap.Step
 		slices.SortFunc(v.Entries, func(a, b EntrySnapshot) int { return keyLess(key{a.Param, a.Index}, key{b.Param, b.Index}) })
 	}
-	return snap
+}
+
+// SnapshotEvery makes the slot take a snapshot at the end of every sync
+// step whose number is a multiple of n, inside the step's completion (so
+// every slot of a sync job snapshots exactly the same step, and a
+// checkpoint version is one consistent model across slots), and hand it to
+// fn. Updates wait only for the memory copy; fn runs on its own goroutine
+// and may take its time (encode, write, replicate). n <= 0 or fn nil turns
+// it off. Steps count in sync mode; in async mode a step is one update.
+func (s *Slot) SnapshotEvery(n int64, fn func(*SlotSnapshot)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snapEvery, s.snapFn = n, fn
+}
+
+// stepSnapshotLocked runs the SnapshotEvery hook after a completed step.
+func (s *Slot) stepSnapshotLocked() {
+	if s.snapFn == nil || s.snapEvery <= 0 || s.step%s.snapEvery != 0 {
+		return
+	}
+	snap := s.newSnapshot()
+	s.copyLocked(snap)
+	fn := s.snapFn
+	go func() {
+		s.finishSnapshot(snap)
+		fn(snap)
+	}()
 }
 
 // Vshard blob format, version 1. All integers little-endian.

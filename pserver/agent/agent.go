@@ -27,6 +27,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore/service"
 )
 
 // Meta is what the agent needs of the metadata store.
@@ -64,10 +65,11 @@ type Agent struct {
 	members Members
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	lease  int64
-	hosted map[slotKey]*hosted
-	wg     sync.WaitGroup
+	session *service.Session
+	mu      sync.Mutex
+	lease   int64 // the session's lease as of the last round
+	hosted  map[slotKey]*hosted
+	wg      sync.WaitGroup
 }
 
 type slotKey struct {
@@ -88,6 +90,9 @@ type hosted struct {
 	lastCkptTime  time.Time
 	lastVersion   int64
 	checkpointing bool
+	// snaps carries step-exact snapshots from the slot's SnapshotEvery
+	// hook to the slot's checkpoint goroutine (latest wins when it lags).
+	snaps chan *pserver.SlotSnapshot
 	// rollbackRev is the mod revision of /jobs/<job>/rollback this slot has
 	// already followed (or that was there when it was claimed).
 	rollbackRev int64
@@ -105,7 +110,8 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 		cfg.Logger = slog.Default()
 	}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
-		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
+		session: service.NewSession(meta, cfg.LeaseTTL),
+		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
 }
 
 // Run reconciles until ctx ends, then releases its slots (a graceful stop
@@ -113,7 +119,6 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
-	lastKeepAlive := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -121,51 +126,23 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if err := a.ensureLease(ctx, &lastKeepAlive); err != nil {
+		id, lost, err := a.session.Ensure(ctx)
+		if lost {
+			a.log.Warn("pserver lease lost: fencing every hosted slot")
+			a.fenceAll("lease lost")
+		}
+		if err != nil {
 			a.log.Warn("pserver lease", "err", err)
 			continue
 		}
+		a.mu.Lock()
+		if a.lease != id {
+			a.log.Info("pserver lease granted", "lease", id, "ttl_s", a.cfg.LeaseTTL)
+		}
+		a.lease = id
+		a.mu.Unlock()
 		a.reconcile(ctx)
 	}
-}
-
-// ensureLease grants the node's pserver lease or keeps it alive; when the
-// lease is gone every hosted slot is fenced at once.
-func (a *Agent) ensureLease(ctx context.Context, last *time.Time) error {
-	a.mu.Lock()
-	lease := a.lease
-	a.mu.Unlock()
-	if lease != 0 && time.Since(*last) < time.Duration(a.cfg.LeaseTTL)*time.Second/3 {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if lease != 0 {
-		_, err := a.meta.LeaseKeepAlive(cctx, lease)
-		if err == nil {
-			*last = time.Now()
-			return nil
-		}
-		if !isNotFound(err) {
-			return fmt.Errorf("keepalive lease %d: %w", lease, err)
-		}
-		a.log.Warn("pserver lease lost: fencing every hosted slot", "lease", lease)
-		a.fenceAll("lease lost")
-	}
-	id, err := a.meta.LeaseGrant(cctx, a.cfg.LeaseTTL)
-	if err != nil {
-		return fmt.Errorf("grant lease: %w", err)
-	}
-	a.mu.Lock()
-	a.lease = id
-	a.mu.Unlock()
-	*last = time.Now()
-	a.log.Info("pserver lease granted", "lease", id, "ttl_s", a.cfg.LeaseTTL)
-	return nil
-}
-
-func isNotFound(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "NotFound"))
 }
 
 func (a *Agent) fenceAll(reason string) {
@@ -355,6 +332,7 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		h.lastCkptStep = s.Step()
 		h.lastVersion = rb.Version
 		a.mu.Unlock()
+		a.installHook(h, s)
 		a.server.Host(spec.Name, h.key.slot, s) // fences the old slot: its waiting pushes retry on this one
 		old.Close()
 		a.log.Warn("rolled back to keep the sync model consistent", "job", spec.Name, "slot", h.key.slot,
@@ -428,6 +406,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	a.mu.Lock()
 	a.hosted[h.key] = h
 	a.mu.Unlock()
+	a.startCheckpoints(ctx, h, s)
 	a.feedTrainersTo(ctx, h)
 	a.server.Host(spec.Name, i, s)
 	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc,
@@ -486,7 +465,8 @@ func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
 		}
 		p := h.spec.Checkpoint
 		step := h.slot.Step()
-		if (p.EverySteps > 0 && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
+		stepsByPoll := p.EverySteps > 0 && h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC
+		if (stepsByPoll && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
 			(p.EverySeconds > 0 && time.Since(h.lastCkptTime) >= time.Duration(p.EverySeconds)*time.Second && step > h.lastCkptStep) {
 			due = append(due, h)
 		}
@@ -549,16 +529,68 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	return ptr, nil
 }
 
-// checkpointVersion names a snapshot's version. Sync jobs: the step rounded
-// down to a multiple of every_steps, so that every slot labels the
-// snapshot it takes when crossing the same multiple with the same version
-// and Restore finds a version all slots have. Async jobs: the slot's step.
-func checkpointVersion(spec *pb.JobSpec, snap *pserver.SlotSnapshot) int64 {
-	n := spec.GetCheckpoint().GetEverySteps()
-	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && n > 0 {
-		return snap.Step / n * n
-	}
+// checkpointVersion names a snapshot's version: its step. In sync jobs the
+// step-based snapshots are taken inside the completion of every N-th step
+// (pserver.Slot.SnapshotEvery), so every slot's version N is the model
+// after exactly N steps, and Restore finds versions all slots have.
+func checkpointVersion(_ *pb.JobSpec, snap *pserver.SlotSnapshot) int64 {
 	return snap.Step
+}
+
+// startCheckpoints starts h's checkpoint goroutine and installs the
+// step-exact snapshot hook on s (sync jobs with every_steps).
+func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot) {
+	h.snaps = make(chan *pserver.SlotSnapshot, 1)
+	a.installHook(h, s)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case snap := <-h.snaps:
+				if a.slotOf(h).Fenced() {
+					return
+				}
+				h.ckptMu.Lock()
+				h.checkpointing = true
+				h.ckptMu.Unlock()
+				_, _ = a.checkpoint(ctx, h, snap)
+				h.ckptMu.Lock()
+				h.checkpointing = false
+				h.ckptMu.Unlock()
+			}
+		}
+	}()
+}
+
+// slotOf is h's current slot (a rollback replaces it under a.mu).
+func (a *Agent) slotOf(h *hosted) *pserver.Slot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return h.slot
+}
+
+func (a *Agent) installHook(h *hosted, s *pserver.Slot) {
+	n := h.spec.GetCheckpoint().GetEverySteps()
+	if h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC || n <= 0 {
+		return
+	}
+	s.SnapshotEvery(n, func(snap *pserver.SlotSnapshot) {
+		for {
+			select {
+			case h.snaps <- snap:
+				return
+			default:
+			}
+			select { // the writer lags: drop the older pending snapshot
+			case old := <-h.snaps:
+				a.log.Warn("checkpoint writer lags: skipping a version", "job", h.key.job, "slot", h.key.slot, "skipped", old.Step)
+			default:
+			}
+		}
+	})
 }
 
 // finish handles a slot of a job that ended: a last checkpoint, then stop
@@ -591,7 +623,6 @@ func (a *Agent) releaseKey(ctx context.Context, job string, slot int32, incarnat
 func (a *Agent) release() {
 	a.wg.Wait()
 	a.mu.Lock()
-	lease := a.lease
 	for k, h := range a.hosted {
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
@@ -599,12 +630,8 @@ func (a *Agent) release() {
 	}
 	a.lease = 0
 	a.mu.Unlock()
-	if lease != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := a.meta.LeaseRevoke(ctx, lease); err != nil {
-			a.log.Warn("revoke pserver lease at shutdown", "err", err)
-		}
+	if err := a.session.Close(context.Background()); err != nil {
+		a.log.Warn("revoke pserver lease at shutdown", "err", err)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/raftstore/service"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
 )
@@ -71,8 +72,9 @@ type Agent struct {
 	master MasterAPI
 	log    *slog.Logger
 
+	session *service.Session
 	mu      sync.Mutex
-	lease   int64
+	lease   int64           // the session's lease as of the last round
 	running map[string]*run // by trainer key
 	wg      sync.WaitGroup
 }
@@ -99,7 +101,7 @@ func New(cfg Config, meta Meta, master MasterAPI) *Agent {
 		cfg.Logger = slog.Default()
 	}
 	return &Agent{cfg: cfg, meta: meta, master: master, log: cfg.Logger.With("component", "trainer-agent"),
-		running: map[string]*run{}}
+		session: service.NewSession(meta, cfg.LeaseTTL), running: map[string]*run{}}
 }
 
 // Run reconciles until ctx ends; then stops its trainers and revokes the
@@ -107,7 +109,6 @@ func New(cfg Config, meta Meta, master MasterAPI) *Agent {
 func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
-	var lastKA time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,44 +116,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if err := a.ensureLease(ctx, &lastKA); err != nil {
+		id, lost, err := a.session.Ensure(ctx)
+		if err != nil {
 			a.log.Warn("trainer lease", "err", err)
 			continue
 		}
+		a.mu.Lock()
+		a.lease = id
+		if lost {
+			a.log.Warn("trainer lease lost: re-registering trainers", "lease", id)
+			for _, r := range a.running {
+				_ = a.register(ctx, r.job, r.id, id)
+			}
+		}
+		a.mu.Unlock()
 		a.reconcile(ctx)
 	}
-}
-
-func (a *Agent) ensureLease(ctx context.Context, last *time.Time) error {
-	a.mu.Lock()
-	lease := a.lease
-	a.mu.Unlock()
-	if lease != 0 && time.Since(*last) < time.Duration(a.cfg.LeaseTTL)*time.Second/3 {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if lease != 0 {
-		if _, err := a.meta.LeaseKeepAlive(cctx, lease); err == nil {
-			*last = time.Now()
-			return nil
-		} else if !strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "NotFound") {
-			return err
-		}
-		a.log.Warn("trainer lease lost: re-registering trainers", "lease", lease)
-	}
-	id, err := a.meta.LeaseGrant(cctx, a.cfg.LeaseTTL)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.lease = id
-	for _, r := range a.running {
-		_ = a.register(ctx, r.job, r.id, id)
-	}
-	a.mu.Unlock()
-	*last = time.Now()
-	return nil
 }
 
 func trainerKey(job, id string) string { return "/jobs/" + job + "/trainers/" + id }
@@ -263,15 +242,10 @@ func (a *Agent) stopAll() {
 	for _, r := range a.running {
 		r.cancel()
 	}
-	lease := a.lease
 	a.lease = 0
 	a.mu.Unlock()
 	a.wg.Wait()
-	if lease != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = a.meta.LeaseRevoke(ctx, lease)
-	}
+	_ = a.session.Close(context.Background())
 }
 
 // resolver finds a job's pserver slots in /jobs/<job>/ps/.
