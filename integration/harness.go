@@ -83,15 +83,15 @@ func FreePorts(n int) ([]int, error) {
 
 // Proc is one `raftps node` process.
 type Proc struct {
-	ID                             string
-	DataDir                        string
-	GRPC, Raft, Gossip, HTTP       string
-	Args                           []string
-	LogPath                        string
-	mu                             sync.Mutex
-	cmd                            *exec.Cmd
-	done                           chan struct{}
-	exitErr                        error
+	ID                       string
+	DataDir                  string
+	GRPC, Raft, Gossip, HTTP string
+	Args                     []string
+	LogPath                  string
+	mu                       sync.Mutex
+	cmd                      *exec.Cmd
+	done                     chan struct{}
+	exitErr                  error
 }
 
 // Cluster is a set of raftps processes on loopback.
