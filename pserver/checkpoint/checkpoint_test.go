@@ -745,3 +745,82 @@ func TestPrune(t *testing.T) {
 		checkWhole(t, got, vshardsOf(0, 1, testNV), testSize)
 	}
 }
+
+func TestRestoreAndCheckpointErrors(t *testing.T) {
+	c, _ := twoSlotCluster(t, &pb.CheckpointPolicy{Replicas: 2})
+	ctx := context.Background()
+	mgr := c.nodes[0].mgr
+	if _, _, err := mgr.Restore(ctx, RestoreRequest{Job: "a/b", Slot: 0, NumPservers: 1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad job: %v", err)
+	}
+	if _, _, err := mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 3, NumPservers: 2}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad slot: %v", err)
+	}
+	down := errors.New("no leader")
+	c.meta.failRange = down
+	if _, rec, err := mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 2}); !errors.Is(err, down) || rec != nil {
+		t.Fatalf("meta down: %v %v", rec, err)
+	}
+	c.meta.failRange = nil
+	// A Txn failure leaves the pointer where it was.
+	c.meta.failTxn = down
+	_, err := c.nodes[0].mgr.Writer(testJob, 0).Checkpoint(ctx, WriteRequest{Job: testJob, Slot: 0, NumPservers: 2, Version: 5,
+		Incarnation: 1, Blobs: slotBlobs(5, 0, 2, testNV, testSize), Policy: &pb.CheckpointPolicy{Replicas: 2}})
+	if !errors.Is(err, down) {
+		t.Fatalf("txn down: %v", err)
+	}
+	c.meta.failTxn = nil
+	if p := mustPointer(t, c.meta, testJob, 0); p.GetVersion() != 1 {
+		t.Fatalf("pointer moved to %d", p.GetVersion())
+	}
+	// A vshard that is not the slot's, a stale version.
+	w := c.nodes[0].mgr.Writer(testJob, 0)
+	if _, err := w.Checkpoint(ctx, WriteRequest{Job: testJob, Slot: 0, NumPservers: 2, Version: 6, Incarnation: 1,
+		Blobs: map[int32][]byte{1: {1}}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("foreign vshard: %v", err)
+	}
+	if _, err := w.Checkpoint(ctx, WriteRequest{Job: testJob, Slot: 0, NumPservers: 2, Version: 1, Incarnation: 1,
+		Blobs: slotBlobs(1, 0, 2, testNV, testSize)}); !errors.Is(err, ErrStaleVersion) {
+		t.Fatalf("stale version: %v", err)
+	}
+}
+
+func TestDeadPeerIsSkipped(t *testing.T) {
+	// A replica address that accepts nothing: replication moves on to the
+	// next peer, restore to the next source.
+	c := mustCluster(t, 2)
+	ctx := context.Background()
+	c.cli.ProbeTimeout = 500 * time.Millisecond
+	dead := Peer{ID: "dead", Addr: "127.0.0.1:1", Host: "hx"}
+	mgr, err := New(Config{NodeID: "n0", Host: "h0", Store: c.nodes[0].store, Meta: c.meta, Client: c.cli, Logger: testLogger(t),
+		Peers: StaticPeers{dead, {ID: "n1", Addr: c.nodes[1].addr, Host: "h1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.claim(testJob, 0, c.nodes[0], 1)
+	p, err := mgr.Writer(testJob, 0).Checkpoint(ctx, WriteRequest{Job: testJob, Slot: 0, NumPservers: 1, Version: 1, Incarnation: 1,
+		Blobs: slotBlobs(1, 0, 1, testNV, testSize), Policy: &pb.CheckpointPolicy{Replicas: 2}})
+	if err != nil || !equalStrings(p.GetReplicas(), []string{"n0", "n1"}) {
+		t.Fatalf("pointer %v %v", p, err)
+	}
+	c.restart(c.nodes[0], true)
+	mgr2, _ := New(Config{NodeID: "n0", Store: c.nodes[0].store, Meta: c.meta, Client: c.cli, Logger: testLogger(t),
+		Peers: StaticPeers{dead, {ID: "n1", Addr: c.nodes[1].addr}}})
+	blobs, rec, err := mgr2.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 1})
+	if err != nil || rec.GetSource() != "n1" {
+		t.Fatalf("restore: %v %v", rec, err)
+	}
+	checkWhole(t, blobs, vshardsOf(0, 1, testNV), testSize)
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -18,8 +18,8 @@ type fakeMeta struct {
 	mu  sync.Mutex
 	rev int64
 	kvs map[string]*pb.KeyValue
-	// failTxn, if set, is returned by every Txn (a lost leader).
-	failTxn error
+	// failTxn / failRange, if set, are returned by every Txn / Range.
+	failTxn, failRange error
 }
 
 var _ Meta = (*fakeMeta)(nil)
@@ -79,6 +79,9 @@ func (f *fakeMeta) rangeLocked(r *pb.RangeRequest) *pb.RangeResponse {
 func (f *fakeMeta) Range(_ context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failRange != nil {
+		return nil, f.failRange
+	}
 	return f.rangeLocked(r), nil
 }
 

@@ -87,12 +87,13 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 	log := m.logger.With("job", req.Job, "slot", req.Slot, "num_pservers", req.NumPservers)
 	rec = &pb.RestoreRecord{Slot: req.Slot}
 	defer func() {
-		rec.UnixNano = time.Now().UnixNano()
 		if r := recover(); r != nil {
 			log.Error("restore panicked; falling back to the initializer", "panic", r, "stack", string(debug.Stack()))
 			blobs, err = nil, nil
-			rec.Version, rec.Md5, rec.Source = 0, "", ""
-			rec.Reason = fmt.Sprintf("initializer: restore panicked: %v", r)
+			rec = &pb.RestoreRecord{Slot: req.Slot, Reason: fmt.Sprintf("initializer: restore panicked: %v", r)}
+		}
+		if rec != nil {
+			rec.UnixNano = time.Now().UnixNano()
 		}
 	}()
 	if err := validJob(req.Job); err != nil {
@@ -182,18 +183,31 @@ func (m *Manager) sourcesFor(p *pb.CheckpointPointer) []source {
 	return out
 }
 
+// ProbeTimeout bounds small remote calls (manifest reads, blob probes) so
+// that a dead or partitioned node costs seconds, not the caller's deadline.
+var ProbeTimeout = 5 * time.Second
+
+// blobTimeout bounds one remote blob read: 30 s plus 10 MB/s.
+func blobTimeout(bytes int64) time.Duration {
+	return 30*time.Second + time.Duration(bytes/10e6)*time.Second
+}
+
 func (m *Manager) readManifest(ctx context.Context, src source, key string) ([]byte, error) {
 	if src.local {
 		return m.cfg.Store.GetManifest(key)
 	}
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
 	return m.client.GetManifest(ctx, src.addr, key)
 }
 
-func (m *Manager) readBlob(ctx context.Context, src source, md5hex string) ([]byte, error) {
+func (m *Manager) readBlob(ctx context.Context, src source, ref VShardRef) ([]byte, error) {
 	if src.local {
-		return m.cfg.Store.GetBlob(md5hex)
+		return m.cfg.Store.GetBlob(ref.MD5)
 	}
-	return m.client.GetBlob(ctx, src.addr, md5hex)
+	ctx, cancel := context.WithTimeout(ctx, blobTimeout(ref.Bytes))
+	defer cancel()
+	return m.client.GetBlob(ctx, src.addr, ref.MD5)
 }
 
 type loadedManifest struct {
@@ -403,7 +417,7 @@ var RestoreParallelism = max(2, runtime.GOMAXPROCS(0))
 func (m *Manager) readAnySource(ctx context.Context, sources []source, ref VShardRef) ([]byte, string, error) {
 	var errs []string
 	for _, src := range sources {
-		b, err := m.readBlob(ctx, src, ref.MD5)
+		b, err := m.readBlob(ctx, src, ref)
 		if err == nil && int64(len(b)) != ref.Bytes {
 			err = fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorrupt, ref.MD5, len(b), ref.Bytes)
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/grpc"
@@ -221,6 +222,9 @@ func fromStatus(err error) error {
 // Client copies checkpoints to and from other nodes' CheckpointStore
 // services. Connections are cached per address. It is safe for concurrent use.
 type Client struct {
+	// ProbeTimeout bounds the liveness probe Replicate sends first (5 s).
+	ProbeTimeout time.Duration
+
 	opts  []grpc.DialOption
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -231,7 +235,7 @@ func NewClient(opts ...grpc.DialOption) *Client {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}}
+	return &Client{ProbeTimeout: 5 * time.Second, opts: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (c *Client) stub(addr string) (pb.CheckpointStoreClient, error) {
@@ -274,6 +278,14 @@ func (c *Client) Replicate(ctx context.Context, addr string, m *Manifest, blobs 
 		if _, ok := blobs[r.ID]; !ok {
 			return fmt.Errorf("%w: replicate %s: no bytes for vshard %d", ErrInvalid, m.Key(), r.ID)
 		}
+	}
+	// A dead or partitioned node fails here in seconds, so the caller can
+	// pick another one before its own deadline.
+	pctx, pcancel := context.WithTimeout(ctx, c.ProbeTimeout)
+	_, err = c.VerifyBlob(pctx, addr, MD5Hex(nil))
+	pcancel()
+	if err != nil {
+		return fmt.Errorf("replicate %s: %s does not answer: %w", m.Key(), addr, err)
 	}
 	// Two streams in flight: one is hashed/synced by the receiver while the
 	// next is on the wire.
