@@ -1,0 +1,290 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/raftstore/client"
+)
+
+// Cluster is a 3-member cluster of one system on loopback whose members
+// the harness can SIGKILL and restart.
+type Cluster interface {
+	Name() string
+	// Start starts every member and waits for an agreed leader.
+	Start(ctx context.Context) error
+	// Leader waits until every running member names the same leader and
+	// returns its index.
+	Leader(ctx context.Context) (int, error)
+	// Kill SIGKILLs member i.
+	Kill(i int)
+	// Restart starts member i again with the same command line and data.
+	Restart(i int) error
+	// Endpoints are the client addresses of the members, skipping the
+	// indexes in except.
+	Endpoints(except ...int) []string
+	// NewStore connects a Store to endpoints.
+	NewStore(endpoints []string) (Store, error)
+	// Members returns the member IDs in index order.
+	Members() []string
+	// Close kills every member.
+	Close()
+}
+
+func skip(i int, except []int) bool {
+	for _, e := range except {
+		if e == i {
+			return true
+		}
+	}
+	return false
+}
+
+// raftpsCluster runs `raftps node` processes as integration/harness.go does.
+type raftpsCluster struct {
+	bin   string
+	dir   string
+	procs []*proc
+	grpc  []string
+}
+
+func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
+	c := &raftpsCluster{bin: bin, dir: dir}
+	type addrs struct{ grpc, raft, gossip, http string }
+	var as []addrs
+	for i := 0; i < n; i++ {
+		ps, err := freePorts(4)
+		if err != nil {
+			return nil, err
+		}
+		a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+		as = append(as, addrs{a(ps[0]), a(ps[1]), a(ps[2]), a(ps[3])})
+	}
+	for i, a := range as {
+		id := fmt.Sprintf("n%d", i+1)
+		var join []string
+		for j, o := range as {
+			if j != i {
+				join = append(join, o.gossip)
+			}
+		}
+		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
+			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--log-level", "info",
+			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
+		c.procs = append(c.procs, &proc{ID: id, Bin: bin, Args: args, LogPath: filepath.Join(dir, id+".log")})
+		c.grpc = append(c.grpc, a.grpc)
+	}
+	return c, nil
+}
+
+func (c *raftpsCluster) Name() string { return "raftps" }
+
+func (c *raftpsCluster) Members() []string {
+	var ids []string
+	for _, p := range c.procs {
+		ids = append(ids, p.ID)
+	}
+	return ids
+}
+
+func (c *raftpsCluster) Start(ctx context.Context) error {
+	for _, p := range c.procs {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	_, err := c.Leader(ctx)
+	return err
+}
+
+func (c *raftpsCluster) Leader(ctx context.Context) (int, error) {
+	return waitLeader(ctx, c.procs, func(ctx context.Context, i int) (string, error) {
+		cl, err := client.New([]string{c.grpc[i]})
+		if err != nil {
+			return "", err
+		}
+		defer cl.Close()
+		st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return "", err
+		}
+		return st.Leader, nil
+	}, func(id string) int {
+		for i, p := range c.procs {
+			if p.ID == id {
+				return i
+			}
+		}
+		return -1
+	})
+}
+
+// waitLeader polls every running member for its leader until all agree.
+func waitLeader(ctx context.Context, procs []*proc, leaderOf func(context.Context, int) (string, error), index func(string) int) (int, error) {
+	var last map[string]int
+	for {
+		leaders := map[string]int{}
+		running := 0
+		for i, p := range procs {
+			if !p.running() {
+				continue
+			}
+			running++
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			l, err := leaderOf(cctx, i)
+			cancel()
+			if err == nil && l != "" {
+				leaders[l]++
+			}
+		}
+		for id, n := range leaders {
+			if i := index(id); n == running && i >= 0 && procs[i].running() {
+				return i, nil
+			}
+		}
+		last = leaders
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("no agreed leader (%v): %w", last, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *raftpsCluster) Kill(i int)          { c.procs[i].kill() }
+func (c *raftpsCluster) Restart(i int) error { return c.procs[i].start() }
+
+func (c *raftpsCluster) Endpoints(except ...int) []string {
+	var eps []string
+	for i, e := range c.grpc {
+		if !skip(i, except) {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+func (c *raftpsCluster) NewStore(endpoints []string) (Store, error) { return newRaftpsStore(endpoints) }
+
+func (c *raftpsCluster) Close() {
+	for _, p := range c.procs {
+		p.kill()
+	}
+}
+
+// etcdCluster runs 3 `etcd` members with their default durability
+// (fsync of the WAL on every commit), heartbeat and election timeouts.
+type etcdCluster struct {
+	procs   []*proc
+	clients []string
+	ids     map[uint64]int // member ID -> index, learned from Status
+}
+
+func newEtcdCluster(bin, dir string, n int) (*etcdCluster, error) {
+	c := &etcdCluster{ids: map[uint64]int{}}
+	var peers, initial []string
+	for i := 0; i < n; i++ {
+		ps, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", ps[0]))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", ps[1]))
+		initial = append(initial, fmt.Sprintf("e%d=%s", i+1, peers[i]))
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("e%d", i+1)
+		args := []string{"--name", id, "--data-dir", filepath.Join(dir, id),
+			"--listen-client-urls", "http://" + c.clients[i], "--advertise-client-urls", "http://" + c.clients[i],
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "raftps-bench", "--logger", "zap", "--log-level", "warn"}
+		c.procs = append(c.procs, &proc{ID: id, Bin: bin, Args: args, LogPath: filepath.Join(dir, id+".log")})
+	}
+	return c, nil
+}
+
+func (c *etcdCluster) Name() string { return "etcd" }
+
+func (c *etcdCluster) Members() []string {
+	var ids []string
+	for _, p := range c.procs {
+		ids = append(ids, p.ID)
+	}
+	return ids
+}
+
+func (c *etcdCluster) Start(ctx context.Context) error {
+	for _, p := range c.procs {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	_, err := c.Leader(ctx)
+	return err
+}
+
+func (c *etcdCluster) Leader(ctx context.Context) (int, error) {
+	return waitLeader(ctx, c.procs, func(ctx context.Context, i int) (string, error) {
+		member, leader, err := etcdStatus(ctx, c.clients[i])
+		if err != nil {
+			return "", err
+		}
+		c.ids[member] = i
+		if leader == 0 {
+			return "", nil
+		}
+		return fmt.Sprint(leader), nil
+	}, func(id string) int {
+		for mid, i := range c.ids {
+			if fmt.Sprint(mid) == id {
+				return i
+			}
+		}
+		return -1
+	})
+}
+
+func (c *etcdCluster) Kill(i int)          { c.procs[i].kill() }
+func (c *etcdCluster) Restart(i int) error { return c.procs[i].start() }
+
+func (c *etcdCluster) Endpoints(except ...int) []string {
+	var eps []string
+	for i, e := range c.clients {
+		if !skip(i, except) {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+func (c *etcdCluster) NewStore(endpoints []string) (Store, error) { return newEtcdStore(endpoints) }
+
+func (c *etcdCluster) Close() {
+	for _, p := range c.procs {
+		p.kill()
+	}
+}
+
+// ensureEtcd returns the path of etcd, installing Debian's etcd-server
+// with apt-get when it is missing.
+func ensureEtcd(ctx context.Context, logf func(string, ...any)) (string, error) {
+	if p, err := lookPath("etcd"); err == nil {
+		return p, nil
+	}
+	logf("etcd not found: apt-get install -y etcd-server")
+	if _, err := runLogged(ctx, "apt-get", "install", "-y", "etcd-server"); err != nil {
+		logf("apt-get install failed (%v); apt-get update and retry", err)
+		if out, err := runLogged(ctx, "apt-get", "update"); err != nil {
+			return "", fmt.Errorf("apt-get update: %w\n%s", err, out)
+		}
+		if out, err := runLogged(ctx, "apt-get", "install", "-y", "etcd-server"); err != nil {
+			return "", fmt.Errorf("apt-get install etcd-server: %w\n%s", err, out)
+		}
+	}
+	return lookPath("etcd")
+}

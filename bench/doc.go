@@ -1,0 +1,31 @@
+// Package bench is the harness behind `raftps bench` (and `make bench`): it
+// measures raftps next to a baseline in the same run, on the same machine,
+// and writes one table to bench/results/<UTC timestamp>.{md,json}.
+//
+//	r, err := bench.Run(ctx, bench.Config{Bin: "bin/raftps", Root: ".", Quick: true, Log: os.Stderr})
+//	if err != nil { ... }
+//	r.WriteText(os.Stdout)
+//	paths, err := r.Save("bench/results")
+//
+// The machine is shared and noisy, so every figure is printed with its
+// baseline measured in the same run and the ratio raftps/baseline is the
+// number to read, not the absolute value:
+//
+//   - metadata store: a 3-node raftps cluster and a 3-node etcd cluster
+//     (Debian's etcd-server, installed with apt-get when missing) on
+//     loopback, each with its default fsync durability, driven by the same
+//     load generator (Store) for puts with 1, 16 and 256 clients,
+//     linearizable gets, compare-and-swap Txns and lease grant+keepalive;
+//   - failover: SIGKILL of the leader to the first successful write, both;
+//   - recovery in training (raftps only): a trainer, the node of pserver
+//     slot 0 and the leader SIGKILLed under a running job, timed from the
+//     kill to the job's TASK_REQUEUED, PSERVER_RESTORED and TASK_DONE events;
+//   - the Go benchmarks of pserver, pserver/checkpoint and trainer, run as
+//     `go test -bench` subprocesses and parsed (ParseGoBench);
+//   - where raftps' puts are behind etcd's, a CPU profile of raftstore's
+//     BenchmarkPut3Node summarized from `go tool pprof -top`.
+//
+// Run needs a built raftps binary, a module checkout (for go test) and
+// free loopback ports; it starts and kills only the processes it started.
+// A Report is not safe for concurrent mutation.
+package bench

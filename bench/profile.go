@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// PprofLine is one line of `go tool pprof -top`.
+type PprofLine struct {
+	Flat, FlatPct, Cum, CumPct float64 // seconds and percent
+	Func                       string
+}
+
+// ParsePprofTop parses the function lines of `go tool pprof -top` output.
+func ParsePprofTop(out string) []PprofLine {
+	var res []PprofLine
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		flat, e1 := parseSeconds(f[0])
+		cum, e2 := parseSeconds(f[3])
+		fp, e3 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		cp, e4 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+			continue
+		}
+		res = append(res, PprofLine{Flat: flat, FlatPct: fp, Cum: cum, CumPct: cp, Func: strings.Join(f[5:], " ")})
+	}
+	return res
+}
+
+// parseSeconds parses pprof's "1.23s", "450ms", "10us", "0".
+func parseSeconds(s string) (float64, error) {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "ms"):
+		s, mult = strings.TrimSuffix(s, "ms"), 1e-3
+	case strings.HasSuffix(s, "us"):
+		s, mult = strings.TrimSuffix(s, "us"), 1e-6
+	case strings.HasSuffix(s, "ns"):
+		s, mult = strings.TrimSuffix(s, "ns"), 1e-9
+	case strings.HasSuffix(s, "s"):
+		s = strings.TrimSuffix(s, "s")
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v * mult, err
+}
+
+// profileCategories maps a function name prefix to where its time goes;
+// the first match wins.
+var profileCategories = []struct{ prefix, name string }{
+	{"syscall.", "syscalls (fsync, socket read/write)"},
+	{"internal/runtime/syscall", "syscalls (fsync, socket read/write)"},
+	{"runtime/internal/syscall", "syscalls (fsync, socket read/write)"},
+	{"runtime.futex", "scheduler wakeups (futex)"},
+	{"runtime.mallocgc", "allocation and GC"},
+	{"runtime.gc", "allocation and GC"},
+	{"runtime.scanobject", "allocation and GC"},
+	{"runtime.greyobject", "allocation and GC"},
+	{"runtime.findObject", "allocation and GC"},
+	{"runtime.markBits", "allocation and GC"},
+	{"runtime.heapBits", "allocation and GC"},
+	{"runtime.memclr", "allocation and GC"},
+	{"runtime.sweep", "allocation and GC"},
+	{"runtime.(*mspan)", "allocation and GC"},
+	{"runtime.(*mheap)", "allocation and GC"},
+	{"runtime.(*gcWork)", "allocation and GC"},
+	{"runtime.wbBuf", "allocation and GC"},
+	{"runtime.", "Go scheduler and other runtime"},
+	{"google.golang.org/grpc", "gRPC"},
+	{"golang.org/x/net/http2", "gRPC"},
+	{"google.golang.org/protobuf", "protobuf"},
+	{"github.com/hashicorp/go-msgpack", "msgpack (raft log encoding)"},
+	{"github.com/hashicorp/raft-boltdb", "bolt log store"},
+	{"go.etcd.io/bbolt", "bolt log store"},
+	{"github.com/boltdb/bolt", "bolt log store"},
+	{"github.com/hashicorp/raft", "hashicorp/raft"},
+	{"github.com/cockroachdb/pebble", "pebble"},
+	{"github.com/raftps/raftps", "raftps code"},
+	{"crypto/", "hashing and crypto"},
+	{"hash/", "hashing and crypto"},
+	{"encoding/", "encoding (json, binary)"},
+	{"net.", "net"},
+	{"internal/poll", "net"},
+	{"os.", "os"},
+}
+
+// Categorize sums flat time by category, largest first, in percent of total.
+func Categorize(lines []PprofLine) [][2]string {
+	sum := map[string]float64{}
+	for _, l := range lines {
+		cat := "other"
+		for _, c := range profileCategories {
+			if strings.HasPrefix(l.Func, c.prefix) {
+				cat = c.name
+				break
+			}
+		}
+		sum[cat] += l.FlatPct
+	}
+	var cats []string
+	for c := range sum {
+		cats = append(cats, c)
+	}
+	sort.Slice(cats, func(i, j int) bool { return sum[cats[i]] > sum[cats[j]] })
+	var res [][2]string
+	for _, c := range cats {
+		res = append(res, [2]string{c, fmt.Sprintf("%.1f%%", sum[c])})
+	}
+	return res
+}
+
+// putsBehind reports whether any raftps put throughput is below etcd's
+// in this run (or the comparison is missing).
+func (r *runner) putsBehind() bool {
+	seen := false
+	for _, row := range r.rep.Rows {
+		if row.Section == "metadata store" && strings.HasPrefix(row.Metric, "put") && row.Unit == "ops/s" {
+			seen = true
+			if rt := row.Ratio(); rt != rt || rt < 1 {
+				return true
+			}
+		}
+	}
+	return !seen
+}
+
+// profileSection takes a CPU profile of raftstore's BenchmarkPut3Node (an
+// in-process 3-node cluster on loopback TCP, 1 and 64 clients) and
+// summarizes `go tool pprof -top`.
+func (r *runner) profileSection(ctx context.Context, tmp string) {
+	if !r.putsBehind() {
+		r.note("raftps puts are not behind etcd in this run: no profile taken")
+		return
+	}
+	prof, bin := filepath.Join(tmp, "put.cpu.prof"), filepath.Join(tmp, "raftstore.test")
+	n := "3000x"
+	if r.cfg.Quick {
+		n = "1000x"
+	}
+	r.logf("profiling raftstore BenchmarkPut3Node -benchtime %s", n)
+	res, out, err := RunGoBench(ctx, r.cfg.Root, "./raftstore", "^BenchmarkPut3Node$", n, "-cpuprofile", prof, "-o", bin)
+	if err != nil {
+		r.note(fmt.Sprintf("profile: %v", err))
+		r.logf("%s", out)
+		return
+	}
+	cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=100000", bin, prof)
+	cmd.Dir = r.cfg.Root
+	top, err := cmd.Output()
+	if err != nil {
+		r.note(fmt.Sprintf("go tool pprof: %v", err))
+		return
+	}
+	cumCmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=100000", bin, prof)
+	cumCmd.Dir = r.cfg.Root
+	cumOut, _ := cumCmd.Output()
+	r.rep.Profile = SummarizeProfile(res, string(top), string(cumOut))
+}
+
+// cumOf returns the cumulative percent of the first function whose name
+// contains sub.
+func cumOf(lines []PprofLine, sub string) (float64, string) {
+	for _, l := range lines {
+		if strings.Contains(l.Func, sub) {
+			return l.CumPct, l.Func
+		}
+	}
+	return NA, ""
+}
+
+// SummarizeProfile renders the benchmark's own figures, the flat time by
+// category, the cumulative share of the calls that matter for a write
+// (fsync, the log store, gRPC, the FSM apply) and the top 20 lines.
+func SummarizeProfile(res []GoBench, top, cumTop string) string {
+	var b strings.Builder
+	b.WriteString("`go test -run '^$' -bench '^BenchmarkPut3Node$' -cpuprofile ./raftstore` (in-process 3-node raftstore cluster on loopback TCP; the whole process: leader, both followers and the clients).\n\n")
+	for _, g := range res {
+		fmt.Fprintf(&b, "- %s: %s ops/s, p50 %s ms, p99 %s ms, %s commands/entry\n", g.Name,
+			FormatValue(g.Metrics["ops/s"]), FormatValue(g.Metrics["p50-ms"]), FormatValue(g.Metrics["p99-ms"]), FormatValue(g.Metrics["cmds/entry"]))
+	}
+	lines := ParsePprofTop(top)
+	header := ""
+	for _, l := range strings.Split(top, "\n") {
+		if strings.HasPrefix(l, "Duration:") || strings.HasPrefix(l, "Showing nodes") {
+			header += l + "\n"
+		}
+	}
+	b.WriteString("\nFlat CPU by where it goes:\n\n")
+	for _, c := range Categorize(lines) {
+		fmt.Fprintf(&b, "- %s: %s\n", c[0], c[1])
+	}
+	cl := ParsePprofTop(cumTop)
+	b.WriteString("\nCumulative share of the calls on a write's path:\n\n")
+	for _, s := range []string{"os.(*File).Sync", "syscall.Fsync", "raft-boltdb", "raft.(*Raft).runLeader", "raft.(*Raft).processLogs",
+		"raft.(*NetworkTransport)", "grpc.(*Server).handleStream", "raftps/raftstore.(*Store).Put", "raftps/fsm", "runtime.gcBgMarkWorker", "runtime.mallocgc"} {
+		if v, f := cumOf(cl, s); f != "" {
+			fmt.Fprintf(&b, "- %s: %.1f%%\n", f, v)
+		}
+	}
+	b.WriteString("\nTop 20 by flat time (`go tool pprof -top`):\n\n```\n" + header)
+	n := 0
+	for _, l := range strings.Split(top, "\n") {
+		if ParsePprofTop(l) != nil {
+			b.WriteString(l + "\n")
+			if n++; n == 20 {
+				break
+			}
+		} else if strings.Contains(l, "flat%") {
+			b.WriteString(l + "\n")
+		}
+	}
+	b.WriteString("```\n")
+	return b.String()
+}

@@ -1,0 +1,5 @@
+package bench
+
+import "context"
+
+func (r *runner) trainingSection(ctx context.Context, tmp string) {}

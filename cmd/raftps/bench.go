@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftps/raftps/bench"
+)
+
+func init() { extraCommands = append(extraCommands, newBenchCmd) }
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var (
+		quick      bool
+		root, out  string
+		skip       []string
+		dataset    string
+		binaryPath string
+	)
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "measure raftps against etcd and its own baselines; write bench/results/<UTC time>.md",
+		Long: `Start a 3-node raftps cluster and a 3-node etcd cluster (Debian's etcd-server,
+installed with apt-get if missing) on loopback and drive both with the same load
+(puts of 256 B with 1, 16 and 256 clients, linearizable gets, CAS txns, lease
+grant+keepalive), time leader failover on both, time recovery of a running
+training job after a trainer, a pserver node and the leader are SIGKILLed, run
+the Go benchmarks of pserver, checkpoint and trainer, and, where raftps' puts
+are behind etcd's, profile raftstore's puts. Prints one table of raftps next to
+its baseline with the ratio, and writes it with the machine's description to
+--out as <UTC timestamp>.md and .json. A full run takes a few minutes; --quick
+shortens every measurement.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if root == "" {
+				r, err := findModuleRoot()
+				if err != nil {
+					return fmt.Errorf("--root: %w", err)
+				}
+				root = r
+			}
+			if binaryPath == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				binaryPath = exe
+			}
+			if out == "" {
+				out = filepath.Join(root, "bench", "results")
+			}
+			rep, err := bench.Run(cmd.Context(), bench.Config{Bin: binaryPath, Root: root, Dataset: dataset,
+				Quick: quick, Skip: skip, Log: g.err})
+			if rep == nil {
+				return err
+			}
+			fmt.Fprintln(g.out)
+			if werr := rep.WriteText(g.out); werr != nil {
+				return werr
+			}
+			paths, serr := rep.Save(out)
+			if serr != nil {
+				return errors.Join(err, serr)
+			}
+			for _, p := range paths {
+				fmt.Fprintf(g.out, "wrote %s\n", p)
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&quick, "quick", false, "shorter run: 2 s per workload, 3 recovery trials, 1x Go benchmarks")
+	f.StringVar(&root, "root", "", "module root where `go test -bench` runs (default: the go.mod above the working directory)")
+	f.StringVar(&out, "out", "", "results directory (default <root>/bench/results)")
+	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, failover, training, gobench, profile")
+	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
+	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default: this executable)")
+	return c
+}
+
+// findModuleRoot walks up from the working directory to the go.mod.
+func findModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
