@@ -221,7 +221,10 @@ func (m *Manager) Verify(ctx context.Context, job string, version int64) ([]Mism
 					present, ok, actual, err = m.cfg.Store.VerifyBlob(r.MD5)
 				} else {
 					var resp *pb.VerifyBlobResponse
-					if resp, err = m.client.VerifyBlob(ctx, src.addr, r.MD5); err == nil {
+					vctx, cancel := context.WithTimeout(ctx, blobTimeout(r.Bytes))
+					resp, err = m.client.VerifyBlob(vctx, src.addr, r.MD5)
+					cancel()
+					if err == nil {
 						present, ok, actual = resp.GetPresent(), resp.GetOk(), resp.GetActualMd5()
 					}
 				}
