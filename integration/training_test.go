@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -90,7 +91,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 	mustLeader(t, c, 20*time.Second)
 	const job = "e2e-train"
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
-		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "500", "--passes", "2",
+		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "300", "--passes", "3",
 		"--pservers", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "20", "--keep-max", "3")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -148,6 +149,12 @@ func TestTrainingUnderFaults(t *testing.T) {
 	// 2. A fourth node added mid-job takes tasks.
 	n4 := c.AddProc()
 	c.Start(n4)
+	defer func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(n4.LogPath)
+			t.Logf("n4 log: %d bytes, running %v", len(b), n4.Running())
+		}
+	}()
 	waitFor(t, 90*time.Second, "n4's trainer to finish a task", func() bool {
 		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.Trainer == n4.ID }) > 0
 	})
@@ -180,7 +187,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 		}
 	}
 	tasksPerPass := int(final.TotalTasks)
-	for pass := 0; pass < 2; pass++ {
+	for pass := 0; pass < 3; pass++ {
 		for id := 0; id < tasksPerPass; id++ {
 			if n := seen[fmt.Sprintf("%d/%d", pass, id)]; n != 1 {
 				t.Errorf("pass %d task %d done %d times", pass, id, n)

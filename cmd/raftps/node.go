@@ -22,6 +22,7 @@ import (
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/client"
@@ -242,8 +243,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		}()
 	}
 
-	n.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20),
-		grpc.InitialWindowSize(64<<20), grpc.InitialConnWindowSize(64<<20))
+	// One gRPC server for every service; the pserver's transport tuning
+	// (window sizes, socket buffers, a non-zeroing buffer pool) serves all.
+	n.grpc = grpc.NewServer(pserver.ServerOptions()...)
 	service.New(n.store).Register(n.grpc)
 	master.NewService(n.store, n.gossip).Register(n.grpc)
 	if err := n.openRoles(runCtx); err != nil {

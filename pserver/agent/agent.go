@@ -366,7 +366,8 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	}
 	start := time.Now()
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
-	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers})
+	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers,
+		Async: spec.Mode == pb.UpdateMode_UPDATE_MODE_ASYNC})
 	rcancel()
 	if err != nil {
 		a.releaseKey(ctx, spec.Name, i, inc)
