@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"time"
 
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
@@ -14,6 +15,9 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
+
+// pruneInterval between sweeps of unreferenced checkpoint versions.
+const pruneInterval = 10 * time.Minute
 
 // gossipPeers adapts gossip membership to what the role agents and the
 // checkpoint manager need.
@@ -64,6 +68,23 @@ func (n *Node) openRoles(ctx context.Context) error {
 		return err
 	}
 	n.ckpt = mgr
+	// Old replicas and crashed writers' attempts that no pointer names.
+	n.goAgent(ctx, func(ctx context.Context) error {
+		t := time.NewTicker(pruneInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if k, err := mgr.Prune(ctx); err != nil {
+				n.log.Warn("checkpoint prune", "err", err)
+			} else if k > 0 {
+				n.log.Info("checkpoint prune", "manifests_deleted", k)
+			}
+		}
+	})
 
 	if n.cfg.hasRole("pserver") {
 		srv := pserver.NewServer()
