@@ -179,3 +179,30 @@ func DialBalanced(addrs []string) (*grpc.ClientConn, error) {
 			MinConnectTimeout: time.Second,
 		}))
 }
+
+// FinalState reads every key under prefix with a linearizable Range through
+// any node (retrying until ctx ends) and returns them as puts at their
+// mod_revisions: the committed state the watchers must agree with.
+func (cs ConnSet) FinalState(ctx context.Context, prefix string) ([]AckedPut, error) {
+	var last error
+	for {
+		for _, c := range cs {
+			octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err := c.KV.Range(octx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix)})
+			cancel()
+			if err == nil {
+				out := make([]AckedPut, 0, len(resp.Kvs))
+				for _, kv := range resp.Kvs {
+					out = append(out, AckedPut{Key: string(kv.Key), Value: string(kv.Value), Revision: kv.ModRevision})
+				}
+				return out, nil
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("jepsen: final range: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
