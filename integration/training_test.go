@@ -14,8 +14,7 @@ import (
 )
 
 // datasetDir is the shipped Fashion-MNIST.
-func datasetDir(t *testing.T) string {
-	t.Helper()
+func datasetDir(testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "datasets", "fashion-mnist")
 }
