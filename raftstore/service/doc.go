@@ -14,6 +14,12 @@
 // (Internal.ReadIndex) and wait until the local FSM has applied it.
 // Keepalives go to the leader's lease timers (Internal.LeaseKeepAliveOnce).
 //
+// Agents on a node (pservers, trainers, checkpoints) use Local, the
+// in-process client of the node's own store with the same semantics, and
+// keep their keys under a Session: one lease kept alive (etcd's
+// concurrency.Session), whose loss they learn of and react to (fence,
+// re-register).
+//
 // Errors cross the boundary through ToStatus, the one table that maps
 // raftps' sentinels to gRPC codes (etcd's togRPCError): invalid input is
 // InvalidArgument, a missing lease NotFound, a compacted revision OutOfRange,
