@@ -138,6 +138,29 @@ func TestTrainingUnderFaults(t *testing.T) {
 	if victimTask < 0 {
 		t.Fatalf("no task of %s was requeued", victim.ID)
 	}
+	// The others go on: the first task finished by another trainer after
+	// the death was detected (the requeue).
+	var detected int64
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_TASK_REQUEUED && afterKill(e) {
+			detected = e.UnixNano
+			break
+		}
+	}
+	waitFor(t, 30*time.Second, "a task finished by another trainer after the death was detected", func() bool {
+		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.UnixNano > detected && e.Trainer != victim.ID }) > 0
+	})
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_TASK_DONE && e.UnixNano > detected && e.Trainer != victim.ID {
+			goOn := time.Duration(e.UnixNano - detected)
+			t.Logf("death detected (tasks requeued) %v after the kill; the next task finished %v later (trainer %s)",
+				time.Unix(0, detected).Sub(killedAt).Round(time.Millisecond), goOn.Round(time.Millisecond), e.Trainer)
+			if goOn > 2*time.Second {
+				t.Errorf("the other trainers went on %v after the death was detected, want < 2s", goOn)
+			}
+			break
+		}
+	}
 	{
 		waitFor(t, 60*time.Second, "the requeued task done by another trainer", func() bool {
 			return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.TaskId == victimTask && e.Trainer != victim.ID }) > 0
