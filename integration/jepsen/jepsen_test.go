@@ -120,6 +120,12 @@ func TestJepsen(t *testing.T) {
 	defer cancel()
 	sum, err := RunSuite(ctx, cfg)
 	if err != nil {
+		for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
+			if b, rerr := os.ReadFile(filepath.Join(out, "logs", n+".log")); rerr == nil {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("last lines of %s.log:\n%s", n, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			}
+		}
 		t.Fatalf("jepsen: run failed: %v (results so far in %s)", err, out)
 	}
 	t.Logf("\n%s", sum.Text())
