@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"slices"
+	"sync"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -99,9 +101,25 @@ func (s *Slot) copyLocked(snap *SlotSnapshot) {
 		return es
 	}
 	snap.Version, snap.Step = s.version, s.step
-	for _, k := range s.denseKeys {
+	// Dense blocks are copied by every core at once (the copy is what
+	// updates wait for); each worker fills its own part of one slice.
+	dense := make([]EntrySnapshot, len(s.denseKeys))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(s.denseKeys)/4))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(s.denseKeys); i += workers {
+				k := s.denseKeys[i]
+				dense[i] = cp(k, s.dense[k])
+			}
+		}(w)
+	}
+	wg.Wait()
+	for i, k := range s.denseKeys {
 		v := snap.VShards[s.layout.VShardOfBlock(s.layout.Params[k.p], k.i)]
-		v.Entries = append(v.Entries, cp(k, s.dense[k]))
+		v.Entries = append(v.Entries, dense[i])
 	}
 	for k, e := range s.rows {
 		v := snap.VShards[s.layout.VShardOfRow(s.layout.Params[k.p], k.i)]
