@@ -117,7 +117,7 @@ func EnsureTools() error {
 	return nil
 }
 
-// SweepStale removes "rps-<pid>-*" namespaces and links whose <pid> is no
+// SweepStale removes "rps-<pid>-*" namespaces, links and temp data dirs whose <pid> is no
 // longer a live process (a run killed before its cleanup), killing any
 // process still inside those namespaces. It returns what it removed.
 func SweepStale() []string {
@@ -158,6 +158,13 @@ func SweepStale() []string {
 			if _, err := run("ip", "link", "del", name); err == nil {
 				removed = append(removed, "link "+name)
 			}
+		}
+	}
+	// Data dirs of dead runs (RunSuite's rps-<pid>-data-*).
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "rps-*-data-*"))
+	for _, d := range dirs {
+		if stale(filepath.Base(d)) && os.RemoveAll(d) == nil {
+			removed = append(removed, "dir "+d)
 		}
 	}
 	return removed

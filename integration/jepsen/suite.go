@@ -109,7 +109,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		return sum, err
 	}
 	defer hs.Close()
-	dataRoot, err := os.MkdirTemp("", "rps-jepsen-data-")
+	dataRoot, err := os.MkdirTemp("", fmt.Sprintf("rps-%d-data-", os.Getpid()))
 	if err != nil {
 		return sum, err
 	}
