@@ -56,6 +56,9 @@ func CheckRegisters(ops []RegisterOp, timeout time.Duration) (Result, porcupine.
 	for _, op := range ops {
 		res.Stats["ops"]++
 		res.Stats[string(op.Kind)+"-"+string(op.Status)]++
+		if op.Kind == RegCAS && op.Status == StatusOK && op.OK {
+			res.Stats["cas-succeeded"]++
+		}
 	}
 	pops := PorcupineOps(ops)
 	res.Stats["checked"] = len(pops)

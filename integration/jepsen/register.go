@@ -280,6 +280,9 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 			process := client
+			// known is the last value this client saw per key, so that most
+			// cas expect a value that may well be current and succeed.
+			known := map[string]string{}
 			for ctx.Err() == nil {
 				name, nc := conns.Random(r)
 				gen := h.Now() / int64(cfg.KeyLifetime)
@@ -293,7 +296,11 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
 				default:
 					op.Kind = RegCAS
-					op.Expect = fmt.Sprintf("%d", r.Int64N(max(nextVal.Load(), 1))+1)
+					if v, ok := known[key]; ok && r.IntN(5) != 0 {
+						op.Expect = v
+					} else {
+						op.Expect = fmt.Sprintf("%d", r.Int64N(max(nextVal.Load(), 1))+1)
+					}
 					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
 				}
 				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
@@ -311,6 +318,12 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 					}
 				} else {
 					op.Status = StatusOK
+					switch {
+					case op.Kind == RegRead && op.Result != "":
+						known[key] = op.Result
+					case op.Kind == RegWrite || (op.Kind == RegCAS && op.OK):
+						known[key] = op.Value
+					}
 					if op.Kind == RegWrite || (op.Kind == RegCAS && op.OK) {
 						mu.Lock()
 						acked = append(acked, AckedPut{Key: op.Key, Value: op.Value, Revision: op.Rev})
