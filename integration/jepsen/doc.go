@@ -23,8 +23,10 @@
 // `raftps node --help` lacks a flag the suite uses), -jepsen.out DIR,
 // -jepsen.seed N, -jepsen.faults kill-leader,loss,... (overrides the
 // schedule; kinds in AllFaults), -jepsen.training, -jepsen.long,
-// -jepsen.canary (register reads are made serializable, which the checker
-// must find not linearizable: the test then passes only if it does), and
+// -jepsen.canary (register reads are made serializable: a follower answers
+// from its own state, which lags the leader's acknowledgements even without
+// faults, so the checker must find the history not linearizable; the test
+// then passes only if it does — in practice on nearly every key), and
 // -jepsen.replay DIR/history.jsonl for TestReplay, which re-checks a
 // recorded history's registers and leases.
 //

@@ -19,7 +19,7 @@ var (
 	flagSeed   = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
 	flagFaults = flag.String("jepsen.faults", "", "comma-separated fault schedule overriding the default (kinds: see AllFaults)")
 	flagTrain  = flag.Bool("jepsen.training", false, "also run a training job (mlp, 40 passes of 60000 records) under the faults and check its task events and restores (always on with -jepsen.long)")
-	flagCanary = flag.Bool("jepsen.canary", false, "canary: serializable reads, which a partition should make non-linearizable; the test then expects a violation")
+	flagCanary = flag.Bool("jepsen.canary", false, "canary: serializable reads (followers serve their local, possibly stale, state); the test then expects the checker to find a violation")
 )
 
 // moduleRoot is the directory holding go.mod.
