@@ -26,6 +26,9 @@ type Config struct {
 	Quick bool
 	// Skip names sections not to run: "kv", "failover", "training", "gobench", "profile".
 	Skip []string
+	// KeepData keeps the temp dir of the clusters' data and logs (its
+	// path is logged) instead of removing it.
+	KeepData bool
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 }
@@ -82,7 +85,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	if cfg.KeepData {
+		r.logf("data and logs kept in %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
 
 	etcdBin := ""
 	needClusters := !r.skipped("kv") || !r.skipped("failover")

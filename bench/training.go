@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -269,7 +270,10 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 			}
 			return len(seen) == len(c.procs)
 		}) == nil {
-			return fmt.Errorf("job %s: not every trainer finished a task within 90 s (%v)", job, seen)
+			if len(seen) == 0 {
+				return fmt.Errorf("job %s: no task done within 90 s", job)
+			}
+			r.note(fmt.Sprintf("training: job %s: only trainers %v finished a task within 90 s of the submit", job, keys(seen)))
 		}
 		return nil
 	}
@@ -450,6 +454,11 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 		if lerr == nil {
 			t1 := time.Now()
 			events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool { return e.Type == pb.JobEvent_TASK_DONE && after(e, t1) })
+			if s.name == "trainer" && events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool {
+				return e.Type == pb.JobEvent_TASK_DONE && e.Trainer == id && after(e, t1)
+			}) == nil {
+				r.note(fmt.Sprintf("training: %s, restarted after a trainer kill, finished no task within 60 s (job %s)", id, st.Name))
+			}
 		}
 		if ev != nil {
 			if attempt > 1 {
@@ -461,4 +470,13 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 			return 0, note, fmt.Errorf("no %s event within %v of killing %s", s.metric, wait, id)
 		}
 	}
+}
+
+func keys(m map[string]bool) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

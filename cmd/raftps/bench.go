@@ -20,6 +20,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		skip       []string
 		dataset    string
 		binaryPath string
+		keep       bool
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -54,7 +55,7 @@ shortens every measurement.`,
 				out = filepath.Join(root, "bench", "results")
 			}
 			rep, err := bench.Run(cmd.Context(), bench.Config{Bin: binaryPath, Root: root, Dataset: dataset,
-				Quick: quick, Skip: skip, Log: g.err})
+				Quick: quick, Skip: skip, KeepData: keep, Log: g.err})
 			if rep == nil {
 				return err
 			}
@@ -78,6 +79,7 @@ shortens every measurement.`,
 	f.StringVar(&out, "out", "", "results directory (default <root>/bench/results)")
 	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, failover, training, gobench, profile")
 	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
+	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
 	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default: this executable)")
 	return c
 }
