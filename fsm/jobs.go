@@ -37,6 +37,8 @@ type JobReader interface {
 	EventSeq(job string) int64
 	// Tasks returns the job's tasks (copies).
 	Tasks(job string) []*pb.Task
+	// Pending returns the job's pending tasks (copies): O(pending).
+	Pending(job string) []*pb.Task
 }
 
 // defaultJobQueue builds the job queue of a new FSM (and of a restore).
@@ -77,6 +79,12 @@ func (r lockedJobs) Tasks(job string) []*pb.Task {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	return r.f.jobs.Tasks(job)
+}
+
+func (r lockedJobs) Pending(job string) []*pb.Task {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.Pending(job)
 }
 
 // touched records that job changed (for Notification.JobsChanged).

@@ -190,6 +190,18 @@ func (c *Cluster) StartAll() {
 // Kill sends SIGKILL to p and waits for it to exit.
 func (c *Cluster) Kill(p *Proc) { c.signal(p, syscall.SIGKILL, 10*time.Second) }
 
+// Pause freezes p (SIGSTOP); Resume thaws it (SIGCONT).
+func (c *Cluster) Pause(p *Proc)  { c.sig(p, syscall.SIGSTOP) }
+func (c *Cluster) Resume(p *Proc) { c.sig(p, syscall.SIGCONT) }
+
+func (c *Cluster) sig(p *Proc, s syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(s)
+	}
+}
+
 // Stop sends SIGTERM to p and waits up to 20 s for a graceful exit.
 func (c *Cluster) Stop(p *Proc) error {
 	c.signal(p, syscall.SIGTERM, 20*time.Second)

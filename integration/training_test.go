@@ -101,42 +101,46 @@ func TestTrainingUnderFaults(t *testing.T) {
 	done := func() int { return ev.count(pb.JobEvent_TASK_DONE, nil) }
 	waitFor(t, 2*time.Minute, "8 tasks done", func() bool { return done() >= 8 })
 
-	// 1. A trainer SIGKILLed mid-task: pick a non-leader node holding a pending task.
+	// 1. A trainer SIGKILLed mid-task. A candidate (not the leader) is
+	// frozen first (SIGSTOP), so what it holds cannot change; it is killed
+	// only if it holds a pending task, else thawed and another round tried.
 	leader := mustLeader(t, c, 10*time.Second)
 	var victim *Proc
 	var victimTask int64 = -1
-	waitFor(t, 30*time.Second, "a non-leader trainer holding a task", func() bool {
-		cl := c.Client(leader)
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		resp, err := cl.Master.GetJob(cctx, &pb.GetJobRequest{Name: job})
-		if err != nil || resp.Status.Pending < 3 { // every trainer holds a task
-			return false
-		}
+	waitFor(t, 60*time.Second, "a frozen non-leader trainer holding a task", func() bool {
 		for _, p := range c.Procs {
-			if p != leader && p.Running() {
-				victim = p
-				return true
+			if p == leader || !p.Running() {
+				continue
 			}
+			c.Pause(p)
+			st := jobStatusOf(t, c, leader, job)
+			for _, pt := range st.PendingTasks {
+				if pt.Trainer == p.ID {
+					victim, victimTask = p, pt.Id
+					return true
+				}
+			}
+			c.Resume(p)
 		}
+		time.Sleep(100 * time.Millisecond)
 		return false
 	})
 	killedAt := time.Now()
 	c.Kill(victim)
 	t.Logf("SIGKILLed %s (a trainer) with %d tasks done", victim.ID, done())
 	afterKill := func(e *pb.JobEvent) bool { return e.Trainer == victim.ID && e.UnixNano >= killedAt.UnixNano() }
-	waitFor(t, 30*time.Second, "the dead trainer's tasks requeued", func() bool {
-		return ev.count(pb.JobEvent_TASK_REQUEUED, afterKill) > 0
+	waitFor(t, 30*time.Second, "the dead trainer's task requeued", func() bool {
+		return ev.count(pb.JobEvent_TASK_REQUEUED, func(e *pb.JobEvent) bool { return afterKill(e) && e.TaskId == victimTask }) > 0
 	})
+	requeued := false
 	for _, e := range ev.snapshot() {
-		if e.Type == pb.JobEvent_TASK_REQUEUED && afterKill(e) {
-			victimTask = e.TaskId
+		if e.Type == pb.JobEvent_TASK_REQUEUED && afterKill(e) && e.TaskId == victimTask {
+			requeued = true
 			t.Logf("task %d of %s requeued %v after the kill", e.TaskId, victim.ID, time.Unix(0, e.UnixNano).Sub(killedAt).Round(time.Millisecond))
-			break
 		}
 	}
-	if victimTask < 0 {
-		t.Fatalf("no task of %s was requeued", victim.ID)
+	if !requeued {
+		t.Fatalf("task %d held by %s was not requeued", victimTask, victim.ID)
 	}
 	// The others go on: the first task finished by another trainer after
 	// the death was detected (the requeue).
@@ -196,7 +200,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 		return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0
 	})
 	<-followDone
-	final := jobStatusOf(t, c, c.Procs[0], job)
+	final := jobStatusOf(t, c, mustLeader(t, c, 30*time.Second), job)
 	if final.State != pb.JobState_JOB_SUCCEEDED {
 		t.Fatalf("job ended %v: %s", final.State, final.Message)
 	}
@@ -239,7 +243,7 @@ func jobStatusOf(t *testing.T, c *Cluster, p *Proc, job string) *pb.JobStatus {
 	t.Helper()
 	var st *pb.JobStatus
 	waitFor(t, 30*time.Second, "job status", func() bool {
-		cl := c.Client()
+		cl := c.Client(p)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})

@@ -426,16 +426,13 @@ func (m *Master) sweep(ctx context.Context) {
 // longer registered under /jobs/<job>/trainers/ (their lease expired or was
 // revoked), so a dead trainer's task does not wait for its deadline.
 func (m *Master) requeueUnregistered(ctx context.Context, job string) {
-	tasks := m.store.FSM().Jobs().Tasks(job)
 	holders := map[string]bool{}
-	for _, t := range tasks {
-		if t.State == pb.TaskState_TASK_PENDING {
-			if t.Trainer != "" {
-				holders[t.Trainer] = true
-			}
-			if t.BackupTrainer != "" {
-				holders[t.BackupTrainer] = true
-			}
+	for _, t := range m.store.FSM().Jobs().Pending(job) {
+		if t.Trainer != "" {
+			holders[t.Trainer] = true
+		}
+		if t.BackupTrainer != "" {
+			holders[t.BackupTrainer] = true
 		}
 	}
 	if len(holders) == 0 {

@@ -120,6 +120,7 @@ func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJob
 	}
 	s.fillMembership(j)
 	s.fillRestores(j)
+	j.PendingTasks = s.store.FSM().Jobs().Pending(req.Name)
 	return &pb.GetJobResponse{Status: j}, nil
 }
 

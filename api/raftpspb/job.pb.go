@@ -1554,7 +1554,10 @@ type JobStatus struct {
 	Timeouts          int64                  `protobuf:"varint,18,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
 	Restores          []*RestoreRecord       `protobuf:"bytes,19,rep,name=restores,proto3" json:"restores,omitempty"`
 	// events_seq is the sequence number of the newest job event.
-	EventsSeq     int64 `protobuf:"varint,20,opt,name=events_seq,json=eventsSeq,proto3" json:"events_seq,omitempty"`
+	EventsSeq int64 `protobuf:"varint,20,opt,name=events_seq,json=eventsSeq,proto3" json:"events_seq,omitempty"`
+	// pending_tasks are the tasks handed out and not yet finished, with
+	// their trainers, start times and deadlines (GetJob only).
+	PendingTasks  []*Task `protobuf:"bytes,21,rep,name=pending_tasks,json=pendingTasks,proto3" json:"pending_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1727,6 +1730,13 @@ func (x *JobStatus) GetEventsSeq() int64 {
 		return x.EventsSeq
 	}
 	return 0
+}
+
+func (x *JobStatus) GetPendingTasks() []*Task {
+	if x != nil {
+		return x.PendingTasks
+	}
+	return nil
 }
 
 type JobEvent struct {
@@ -2816,7 +2826,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x03md5\x18\x03 \x01(\tR\x03md5\x12\x16\n" +
 	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1b\n" +
-	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\"\xc7\x05\n" +
+	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\"\xfd\x05\n" +
 	"\tJobStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.raftps.v1.JobStateR\x05state\x12\x12\n" +
@@ -2840,7 +2850,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\btimeouts\x18\x12 \x01(\x03R\btimeouts\x124\n" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
-	"events_seq\x18\x14 \x01(\x03R\teventsSeq\"\xad\x04\n" +
+	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xad\x04\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -3028,36 +3039,37 @@ var file_raftps_v1_job_proto_depIdxs = []int32{
 	14, // 12: raftps.v1.JobStatus.metrics:type_name -> raftps.v1.PassMetric
 	12, // 13: raftps.v1.JobStatus.spec:type_name -> raftps.v1.JobSpec
 	17, // 14: raftps.v1.JobStatus.restores:type_name -> raftps.v1.RestoreRecord
-	5,  // 15: raftps.v1.JobEvent.type:type_name -> raftps.v1.JobEvent.Type
-	12, // 16: raftps.v1.SubmitJobRequest.spec:type_name -> raftps.v1.JobSpec
-	18, // 17: raftps.v1.SubmitJobResponse.status:type_name -> raftps.v1.JobStatus
-	18, // 18: raftps.v1.GetJobResponse.status:type_name -> raftps.v1.JobStatus
-	18, // 19: raftps.v1.ListJobsResponse.jobs:type_name -> raftps.v1.JobStatus
-	18, // 20: raftps.v1.CancelJobResponse.status:type_name -> raftps.v1.JobStatus
-	6,  // 21: raftps.v1.GetTaskResponse.result:type_name -> raftps.v1.GetTaskResponse.Result
-	13, // 22: raftps.v1.GetTaskResponse.task:type_name -> raftps.v1.Task
-	30, // 23: raftps.v1.TaskFinishedRequest.metrics:type_name -> raftps.v1.TaskMetrics
-	20, // 24: raftps.v1.Master.SubmitJob:input_type -> raftps.v1.SubmitJobRequest
-	22, // 25: raftps.v1.Master.GetJob:input_type -> raftps.v1.GetJobRequest
-	24, // 26: raftps.v1.Master.ListJobs:input_type -> raftps.v1.ListJobsRequest
-	26, // 27: raftps.v1.Master.CancelJob:input_type -> raftps.v1.CancelJobRequest
-	28, // 28: raftps.v1.Master.GetTask:input_type -> raftps.v1.GetTaskRequest
-	31, // 29: raftps.v1.Master.TaskFinished:input_type -> raftps.v1.TaskFinishedRequest
-	33, // 30: raftps.v1.Master.TaskFailed:input_type -> raftps.v1.TaskFailedRequest
-	35, // 31: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
-	21, // 32: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
-	23, // 33: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
-	25, // 34: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
-	27, // 35: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
-	29, // 36: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
-	32, // 37: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
-	34, // 38: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
-	19, // 39: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	13, // 15: raftps.v1.JobStatus.pending_tasks:type_name -> raftps.v1.Task
+	5,  // 16: raftps.v1.JobEvent.type:type_name -> raftps.v1.JobEvent.Type
+	12, // 17: raftps.v1.SubmitJobRequest.spec:type_name -> raftps.v1.JobSpec
+	18, // 18: raftps.v1.SubmitJobResponse.status:type_name -> raftps.v1.JobStatus
+	18, // 19: raftps.v1.GetJobResponse.status:type_name -> raftps.v1.JobStatus
+	18, // 20: raftps.v1.ListJobsResponse.jobs:type_name -> raftps.v1.JobStatus
+	18, // 21: raftps.v1.CancelJobResponse.status:type_name -> raftps.v1.JobStatus
+	6,  // 22: raftps.v1.GetTaskResponse.result:type_name -> raftps.v1.GetTaskResponse.Result
+	13, // 23: raftps.v1.GetTaskResponse.task:type_name -> raftps.v1.Task
+	30, // 24: raftps.v1.TaskFinishedRequest.metrics:type_name -> raftps.v1.TaskMetrics
+	20, // 25: raftps.v1.Master.SubmitJob:input_type -> raftps.v1.SubmitJobRequest
+	22, // 26: raftps.v1.Master.GetJob:input_type -> raftps.v1.GetJobRequest
+	24, // 27: raftps.v1.Master.ListJobs:input_type -> raftps.v1.ListJobsRequest
+	26, // 28: raftps.v1.Master.CancelJob:input_type -> raftps.v1.CancelJobRequest
+	28, // 29: raftps.v1.Master.GetTask:input_type -> raftps.v1.GetTaskRequest
+	31, // 30: raftps.v1.Master.TaskFinished:input_type -> raftps.v1.TaskFinishedRequest
+	33, // 31: raftps.v1.Master.TaskFailed:input_type -> raftps.v1.TaskFailedRequest
+	35, // 32: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
+	21, // 33: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
+	23, // 34: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
+	25, // 35: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
+	27, // 36: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
+	29, // 37: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
+	32, // 38: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
+	34, // 39: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
+	19, // 40: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
+	33, // [33:41] is the sub-list for method output_type
+	25, // [25:33] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_job_proto_init() }

@@ -432,6 +432,21 @@ func (q *Queue) Tasks(name string) []*pb.Task {
 	return out
 }
 
+// Pending returns copies of the job's pending tasks, by id: O(pending),
+// not O(tasks), so it is cheap on a job of a million tasks.
+func (q *Queue) Pending(name string) []*pb.Task {
+	j, ok := q.jobs[name]
+	if !ok {
+		return nil
+	}
+	ids := j.pendingIDs()
+	out := make([]*pb.Task, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, j.taskProto(id))
+	}
+	return out
+}
+
 // evalID is the task id of the eval task of pass p.
 func evalID(pass int32) int64 { return -1 - int64(pass) }
 
