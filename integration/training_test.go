@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 			c.Pause(p)
 			st := jobStatusOf(t, c, leader, job)
 			for _, pt := range st.PendingTasks {
-				if pt.Trainer == p.ID {
+				if trainerOf(pt.Trainer, p) {
 					victim, victimTask = p, pt.Id
 					return true
 				}
@@ -128,7 +129,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 	killedAt := time.Now()
 	c.Kill(victim)
 	t.Logf("SIGKILLed %s (a trainer) with %d tasks done", victim.ID, done())
-	afterKill := func(e *pb.JobEvent) bool { return e.Trainer == victim.ID && e.UnixNano >= killedAt.UnixNano() }
+	afterKill := func(e *pb.JobEvent) bool { return trainerOf(e.Trainer, victim) && e.UnixNano >= killedAt.UnixNano() }
 	waitFor(t, 30*time.Second, "the dead trainer's task requeued", func() bool {
 		return ev.count(pb.JobEvent_TASK_REQUEUED, func(e *pb.JobEvent) bool { return afterKill(e) && e.TaskId == victimTask }) > 0
 	})
@@ -152,10 +153,10 @@ func TestTrainingUnderFaults(t *testing.T) {
 		}
 	}
 	waitFor(t, 30*time.Second, "a task finished by another trainer after the death was detected", func() bool {
-		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.UnixNano > detected && e.Trainer != victim.ID }) > 0
+		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.UnixNano > detected && !trainerOf(e.Trainer, victim) }) > 0
 	})
 	for _, e := range ev.snapshot() {
-		if e.Type == pb.JobEvent_TASK_DONE && e.UnixNano > detected && e.Trainer != victim.ID {
+		if e.Type == pb.JobEvent_TASK_DONE && e.UnixNano > detected && !trainerOf(e.Trainer, victim) {
 			goOn := time.Duration(e.UnixNano - detected)
 			t.Logf("death detected (tasks requeued) %v after the kill; the next task finished %v later (trainer %s)",
 				time.Unix(0, detected).Sub(killedAt).Round(time.Millisecond), goOn.Round(time.Millisecond), e.Trainer)
@@ -167,7 +168,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 	}
 	{
 		waitFor(t, 60*time.Second, "the requeued task done by another trainer", func() bool {
-			return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.TaskId == victimTask && e.Trainer != victim.ID }) > 0
+			return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.TaskId == victimTask && !trainerOf(e.Trainer, victim) }) > 0
 		})
 	}
 	c.Start(victim)
@@ -182,7 +183,7 @@ func TestTrainingUnderFaults(t *testing.T) {
 		}
 	}()
 	waitFor(t, 90*time.Second, "n4's trainer to finish a task", func() bool {
-		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return e.Trainer == n4.ID }) > 0
+		return ev.count(pb.JobEvent_TASK_DONE, func(e *pb.JobEvent) bool { return trainerOf(e.Trainer, n4) }) > 0
 	})
 	t.Logf("n4 joined mid-job and finished tasks; %d tasks done", done())
 
@@ -238,6 +239,10 @@ func TestTrainingUnderFaults(t *testing.T) {
 		t.Fatalf("final test accuracy %.2f%% < 75%%: the model did not survive the faults", 100*acc)
 	}
 }
+
+// trainerOf reports whether trainer id belongs to node p (ids are
+// <node>-<incarnation>[-k]).
+func trainerOf(id string, p *Proc) bool { return strings.HasPrefix(id, p.ID+"-") }
 
 func jobStatusOf(t *testing.T, c *Cluster, p *Proc, job string) *pb.JobStatus {
 	t.Helper()

@@ -409,7 +409,7 @@ func (m *Master) sweep(ctx context.Context) {
 		if j.State != pb.JobState_JOB_RUNNING {
 			continue
 		}
-		if j.Pending > 0 {
+		if m.overdue(j.Name) {
 			r, err := m.apply(ctx, pb.CommandType_COMMAND_EXPIRE_TASKS, &pb.ExpireTasksRequest{Job: j.Name})
 			if err == nil {
 				out := &pb.ExpireTasksResponse{}
@@ -420,6 +420,20 @@ func (m *Master) sweep(ctx context.Context) {
 		}
 		m.requeueUnregistered(ctx, j.Name)
 	}
+}
+
+// overdue reports whether a pending task (the eval task included) of job
+// is past its deadline by this leader's clock; only then is an
+// ExpireTasks command worth a log entry (the FSM decides with the clock
+// stamped in the entry).
+func (m *Master) overdue(job string) bool {
+	now := time.Now().UnixNano()
+	for _, t := range m.store.FSM().Jobs().Pending(job) {
+		if t.DeadlineUnixNano > 0 && t.DeadlineUnixNano < now {
+			return true
+		}
+	}
+	return false
 }
 
 // requeueUnregistered requeues pending tasks held by trainers that are no

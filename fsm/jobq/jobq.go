@@ -432,7 +432,8 @@ func (q *Queue) Tasks(name string) []*pb.Task {
 	return out
 }
 
-// Pending returns copies of the job's pending tasks, by id: O(pending),
+// Pending returns copies of the job's pending tasks: the end-of-pass eval
+// task first if one is running, then the training tasks by id. O(pending),
 // not O(tasks), so it is cheap on a job of a million tasks.
 func (q *Queue) Pending(name string) []*pb.Task {
 	j, ok := q.jobs[name]
@@ -440,7 +441,12 @@ func (q *Queue) Pending(name string) []*pb.Task {
 		return nil
 	}
 	ids := j.pendingIDs()
-	out := make([]*pb.Task, 0, len(ids))
+	out := make([]*pb.Task, 0, len(ids)+1)
+	if e := j.eval; e.state == evalPending {
+		out = append(out, &pb.Task{Id: evalID(e.pass), Kind: pb.TaskKind_TASK_KIND_EVAL, Pass: e.pass,
+			Timeouts: int32(e.timeouts), Failures: int32(e.failures), State: pb.TaskState_TASK_PENDING,
+			Epoch: e.run.epoch, Trainer: e.run.trainer, StartedUnixNano: e.run.started, DeadlineUnixNano: e.run.deadline})
+	}
 	for _, id := range ids {
 		out = append(out, j.taskProto(id))
 	}

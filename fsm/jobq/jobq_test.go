@@ -1066,3 +1066,36 @@ func TestJobsSorted(t *testing.T) {
 		t.Error("Job shares the spec")
 	}
 }
+
+// TestPendingIncludesEval: Pending lists the running eval task (with its
+// trainer and deadline) beside the training tasks, so the master's sweep
+// sees an eval whose trainer died.
+func TestPendingIncludesEval(t *testing.T) {
+	q := New()
+	spec := testSpec("pe", 2, 1)
+	spec.EvalEachPass = true
+	spec.Passes = 2
+	mustSubmit(t, q, 1, spec)
+	a := mustTask(t, q, 10, "pe", "a")
+	b := mustTask(t, q, 10, "pe", "b")
+	if got := q.Pending("pe"); len(got) != 2 {
+		t.Fatalf("pending %v, want the 2 training tasks", got)
+	}
+	mustFinish(t, q, 20, "pe", a.Id, a.Epoch, &pb.TaskMetrics{Examples: 1})
+	mustFinish(t, q, 20, "pe", b.Id, b.Epoch, &pb.TaskMetrics{Examples: 1})
+	ev := mustTask(t, q, 30, "pe", "c")
+	if ev.Kind != pb.TaskKind_TASK_KIND_EVAL {
+		t.Fatalf("after the pass got %v, want the eval task", ev)
+	}
+	got := q.Pending("pe")
+	if len(got) != 1 || got[0].Kind != pb.TaskKind_TASK_KIND_EVAL || got[0].Trainer != "c" || got[0].DeadlineUnixNano <= 30 {
+		t.Fatalf("pending %v, want the eval task held by c with a deadline", got)
+	}
+	// Past its deadline, ExpireTasks takes it back.
+	if n := mustExpire(t, q, got[0].DeadlineUnixNano+1, "pe"); n != 1 {
+		t.Fatalf("expired %d, want the eval task", n)
+	}
+	if got := q.Pending("pe"); len(got) != 0 {
+		t.Fatalf("pending after expiry %v, want none", got)
+	}
+}

@@ -54,8 +54,14 @@ type Config struct {
 	NodeID string
 	// Addr is this node's gRPC address (recorded in the trainer's key).
 	Addr string
-	// Trainers per job on this node (default 1); trainer ids are NodeID, NodeID-2, ...
+	// Trainers per job on this node (default 1).
 	Trainers int
+	// Incarnation distinguishes this process's trainers from a previous
+	// run of the same node (default: the start time, base 36). Trainer ids
+	// are <NodeID>-<Incarnation>[-k]: a restarted node's trainer is a new
+	// trainer, so what the dead one held is requeued at once instead of
+	// being attributed to a process that never took it.
+	Incarnation string
 	// LeaseTTL of the trainers' lease in seconds (default 5).
 	LeaseTTL int64
 	// Poll between reconciliations (default 500ms).
@@ -90,6 +96,9 @@ type run struct {
 func New(cfg Config, meta Meta, master MasterAPI) *Agent {
 	if cfg.Trainers <= 0 {
 		cfg.Trainers = 1
+	}
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = strconv.FormatInt(time.Now().UnixMilli(), 36)
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 5
@@ -152,9 +161,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 			continue
 		}
 		for k := 0; k < a.cfg.Trainers; k++ {
-			id := a.cfg.NodeID
+			id := a.cfg.NodeID + "-" + a.cfg.Incarnation
 			if k > 0 {
-				id = a.cfg.NodeID + "-" + strconv.Itoa(k+1)
+				id += "-" + strconv.Itoa(k+1)
 			}
 			key := trainerKey(j.Name, id)
 			live[key] = true
