@@ -188,24 +188,30 @@ func (r *runner) fsyncAnalysis(tmp string) string {
 	ours, etcd := r.rowValue("put 256B, 1 clients p50")
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### Where a 1-client put's time goes\n\nappend 256 B + fdatasync on this disk (the bench's temp dir): p50 %s ms, p99 %s ms.\n", FormatValue(fs), FormatValue(ms(p99)))
-	if ours == ours && etcd == etcd && fs > 0 {
-		fmt.Fprintf(&b, "put p50 at 1 client: raftps %s ms = %.1f fdatasyncs, etcd %s ms = %.1f fdatasyncs.\n",
-			FormatValue(ours), ours/fs, FormatValue(etcd), etcd/fs)
+	if ours == ours && etcd == etcd {
+		fmt.Fprintf(&b, "put p50 at 1 client: raftps %s ms, etcd %s ms: raftps is %s ms slower per put (%s fdatasyncs' worth).\n",
+			FormatValue(ours), FormatValue(etcd), FormatValue(ours-etcd), FormatValue((ours-etcd)/fs))
 	}
 	b.WriteString(`
-A raftps put waits for about four fdatasyncs in a row, etcd's for one or two:
-hashicorp/raft's leader stores an entry (dispatchLogs -> BoltStore.StoreLogs)
-before it notifies the replicators, then each follower stores it before acking,
-and a bolt commit (raft-boltdb) is two fdatasyncs (pages, then meta page); etcd's
-leader sends the entry to followers while it appends it to its WAL, and a WAL
-append is one fdatasync. The CPU profile agrees: most samples are syscalls under
-StoreLogs; CPU is not the limit at 1 client. Under concurrency both batch (see
-cmds/entry above) and raftps catches up.
+The serial path of a raftps put is longer than etcd's. hashicorp/raft's leader
+stores an entry (dispatchLogs -> BoltStore.StoreLogs) before it notifies the
+replicators; each follower then stores it before acking; and a bolt commit
+(raft-boltdb) is a pwrite of the pages, an fdatasync, a pwrite of the meta page
+and a second fdatasync. So about four fdatasyncs in a row, plus the hand-offs
+between raft's goroutines (runtime.futex, selectgo above). etcd's leader sends
+the entry to its followers while it appends it to its own WAL, and a WAL append
+is one fdatasync: about two in a row. On this VM an fdatasync is fast in wall
+time but costs CPU in the kernel, and the three nodes share 2 cores: the profile
+puts most of the CPU in syscalls under StoreLogs (fdatasync and bolt's pwrites),
+then the runtime's scheduling. Under concurrency both batch (cmds/entry above)
+and raftps keeps up with etcd from 16 clients on.
 
-What would close the gap at low concurrency: a log store with one fdatasync per
-append (an append-only WAL such as hashicorp/raft-wal in place of raft-boltdb
-halves each store), and persisting the leader's entry in parallel with
-replication (not possible in hashicorp/raft without changing dispatchLogs).
+What would close the gap at low concurrency, largest first: a log store with one
+fdatasync per append and no page rewrite (an append-only WAL such as
+hashicorp/raft-wal in place of raft-boltdb) halves the fdatasyncs and drops the
+pwrites on both the leader's and the follower's step; persisting the leader's
+entry in parallel with replication takes one store off the serial path but
+needs a change to hashicorp/raft's dispatchLogs (etcd's raft does this).
 `)
 	return b.String()
 }
@@ -244,8 +250,9 @@ func SummarizeProfile(res []GoBench, top, cumTop string) string {
 	}
 	cl := ParsePprofTop(cumTop)
 	b.WriteString("\nCumulative share of the calls on a write's path:\n\n")
-	for _, s := range []string{"os.(*File).Sync", "syscall.Fsync", "raft-boltdb", "raft.(*Raft).runLeader", "raft.(*Raft).processLogs",
-		"raft.(*NetworkTransport)", "grpc.(*Server).handleStream", "raftps/raftstore.(*Store).Put", "raftps/fsm", "runtime.gcBgMarkWorker", "runtime.mallocgc"} {
+	for _, s := range []string{"BoltStore).StoreLogs", "syscall.Fdatasync", "syscall.Fsync", "syscall.pwrite", "bbolt.(*Tx).writeMeta",
+		"net.(*netFD).Write", "net.(*netFD).Read", "raft.(*Raft).runLeader", "raft.(*Raft).processLogs",
+		"raft.(*NetworkTransport).handleConn", "grpc.(*Server).handleStream", "raftps/fsm.(*FSM).Apply", "runtime.futex", "runtime.gcBgMarkWorker", "runtime.mallocgc"} {
 		if v, f := cumOf(cl, s); f != "" {
 			fmt.Fprintf(&b, "- %s: %.1f%%\n", f, v)
 		}

@@ -426,16 +426,11 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 	for attempt := 1; ; attempt++ {
 		wait := 90 * time.Second
 		if s.name == "trainer" {
-			// Kill it while it holds a task: just after it finished one
-			// and once every trainer holds one again.
-			now := time.Now()
-			if events.wait(ctx, 30*time.Second, func(e *pb.JobEvent) bool {
-				return e.Type == pb.JobEvent_TASK_DONE && e.Trainer == id && after(e, now)
-			}) == nil {
-				return 0, note, fmt.Errorf("%s finished no task within 30 s", id)
+			// Kill it while it holds a task (JobStatus.pending_tasks).
+			if !holdsTask(ctx, c, st.Name, id, 30*time.Second) {
+				return 0, note, fmt.Errorf("%s held no task within 30 s", id)
 			}
-			_, _ = pendingAtLeast(ctx, c, st.Name, 3, 3*time.Second)
-			wait = 15 * time.Second
+			wait = 8 * time.Second
 		}
 		t0 := time.Now()
 		c.Kill(v)
@@ -451,14 +446,21 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 		lctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		_, lerr := c.Leader(lctx)
 		cancel()
+		ended := func(e *pb.JobEvent) bool { return e.Type == pb.JobEvent_JOB_ENDED }
 		if lerr == nil {
 			t1 := time.Now()
-			events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool { return e.Type == pb.JobEvent_TASK_DONE && after(e, t1) })
-			if s.name == "trainer" && events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool {
-				return e.Type == pb.JobEvent_TASK_DONE && e.Trainer == id && after(e, t1)
-			}) == nil {
-				r.note(fmt.Sprintf("training: %s, restarted after a trainer kill, finished no task within 60 s (job %s)", id, st.Name))
+			events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool { return ended(e) || e.Type == pb.JobEvent_TASK_DONE && after(e, t1) })
+			if s.name == "trainer" {
+				e := events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool {
+					return ended(e) || e.Type == pb.JobEvent_TASK_DONE && e.Trainer == id && after(e, t1)
+				})
+				if e == nil {
+					r.note(fmt.Sprintf("training: %s, restarted after a trainer kill, finished no task within 60 s (job %s)", id, st.Name))
+				}
 			}
+		}
+		if ev == nil && events.wait(ctx, 0, ended) != nil {
+			return 0, note, fmt.Errorf("job ended during the trial")
 		}
 		if ev != nil {
 			if attempt > 1 {
@@ -479,4 +481,27 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// holdsTask polls the job until trainer id holds a pending task, up to wait.
+func holdsTask(ctx context.Context, c *raftpsCluster, job, id string, wait time.Duration) bool {
+	cl, err := client.New(c.Endpoints())
+	if err != nil {
+		return false
+	}
+	defer cl.Close()
+	for end := time.Now().Add(wait); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cl.Master.GetJob(gctx, &pb.GetJobRequest{Name: job})
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, t := range resp.Status.GetPendingTasks() {
+			if t.Trainer == id {
+				return true
+			}
+		}
+	}
+	return false
 }
