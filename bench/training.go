@@ -134,7 +134,7 @@ var recoveryScenarios = []recoveryScenario{
 			return pick, note
 		},
 		done: func(e *pb.JobEvent, id string, t0 time.Time) bool {
-			return e.Type == pb.JobEvent_TASK_REQUEUED && e.Trainer == id && after(e, t0)
+			return e.Type == pb.JobEvent_TASK_REQUEUED && isTrainerOf(e.Trainer, id) && after(e, t0)
 		},
 		clean: func(leader int, st *pb.JobStatus, c *raftpsCluster) bool {
 			ps := pserverNodes(st)
@@ -266,7 +266,8 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 		seen := map[string]bool{}
 		if events.wait(ctx, 90*time.Second, func(e *pb.JobEvent) bool {
 			if e.Type == pb.JobEvent_TASK_DONE {
-				seen[e.Trainer] = true
+				node, _, _ := strings.Cut(e.Trainer, "-")
+				seen[node] = true
 			}
 			return len(seen) == len(c.procs)
 		}) == nil {
@@ -359,7 +360,7 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 	}
 	for i := range recoveryScenarios {
 		if len(results[i]) < trials {
-			r.note(fmt.Sprintf("recovery in training: %s: %d of %d trials in the %v budget", recoveryScenarios[i].name, len(results[i]), trials, budget))
+			r.note(fmt.Sprintf("recovery in training: %s: %d of %d trials succeeded (%d failed; budget %v)", recoveryScenarios[i].name, len(results[i]), trials, failures[i], budget))
 		}
 	}
 }
@@ -452,7 +453,7 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 			events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool { return ended(e) || e.Type == pb.JobEvent_TASK_DONE && after(e, t1) })
 			if s.name == "trainer" {
 				e := events.wait(ctx, 60*time.Second, func(e *pb.JobEvent) bool {
-					return ended(e) || e.Type == pb.JobEvent_TASK_DONE && e.Trainer == id && after(e, t1)
+					return ended(e) || e.Type == pb.JobEvent_TASK_DONE && isTrainerOf(e.Trainer, id) && after(e, t1)
 				})
 				if e == nil {
 					r.note(fmt.Sprintf("training: %s, restarted after a trainer kill, finished no task within 60 s (job %s)", id, st.Name))
@@ -498,10 +499,16 @@ func holdsTask(ctx context.Context, c *raftpsCluster, job, id string, wait time.
 			continue
 		}
 		for _, t := range resp.Status.GetPendingTasks() {
-			if t.Trainer == id {
+			if isTrainerOf(t.Trainer, id) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// isTrainerOf reports whether trainer (a job's trainer ID: the node ID, or
+// the node ID and "-" and a per-start suffix) runs on node.
+func isTrainerOf(trainer, node string) bool {
+	return trainer == node || strings.HasPrefix(trainer, node+"-")
 }
