@@ -34,4 +34,4 @@ bench: build
 	./bin/raftps bench
 
 jepsen: build
-	$(GO) test -count=1 -timeout 30m -run Jepsen ./integration -jepsen.long
+	$(GO) test -count=1 -timeout 30m -v -run TestJepsen ./integration/jepsen -jepsen.long
