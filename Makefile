@@ -1,7 +1,7 @@
 GO ?= go
 PROTOS := $(wildcard api/raftps/v1/*.proto)
 
-.PHONY: build test test-short generate bench demo jepsen tools fmt vet
+.PHONY: build test generate bench demo jepsen tools vet
 
 build:
 	$(GO) build -o bin/raftps ./cmd/raftps
