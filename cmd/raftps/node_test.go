@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustNode(t *testing.T) *Node {
+	t.Helper()
+	ports, err := freeLoopbackPorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	n, err := NewNode(NodeConfig{ID: "t1", DataDir: filepath.Join(t.TempDir(), "t1"),
+		GRPCAddr: a(ports[0]), RaftAddr: a(ports[1]), GossipAddr: a(ports[2]), HTTPAddr: a(ports[3]),
+		Roles: []string{"server"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Store().WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// run executes the CLI in-process against n and returns stdout.
+func run(t *testing.T, n *Node, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	root.SetArgs(append([]string{"--endpoints", n.GRPCAddr(), "--timeout", "10s"}, args...))
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestNodeAndCLI(t *testing.T) {
+	n := mustNode(t)
+	if out, err := run(t, n, "kv", "put", "/cli/a", "hello"); err != nil || strings.TrimSpace(out) != "OK" {
+		t.Fatalf("kv put: %q %v", out, err)
+	}
+	if out, err := run(t, n, "kv", "get", "/cli/a"); err != nil || strings.TrimSpace(out) != "hello" {
+		t.Fatalf("kv get: %q %v", out, err)
+	}
+	if _, err := run(t, n, "kv", "get", "/cli/missing"); err == nil || exitCode(err) != 1 {
+		t.Fatalf("get of a missing key: %v (exit %d), want exit 1", err, exitCode(err))
+	}
+	out, err := run(t, n, "status", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status json: %v\n%s", err, out)
+	}
+	for _, k := range []string{"id", "leader", "term", "commit_index", "applied_index", "voters"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("status -o json lacks %q: %s", k, out)
+		}
+	}
+	if st["leader"] != "t1" {
+		t.Errorf("leader %v, want t1", st["leader"])
+	}
+	// A bad spec is refused with the field named, and nothing is created.
+	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
+	_, err = run(t, n, "job", "submit", "--name", "bad", "--lr", "-1", "--dataset", ds)
+	if err == nil || !strings.Contains(err.Error(), "InvalidArgument") || !strings.Contains(err.Error(), "learning_rate") {
+		t.Fatalf("bad spec: %v", err)
+	}
+	if out, err := run(t, n, "job", "list"); err != nil || strings.Contains(out, "bad") {
+		t.Fatalf("job list after a rejected submit: %q %v", out, err)
+	}
+	// /readyz answers once a leader is known and the FSM caught up.
+	resp, err := http.Get("http://" + n.httpLis.Addr().String() + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// Close is safe twice.
+	if err := n.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+func TestNodeConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  NodeConfig
+		want string
+	}{
+		{"no id", NodeConfig{DataDir: "d", Roles: []string{"server"}}, "--id"},
+		{"no data dir", NodeConfig{ID: "a", Roles: []string{"server"}}, "--data-dir"},
+		{"unknown role", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server", "cook"}}, "cook"},
+		{"no server role", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"trainer"}}, "server role"},
+		{"negative expect", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server"}, BootstrapExpect: -1}, "bootstrap-expect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
