@@ -82,8 +82,8 @@ func TestFormatValue(t *testing.T) {
 
 func testRows() []Row {
 	return []Row{
-		{Section: "metadata store", Metric: "put 256B, 1 clients throughput", Unit: "ops/s", Ours: 800, BaseName: "etcd", Base: 1000},
-		{Section: "metadata store", Metric: "put 256B, 1 clients p50", Unit: "ms", Ours: 1.25, BaseName: "etcd", Base: 1},
+		{Section: "metadata store", Metric: "put 256B, 1 client throughput", Unit: "ops/s", Ours: 800, BaseName: "etcd", Base: 1000},
+		{Section: "metadata store", Metric: "put 256B, 1 client p50", Unit: "ms", Ours: 1.25, BaseName: "etcd", Base: 1},
 		{Section: "failover", Metric: "leader SIGKILL -> first write", Unit: "s", Ours: 2.5, BaseName: "etcd", Base: NA, Note: "median of 5"},
 		{Section: "recovery in training", Metric: "trainer SIGKILL -> TASK_REQUEUED", Unit: "s", Ours: 3, Base: NA},
 	}
@@ -156,6 +156,15 @@ func TestRowJSON(t *testing.T) {
 	}
 	if m["baseline"] != nil || m["ratio"] != nil || m["raftps"] != 2.5 || m["lower_is_better"] != true {
 		t.Errorf("json = %s", js)
+	}
+}
+
+func TestWorkloadNames(t *testing.T) {
+	if got := PutWorkload(1).Name; got != "put 256B, 1 client" {
+		t.Errorf("PutWorkload(1).Name = %q", got)
+	}
+	if got := CASWorkload(16).Name; got != "CAS txn, 16 clients" {
+		t.Errorf("CASWorkload(16).Name = %q", got)
 	}
 }
 

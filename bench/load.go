@@ -128,7 +128,7 @@ var value256 = func() []byte {
 // PutWorkload: each client puts a 256-byte value to its own rotating
 // keys (1000 keys in all).
 func PutWorkload(clients int) Workload {
-	return Workload{Name: fmt.Sprintf("put 256B, %d clients", clients), Clients: clients,
+	return Workload{Name: fmt.Sprintf("put 256B, %s", nClients(clients)), Clients: clients,
 		Worker: func(_ context.Context, s Store, c int, _ *atomic.Int64) (func(context.Context) error, error) {
 			var i int
 			return func(ctx context.Context) error {
@@ -140,7 +140,7 @@ func PutWorkload(clients int) Workload {
 
 // GetWorkload: linearizable single-key gets of 100 keys written first.
 func GetWorkload(clients int) Workload {
-	return Workload{Name: fmt.Sprintf("linearizable get, %d clients", clients), Clients: clients,
+	return Workload{Name: fmt.Sprintf("linearizable get, %s", nClients(clients)), Clients: clients,
 		Worker: func(ctx context.Context, s Store, c int, _ *atomic.Int64) (func(context.Context) error, error) {
 			key := fmt.Sprintf("/bench/get/%d", c%100)
 			if err := s.Put(ctx, key, value256); err != nil {
@@ -154,7 +154,7 @@ func GetWorkload(clients int) Workload {
 // it last wrote (a Txn: compare version, then put); a failed compare
 // re-reads the version (counted in Extra).
 func CASWorkload(clients int) Workload {
-	return Workload{Name: fmt.Sprintf("CAS txn, %d clients", clients), Clients: clients,
+	return Workload{Name: fmt.Sprintf("CAS txn, %s", nClients(clients)), Clients: clients,
 		Worker: func(ctx context.Context, s Store, c int, extra *atomic.Int64) (func(context.Context) error, error) {
 			key := fmt.Sprintf("/bench/cas/%d", c)
 			if err := s.Put(ctx, key, value256); err != nil {
@@ -183,7 +183,7 @@ func CASWorkload(clients int) Workload {
 // LeaseWorkload: grant a 30 s lease and renew it once on a keepalive
 // stream. The IDs are collected in ids for a revoke afterwards.
 func LeaseWorkload(clients int, ids *sync.Map) Workload {
-	return Workload{Name: fmt.Sprintf("lease grant+keepalive, %d clients", clients), Clients: clients,
+	return Workload{Name: fmt.Sprintf("lease grant+keepalive, %s", nClients(clients)), Clients: clients,
 		Worker: func(_ context.Context, s Store, _ int, extra *atomic.Int64) (func(context.Context) error, error) {
 			return func(ctx context.Context) error {
 				id, err := s.LeaseGrantKeepAlive(ctx, 30)
@@ -213,4 +213,12 @@ func revokeAll(ctx context.Context, ids *sync.Map) {
 		return ctx.Err() == nil
 	})
 	wg.Wait()
+}
+
+// nClients is "1 client", "16 clients".
+func nClients(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
 }

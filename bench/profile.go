@@ -185,7 +185,7 @@ func (r *runner) fsyncAnalysis(tmp string) string {
 		return "\nfdatasync latency: " + err.Error() + "\n"
 	}
 	fs := ms(p50)
-	ours, etcd := r.rowValue("put 256B, 1 clients p50")
+	ours, etcd := r.rowValue(PutWorkload(1).Name + " p50")
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### Where a 1-client put's time goes\n\nappend 256 B + fdatasync on this disk (the bench's temp dir): p50 %s ms, p99 %s ms.\n", FormatValue(fs), FormatValue(ms(p99)))
 	if ours == ours && etcd == etcd {
