@@ -7,17 +7,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -53,55 +51,17 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1 that are also
-// free for UDP (gossip uses both).
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			l.Close()
-			continue
-		}
-		u.Close()
-		ls = append(ls, l)
-		ports = append(ports, p)
-	}
-	return ports, nil
-}
-
 // Proc is one `raftps node` process.
-type Proc struct {
-	ID                       string
-	DataDir                  string
-	GRPC, Raft, Gossip, HTTP string
-	Args                     []string
-	LogPath                  string
-	mu                       sync.Mutex
-	cmd                      *exec.Cmd
-	done                     chan struct{}
-	exitErr                  error
-}
+type Proc = localcluster.Node
 
-// Cluster is a set of raftps processes on loopback.
+// Cluster is a set of raftps processes on loopback, for tests: failures
+// to start are fatal, and a failed test prints every node's log tail.
 type Cluster struct {
 	T     testing.TB
 	Bin   string
 	Dir   string
 	Procs []*Proc
-	// Extra flags for every node.
-	Extra []string
+	Extra []string // flags for every node
 }
 
 // NewCluster prepares (but does not start) n nodes with --join to all
@@ -109,75 +69,31 @@ type Cluster struct {
 func NewCluster(t testing.TB, bin string, n int, extra ...string) *Cluster {
 	t.Helper()
 	c := &Cluster{T: t, Bin: bin, Dir: t.TempDir(), Extra: extra}
-	for i := 0; i < n; i++ {
-		c.AddProc()
+	procs, err := localcluster.New(bin, c.Dir, n, extra...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range c.Procs {
-		p.Args = c.nodeArgs(p, n)
-	}
+	c.Procs = procs
 	t.Cleanup(c.KillAll)
 	return c
 }
 
 // AddProc adds a node (not started) that joins the existing ones.
 func (c *Cluster) AddProc() *Proc {
-	ports, err := FreePorts(4)
+	p, err := localcluster.Add(c.Bin, c.Dir, c.Procs, c.Extra...)
 	if err != nil {
-		c.T.Fatalf("free ports: %v", err)
+		c.T.Fatalf("add node: %v", err)
 	}
-	id := fmt.Sprintf("n%d", len(c.Procs)+1)
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	p := &Proc{ID: id, DataDir: filepath.Join(c.Dir, id), GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3]),
-		LogPath: filepath.Join(c.Dir, id+".log")}
 	c.Procs = append(c.Procs, p)
-	p.Args = c.nodeArgs(p, 0)
 	return p
-}
-
-func (c *Cluster) nodeArgs(p *Proc, expect int) []string {
-	var join []string
-	for _, o := range c.Procs {
-		if o != p {
-			join = append(join, o.Gossip)
-		}
-	}
-	args := []string{"node", "--id", p.ID, "--data-dir", p.DataDir, "--grpc-addr", p.GRPC, "--raft-addr", p.Raft,
-		"--gossip-addr", p.Gossip, "--http-addr", p.HTTP, "--log-level", "info"}
-	if len(join) > 0 {
-		args = append(args, "--join", strings.Join(join, ","))
-	}
-	if expect > 0 {
-		args = append(args, "--bootstrap-expect", fmt.Sprint(expect))
-	}
-	return append(args, c.Extra...)
 }
 
 // Start starts p with its command line (the same on restart).
 func (c *Cluster) Start(p *Proc) {
 	c.T.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := p.Start(); err != nil {
 		c.T.Fatal(err)
 	}
-	cmd := exec.Command(c.Bin, p.Args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		c.T.Fatalf("start %s: %v", p.ID, err)
-	}
-	p.cmd = cmd
-	p.done = make(chan struct{})
-	done := p.done
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		p.mu.Lock()
-		p.exitErr = err
-		p.mu.Unlock()
-		close(done)
-	}()
 }
 
 // StartAll starts every node.
@@ -188,71 +104,20 @@ func (c *Cluster) StartAll() {
 }
 
 // Kill sends SIGKILL to p and waits for it to exit.
-func (c *Cluster) Kill(p *Proc) { c.signal(p, syscall.SIGKILL, 10*time.Second) }
-
-// Pause freezes p (SIGSTOP); Resume thaws it (SIGCONT).
-func (c *Cluster) Pause(p *Proc)  { c.sig(p, syscall.SIGSTOP) }
-func (c *Cluster) Resume(p *Proc) { c.sig(p, syscall.SIGCONT) }
-
-func (c *Cluster) sig(p *Proc, s syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(s)
-	}
-}
+func (c *Cluster) Kill(p *Proc) { p.Kill() }
 
 // Stop sends SIGTERM to p and waits up to 20 s for a graceful exit.
-func (c *Cluster) Stop(p *Proc) error {
-	c.signal(p, syscall.SIGTERM, 20*time.Second)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exitErr
-}
+func (c *Cluster) Stop(p *Proc) error { return p.Stop(20 * time.Second) }
 
-func (c *Cluster) signal(p *Proc, sig syscall.Signal, wait time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(wait):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-// Running reports whether p's process is alive.
-func (p *Proc) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Exited returns the channel closed when p's process exits.
-func (p *Proc) Exited() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.done
-}
+// Pause freezes p (SIGSTOP); Resume thaws it (SIGCONT).
+func (c *Cluster) Pause(p *Proc)  { p.Signal(syscall.SIGSTOP) }
+func (c *Cluster) Resume(p *Proc) { p.Signal(syscall.SIGCONT) }
 
 // KillAll kills every running node; on a failed test it prints the tails of the logs.
 func (c *Cluster) KillAll() {
 	for _, p := range c.Procs {
 		if p.Running() {
-			c.Kill(p)
+			p.Kill()
 		}
 	}
 	if c.T.Failed() {

@@ -5,141 +5,43 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
 func init() { extraCommands = append(extraCommands, newDemoCmd) }
 
-// demoNode is one child `raftps node` process of the demo.
-type demoNode struct {
-	id, dir, grpc, log string
-	args               []string
-	cmd                *exec.Cmd
-	done               chan struct{}
-}
-
-// demoCluster is a local 3-node cluster of child processes on loopback.
-type demoCluster struct {
-	exe   string
-	nodes []*demoNode
-	mu    sync.Mutex
-}
-
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		if u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-			u.Close()
-			ports = append(ports, p)
-		}
-		ls = append(ls, l)
-	}
-	return ports, nil
-}
+// demoCluster is the demo's local 3-node cluster of child processes.
+type demoCluster struct{ nodes []*localcluster.Node }
 
 func newDemoCluster(exe, dir string, n int) (*demoCluster, error) {
-	ports, err := freeLoopbackPorts(4 * n)
+	nodes, err := localcluster.New(exe, dir, n)
 	if err != nil {
 		return nil, err
 	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	c := &demoCluster{exe: exe}
-	var gossipAddrs []string
-	for i := 0; i < n; i++ {
-		gossipAddrs = append(gossipAddrs, a(ports[4*i+2]))
-	}
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		var join []string
-		for j, g := range gossipAddrs {
-			if j != i {
-				join = append(join, g)
-			}
-		}
-		d := &demoNode{id: id, dir: filepath.Join(dir, id), grpc: a(ports[4*i]), log: filepath.Join(dir, id+".log")}
-		d.args = []string{"node", "--id", id, "--data-dir", d.dir, "--grpc-addr", d.grpc, "--raft-addr", a(ports[4*i+1]),
-			"--gossip-addr", gossipAddrs[i], "--http-addr", a(ports[4*i+3]), "--join", strings.Join(join, ","),
-			"--bootstrap-expect", fmt.Sprint(n)}
-		c.nodes = append(c.nodes, d)
-	}
-	return c, nil
+	return &demoCluster{nodes: nodes}, nil
 }
 
-func (c *demoCluster) start(d *demoNode) error {
-	f, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(c.exe, d.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", d.id, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
-	c.mu.Lock()
-	d.cmd, d.done = cmd, done
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *demoCluster) kill(d *demoNode) {
-	c.mu.Lock()
-	cmd, done := d.cmd, d.done
-	c.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
-}
-
+// stopAll stops every node gracefully (SIGTERM, then SIGKILL after 15 s).
 func (c *demoCluster) stopAll() {
 	for _, d := range c.nodes {
-		c.mu.Lock()
-		cmd, done := d.cmd, d.done
-		c.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		if d.Running() {
+			_ = d.Stop(15 * time.Second)
 		}
 	}
 }
 
-func (c *demoCluster) node(id string) *demoNode {
+func (c *demoCluster) node(id string) *localcluster.Node {
 	for _, d := range c.nodes {
-		if d.id == id {
+		if d.ID == id {
 			return d
 		}
 	}
@@ -149,7 +51,7 @@ func (c *demoCluster) node(id string) *demoNode {
 func (c *demoCluster) endpoints() []string {
 	var eps []string
 	for _, d := range c.nodes {
-		eps = append(eps, d.grpc)
+		eps = append(eps, d.GRPC)
 	}
 	return eps
 }
@@ -251,7 +153,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	}
 	defer cluster.stopAll()
 	for _, d := range cluster.nodes {
-		if err := cluster.start(d); err != nil {
+		if err := d.Start(); err != nil {
 			return err
 		}
 	}
@@ -304,7 +206,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 			return
 		}
 		f := &faultRecord{what: what, node: id, at: time.Now()}
-		cluster.kill(d)
+		d.Kill()
 		mu.Lock()
 		faults = append(faults, f)
 		pending = f
@@ -314,7 +216,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		go func() {
 			defer restarts.Done()
 			time.Sleep(5 * time.Second)
-			if err := cluster.start(d); err == nil {
+			if err := d.Start(); err == nil {
 				fmt.Fprintf(w, "\nrestarted %s with the same command line\n", id)
 			}
 		}()

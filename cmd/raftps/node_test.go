@@ -12,11 +12,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/internal/localcluster"
 )
 
 func mustNode(t *testing.T) *Node {
 	t.Helper()
-	ports, err := freeLoopbackPorts(4)
+	ports, err := localcluster.FreePorts(4)
 	if err != nil {
 		t.Fatal(err)
 	}
