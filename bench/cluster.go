@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/raftps/raftps/internal/localcluster"
 	"path/filepath"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 	type addrs struct{ grpc, raft, gossip, http string }
 	var as []addrs
 	for i := 0; i < n; i++ {
-		ps, err := freePorts(4)
+		ps, err := localcluster.FreePorts(4)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +189,7 @@ func newEtcdCluster(bin, dir string, n int) (*etcdCluster, error) {
 	c := &etcdCluster{ids: map[uint64]int{}}
 	var peers, initial []string
 	for i := 0; i < n; i++ {
-		ps, err := freePorts(2)
+		ps, err := localcluster.FreePorts(2)
 		if err != nil {
 			return nil, err
 		}

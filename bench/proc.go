@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -85,34 +83,4 @@ func (p *proc) running() bool {
 	default:
 		return true
 	}
-}
-
-// freePorts returns n distinct loopback ports free for TCP and UDP.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, errors.New("bench: no free ports")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			l.Close()
-			continue
-		}
-		u.Close()
-		ls = append(ls, l)
-		ports = append(ports, p)
-	}
-	return ports, nil
 }
