@@ -122,3 +122,28 @@ func TestNodeConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainDetach: cancelling `raftps train` (Ctrl-C) detaches and leaves
+// the job running.
+func TestTrainDetach(t *testing.T) {
+	n := mustNode(t)
+	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	root.SetArgs([]string{"--endpoints", n.GRPCAddr(), "train", "--name", "detach", "--dataset", ds, "--passes", "1"})
+	// Ctrl-C cancels the command's context (signal.NotifyContext); there
+	// are no trainers here, so the job waits until then.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(2*time.Second, cancel)
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatalf("train after Ctrl-C: %v (want a clean detach)\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "detached") {
+		t.Fatalf("no detach message:\n%s", errb.String())
+	}
+	got, err := run(t, n, "job", "status", "detach", "-o", "json")
+	if err != nil || !strings.Contains(got, "JOB_RUNNING") {
+		t.Fatalf("job after detach: %v\n%s", err, got)
+	}
+}
