@@ -103,6 +103,28 @@ func TestClusterLifecycle(t *testing.T) {
 
 	killedAt := time.Now()
 	c.Kill(leader)
+	// A write sent at once, through every endpoint (the dead one included),
+	// waits for the next leader instead of failing: the follower that
+	// forwards it finds the old leader gone and retries on the new one.
+	var all []string
+	for _, p := range c.Procs {
+		all = append(all, p.GRPC)
+	}
+	survivorOf := func() *Proc {
+		for _, p := range c.Procs {
+			if p.Running() {
+				return p
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	out, errOut, err := c.CLI(ctx, survivorOf(), "--endpoints", strings.Join(all, ","), "kv", "put", "/e2e/during", "x")
+	cancel()
+	if err != nil {
+		t.Fatalf("put right after the leader kill failed: %v\n%s%s", err, out, errOut)
+	}
+	t.Logf("put sent right after the leader kill acknowledged %v after the kill", time.Since(killedAt))
 	newLeader := mustLeader(t, c, 10*time.Second)
 	t.Logf("leader %s SIGKILLed; new leader %s after %v", leader.ID, newLeader.ID, time.Since(killedAt))
 	var survivor *Proc

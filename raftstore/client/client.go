@@ -7,9 +7,10 @@
 //	_, err = c.KV.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 //
 // Any node serves the whole API (followers forward to the leader), so the
-// client only needs one reachable endpoint. Failover between endpoints is
-// gRPC's pick_first over a manual resolver; Retry re-runs an idempotent
-// call on Unavailable.
+// client only needs one reachable endpoint. Calls are balanced round-robin
+// over the endpoints that are up (a manual resolver) and wait for one to be
+// ready, so a dead endpoint costs nothing; bound every call with a
+// deadline. Retry re-runs an idempotent call on Unavailable.
 package client
 
 import (
@@ -70,7 +71,10 @@ func New(endpoints []string) (*Client, error) {
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)),
+		// Wait for any endpoint to be ready rather than failing on the first
+		// dead one the balancer tried; callers bound every call with a
+		// deadline (the CLI's --timeout).
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %v: %w", eps, err)

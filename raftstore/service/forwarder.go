@@ -55,17 +55,22 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 	return pb.NewInternalClient(cc), nil
 }
 
-// notLeader turns the leader's "not leader" answer (it lost leadership
-// after we resolved it) into raftstore.ErrNotLeader, so the store retries
-// against the new leader. Any other error is returned as it is: a write
-// whose outcome is unknown must not be retried blindly.
+// notLeader turns answers that prove the request was not applied into
+// raftstore.ErrNotLeader, so the store retries against the next leader:
+// the leader's "not leader" (it lost leadership after we resolved it), and
+// a failure to connect to it at all (it died; nothing was sent). Any other
+// error is returned as it is: a write whose outcome is unknown must not be
+// retried blindly.
 func notLeader(err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := status.Convert(err).Message()
-	if status.Code(err) == codes.Unavailable &&
-		(strings.Contains(msg, raftstore.ErrNotLeader.Error()) || strings.Contains(msg, raftstore.ErrNoLeader.Error())) {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	if strings.Contains(msg, raftstore.ErrNotLeader.Error()) || strings.Contains(msg, raftstore.ErrNoLeader.Error()) ||
+		strings.Contains(msg, "Error while dialing") {
 		return fmt.Errorf("%w: %v", raftstore.ErrNotLeader, err)
 	}
 	return err
