@@ -269,3 +269,33 @@ func TestFollowerForwarding(t *testing.T) {
 		}
 	}
 }
+
+// TestNonServerNode: a node without the server role joins as a Raft
+// non-voter, serves reads and forwards writes like any node, never counts
+// toward quorum, and leaves the configuration when stopped.
+func TestNonServerNode(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	n4 := c.AddProc()
+	n4.Args = append(n4.Args, "--roles", "pserver,trainer")
+	c.Start(n4)
+	waitFor(t, 30*time.Second, "n4 as a non-voter", func() bool {
+		st := nodeStatus(t, c, c.Procs[0])
+		return contains(st.Nonvoters, "n4") && !contains(st.Voters, "n4") && len(st.Voters) == 3
+	})
+	mustCLI(t, c, n4, "kv", "put", "/nonvoter/a", "1")
+	if got := strings.TrimSpace(mustCLI(t, c, c.Procs[1], "kv", "get", "/nonvoter/a")); got != "1" {
+		t.Fatalf("write through the non-voter: %q", got)
+	}
+	if got := strings.TrimSpace(mustCLI(t, c, n4, "kv", "get", "/nonvoter/a")); got != "1" {
+		t.Fatalf("linearizable read on the non-voter: %q", got)
+	}
+	if err := c.Stop(n4); err != nil {
+		t.Fatalf("graceful stop of n4: %v", err)
+	}
+	waitFor(t, 30*time.Second, "n4 removed", func() bool {
+		st := nodeStatus(t, c, c.Procs[0])
+		return !contains(st.Nonvoters, "n4")
+	})
+}

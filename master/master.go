@@ -257,9 +257,13 @@ func (m *Master) reconcile(ctx context.Context) {
 		if (mem.Status == gossip.StatusDead || mem.Status == gossip.StatusLeft) && !released && id != self {
 			m.nodeGone(ctx, mem)
 		}
-		if !hasRole(mem, "server") || id == self {
+		if id == self || mem.Meta.RaftAddr == "" {
 			continue
 		}
+		// Nodes without the server role are non-voters: they replicate the
+		// metadata (and serve and forward like any node) but never vote,
+		// lead, or count toward quorum.
+		server := hasRole(mem, "server")
 		srv, present := inRaft[id]
 		switch mem.Status {
 		case gossip.StatusAlive:
@@ -267,7 +271,7 @@ func (m *Master) reconcile(ctx context.Context) {
 			delete(m.deadSince, id)
 			m.mu.Unlock()
 			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
-				voter := voters < m.cfg.MaxVoters
+				voter := server && voters < m.cfg.MaxVoters
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
 					m.log.Warn("reconcile: add server", "id", id, "err", err)
 					continue
@@ -276,7 +280,7 @@ func (m *Master) reconcile(ctx context.Context) {
 					voters++
 				}
 				m.log.Info("reconcile: server added", "id", id, "addr", mem.Meta.RaftAddr, "voter", voter)
-			} else if srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
+			} else if server && srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, true); err == nil {
 					voters++
 					m.log.Info("reconcile: promoted to voter", "id", id)
@@ -304,8 +308,8 @@ func (m *Master) reconcile(ctx context.Context) {
 				m.deadSince[id] = now
 			}
 			m.mu.Unlock()
-			if now.Sub(since) < m.cfg.DeadServerTimeout {
-				continue
+			if now.Sub(since) < m.cfg.DeadServerTimeout && srv.Suffrage == raft.Voter {
+				continue // a dead non-voter goes at once: it holds no quorum
 			}
 			// Never below quorum: removing a dead voter must leave a majority of
 			// the remaining voters alive and at least 3 voters when we had 3.

@@ -75,8 +75,8 @@ func (c *NodeConfig) Validate() error {
 			return fmt.Errorf("--roles: unknown role %q (known: server, pserver, trainer)", r)
 		}
 	}
-	if !c.hasRole("server") {
-		return errors.New("--roles: this version needs the server role on every node")
+	if !c.hasRole("server") && len(c.Join) == 0 {
+		return errors.New("--roles: a node without the server role must --join a cluster (it replicates the metadata as a non-voter)")
 	}
 	if c.BootstrapExpect < 0 {
 		return errors.New("--bootstrap-expect must be >= 0")
@@ -195,7 +195,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.DataDir = n.cfg.DataDir
 	rcfg.RaftAddr = n.cfg.RaftAddr
 	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
-	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0
+	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 && n.cfg.hasRole("server")
 	if n.cfg.HeartbeatTimeout > 0 {
 		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout
 	}
@@ -266,7 +266,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		defer n.wg.Done()
 		_ = n.master.Run(runCtx)
 	}()
-	if n.cfg.BootstrapExpect > 1 {
+	if n.cfg.BootstrapExpect > 1 && n.cfg.hasRole("server") {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()

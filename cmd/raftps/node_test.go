@@ -111,7 +111,7 @@ func TestNodeConfigValidate(t *testing.T) {
 		{"no id", NodeConfig{DataDir: "d", Roles: []string{"server"}}, "--id"},
 		{"no data dir", NodeConfig{ID: "a", Roles: []string{"server"}}, "--data-dir"},
 		{"unknown role", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server", "cook"}}, "cook"},
-		{"no server role", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"trainer"}}, "server role"},
+		{"no server role and nothing to join", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"trainer"}}, "--join"},
 		{"negative expect", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server"}, BootstrapExpect: -1}, "bootstrap-expect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
