@@ -119,7 +119,6 @@ func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJob
 		return nil, status.Errorf(codes.NotFound, "job %q not found", req.Name)
 	}
 	s.fillMembership(j)
-	s.fillRestores(j)
 	j.PendingTasks = s.store.FSM().Jobs().Pending(req.Name)
 	return &pb.GetJobResponse{Status: j}, nil
 }
@@ -170,34 +169,14 @@ func (s *Service) fillMembership(j *pb.JobStatus) {
 			if protojson.Unmarshal(kv.Value, p) == nil {
 				j.Checkpoints = append(j.Checkpoints, p)
 			}
+		case "restores":
+			r := &pb.RestoreRecord{}
+			if protojson.Unmarshal(kv.Value, r) == nil {
+				j.Restores = append(j.Restores, r)
+			}
 		}
 	}
 	sort.Slice(j.Pservers, func(a, b int) bool { return j.Pservers[a].Index < j.Pservers[b].Index })
-}
-
-// maxRestores is how many of the newest restores GetJob reports.
-const maxRestores = 16
-
-// restoreScan is how many of the newest job events fillRestores reads.
-const restoreScan = 5000
-
-// fillRestores lists the job's newest pserver restores (and sync
-// rollbacks), each with its reason, from the job's event stream.
-func (s *Service) fillRestores(j *pb.JobStatus) {
-	jobs := s.store.FSM().Jobs()
-	from := max(1, jobs.EventSeq(j.Name)-restoreScan+1)
-	evs, err := jobs.Events(j.Name, from, 0)
-	if err != nil {
-		return
-	}
-	for _, ev := range evs {
-		if ev.Type == pb.JobEvent_PSERVER_RESTORED {
-			j.Restores = append(j.Restores, &pb.RestoreRecord{Version: ev.Version, Reason: ev.Message, UnixNano: ev.UnixNano})
-		}
-	}
-	if len(j.Restores) > maxRestores {
-		j.Restores = j.Restores[len(j.Restores)-maxRestores:]
-	}
 }
 
 // CancelJob cancels a job; its trainers get JOB_OVER.

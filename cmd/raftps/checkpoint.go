@@ -71,8 +71,8 @@ func openManager(ctx context.Context, cl *client.Client) (*checkpoint.Manager, f
 }
 
 // evalMetrics maps checkpoint versions to the test accuracy of the pass
-// evaluated on them: each pass's metric goes to the newest version at or
-// before the step it was evaluated at.
+// evaluated on them: the version the job recorded with the pass, else the
+// newest version at or before the step it was evaluated at.
 func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []checkpoint.VersionInfo) checkpoint.Metrics {
 	resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
 	if err != nil {
@@ -82,9 +82,11 @@ func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []
 	for _, m := range resp.Status.Metrics {
 		v := m.CheckpointVersion
 		if v == 0 {
+			// Versions carry a trajectory epoch; match by step.
+			var step int64 = -1
 			for _, vi := range versions {
-				if vi.Version <= m.Step && vi.Version > v {
-					v = vi.Version
+				if vi.Step <= m.Step && vi.Step > step {
+					v, step = vi.Version, vi.Step
 				}
 			}
 		}

@@ -311,7 +311,8 @@ func printJobStatus(g *globals, j *pb.JobStatus) {
 		fmt.Fprintf(g.out, "checkpoint slot %d: version %d, step %d, md5 %s, replicas %s\n", i, c.Version, c.Step, c.Md5, strings.Join(c.Replicas, ","))
 	}
 	for _, r := range j.Restores {
-		fmt.Fprintf(g.out, "restore %s: %s\n", time.Unix(0, r.UnixNano).Format(time.TimeOnly), r.Reason)
+		fmt.Fprintf(g.out, "restore slot %d at %s: version %d md5 %s from %s: %s\n", r.Slot,
+			time.Unix(0, r.UnixNano).Format(time.TimeOnly), r.Version, r.Md5, r.Source, r.Reason)
 	}
 	for _, m := range j.Metrics {
 		fmt.Fprintf(g.out, "pass %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", m.Pass, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy)

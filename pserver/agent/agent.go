@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
@@ -33,6 +35,7 @@ import (
 // Meta is what the agent needs of the metadata store.
 type Meta interface {
 	pserver.Meta
+	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
 	LeaseRevoke(ctx context.Context, id int64) error
 	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
 	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error
@@ -93,6 +96,8 @@ type hosted struct {
 	// snaps carries step-exact snapshots from the slot's SnapshotEvery
 	// hook to the slot's checkpoint goroutine (latest wins when it lags).
 	snaps chan *pserver.SlotSnapshot
+	// epoch is the sync trajectory the slot is on (see EpochStride).
+	epoch int64
 	// rollbackRev is the mod revision of /jobs/<job>/rollback this slot has
 	// already followed (or that was there when it was claimed).
 	rollbackRev int64
@@ -250,6 +255,10 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 	a.maybeCheckpoint(ctx, job)
 }
 
+// RestoreKey is /jobs/<job>/restores/<slot>: the slot's latest restore
+// record (protojson pb.RestoreRecord).
+func RestoreKey(job string, slot int32) string { return fmt.Sprintf("/jobs/%s/restores/%d", job, slot) }
+
 // RollbackKey is /jobs/<job>/rollback: in a sync job, the checkpoint
 // version that a restored slot went back to, which every other slot of the
 // job then goes back to as well, so the model stays one consistent version
@@ -261,6 +270,9 @@ type Rollback struct {
 	Version int64  `json:"version"`
 	Slot    int32  `json:"slot"`
 	Node    string `json:"node"`
+	// Epoch is the trajectory that starts at Version: versions written
+	// after the rollback are labelled with it (see EpochStride).
+	Epoch int64 `json:"epoch"`
 }
 
 func (a *Agent) readRollback(ctx context.Context, job string) (Rollback, int64, bool) {
@@ -297,7 +309,10 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 	a.mu.Unlock()
 	for _, h := range todo {
 		h.rollbackRev = rev
-		if rb.Slot == h.key.slot || h.slot.Step() <= rb.Version {
+		if rb.Slot == h.key.slot || a.slotOf(h).Step() <= rb.Version%EpochStride {
+			a.mu.Lock()
+			h.epoch = max(h.epoch, rb.Epoch)
+			a.mu.Unlock()
 			continue
 		}
 		from := h.slot.Step()
@@ -331,12 +346,13 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		h.slot = s
 		h.lastCkptStep = s.Step()
 		h.lastVersion = rb.Version
+		h.epoch = rb.Epoch
 		a.mu.Unlock()
 		a.installHook(h, s)
 		a.server.Host(spec.Name, h.key.slot, s) // fences the old slot: its waiting pushes retry on this one
 		old.Close()
 		a.log.Warn("rolled back to keep the sync model consistent", "job", spec.Name, "slot", h.key.slot,
-			"from_step", from, "to_version", rb.Version, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
+			"from_step", from, "to_version", rb.Version, "epoch", rb.Epoch, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
 		_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
 			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (slot %d was restored)", h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Slot)})
 	}
@@ -392,11 +408,15 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	s.SetIncarnation(inc)
 	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc,
 		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now(), lastVersion: rec.Version}
-	if _, rev, ok := a.readRollback(ctx, spec.Name); ok {
-		h.rollbackRev = rev
+	if cur, rev, ok := a.readRollback(ctx, spec.Name); ok {
+		h.rollbackRev, h.epoch = rev, cur.Epoch
 	}
 	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && rec.Version > 0 {
-		v, _ := json.Marshal(Rollback{Version: rec.Version, Slot: i, Node: a.cfg.NodeID})
+		// A new trajectory starts at the restored version: every slot
+		// follows it and labels what it writes from now on with the new
+		// epoch, so no version mixes the old trajectory with the new.
+		h.epoch++
+		v, _ := json.Marshal(Rollback{Version: rec.Version, Slot: i, Node: a.cfg.NodeID, Epoch: h.epoch})
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		if resp, err := a.meta.Txn(pctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{
 			RequestPut: &pb.PutRequest{Key: []byte(RollbackKey(spec.Name)), Value: v}}}}}); err == nil {
@@ -410,9 +430,16 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	a.startCheckpoints(ctx, h, s)
 	a.feedTrainersTo(ctx, h)
 	a.server.Host(spec.Name, i, s)
-	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc,
+	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc, "epoch", h.epoch,
 		"restored_version", rec.Version, "md5", rec.Md5, "source", rec.Source, "reason", rec.Reason,
 		"step", s.Step(), "took", time.Since(start).Round(time.Millisecond))
+	// The record (slot, version, md5, source, reason) is what `raftps job
+	// status` shows and what checkers verify against the pointers.
+	if b, err := protojson.Marshal(rec); err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = a.meta.Put(pctx, &pb.PutRequest{Key: []byte(RestoreKey(spec.Name, i)), Value: b})
+		pcancel()
+	}
 	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
 		Version: rec.Version, Message: fmt.Sprintf("slot %d on %s: version %d md5 %s from %s: %s", i, a.cfg.NodeID, rec.Version, rec.Md5, rec.Source, rec.Reason)})
 	return nil
@@ -501,7 +528,10 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 		}
 		blobs[v] = b
 	}
-	version := checkpointVersion(h.spec, snap)
+	a.mu.Lock()
+	epoch := h.epoch
+	a.mu.Unlock()
+	version := checkpointVersion(epoch, snap)
 	if version <= h.lastVersion {
 		return nil, nil
 	}
@@ -530,12 +560,21 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	return ptr, nil
 }
 
-// checkpointVersion names a snapshot's version: its step. In sync jobs the
-// step-based snapshots are taken inside the completion of every N-th step
-// (pserver.Slot.SnapshotEvery), so every slot's version N is the model
-// after exactly N steps, and Restore finds versions all slots have.
-func checkpointVersion(_ *pb.JobSpec, snap *pserver.SlotSnapshot) int64 {
-	return snap.Step
+// EpochStride separates sync trajectories in checkpoint versions:
+// version = epoch*EpochStride + step. A rollback (a slot restored from an
+// older version, every other slot following it) starts a new epoch, so
+// versions written on the new trajectory are newer than everything the
+// abandoned one wrote, and the two never share a version number (which
+// would let Restore combine slots of different trajectories).
+const EpochStride = 1_000_000_000
+
+// checkpointVersion names a snapshot's version: epoch*EpochStride + its
+// step. In sync jobs the step-based snapshots are taken inside the
+// completion of every N-th step (pserver.Slot.SnapshotEvery), so every
+// slot's version is the model after exactly that step, and Restore finds
+// versions all slots have.
+func checkpointVersion(epoch int64, snap *pserver.SlotSnapshot) int64 {
+	return epoch*EpochStride + snap.Step
 }
 
 // startCheckpoints starts h's checkpoint goroutine and installs the
