@@ -10,6 +10,20 @@
 // The agent decides nothing about other nodes: every claim is a Txn under
 // its lease, so two agents can never serve the same slot at the same
 // incarnation (DESIGN.md §5, §6).
+//
+// Sync jobs stay one consistent model across slots:
+//   - checkpoints are step-exact: each slot snapshots inside the completion
+//     of every N-th step (pserver.Slot.SnapshotEvery), so version N of every
+//     slot is the model after exactly N steps;
+//   - when a slot is restored from version V, it publishes V under
+//     /jobs/<job>/rollback and every other slot of the job reloads V
+//     (Horovod Elastic's restore-and-reset);
+//   - each rollback starts a new trajectory epoch, and versions are
+//     epoch*EpochStride + step, so no version can combine slots of an
+//     abandoned trajectory with the new one.
+//
+// Restores are recorded under /jobs/<job>/restores/<slot> (shown by
+// `raftps job status`) and as PSERVER_RESTORED job events.
 package agent
 
 import (
