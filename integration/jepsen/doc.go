@@ -60,7 +60,13 @@
 // partition-one-way (the leader's packets to the others dropped), loss
 // (20-40 % random loss on one node, nft numgen), partition-heal (a follower
 // isolated, healed under writes, isolated and healed again quickly; the
-// hashicorp/raft #695 scenario). The leader is found with Cluster.Status.
+// hashicorp/raft #695 scenario), kill-pserver (SIGKILL of the node serving
+// pserver slot 0 of the running job, restart), membership (a follower
+// stops gracefully and is removed from the Raft configuration, then
+// restarts and is added back: removing and adding a node under load; the
+// record says whether both were observed). The leader is found with
+// Cluster.Status. The short suite in `make test` runs kill-leader,
+// pause-leader, partition-leader, loss and membership.
 // Each fault is a history record with type, target, start and end.
 //
 // # Workloads and checkers

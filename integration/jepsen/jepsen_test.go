@@ -87,7 +87,7 @@ func TestJepsen(t *testing.T) {
 		Nodes:        3,
 		OutDir:       out,
 		Workload:     80 * time.Second,
-		Faults:       []string{FaultKillLeader, FaultPauseLeader, FaultPartitionLeader, FaultLoss},
+		Faults:       []string{FaultKillLeader, FaultPauseLeader, FaultPartitionLeader, FaultLoss, FaultMembership},
 		Hold:         4 * time.Second,
 		CheckTimeout: time.Minute,
 		Seed:         seed,

@@ -2,10 +2,14 @@ package jepsen
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
 // Fault kinds the nemesis knows.
@@ -20,13 +24,15 @@ const (
 	FaultPartitionOneWay = "partition-one-way" // the leader's packets to the others are dropped, theirs to it pass
 	FaultLoss            = "loss"              // random packet loss on a random node
 	FaultPartitionHeal   = "partition-heal"    // isolate a follower under concurrent writes, heal, repeat quickly (hashicorp/raft #695)
+	FaultKillPServer     = "kill-pserver"      // SIGKILL the node serving pserver slot 0 of a running job (random node if none), restart
+	FaultMembership      = "membership"        // a follower leaves gracefully (removed from Raft), then rejoins with the same command line
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{
 	FaultKillRandom, FaultKillLeader, FaultPauseRandom, FaultPauseLeader,
 	FaultPartitionLeader, FaultPartitionHalves, FaultPartitionRing,
-	FaultPartitionOneWay, FaultLoss, FaultPartitionHeal,
+	FaultPartitionOneWay, FaultLoss, FaultPartitionHeal, FaultKillPServer, FaultMembership,
 }
 
 // Fault is one fault the nemesis applied, healed at End (ns since the run's
@@ -113,6 +119,63 @@ func names(hs []*Host) string {
 		s = append(s, h.Name)
 	}
 	return strings.Join(s, ",")
+}
+
+// pserverHost is the node serving pserver slot 0 of some job, from the
+// slot's key /jobs/<job>/ps/0 (nil if none is served).
+func (n *Nemesis) pserverHost(ctx context.Context) *Host {
+	for _, c := range n.conns.All() {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := c.KV.Range(cctx, &pb.RangeRequest{Key: []byte("/jobs/"), RangeEnd: []byte("/jobs0")})
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			if !strings.HasSuffix(string(kv.Key), "/ps/0") {
+				continue
+			}
+			var v struct {
+				Node string `json:"node"`
+			}
+			if json.Unmarshal(kv.Value, &v) == nil {
+				if h := n.hosts.Host(v.Node); h != nil {
+					return h
+				}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// waitMember waits until t is (in) or is not (!in) in the Raft
+// configuration as another node reports it; false if not seen within d.
+func (n *Nemesis) waitMember(ctx context.Context, t *Host, in bool, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, c := range n.conns.All() {
+			if c.Name == t.Name {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := c.Cluster.Status(cctx, &pb.StatusRequest{})
+			cancel()
+			if err != nil || st.Leader == "" {
+				continue
+			}
+			if slices.Contains(st.Voters, t.Name) || slices.Contains(st.Nonvoters, t.Name) {
+				if in {
+					return true
+				}
+			} else if !in {
+				return true
+			}
+			break
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	return false
 }
 
 // apply injects one fault, holds it, heals it and returns its record.
@@ -232,6 +295,40 @@ func (n *Nemesis) apply(ctx context.Context, kind string) (f Fault) {
 		sleepCtx(context.Background(), 700*time.Millisecond)
 		fail(n.hosts.Partition([]*Host{t}, n.others(t)))
 		hold = 1200 * time.Millisecond
+	case FaultKillPServer:
+		t := n.pserverHost(ctx)
+		if t == nil {
+			f.Detail = "no pserver slot served; random node"
+			t = n.randomHost()
+		}
+		f.Target = t.Name
+		f.Start = n.h.Now()
+		t.Kill()
+		heal = func() { fail(t.Restart()) }
+	case FaultMembership:
+		// Removing and adding a node under load: a follower stops gracefully
+		// (it leaves gossip and the leader removes it from the Raft
+		// configuration), then restarts and is added back.
+		l := n.leader(ctx)
+		var t *Host
+		for _, x := range n.r.Perm(len(n.hosts.Nodes)) {
+			if n.hosts.Nodes[x] != l {
+				t = n.hosts.Nodes[x]
+				break
+			}
+		}
+		f.Target = t.Name
+		f.Start = n.h.Now()
+		t.Stop(10 * time.Second)
+		removed := n.waitMember(ctx, t, false, 15*time.Second)
+		heal = func() {
+			fail(t.Restart())
+			back := n.waitMember(ctx, t, true, 20*time.Second)
+			f.Detail = fmt.Sprintf("removed from the Raft configuration: %v; added back: %v", removed, back)
+			if !removed || !back {
+				fail(fmt.Errorf("membership change not observed (removed %v, added back %v)", removed, back))
+			}
+		}
 	default:
 		f.Err = "unknown fault kind"
 		f.Start = n.h.Now()
