@@ -17,6 +17,7 @@ import (
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/raftstore/client"
 )
 
 // Store is what the master needs of the Raft store.
@@ -457,7 +458,7 @@ func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 		return
 	}
 	prefix := "/jobs/" + job + "/trainers/"
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd([]byte(prefix))})
+	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix))})
 	if err != nil {
 		return
 	}
@@ -495,16 +496,4 @@ func (m *Master) apply(ctx context.Context, t pb.CommandType, msg proto.Message)
 		return res, err
 	}
 	return res, nil
-}
-
-// prefixEnd returns the range end covering every key with prefix p (etcd's GetPrefixRangeEnd).
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return []byte{0}
 }

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/service"
 )
 
@@ -146,7 +147,7 @@ type SlotRecord struct {
 // fillMembership adds trainers, pservers and checkpoints from the keyspace.
 func (s *Service) fillMembership(j *pb.JobStatus) {
 	prefix := "/jobs/" + j.Name + "/"
-	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd([]byte(prefix))})
+	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix))})
 	if err != nil {
 		return
 	}

@@ -43,6 +43,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/service"
 )
 
@@ -211,7 +212,7 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 	job := spec.Name
 	prefix := "/jobs/" + job + "/ps/"
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), Serializable: true})
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix)), Serializable: true})
 	cancel()
 	if err != nil {
 		return
@@ -477,7 +478,7 @@ func (a *Agent) feedTrainers(ctx context.Context, job string) {
 func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
 	prefix := "/jobs/" + h.key.job + "/trainers/"
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), KeysOnly: true, Serializable: true})
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix)), KeysOnly: true, Serializable: true})
 	cancel()
 	if err != nil {
 		return
@@ -687,10 +688,4 @@ func (a *Agent) release() {
 	if err := a.session.Close(context.Background()); err != nil {
 		a.log.Warn("revoke pserver lease at shutdown", "err", err)
 	}
-}
-
-func prefixEnd(p string) []byte {
-	end := []byte(p)
-	end[len(end)-1]++
-	return end
 }

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/service"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
@@ -262,9 +263,7 @@ type resolver struct{ meta Meta }
 
 func (r *resolver) Slots(ctx context.Context, job string) (map[int32]string, error) {
 	prefix := "/jobs/" + job + "/ps/"
-	end := []byte(prefix)
-	end[len(end)-1]++
-	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, Serializable: true})
+	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix)), Serializable: true})
 	if err != nil {
 		return nil, err
 	}
