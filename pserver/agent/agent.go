@@ -44,7 +44,7 @@ import (
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client"
-	"github.com/raftps/raftps/raftstore/service"
+	"github.com/raftps/raftps/raftstore/client/concurrency"
 )
 
 // Meta is what the agent needs of the metadata store.
@@ -83,7 +83,7 @@ type Agent struct {
 	members Members
 	log     *slog.Logger
 
-	session *service.Session
+	session *concurrency.Session
 	mu      sync.Mutex
 	lease   int64 // the session's lease as of the last round
 	hosted  map[slotKey]*hosted
@@ -130,7 +130,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 		cfg.Logger = slog.Default()
 	}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
-		session: service.NewSession(meta, cfg.LeaseTTL),
+		session: concurrency.NewSession(meta, cfg.LeaseTTL),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
 }
 

@@ -16,9 +16,8 @@
 //
 // Agents on a node (pservers, trainers, checkpoints) use Local, the
 // in-process client of the node's own store with the same semantics, and
-// keep their keys under a Session: one lease kept alive (etcd's
-// concurrency.Session), whose loss they learn of and react to (fence,
-// re-register).
+// keep their keys under a concurrency.Session (raftstore/client/concurrency)
+// that Local's lease calls satisfy.
 //
 // Errors cross the boundary through ToStatus, the one table that maps
 // raftps' sentinels to gRPC codes (etcd's togRPCError): invalid input is

@@ -25,7 +25,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/raftstore/client"
-	"github.com/raftps/raftps/raftstore/service"
+	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
 )
@@ -79,7 +79,7 @@ type Agent struct {
 	master MasterAPI
 	log    *slog.Logger
 
-	session *service.Session
+	session *concurrency.Session
 	mu      sync.Mutex
 	lease   int64           // the session's lease as of the last round
 	running map[string]*run // by trainer key
@@ -111,7 +111,7 @@ func New(cfg Config, meta Meta, master MasterAPI) *Agent {
 		cfg.Logger = slog.Default()
 	}
 	return &Agent{cfg: cfg, meta: meta, master: master, log: cfg.Logger.With("component", "trainer-agent"),
-		session: service.NewSession(meta, cfg.LeaseTTL), running: map[string]*run{}}
+		session: concurrency.NewSession(meta, cfg.LeaseTTL), running: map[string]*run{}}
 }
 
 // Run reconciles until ctx ends; then stops its trainers and revokes the

@@ -1,4 +1,19 @@
-package service
+// Package concurrency holds client-side helpers built on raftps leases,
+// after etcd's client/v3/concurrency: a Session is one lease kept alive on
+// behalf of an agent, so the keys it holds vanish when the agent dies, and
+// the agent learns when its lease was lost (to fence and re-register).
+//
+// A Session runs over LeaseAPI, which both the gRPC client
+// (raftstore/client.Client.Leases) and a node's in-process adapter
+// (raftstore/service.Local) satisfy.
+//
+//	s := concurrency.NewSession(api, 10) // 10 s TTL
+//	id, lost, err := s.Ensure(ctx)       // call at least every TTL/3
+//	if lost { /* everything attached to the old lease is gone: fence, re-register */ }
+//	defer s.Close(ctx)                   // revokes the lease
+//
+// Session is safe for concurrent use.
+package concurrency
 
 import (
 	"context"
@@ -7,10 +22,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/raftps/raftps/fsm"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/fsm/errs"
 )
 
-// LeaseAPI is what a Session needs: Local implements it.
+// LeaseAPI is what a Session needs: raftstore/service.Local and the gRPC
+// client's Leases adapter implement it.
 type LeaseAPI interface {
 	LeaseGrant(ctx context.Context, ttl int64) (int64, error)
 	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
@@ -51,7 +70,7 @@ func (s *Session) Ensure(ctx context.Context) (id int64, lost bool, err error) {
 			s.last = time.Now()
 			return s.id, false, nil
 		}
-		if !errors.Is(err, fsm.ErrLeaseNotFound) && !isNotFound(err) {
+		if !isLeaseNotFound(err) {
 			return s.id, false, fmt.Errorf("keepalive lease %d: %w", s.id, err)
 		}
 		s.id, lost = 0, true
@@ -85,8 +104,8 @@ func (s *Session) Close(ctx context.Context) error {
 	return s.api.LeaseRevoke(cctx, id)
 }
 
-// isNotFound recognizes a lease-not-found that crossed a gRPC boundary
-// without its sentinel.
-func isNotFound(err error) bool {
-	return fsm.Code(err).String() == "NotFound" || errors.Is(err, fsm.ErrNotFound)
+// isLeaseNotFound recognizes a lease that no longer exists, in process
+// (the sentinel) or across a gRPC boundary (status NotFound).
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, errs.ErrLeaseNotFound) || status.Code(err) == codes.NotFound
 }
