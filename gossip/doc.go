@@ -10,7 +10,7 @@
 // # Usage
 //
 //	cfg := gossip.DefaultConfig()
-//	cfg.Meta = gossip.Meta{ID: "n1", Roles: []string{"server", "trainer"},
+//	cfg.Meta = gossip.Meta{ID: "n1", Roles: []string{gossip.RoleServer, gossip.RoleTrainer},
 //		GRPCAddr: "10.0.0.1:7000", RaftAddr: "10.0.0.1:7001", HTTPAddr: "10.0.0.1:7003"}
 //	cfg.BindAddr = "0.0.0.0:7002"
 //	cfg.AdvertiseAddr = "10.0.0.1"
@@ -24,6 +24,12 @@
 //	defer cancel()
 //	for _, m := range g.Members() { ... } // then read the current members,
 //	for ev := range events { ... }        // then follow the changes.
+//
+// # Roles
+//
+// A member's roles are the constants RoleServer (a Raft voter), RolePServer
+// and RoleTrainer; Meta.HasRole (and HasRole for a bare list) is the one
+// predicate every package uses to ask what a member is.
 //
 // # Members and events
 //

@@ -8,6 +8,23 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// Roles a node can have (Meta.Roles; `raftps node --roles`).
+const (
+	// RoleServer: a Raft voter (may lead; runs the master on the leader).
+	// Nodes without it join as non-voters.
+	RoleServer = "server"
+	// RolePServer: hosts parameter-server slots.
+	RolePServer = "pserver"
+	// RoleTrainer: runs trainers of the jobs.
+	RoleTrainer = "trainer"
+)
+
+// Roles lists every known role, in the order the CLI documents them.
+func Roles() []string { return []string{RoleServer, RolePServer, RoleTrainer} }
+
+// ValidRole reports whether r is one of Roles.
+func ValidRole(r string) bool { return slices.Contains(Roles(), r) }
+
 // MaxMetaSize is the largest encoded Meta memberlist carries (512 bytes).
 const MaxMetaSize = memberlist.MetaMaxSize
 
@@ -16,14 +33,19 @@ const MaxMetaSize = memberlist.MetaMaxSize
 // member's Incarnation) must fit in MaxMetaSize bytes, else ErrMetaTooLarge.
 type Meta struct {
 	ID       string   // node ID, unique in the cluster; also the memberlist node name
-	Roles    []string // e.g. "server", "pserver", "trainer"
+	Roles    []string // RoleServer, RolePServer, RoleTrainer
 	GRPCAddr string   // host:port of the node's gRPC API
 	RaftAddr string   // host:port of the node's Raft transport
 	HTTPAddr string   // host:port of the node's HTTP (metrics, health) server
 }
 
-// HasRole reports whether m lists role.
-func (m Meta) HasRole(role string) bool { return slices.Contains(m.Roles, role) }
+// HasRole reports whether m lists role (RoleServer, RolePServer,
+// RoleTrainer): the one role predicate of the code base.
+func (m Meta) HasRole(role string) bool { return HasRole(m.Roles, role) }
+
+// HasRole reports whether roles lists role; Meta.HasRole for a bare list
+// (a node's configuration before it has a Meta).
+func HasRole(roles []string, role string) bool { return slices.Contains(roles, role) }
 
 func (m Meta) clone() Meta {
 	m.Roles = slices.Clone(m.Roles)
