@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/shape"
 )
 
 // Defaults for JobSpec fields left zero.
@@ -70,7 +71,9 @@ type Layout struct {
 }
 
 // NewLayout validates spec and computes its layout over numPservers slots.
-// Zero num_virtual_shards and dense_block_size take the defaults.
+// Zero num_virtual_shards and dense_block_size take the defaults. Shapes
+// are multiplied with overflow checks (internal/shape): a negative dim or
+// more than shape.MaxElements elements is ErrBadSpec, never a wrapped size.
 func NewLayout(spec *pb.JobSpec, numPservers int32) (*Layout, error) {
 	if spec == nil {
 		return nil, errorf(ErrBadSpec, "nil spec")
@@ -104,12 +107,9 @@ func NewLayout(spec *pb.JobSpec, numPservers int32) (*Layout, error) {
 			return nil, errorf(ErrBadSpec, "param %q: unknown initializer %d", ps.GetName(), ps.GetInit())
 		}
 		p := &ParamLayout{Spec: ps, Index: i, Embedding: ps.GetEmbedding(), hash: nameHash(ps.GetName())}
-		size := int64(1)
-		for _, d := range ps.GetShape() {
-			if d < 0 {
-				return nil, errorf(ErrBadSpec, "param %q: negative dim in shape %v", ps.GetName(), ps.GetShape())
-			}
-			size *= d
+		size, err := shape.Elements(ps.GetShape())
+		if err != nil {
+			return nil, errorf(ErrBadSpec, "param %q: %v", ps.GetName(), err)
 		}
 		p.Size = size
 		if p.Embedding {
@@ -118,7 +118,10 @@ func NewLayout(spec *pb.JobSpec, numPservers int32) (*Layout, error) {
 			}
 			p.Buckets, p.Dim = ps.GetShape()[0], ps.GetShape()[1]
 		} else {
-			p.Blocks = (size + l.BlockSize - 1) / l.BlockSize
+			p.Blocks = size / l.BlockSize
+			if size%l.BlockSize != 0 {
+				p.Blocks++
+			}
 		}
 		l.Params = append(l.Params, p)
 		l.byName[ps.GetName()] = p

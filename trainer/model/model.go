@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/shape"
 )
 
 // Errors returned by Build and by Model methods; match with errors.Is.
@@ -97,6 +98,21 @@ func Build(spec *pb.ModelSpec, inputDim, classes int) (Model, error) {
 	if inputDim <= 0 || classes < 2 {
 		return nil, fmt.Errorf("%w: inputDim %d, classes %d", ErrBadSpec, inputDim, classes)
 	}
+	m, err := build(spec, inputDim, classes)
+	if err != nil {
+		return nil, err
+	}
+	// Every shape must be a size before anything is allocated from it
+	// (hash_buckets 1<<62 with dim 3 wraps negative).
+	for _, ps := range m.Params() {
+		if _, err := NumElements(ps); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func build(spec *pb.ModelSpec, inputDim, classes int) (Model, error) {
 	switch spec.GetName() {
 	case "softmax":
 		if len(spec.GetHidden()) > 0 {
@@ -131,13 +147,15 @@ func Build(spec *pb.ModelSpec, inputDim, classes int) (Model, error) {
 	return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownModel, spec.GetName(), Names())
 }
 
-// NumElements returns the product of a ParamSpec's shape.
-func NumElements(ps *pb.ParamSpec) int64 {
-	n := int64(1)
-	for _, d := range ps.GetShape() {
-		n *= d
+// NumElements returns the product of a ParamSpec's shape, computed with
+// overflow checks: a negative dim or more than shape.MaxElements elements
+// (e.g. [3, 1<<62], whose int64 product wraps negative) is ErrBadSpec.
+func NumElements(ps *pb.ParamSpec) (int64, error) {
+	n, err := shape.Elements(ps.GetShape())
+	if err != nil {
+		return 0, fmt.Errorf("%w: parameter %q: %w", ErrBadSpec, ps.GetName(), err)
 	}
-	return n
+	return n, nil
 }
 
 // InitTensor returns the initial values of ps (all rows for an embedding
@@ -148,8 +166,15 @@ func NumElements(ps *pb.ParamSpec) int64 {
 //   - INIT_GLOROT: U(-l, l), l = sqrt(6 / (fan_in + fan_out)) with fan_in =
 //     shape[0], fan_out = shape[1] (Glorot & Bengio 2010), or shape[0] for
 //     both if 1-D.
+//
+// A shape NumElements refuses gives nil (Build never makes one; to64 then
+// reports the length mismatch as ErrShape).
 func InitTensor(ps *pb.ParamSpec, seed int64) []float32 {
-	out := make([]float32, NumElements(ps))
+	n, err := NumElements(ps)
+	if err != nil {
+		return nil
+	}
+	out := make([]float32, n)
 	h := uint64(14695981039346656037)
 	for _, c := range []byte(ps.GetName()) {
 		h = (h ^ uint64(c)) * 1099511628211
@@ -261,7 +286,9 @@ func to64(specs []*pb.ParamSpec, p Params) (*params64, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: parameter %q not in params", ErrShape, name)
 		}
-		if want := NumElements(ps); int64(len(v)) != want {
+		if want, err := NumElements(ps); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrShape, err)
+		} else if int64(len(v)) != want {
 			return nil, fmt.Errorf("%w: parameter %q has %d values, want %d (shape %v)", ErrShape, name, len(v), want, ps.GetShape())
 		}
 		q.dense[name] = f64(v)

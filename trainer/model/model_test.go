@@ -25,7 +25,11 @@ func randParams64(t *testing.T, m Model, x []float32, r *rand.Rand) *params64 {
 			p.Sparse[ps.GetName()] = Rows{IDs: ids, Values: v}
 			continue
 		}
-		v := make([]float32, NumElements(ps))
+		n, err := NumElements(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(r.NormFloat64() * 0.5)
 		}
@@ -231,5 +235,20 @@ func TestSGDLearns(t *testing.T) {
 		if last > first/4 || ok < n*9/10 {
 			t.Errorf("%s: loss %.3f -> %.3f, %d/%d correct", spec.Name, first, last, ok, n)
 		}
+	}
+}
+
+// TestBuildShapeOverflow: hashed_lr with hash_buckets 1<<62 and dim 3 (an
+// embedding [1<<62, 3], whose int64 size wraps negative) is ErrBadSpec at
+// Build, and NumElements reports [3, 1<<62] instead of wrapping.
+func TestBuildShapeOverflow(t *testing.T) {
+	if _, err := Build(&pb.ModelSpec{Name: "hashed_lr", HashBuckets: 1 << 62, EmbeddingDim: 3}, 784, 10); !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("Build(hash_buckets 1<<62) = %v, want ErrBadSpec", err)
+	}
+	if n, err := NumElements(&pb.ParamSpec{Name: "w", Shape: []int64{3, 1 << 62}}); !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("NumElements([3, 1<<62]) = %d, %v; want ErrBadSpec", n, err)
+	}
+	if v := InitTensor(&pb.ParamSpec{Name: "w", Shape: []int64{3, 1 << 62}}, 1); v != nil {
+		t.Fatalf("InitTensor([3, 1<<62]) allocated %d values", len(v))
 	}
 }
