@@ -10,8 +10,11 @@
 //
 // Pixels become float32 in [0, 1], stored row-major in one slice
 // (Dataset.Row(i) is record i). Errors say which file and why, and match
-// ErrBadMagic, ErrTruncated, ErrMismatch, ErrTooLarge, ErrUnknownSplit or
-// fs.ErrNotExist with errors.Is.
+// ErrBadMagic, ErrTruncated, ErrMismatch, ErrTooLarge, ErrBadHeader,
+// ErrUnknownSplit or fs.ErrNotExist with errors.Is. Headers are not
+// trusted: the product of the dimensions is bounds-checked (at most 2^30
+// values, no wrap-around) and buffers grow with the data that arrives, so
+// a short file with a huge header allocates about what the file holds.
 //
 // # Tasks and passes
 //

@@ -25,8 +25,11 @@ var (
 	ErrMismatch = errors.New("dataset: images and labels do not match")
 	// ErrUnknownSplit: split is neither "train" nor "test".
 	ErrUnknownSplit = errors.New("dataset: unknown split")
-	// ErrTooLarge: the header announces more data than the reader accepts.
+	// ErrTooLarge: the header announces more data than the reader accepts
+	// (the product of its dimensions exceeds 2^30 values).
 	ErrTooLarge = errors.New("dataset: IDX dimensions too large")
+	// ErrBadHeader: the header announces images of zero rows or columns.
+	ErrBadHeader = errors.New("dataset: bad IDX dimensions")
 )
 
 const (
@@ -173,12 +176,20 @@ func ReadImages(r io.Reader) (images []float32, n, rows, cols int, err error) {
 		return nil, 0, 0, 0, err
 	}
 	n, rows, cols = dims[0], dims[1], dims[2]
-	total := n * rows * cols
+	if rows == 0 || cols == 0 {
+		return nil, 0, 0, 0, fmt.Errorf("%w: images of %d x %d pixels", ErrBadHeader, rows, cols)
+	}
+	// Each dim is at most 2^30, so the products fit in 64 bits before the
+	// bound is applied to them.
+	total := uint64(n) * uint64(rows)
+	if total <= maxValues {
+		total *= uint64(cols)
+	}
 	if total > maxValues {
 		return nil, 0, 0, 0, fmt.Errorf("%w: %d x %d x %d", ErrTooLarge, n, rows, cols)
 	}
-	raw := make([]byte, total)
-	if err := readFull(r, raw); err != nil {
+	raw, err := readN(r, int(total))
+	if err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("images: %w", err)
 	}
 	images = make([]float32, total)
@@ -199,8 +210,7 @@ func ReadLabels(r io.Reader) (labels []uint8, n int, err error) {
 	if n > maxValues {
 		return nil, 0, fmt.Errorf("%w: %d labels", ErrTooLarge, n)
 	}
-	labels = make([]uint8, n)
-	if err := readFull(r, labels); err != nil {
+	if labels, err = readN(r, n); err != nil {
 		return nil, 0, fmt.Errorf("labels: %w", err)
 	}
 	return labels, n, nil
@@ -226,6 +236,20 @@ func readHeader(r io.Reader, magic uint32, ndim int) ([]int, error) {
 		dims[i] = int(d)
 	}
 	return dims, nil
+}
+
+// readN reads exactly n bytes. The buffer grows with the data that
+// arrives (at most twice what was read), so a header that announces 1 GiB
+// before a short file allocates about as much as the file holds.
+func readN(r io.Reader, n int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < n {
+		return nil, fmt.Errorf("%w: got %d of %d bytes", ErrTruncated, len(b), n)
+	}
+	return b, nil
 }
 
 func readFull(r io.Reader, b []byte) error {
