@@ -2,9 +2,7 @@ package jobq
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -175,14 +173,14 @@ func New() *Queue {
 // errs.ErrInvalid (naming the field) or errs.ErrExists; on error nothing is
 // created. Emits JOB_SUBMITTED.
 func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
-	spec, err := validateSpec(req.GetSpec())
+	spec, err := ValidateSpec(req.GetSpec())
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := q.jobs[spec.Name]; ok {
 		return nil, fmt.Errorf("%w: job %q", errs.ErrExists, spec.Name)
 	}
-	n := int32((spec.Dataset.Records + spec.RecordsPerTask - 1) / spec.RecordsPerTask)
+	n := int32(NumTasks(spec.Dataset.Records, spec.RecordsPerTask)) // <= MaxTasks
 	j := &job{
 		name:      spec.Name,
 		spec:      spec,
@@ -205,98 +203,6 @@ func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobRespon
 
 func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s %s", errs.ErrInvalid, field, fmt.Sprintf(format, args...))
-}
-
-// validateSpec returns a copy of s with its defaults filled, or an error
-// wrapping errs.ErrInvalid that names the offending field.
-func validateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
-	if in == nil {
-		return nil, invalid("spec", "is required")
-	}
-	s := proto.Clone(in).(*pb.JobSpec)
-	if err := validName(s.Name); err != nil {
-		return nil, err
-	}
-	if s.Model == nil || !slices.Contains(knownModels, s.Model.Name) {
-		return nil, invalid("model.name", "%q unknown (known: %s)", s.GetModel().GetName(), strings.Join(knownModels, ", "))
-	}
-	if s.Dataset == nil || s.Dataset.Path == "" {
-		return nil, invalid("dataset.path", "must not be empty")
-	}
-	if s.Dataset.Records <= 0 {
-		return nil, invalid("dataset.records", "must be > 0, got %d", s.Dataset.Records)
-	}
-	if s.RecordsPerTask <= 0 {
-		return nil, invalid("records_per_task", "must be > 0, got %d", s.RecordsPerTask)
-	}
-	if n := (s.Dataset.Records-1)/s.RecordsPerTask + 1; n > MaxTasks {
-		return nil, invalid("records_per_task", "gives %d tasks, more than %d", n, MaxTasks)
-	}
-	if s.BatchSize <= 0 {
-		return nil, invalid("batch_size", "must be > 0, got %d", s.BatchSize)
-	}
-	if s.Passes <= 0 {
-		return nil, invalid("passes", "must be > 0, got %d", s.Passes)
-	}
-	if s.MaxSteps < 0 {
-		return nil, invalid("max_steps", "must be >= 0, got %d", s.MaxSteps)
-	}
-	if s.Optimizer == nil || !slices.Contains(knownOptimizers, s.Optimizer.Name) {
-		return nil, invalid("optimizer.name", "%q unknown (known: %s)", s.GetOptimizer().GetName(), strings.Join(knownOptimizers, ", "))
-	}
-	if lr := s.Optimizer.LearningRate; !(lr > 0) || math.IsInf(lr, 0) {
-		return nil, invalid("optimizer.learning_rate", "must be a finite number > 0, got %v", lr)
-	}
-	if s.NumPservers <= 0 {
-		return nil, invalid("num_pservers", "must be > 0, got %d", s.NumPservers)
-	}
-	if _, ok := pb.UpdateMode_name[int32(s.Mode)]; !ok {
-		return nil, invalid("mode", "unknown value %d", s.Mode)
-	}
-	if s.Staleness < 0 {
-		return nil, invalid("staleness", "must be >= 0, got %d", s.Staleness)
-	}
-	if s.Checkpoint == nil {
-		s.Checkpoint = &pb.CheckpointPolicy{}
-	}
-	c := s.Checkpoint
-	switch {
-	case c.KeepMax < 0:
-		return nil, invalid("checkpoint.keep_max", "must be >= 0, got %d", c.KeepMax)
-	case c.Replicas < 0:
-		return nil, invalid("checkpoint.replicas", "must be >= 0, got %d", c.Replicas)
-	case c.EverySteps < 0:
-		return nil, invalid("checkpoint.every_steps", "must be >= 0, got %d", c.EverySteps)
-	case c.EverySeconds < 0:
-		return nil, invalid("checkpoint.every_seconds", "must be >= 0, got %d", c.EverySeconds)
-	case s.MaxTaskTimeouts < 0 || s.MaxTaskTimeouts > MaxTaskTimeouts:
-		return nil, invalid("max_task_timeouts", "must be in [0, %d], got %d", MaxTaskTimeouts, s.MaxTaskTimeouts)
-	case s.TaskTimeoutFloorMs < 0:
-		return nil, invalid("task_timeout_floor_ms", "must be >= 0, got %d", s.TaskTimeoutFloorMs)
-	case s.NumVirtualShards < 0:
-		return nil, invalid("num_virtual_shards", "must be >= 0, got %d", s.NumVirtualShards)
-	case s.DenseBlockSize < 0:
-		return nil, invalid("dense_block_size", "must be >= 0, got %d", s.DenseBlockSize)
-	}
-	if c.Replicas == 0 {
-		c.Replicas = DefaultCheckpointReplicas
-	}
-	if s.MaxTaskTimeouts == 0 {
-		s.MaxTaskTimeouts = DefaultMaxTaskTimeouts
-	}
-	if s.TaskTimeoutFloorMs == 0 {
-		s.TaskTimeoutFloorMs = DefaultTaskTimeoutFloorMs
-	}
-	if s.NumVirtualShards == 0 {
-		s.NumVirtualShards = DefaultNumVirtualShards
-	}
-	if s.DenseBlockSize == 0 {
-		s.DenseBlockSize = DefaultDenseBlockSize
-	}
-	if s.NumVirtualShards < s.NumPservers {
-		return nil, invalid("num_virtual_shards", "(%d) must be >= num_pservers (%d)", s.NumVirtualShards, s.NumPservers)
-	}
-	return s, nil
 }
 
 func validName(name string) error {

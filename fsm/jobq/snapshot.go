@@ -347,7 +347,7 @@ func (d *dec) job(eventCap int) *job {
 	if d.err != nil {
 		return nil
 	}
-	if want := (spec.Dataset.Records-1)/spec.RecordsPerTask + 1; int64(n) != want || n > MaxTasks {
+	if want := NumTasks(spec.Dataset.Records, spec.RecordsPerTask); int64(n) != want || n > MaxTasks {
 		d.fail("job %q: %d tasks, spec gives %d", j.name, n, want)
 		return nil
 	}

@@ -46,14 +46,14 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_JOB_OVER, Pass: j.pass}, nil
 	}
 	if ts := j.trainers[trainer]; ts != nil && now < ts.until {
-		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, Pass: j.pass, RetryAfterMs: (ts.until - now + msNs - 1) / msNs}, nil
+		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, Pass: j.pass, RetryAfterMs: satAdd(satSub(ts.until, now), msNs-1) / msNs}, nil
 	}
 	switch j.eval.state {
 	case evalTodo:
 		j.epoch++
 		e := &j.eval
 		e.state = evalPending
-		e.run = run{epoch: j.epoch, started: now, deadline: now + j.timeout(j.slowestEval), trainer: trainer}
+		e.run = run{epoch: j.epoch, started: now, deadline: satAdd(now, j.timeout(j.slowestEval)), trainer: trainer}
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_TASK, Pass: e.pass, Task: &pb.Task{
 			Id: evalID(e.pass), Kind: pb.TaskKind_TASK_KIND_EVAL, Pass: e.pass, Epoch: e.run.epoch,
 			Trainer: trainer, StartedUnixNano: now, DeadlineUnixNano: e.run.deadline, State: pb.TaskState_TASK_PENDING,
@@ -68,13 +68,13 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 		j.tasks[id].epoch = j.epoch
 		j.tasks[id].slot = int32(len(j.pending))
 		j.pending = append(j.pending, pendingTask{id: id, primary: run{
-			epoch: j.epoch, started: now, deadline: now + j.timeout(j.slowest), trainer: trainer,
+			epoch: j.epoch, started: now, deadline: satAdd(now, j.timeout(j.slowest)), trainer: trainer,
 		}})
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_TASK, Pass: j.pass, Task: j.taskProto(id)}, nil
 	}
 	if p := j.speculative(now, trainer); p != nil {
 		j.epoch++
-		p.backup = run{epoch: j.epoch, started: now, deadline: now + j.timeout(j.slowest), trainer: trainer}
+		p.backup = run{epoch: j.epoch, started: now, deadline: satAdd(now, j.timeout(j.slowest)), trainer: trainer}
 		t := j.taskProto(p.id)
 		// The backup trainer must report the backup epoch; the response names
 		// it as the task's epoch and keeps the primary in trainer/backup_*.
@@ -84,9 +84,46 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 	return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, Pass: j.pass, RetryAfterMs: WaitRetryMs}, nil
 }
 
-// timeout returns max(floor, 3 x slowest) in ns.
+// timeout returns max(floor, 3 x slowest) in ns, saturating at
+// math.MaxInt64 (slowest is a difference of two stamped clocks, so it can
+// be anything a leader stamped).
 func (j *job) timeout(slowest int64) int64 {
-	return max(j.spec.TaskTimeoutFloorMs*msNs, timeoutFactor*slowest)
+	floor := j.spec.TaskTimeoutFloorMs * msNs // <= MaxTaskTimeoutFloorMs x 1e6: no overflow
+	if slowest > math.MaxInt64/timeoutFactor {
+		return math.MaxInt64
+	}
+	return max(floor, timeoutFactor*slowest)
+}
+
+// satAdd returns a+b clamped to the int64 range.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
+}
+
+// satMul returns a*b for a, b >= 0, clamped at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// satSub returns a-b clamped to the int64 range.
+func satSub(a, b int64) int64 {
+	if b == math.MinInt64 {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return a - b
+	}
+	return satAdd(a, -b)
 }
 
 // median returns the median of the kept finished durations, or ok = false
@@ -109,7 +146,7 @@ func (j *job) speculative(now int64, trainer string) *pendingTask {
 	var best *pendingTask
 	for i := range j.pending {
 		p := &j.pending[i]
-		if p.backup.epoch != 0 || p.primary.trainer == trainer || now-p.primary.started <= backupFactor*med {
+		if p.backup.epoch != 0 || p.primary.trainer == trainer || satSub(now, p.primary.started) <= satMul(backupFactor, med) {
 			continue
 		}
 		if best == nil || p.primary.started < best.primary.started || p.primary.started == best.primary.started && p.id < best.id {
@@ -149,7 +186,7 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 		if e.state != evalPending || req.TaskId != evalID(e.pass) || req.Epoch != e.run.epoch {
 			return no, nil
 		}
-		j.slowestEval = max(j.slowestEval, now-e.run.started) // negative (clock skew between leaders) is ignored
+		j.slowestEval = max(j.slowestEval, satSub(now, e.run.started)) // negative (clock skew between leaders) is ignored
 		j.succeeded(e.run.trainer)
 		step := m.GetStep()
 		if step == 0 {
@@ -184,17 +221,16 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 	j.removePending(id, slotDone)
 	j.nDone++
 	// A new leader's clock may be behind the old one's: clamp at 0.
-	d := max(now-c.started, 0)
+	d := max(satSub(now, c.started), 0)
 	j.slowest = max(j.slowest, d)
 	j.durations.push(d)
 	j.succeeded(c.trainer)
 	examples := max(m.GetExamples(), 0)
-	if loss := m.GetLoss(); !math.IsNaN(loss) && !math.IsInf(loss, 0) {
-		w := float64(max(examples, 1))
+	if loss, w := m.GetLoss(), float64(max(examples, 1)); finite(loss) && finite(j.acc.lossSum+loss*w) && finite(j.acc.weight+w) {
 		j.acc.lossSum += loss * w
 		j.acc.weight += w
 	}
-	j.acc.examples += examples
+	j.acc.examples = satAdd(j.acc.examples, examples)
 	j.acc.finished++
 	j.acc.maxStep = max(j.acc.maxStep, m.GetStep())
 	j.emit(now, event{typ: pb.JobEvent_TASK_DONE, pass: j.pass, taskID: int64(id), epoch: c.epoch,
@@ -316,8 +352,10 @@ func (j *job) failed(now int64, trainer string) {
 		return
 	}
 	ts.consecutive = 0
-	ts.strikes++
-	ts.until = now + cooldown(ts.strikes)
+	if ts.strikes < math.MaxInt32 {
+		ts.strikes++
+	}
+	ts.until = satAdd(now, cooldown(ts.strikes))
 }
 
 // cooldown is the blacklist duration (ns) of the n-th blacklisting:
@@ -326,6 +364,7 @@ func cooldown(n int32) int64 {
 	if n > 12 { // 2^12 s > 1 h
 		return BlacklistMax
 	}
+	n = max(n, 1)
 	return min(BlacklistBase<<(n-1), BlacklistMax)
 }
 
