@@ -395,7 +395,9 @@ type SparseGrad struct {
 
 // Grads is one mini-batch's gradients: dense parameters as flat []float32
 // (len = product of shape; a missing param sends no gradient), embedding
-// rows, and the number of examples (weights the sync average).
+// rows (a row listed more than once has its gradients summed), and the
+// number of examples (weights the sync average; 1 <= Examples <=
+// MaxExamples, 0 counts as 1).
 type Grads struct {
 	Dense    map[string][]float32
 	Sparse   map[string]SparseGrad
@@ -430,7 +432,11 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 		if int64(len(sg.Values)) != int64(len(sg.Rows))*p.Dim {
 			return errorf(ErrInvalid, "push: param %q: %d values for %d rows of dim %d", name, len(sg.Values), len(sg.Rows), p.Dim)
 		}
+		// The pservers refuse a row named twice: repeated rows are summed
+		// here (the gradient of a row is the sum of its occurrences).
 		per := make([]*pb.Tensor, c.layout.NumPservers)
+		at := make(map[int64]int, len(sg.Rows)) // row -> position in its slot's tensor
+		d := int(p.Dim)
 		for j, r := range sg.Rows {
 			if r < 0 || r >= p.Buckets {
 				return errorf(ErrInvalid, "push: param %q row %d out of range", name, r)
@@ -439,9 +445,16 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 			if per[s] == nil {
 				per[s] = &pb.Tensor{Name: name}
 			}
+			v := sg.Values[j*d : (j+1)*d]
+			if i, dup := at[r]; dup {
+				sum := viewFloat32s(per[s].Data[4*i*d : 4*(i+1)*d])
+				axpy(1, v, sum)
+				putFloat32s(per[s].Data[4*i*d:], sum)
+				continue
+			}
+			at[r] = len(per[s].Rows)
 			per[s].Rows = append(per[s].Rows, r)
-			d := int(p.Dim)
-			per[s].Data = append(per[s].Data, float32Bytes(sg.Values[j*d:(j+1)*d])...)
+			per[s].Data = append(per[s].Data, float32Bytes(v)...)
 		}
 		for s, t := range per {
 			if t != nil {
@@ -504,46 +517,59 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 }
 
 // PullRows returns rows of embedding `name` (len(rows) × dim float32s,
-// row-major), creating rows never seen on the pservers.
+// row-major); a row never pushed comes back as its initial value. A row
+// may appear more than once in rows (each pserver is asked for it once).
 func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]float32, error) {
 	p, ok := c.layout.Param(name)
 	if !ok || !p.Embedding {
 		return nil, errorf(ErrInvalid, "pull rows: %q is not an embedding", name)
 	}
-	per := make([][]int, c.layout.NumPservers) // positions in rows
+	// Each slot is asked for each distinct row once (the pservers refuse
+	// a row named twice); pos[j] is row j's place in its slot's request.
+	per := make([][]int64, c.layout.NumPservers)
+	pos := make([]int, len(rows))
+	at := make(map[int64]int, len(rows))
 	for j, r := range rows {
 		if r < 0 || r >= p.Buckets {
 			return nil, errorf(ErrInvalid, "pull rows: param %q row %d out of range [0, %d)", name, r, p.Buckets)
 		}
 		s := c.layout.SlotOfRow(p, r)
-		per[s] = append(per[s], j)
+		i, ok := at[r]
+		if !ok {
+			i = len(per[s])
+			at[r] = i
+			per[s] = append(per[s], r)
+		}
+		pos[j] = i
 	}
 	out := make([]float32, int64(len(rows))*p.Dim)
 	d := int(p.Dim)
+	data := make([][]byte, c.layout.NumPservers)
 	err := c.parallel(func(slot int32) error {
 		if len(per[slot]) == 0 {
 			return nil
 		}
-		t := &pb.Tensor{Name: name, Rows: make([]int64, len(per[slot]))}
-		for i, j := range per[slot] {
-			t.Rows[i] = rows[j]
-		}
+		t := &pb.Tensor{Name: name, Rows: per[slot]}
 		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}}, tensorCallOption)
 			if err != nil {
 				return err
 			}
-			if len(resp.GetTensors()) != 1 || len(resp.Tensors[0].GetData()) != 4*d*len(per[slot]) {
-				return fmt.Errorf("pull rows: bad response for %q", name)
+			if len(resp.GetTensors()) != 1 || resp.Tensors[0].GetName() != name || len(resp.Tensors[0].GetData()) != 4*d*len(per[slot]) {
+				return fmt.Errorf("pull rows: slot %d sent a bad response for %q", slot, name)
 			}
-			data := resp.Tensors[0].GetData()
-			for i, j := range per[slot] {
-				getFloat32s(out[j*d:(j+1)*d], data[4*i*d:])
-			}
+			data[slot] = resp.Tensors[0].GetData()
 			c.setVersion(slot, resp.GetVersion())
 			return nil
 		})
 	})
+	if err != nil {
+		return nil, err
+	}
+	for j, r := range rows {
+		b := data[c.layout.SlotOfRow(p, r)]
+		getFloat32s(out[j*d:(j+1)*d], b[4*pos[j]*d:])
+	}
 	return out, err
 }
 

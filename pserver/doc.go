@@ -13,8 +13,9 @@
 //     in vshard VShardOfBlock(p, b, V) = (FNV-1a-32(p) + b) mod V, so a large
 //     tensor spreads over every pserver;
 //   - an embedding table [buckets, dim] is split by row: row r lives in
-//     VShardOfRow(p, r, V) = FNV-1a-64(p ‖ r) mod V; rows are created on
-//     first pull (or push).
+//     VShardOfRow(p, r, V) = FNV-1a-64(p ‖ r) mod V; a row is stored from
+//     its first push (a pull of a row never pushed returns its initial
+//     value and stores nothing).
 //
 // Vshard v is served by slot SlotOfVShard(v, n) = v mod n of the job's n
 // pservers. Initial values are drawn from a generator seeded by (job seed,

@@ -1,8 +1,15 @@
 package pserver
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"runtime"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -24,5 +31,116 @@ func TestLayoutShapeOverflow(t *testing.T) {
 				t.Errorf("NewClient(%v, embedding=%v) = %v, want ErrBadSpec", shp, emb, err)
 			}
 		}
+	}
+}
+
+// heapAlloc returns the bytes fn allocated on the heap (all goroutines;
+// tests using it do not run in parallel).
+func heapAlloc(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+func requestBytes(m proto.Message) int { return proto.Size(m) }
+
+// TestPullRefusesDuplicates: a 2 KB pull naming one dense block 400 times
+// (100 MiB of response before the fix) or one row 5000 times is
+// InvalidArgument, and the pserver allocates less than 64× the request.
+func TestPullRefusesDuplicates(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Seed: 1, NumVirtualShards: 4,
+		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 16}}, {Name: "emb", Shape: []int64{1000, 64}, Embedding: true}}}
+	s := mustSlot(t, spec, 0, 1)
+	blocks := &pb.PullRequest{}
+	for range 400 {
+		blocks.Tensors = append(blocks.Tensors, &pb.Tensor{Name: "w"})
+	}
+	rows := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: make([]int64, 5000)}}}
+	for _, req := range []*pb.PullRequest{blocks, rows} {
+		var err error
+		n := heapAlloc(func() { _, err = s.Pull(context.Background(), req) })
+		if status.Code(err) != codes.InvalidArgument || !errors.Is(err, ErrInvalid) {
+			t.Fatalf("pull with duplicates: %v, want InvalidArgument", err)
+		}
+		if lim := 64 * uint64(requestBytes(req)); n > lim {
+			t.Fatalf("a %d-byte pull allocated %d bytes (limit %d)", requestBytes(req), n, lim)
+		}
+	}
+	// Distinct names are still fine, in one message.
+	ok := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "w"}, {Name: "emb", Rows: []int64{1, 2}}, {Name: "emb", Rows: []int64{3}}}}
+	if _, err := s.Pull(context.Background(), ok); err != nil {
+		t.Fatal(err)
+	}
+	// A row named in two tensors of the same param is a duplicate too.
+	dup := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: []int64{1, 2}}, {Name: "emb", Rows: []int64{2}}}}
+	if _, err := s.Pull(context.Background(), dup); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("row in two tensors: %v", err)
+	}
+}
+
+// TestPullResponseCapped: a pull of distinct rows whose response would
+// exceed MaxPullBytes is refused before anything is allocated.
+func TestPullResponseCapped(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Seed: 1, NumVirtualShards: 1,
+		Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 20, 1 << 20}, Embedding: true}}}
+	s := mustSlot(t, spec, 0, 1)
+	req := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb"}}}
+	for r := range int64(300) { // 300 rows of 4 MiB: 1.2 GiB
+		req.Tensors[0].Rows = append(req.Tensors[0].Rows, r)
+	}
+	var err error
+	n := heapAlloc(func() { _, err = s.Pull(context.Background(), req) })
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("1.2 GiB pull: %v, want ErrInvalid", err)
+	}
+	if n > 1<<20 {
+		t.Fatalf("refused pull allocated %d bytes", n)
+	}
+}
+
+// TestPullDoesNotCreateRows: pulling rows never pushed returns their
+// initial values but stores nothing (pulls cannot grow a slot); the first
+// push starts from exactly those values.
+func TestPullDoesNotCreateRows(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Seed: 5, NumVirtualShards: 1, Mode: pb.UpdateMode_UPDATE_MODE_ASYNC,
+		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.5},
+		Params:    []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 20, 2}, Embedding: true, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
+	s := mustSlot(t, spec, 0, 1)
+	before := snapshotBytes(t, s)
+	req := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: []int64{7, 1 << 19, 99}}}}
+	first, err := s.Pull(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, snapshotBytes(t, s)) {
+		t.Fatal("a pull changed the slot")
+	}
+	again, err := s.Pull(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Tensors[0].Data, again.Tensors[0].Data) {
+		t.Fatal("initial row values differ between pulls")
+	}
+	v0 := viewFloat32s(first.Tensors[0].Data)[4:6] // row 99
+	if _, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "emb", Rows: []int64{99}, Data: packed(1, -2)}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Pull(context.Background(), &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: []int64{99}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := viewFloat32s(got.Tensors[0].Data)
+	if want := []float32{v0[0] - 0.5, v0[1] + 1}; w[0] != want[0] || w[1] != want[1] {
+		t.Fatalf("row 99 after push = %v, want %v", w, want)
+	}
+	s.mu.RLock()
+	n := len(s.rows)
+	s.mu.RUnlock()
+	if n != 1 {
+		t.Fatalf("slot stores %d rows, want 1 (the pushed one)", n)
 	}
 }

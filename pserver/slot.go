@@ -102,7 +102,8 @@ type Slot struct {
 // NewSlot builds slot `slot` of numPservers for spec, with every dense block
 // it owns initialized from the spec's initializers (seeded by spec.seed,
 // parameter name and block, so values do not depend on numPservers).
-// Embedding rows are created on first pull or push.
+// Embedding rows are stored from their first applied push; a pull of a row
+// never pushed returns its initial value without storing it.
 //
 // In sync mode the caller must keep the slot's trainer set current with
 // SetTrainers: a push from a trainer not in the set waits for it.
@@ -225,11 +226,25 @@ func (s *Slot) checkFence() error {
 	return nil
 }
 
+// MaxPullBytes bounds the tensor data of one named pull (a PullRequest
+// that lists tensors): the response is sized before anything is allocated
+// and a larger one is refused with ErrInvalid (split the request). It is
+// gRPC's message limit (MaxMessageSize); a bigger response could not be
+// sent anyway.
+const MaxPullBytes = MaxMessageSize
+
 // Pull returns the values the request names (dense blocks by name and block,
 // embedding rows by name and rows); an empty request returns every dense
-// block of the slot, in (param, block) order. Embedding rows are created on
-// first pull, initialized from (seed, name, row). Data is packed
-// little-endian float32. Errors: ErrFenced, ErrInvalid (naming the param).
+// block of the slot, in (param, block) order. A row never pushed is not
+// stored: its initial value (seeded by seed, name and row) is computed into
+// the response, so pulls never grow the slot. Data is packed little-endian
+// float32.
+//
+// The request is validated and its response sized before anything is
+// allocated: an unknown param, a block or row out of range or in another
+// slot, a block or row named twice, rows on a dense param, or a response
+// above MaxPullBytes are ErrInvalid (InvalidArgument) naming the param.
+// Errors: ErrFenced, ErrInvalid.
 func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
 	if err := s.checkFence(); err != nil {
 		return nil, err
@@ -238,58 +253,98 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 		resp, _ := s.pullAll(nil)
 		return resp, nil
 	}
-	// Validate everything first.
-	var missing bool
+	params, total, err := s.checkPull(req.GetTensors())
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, total)
+	var scratch []float32
 	s.mu.RLock()
-	for _, t := range req.GetTensors() {
-		p, ok := s.layout.Param(t.GetName())
-		if !ok {
-			s.mu.RUnlock()
-			return nil, errorf(ErrInvalid, "pull: unknown param %q", t.GetName())
-		}
-		if p.Embedding {
-			for _, r := range t.GetRows() {
-				if err := s.checkRow(p, r); err != nil {
-					s.mu.RUnlock()
-					return nil, err
-				}
-				if s.rows[key{int32(p.Index), r}] == nil {
-					missing = true
-				}
-			}
-		} else if err := s.checkBlock(p, t.GetBlock()); err != nil {
-			s.mu.RUnlock()
-			return nil, err
-		}
-	}
-	s.mu.RUnlock()
-	if missing {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-	} else {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-	}
-	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation}
-	for _, t := range req.GetTensors() {
-		p, _ := s.layout.Param(t.GetName())
+	defer s.mu.RUnlock()
+	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(params))}
+	off := 0
+	for i, t := range req.GetTensors() {
+		p := params[i]
 		out := &pb.Tensor{Name: t.GetName()}
 		if p.Embedding {
+			d := int(p.Dim)
 			out.Rows = slices.Clone(t.GetRows())
-			out.Data = make([]byte, 4*int(p.Dim)*len(t.GetRows()))
-			for j, r := range t.GetRows() {
-				e := s.rowLocked(p, r, missing)
-				putFloat32s(out.Data[4*j*int(p.Dim):], e.values)
+			n := 4 * d * len(out.Rows)
+			out.Data = buf[off : off+n : off+n]
+			for j, r := range out.Rows {
+				dst := out.Data[4*j*d : 4*(j+1)*d]
+				if e := s.rows[key{int32(p.Index), r}]; e != nil {
+					putFloat32s(dst, e.values)
+					continue
+				}
+				if cap(scratch) < d {
+					scratch = make([]float32, d)
+				}
+				initValues(scratch[:d], s.spec.GetSeed(), p, 'r', r)
+				putFloat32s(dst, scratch[:d])
 			}
 		} else {
 			out.Block = t.GetBlock()
 			v := s.dense[key{int32(p.Index), t.GetBlock()}].values
-			out.Data = make([]byte, 4*len(v))
+			n := 4 * len(v)
+			out.Data = buf[off : off+n : off+n]
 			putFloat32s(out.Data, v)
 		}
+		off += len(out.Data)
 		resp.Tensors = append(resp.Tensors, out)
 	}
 	return resp, nil
+}
+
+// checkPull validates a named pull and returns each tensor's param and the
+// response's data bytes. It allocates in proportion to the request only.
+// No lock is needed: the layout and ownership are immutable.
+func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
+	params := make([]*ParamLayout, len(ts))
+	seen := make(map[key]struct{}, len(ts))
+	var total int64
+	for i, t := range ts {
+		p, ok := s.layout.Param(t.GetName())
+		if !ok {
+			return nil, 0, errorf(ErrInvalid, "pull: unknown param %q", t.GetName())
+		}
+		params[i] = p
+		var n int64 // float32s this tensor adds to the response
+		if p.Embedding {
+			for _, r := range t.GetRows() {
+				if err := s.checkRow(p, r); err != nil {
+					return nil, 0, err
+				}
+				k := key{int32(p.Index), r}
+				if _, dup := seen[k]; dup {
+					return nil, 0, errorf(ErrInvalid, "pull: param %q row %d named twice", p.Spec.GetName(), r)
+				}
+				seen[k] = struct{}{}
+			}
+			// Rows are distinct and in range, so len(rows) <= buckets and
+			// the product stays below shape.MaxElements.
+			n = int64(len(t.GetRows())) * p.Dim
+		} else {
+			if len(t.GetRows()) != 0 {
+				return nil, 0, errorf(ErrInvalid, "pull: param %q is dense; rows given", p.Spec.GetName())
+			}
+			b := t.GetBlock()
+			if err := s.checkBlock(p, b); err != nil {
+				return nil, 0, err
+			}
+			k := key{int32(p.Index), b}
+			if _, dup := seen[k]; dup {
+				return nil, 0, errorf(ErrInvalid, "pull: param %q block %d named twice", p.Spec.GetName(), b)
+			}
+			seen[k] = struct{}{}
+			lo, hi := s.layout.BlockRange(p, b)
+			n = hi - lo
+		}
+		if total += 4 * n; total > MaxPullBytes {
+			return nil, 0, errorf(ErrInvalid, "pull: param %q: response would exceed %d bytes; split the request", p.Spec.GetName(), int64(MaxPullBytes))
+		}
+	}
+	return params, int(total), nil
 }
 
 // pullAll copies every dense block of the slot into buf (grown if too
@@ -317,11 +372,12 @@ func (s *Slot) pullAll(buf []byte) (*pb.PullResponse, []byte) {
 	return resp, buf
 }
 
-// rowLocked returns embedding row r of p, creating it if create (write lock held).
-func (s *Slot) rowLocked(p *ParamLayout, r int64, create bool) *entry {
+// rowLocked returns embedding row r of p, creating it from its initializer
+// if it does not exist (write lock held; only an applied push creates rows).
+func (s *Slot) rowLocked(p *ParamLayout, r int64) *entry {
 	k := key{int32(p.Index), r}
 	e := s.rows[k]
-	if e == nil && create {
+	if e == nil {
 		e = newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
 		initValues(e.values, s.spec.GetSeed(), p, 'r', r)
 		s.rows[k] = e
@@ -419,7 +475,7 @@ func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
 func (s *Slot) applyLocked(it gradItem, lrScale float64) {
 	var e *entry
 	if it.row {
-		e = s.rowLocked(it.p, it.k.i, true)
+		e = s.rowLocked(it.p, it.k.i)
 	} else {
 		e = s.dense[it.k]
 	}
