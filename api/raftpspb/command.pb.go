@@ -42,6 +42,8 @@ const (
 	CommandType_COMMAND_EXPIRE_TASKS    CommandType = 15 // ExpireTasksRequest
 	CommandType_COMMAND_REQUEUE_TRAINER CommandType = 16 // RequeueTrainerRequest
 	CommandType_COMMAND_JOB_EVENT       CommandType = 17 // JobEvent (checkpoint committed, restore, ...)
+	CommandType_COMMAND_DELETE_JOB      CommandType = 18 // DeleteJobRequest
+	CommandType_COMMAND_PRUNE_JOBS      CommandType = 19 // PruneJobsRequest (retention of finished jobs)
 )
 
 // Enum value maps for CommandType.
@@ -62,6 +64,8 @@ var (
 		15: "COMMAND_EXPIRE_TASKS",
 		16: "COMMAND_REQUEUE_TRAINER",
 		17: "COMMAND_JOB_EVENT",
+		18: "COMMAND_DELETE_JOB",
+		19: "COMMAND_PRUNE_JOBS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_UNKNOWN":         0,
@@ -79,6 +83,8 @@ var (
 		"COMMAND_EXPIRE_TASKS":    15,
 		"COMMAND_REQUEUE_TRAINER": 16,
 		"COMMAND_JOB_EVENT":       17,
+		"COMMAND_DELETE_JOB":      18,
+		"COMMAND_PRUNE_JOBS":      19,
 	}
 )
 
@@ -166,8 +172,14 @@ type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// now_unix_nano is the leader's clock when the entry was proposed; the FSM
 	// reads no other clock.
-	NowUnixNano   int64      `protobuf:"varint,1,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
-	Commands      []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	NowUnixNano int64      `protobuf:"varint,1,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	Commands    []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	// mono_nano is the proposing leader's monotonic clock (ns since an
+	// arbitrary origin of its process), 0 if the proposer has none. Within one
+	// term (one leader process) the FSM's replicated clock advances by the
+	// difference of successive mono_nano stamps, so wall-clock steps do not
+	// move it; see fsm/clock.go.
+	MonoNano      int64 `protobuf:"varint,3,opt,name=mono_nano,json=monoNano,proto3" json:"mono_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +226,13 @@ func (x *Entry) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Entry) GetMonoNano() int64 {
+	if x != nil {
+		return x.MonoNano
+	}
+	return 0
 }
 
 type Status struct {
@@ -605,6 +624,106 @@ func (x *RequeueTrainerResponse) GetRequeued() int64 {
 	return 0
 }
 
+// PruneJobsRequest deletes finished jobs (succeeded, failed or cancelled)
+// past the retention limits, judged with the entry's replicated clock:
+// jobs that finished more than max_age_ms ago (0: no age limit), and the
+// oldest finished jobs beyond the newest keep_finished (0: no count limit).
+type PruneJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxAgeMs      int64                  `protobuf:"varint,1,opt,name=max_age_ms,json=maxAgeMs,proto3" json:"max_age_ms,omitempty"`
+	KeepFinished  int32                  `protobuf:"varint,2,opt,name=keep_finished,json=keepFinished,proto3" json:"keep_finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneJobsRequest) Reset() {
+	*x = PruneJobsRequest{}
+	mi := &file_raftps_v1_command_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneJobsRequest) ProtoMessage() {}
+
+func (x *PruneJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_command_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneJobsRequest.ProtoReflect.Descriptor instead.
+func (*PruneJobsRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PruneJobsRequest) GetMaxAgeMs() int64 {
+	if x != nil {
+		return x.MaxAgeMs
+	}
+	return 0
+}
+
+func (x *PruneJobsRequest) GetKeepFinished() int32 {
+	if x != nil {
+		return x.KeepFinished
+	}
+	return 0
+}
+
+type PruneJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       []string               `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneJobsResponse) Reset() {
+	*x = PruneJobsResponse{}
+	mi := &file_raftps_v1_command_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneJobsResponse) ProtoMessage() {}
+
+func (x *PruneJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_command_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneJobsResponse.ProtoReflect.Descriptor instead.
+func (*PruneJobsResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_command_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PruneJobsResponse) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
 var File_raftps_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftps_v1_command_proto_rawDesc = "" +
@@ -612,10 +731,11 @@ const file_raftps_v1_command_proto_rawDesc = "" +
 	"\x17raftps/v1/command.proto\x12\traftps.v1\"O\n" +
 	"\aCommand\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.raftps.v1.CommandTypeR\x04type\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"[\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"x\n" +
 	"\x05Entry\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12.\n" +
-	"\bcommands\x18\x02 \x03(\v2\x12.raftps.v1.CommandR\bcommands\"6\n" +
+	"\bcommands\x18\x02 \x03(\v2\x12.raftps.v1.CommandR\bcommands\x12\x1b\n" +
+	"\tmono_nano\x18\x03 \x01(\x03R\bmonoNano\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"g\n" +
@@ -635,7 +755,13 @@ const file_raftps_v1_command_proto_rawDesc = "" +
 	"\atrainer\x18\x02 \x01(\tR\atrainer\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"4\n" +
 	"\x16RequeueTrainerResponse\x12\x1a\n" +
-	"\brequeued\x18\x01 \x01(\x03R\brequeued*\xee\x02\n" +
+	"\brequeued\x18\x01 \x01(\x03R\brequeued\"U\n" +
+	"\x10PruneJobsRequest\x12\x1c\n" +
+	"\n" +
+	"max_age_ms\x18\x01 \x01(\x03R\bmaxAgeMs\x12#\n" +
+	"\rkeep_finished\x18\x02 \x01(\x05R\fkeepFinished\"-\n" +
+	"\x11PruneJobsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted*\x9e\x03\n" +
 	"\vCommandType\x12\x13\n" +
 	"\x0fCOMMAND_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vCOMMAND_PUT\x10\x01\x12\x18\n" +
@@ -652,7 +778,9 @@ const file_raftps_v1_command_proto_rawDesc = "" +
 	"\x13COMMAND_TASK_FAILED\x10\x0e\x12\x18\n" +
 	"\x14COMMAND_EXPIRE_TASKS\x10\x0f\x12\x1b\n" +
 	"\x17COMMAND_REQUEUE_TRAINER\x10\x10\x12\x15\n" +
-	"\x11COMMAND_JOB_EVENT\x10\x11B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
+	"\x11COMMAND_JOB_EVENT\x10\x11\x12\x16\n" +
+	"\x12COMMAND_DELETE_JOB\x10\x12\x12\x16\n" +
+	"\x12COMMAND_PRUNE_JOBS\x10\x13B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
 	file_raftps_v1_command_proto_rawDescOnce sync.Once
@@ -667,7 +795,7 @@ func file_raftps_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_raftps_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_raftps_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_raftps_v1_command_proto_goTypes = []any{
 	(CommandType)(0),               // 0: raftps.v1.CommandType
 	(*Command)(nil),                // 1: raftps.v1.Command
@@ -680,6 +808,8 @@ var file_raftps_v1_command_proto_goTypes = []any{
 	(*ExpireTasksResponse)(nil),    // 8: raftps.v1.ExpireTasksResponse
 	(*RequeueTrainerRequest)(nil),  // 9: raftps.v1.RequeueTrainerRequest
 	(*RequeueTrainerResponse)(nil), // 10: raftps.v1.RequeueTrainerResponse
+	(*PruneJobsRequest)(nil),       // 11: raftps.v1.PruneJobsRequest
+	(*PruneJobsResponse)(nil),      // 12: raftps.v1.PruneJobsResponse
 }
 var file_raftps_v1_command_proto_depIdxs = []int32{
 	0, // 0: raftps.v1.Command.type:type_name -> raftps.v1.CommandType
@@ -703,7 +833,7 @@ func file_raftps_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_command_proto_rawDesc), len(file_raftps_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

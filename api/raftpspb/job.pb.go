@@ -403,7 +403,7 @@ func (x GetTaskResponse_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetTaskResponse_Result.Descriptor instead.
 func (GetTaskResponse_Result) EnumDescriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{22, 0}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type ModelSpec struct {
@@ -2224,6 +2224,97 @@ func (x *CancelJobResponse) GetStatus() *JobStatus {
 	return nil
 }
 
+// DeleteJobRequest removes a job that is not running (succeeded, failed or
+// cancelled) with its tasks and events from the replicated state; a
+// running job must be cancelled first (FailedPrecondition).
+type DeleteJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_raftps_v1_job_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_job_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeleteJobRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *JobStatus             `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_raftps_v1_job_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_job_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeleteJobResponse) GetStatus() *JobStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2234,7 +2325,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_raftps_v1_job_proto_msgTypes[21]
+	mi := &file_raftps_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2337,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[21]
+	mi := &file_raftps_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2350,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetTaskRequest) GetJob() string {
@@ -2289,7 +2380,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_raftps_v1_job_proto_msgTypes[22]
+	mi := &file_raftps_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2392,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[22]
+	mi := &file_raftps_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2405,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetTaskResponse) GetResult() GetTaskResponse_Result {
@@ -2358,7 +2449,7 @@ type TaskMetrics struct {
 
 func (x *TaskMetrics) Reset() {
 	*x = TaskMetrics{}
-	mi := &file_raftps_v1_job_proto_msgTypes[23]
+	mi := &file_raftps_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2461,7 @@ func (x *TaskMetrics) String() string {
 func (*TaskMetrics) ProtoMessage() {}
 
 func (x *TaskMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[23]
+	mi := &file_raftps_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2474,7 @@ func (x *TaskMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskMetrics.ProtoReflect.Descriptor instead.
 func (*TaskMetrics) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TaskMetrics) GetLoss() float64 {
@@ -2434,7 +2525,7 @@ type TaskFinishedRequest struct {
 
 func (x *TaskFinishedRequest) Reset() {
 	*x = TaskFinishedRequest{}
-	mi := &file_raftps_v1_job_proto_msgTypes[24]
+	mi := &file_raftps_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2537,7 @@ func (x *TaskFinishedRequest) String() string {
 func (*TaskFinishedRequest) ProtoMessage() {}
 
 func (x *TaskFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[24]
+	mi := &file_raftps_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2550,7 @@ func (x *TaskFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinishedRequest.ProtoReflect.Descriptor instead.
 func (*TaskFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskFinishedRequest) GetJob() string {
@@ -2507,7 +2598,7 @@ type TaskFinishedResponse struct {
 
 func (x *TaskFinishedResponse) Reset() {
 	*x = TaskFinishedResponse{}
-	mi := &file_raftps_v1_job_proto_msgTypes[25]
+	mi := &file_raftps_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2610,7 @@ func (x *TaskFinishedResponse) String() string {
 func (*TaskFinishedResponse) ProtoMessage() {}
 
 func (x *TaskFinishedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[25]
+	mi := &file_raftps_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2623,7 @@ func (x *TaskFinishedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinishedResponse.ProtoReflect.Descriptor instead.
 func (*TaskFinishedResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskFinishedResponse) GetAccepted() bool {
@@ -2555,7 +2646,7 @@ type TaskFailedRequest struct {
 
 func (x *TaskFailedRequest) Reset() {
 	*x = TaskFailedRequest{}
-	mi := &file_raftps_v1_job_proto_msgTypes[26]
+	mi := &file_raftps_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2658,7 @@ func (x *TaskFailedRequest) String() string {
 func (*TaskFailedRequest) ProtoMessage() {}
 
 func (x *TaskFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[26]
+	mi := &file_raftps_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2671,7 @@ func (x *TaskFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailedRequest.ProtoReflect.Descriptor instead.
 func (*TaskFailedRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TaskFailedRequest) GetJob() string {
@@ -2627,7 +2718,7 @@ type TaskFailedResponse struct {
 
 func (x *TaskFailedResponse) Reset() {
 	*x = TaskFailedResponse{}
-	mi := &file_raftps_v1_job_proto_msgTypes[27]
+	mi := &file_raftps_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2730,7 @@ func (x *TaskFailedResponse) String() string {
 func (*TaskFailedResponse) ProtoMessage() {}
 
 func (x *TaskFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[27]
+	mi := &file_raftps_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2743,7 @@ func (x *TaskFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailedResponse.ProtoReflect.Descriptor instead.
 func (*TaskFailedResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TaskFailedResponse) GetAccepted() bool {
@@ -2673,7 +2764,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_raftps_v1_job_proto_msgTypes[28]
+	mi := &file_raftps_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2776,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[28]
+	mi := &file_raftps_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2789,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -2895,6 +2986,10 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x10CancelJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x11CancelJobResponse\x12,\n" +
+	"\x06status\x18\x01 \x01(\v2\x14.raftps.v1.JobStatusR\x06status\"&\n" +
+	"\x10DeleteJobRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
+	"\x11DeleteJobResponse\x12,\n" +
 	"\x06status\x18\x01 \x01(\v2\x14.raftps.v1.JobStatusR\x06status\"<\n" +
 	"\x0eGetTaskRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
@@ -2959,12 +3054,13 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\vTASK_FAILED\x10\x03*3\n" +
 	"\bTaskKind\x12\x13\n" +
 	"\x0fTASK_KIND_TRAIN\x10\x00\x12\x12\n" +
-	"\x0eTASK_KIND_EVAL\x10\x012\xb9\x04\n" +
+	"\x0eTASK_KIND_EVAL\x10\x012\x81\x05\n" +
 	"\x06Master\x12F\n" +
 	"\tSubmitJob\x12\x1b.raftps.v1.SubmitJobRequest\x1a\x1c.raftps.v1.SubmitJobResponse\x12=\n" +
 	"\x06GetJob\x12\x18.raftps.v1.GetJobRequest\x1a\x19.raftps.v1.GetJobResponse\x12C\n" +
 	"\bListJobs\x12\x1a.raftps.v1.ListJobsRequest\x1a\x1b.raftps.v1.ListJobsResponse\x12F\n" +
-	"\tCancelJob\x12\x1b.raftps.v1.CancelJobRequest\x1a\x1c.raftps.v1.CancelJobResponse\x12@\n" +
+	"\tCancelJob\x12\x1b.raftps.v1.CancelJobRequest\x1a\x1c.raftps.v1.CancelJobResponse\x12F\n" +
+	"\tDeleteJob\x12\x1b.raftps.v1.DeleteJobRequest\x1a\x1c.raftps.v1.DeleteJobResponse\x12@\n" +
 	"\aGetTask\x12\x19.raftps.v1.GetTaskRequest\x1a\x1a.raftps.v1.GetTaskResponse\x12O\n" +
 	"\fTaskFinished\x12\x1e.raftps.v1.TaskFinishedRequest\x1a\x1f.raftps.v1.TaskFinishedResponse\x12I\n" +
 	"\n" +
@@ -2984,7 +3080,7 @@ func file_raftps_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_raftps_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_raftps_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_raftps_v1_job_proto_goTypes = []any{
 	(UpdateMode)(0),              // 0: raftps.v1.UpdateMode
 	(Initializer)(0),             // 1: raftps.v1.Initializer
@@ -3014,14 +3110,16 @@ var file_raftps_v1_job_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),     // 25: raftps.v1.ListJobsResponse
 	(*CancelJobRequest)(nil),     // 26: raftps.v1.CancelJobRequest
 	(*CancelJobResponse)(nil),    // 27: raftps.v1.CancelJobResponse
-	(*GetTaskRequest)(nil),       // 28: raftps.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),      // 29: raftps.v1.GetTaskResponse
-	(*TaskMetrics)(nil),          // 30: raftps.v1.TaskMetrics
-	(*TaskFinishedRequest)(nil),  // 31: raftps.v1.TaskFinishedRequest
-	(*TaskFinishedResponse)(nil), // 32: raftps.v1.TaskFinishedResponse
-	(*TaskFailedRequest)(nil),    // 33: raftps.v1.TaskFailedRequest
-	(*TaskFailedResponse)(nil),   // 34: raftps.v1.TaskFailedResponse
-	(*WatchJobRequest)(nil),      // 35: raftps.v1.WatchJobRequest
+	(*DeleteJobRequest)(nil),     // 28: raftps.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),    // 29: raftps.v1.DeleteJobResponse
+	(*GetTaskRequest)(nil),       // 30: raftps.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),      // 31: raftps.v1.GetTaskResponse
+	(*TaskMetrics)(nil),          // 32: raftps.v1.TaskMetrics
+	(*TaskFinishedRequest)(nil),  // 33: raftps.v1.TaskFinishedRequest
+	(*TaskFinishedResponse)(nil), // 34: raftps.v1.TaskFinishedResponse
+	(*TaskFailedRequest)(nil),    // 35: raftps.v1.TaskFailedRequest
+	(*TaskFailedResponse)(nil),   // 36: raftps.v1.TaskFailedResponse
+	(*WatchJobRequest)(nil),      // 37: raftps.v1.WatchJobRequest
 }
 var file_raftps_v1_job_proto_depIdxs = []int32{
 	1,  // 0: raftps.v1.ParamSpec.init:type_name -> raftps.v1.Initializer
@@ -3046,30 +3144,33 @@ var file_raftps_v1_job_proto_depIdxs = []int32{
 	18, // 19: raftps.v1.GetJobResponse.status:type_name -> raftps.v1.JobStatus
 	18, // 20: raftps.v1.ListJobsResponse.jobs:type_name -> raftps.v1.JobStatus
 	18, // 21: raftps.v1.CancelJobResponse.status:type_name -> raftps.v1.JobStatus
-	6,  // 22: raftps.v1.GetTaskResponse.result:type_name -> raftps.v1.GetTaskResponse.Result
-	13, // 23: raftps.v1.GetTaskResponse.task:type_name -> raftps.v1.Task
-	30, // 24: raftps.v1.TaskFinishedRequest.metrics:type_name -> raftps.v1.TaskMetrics
-	20, // 25: raftps.v1.Master.SubmitJob:input_type -> raftps.v1.SubmitJobRequest
-	22, // 26: raftps.v1.Master.GetJob:input_type -> raftps.v1.GetJobRequest
-	24, // 27: raftps.v1.Master.ListJobs:input_type -> raftps.v1.ListJobsRequest
-	26, // 28: raftps.v1.Master.CancelJob:input_type -> raftps.v1.CancelJobRequest
-	28, // 29: raftps.v1.Master.GetTask:input_type -> raftps.v1.GetTaskRequest
-	31, // 30: raftps.v1.Master.TaskFinished:input_type -> raftps.v1.TaskFinishedRequest
-	33, // 31: raftps.v1.Master.TaskFailed:input_type -> raftps.v1.TaskFailedRequest
-	35, // 32: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
-	21, // 33: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
-	23, // 34: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
-	25, // 35: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
-	27, // 36: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
-	29, // 37: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
-	32, // 38: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
-	34, // 39: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
-	19, // 40: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 22: raftps.v1.DeleteJobResponse.status:type_name -> raftps.v1.JobStatus
+	6,  // 23: raftps.v1.GetTaskResponse.result:type_name -> raftps.v1.GetTaskResponse.Result
+	13, // 24: raftps.v1.GetTaskResponse.task:type_name -> raftps.v1.Task
+	32, // 25: raftps.v1.TaskFinishedRequest.metrics:type_name -> raftps.v1.TaskMetrics
+	20, // 26: raftps.v1.Master.SubmitJob:input_type -> raftps.v1.SubmitJobRequest
+	22, // 27: raftps.v1.Master.GetJob:input_type -> raftps.v1.GetJobRequest
+	24, // 28: raftps.v1.Master.ListJobs:input_type -> raftps.v1.ListJobsRequest
+	26, // 29: raftps.v1.Master.CancelJob:input_type -> raftps.v1.CancelJobRequest
+	28, // 30: raftps.v1.Master.DeleteJob:input_type -> raftps.v1.DeleteJobRequest
+	30, // 31: raftps.v1.Master.GetTask:input_type -> raftps.v1.GetTaskRequest
+	33, // 32: raftps.v1.Master.TaskFinished:input_type -> raftps.v1.TaskFinishedRequest
+	35, // 33: raftps.v1.Master.TaskFailed:input_type -> raftps.v1.TaskFailedRequest
+	37, // 34: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
+	21, // 35: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
+	23, // 36: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
+	25, // 37: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
+	27, // 38: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
+	29, // 39: raftps.v1.Master.DeleteJob:output_type -> raftps.v1.DeleteJobResponse
+	31, // 40: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
+	34, // 41: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
+	36, // 42: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
+	19, // 43: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
+	35, // [35:44] is the sub-list for method output_type
+	26, // [26:35] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_job_proto_init() }
@@ -3083,7 +3184,7 @@ func file_raftps_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_job_proto_rawDesc), len(file_raftps_v1_job_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Master_GetJob_FullMethodName       = "/raftps.v1.Master/GetJob"
 	Master_ListJobs_FullMethodName     = "/raftps.v1.Master/ListJobs"
 	Master_CancelJob_FullMethodName    = "/raftps.v1.Master/CancelJob"
+	Master_DeleteJob_FullMethodName    = "/raftps.v1.Master/DeleteJob"
 	Master_GetTask_FullMethodName      = "/raftps.v1.Master/GetTask"
 	Master_TaskFinished_FullMethodName = "/raftps.v1.Master/TaskFinished"
 	Master_TaskFailed_FullMethodName   = "/raftps.v1.Master/TaskFailed"
@@ -41,6 +42,9 @@ type MasterClient interface {
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
+	// DeleteJob removes a finished job (COMMAND_DELETE_JOB). Its keys under
+	// /jobs/<name>/ (slots, trainers, checkpoints) are the caller's to delete.
+	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 	TaskFinished(ctx context.Context, in *TaskFinishedRequest, opts ...grpc.CallOption) (*TaskFinishedResponse, error)
 	TaskFailed(ctx context.Context, in *TaskFailedRequest, opts ...grpc.CallOption) (*TaskFailedResponse, error)
@@ -89,6 +93,16 @@ func (c *masterClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelJobResponse)
 	err := c.cc.Invoke(ctx, Master_CancelJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteJobResponse)
+	err := c.cc.Invoke(ctx, Master_DeleteJob_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +166,9 @@ type MasterServer interface {
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
+	// DeleteJob removes a finished job (COMMAND_DELETE_JOB). Its keys under
+	// /jobs/<name>/ (slots, trainers, checkpoints) are the caller's to delete.
+	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	TaskFinished(context.Context, *TaskFinishedRequest) (*TaskFinishedResponse, error)
 	TaskFailed(context.Context, *TaskFailedRequest) (*TaskFailedResponse, error)
@@ -177,6 +194,9 @@ func (UnimplementedMasterServer) ListJobs(context.Context, *ListJobsRequest) (*L
 }
 func (UnimplementedMasterServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
+}
+func (UnimplementedMasterServer) DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteJob not implemented")
 }
 func (UnimplementedMasterServer) GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTask not implemented")
@@ -283,6 +303,24 @@ func _Master_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_DeleteJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DeleteJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DeleteJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DeleteJob(ctx, req.(*DeleteJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_GetTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetTaskRequest)
 	if err := dec(in); err != nil {
@@ -370,6 +408,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelJob",
 			Handler:    _Master_CancelJob_Handler,
+		},
+		{
+			MethodName: "DeleteJob",
+			Handler:    _Master_DeleteJob_Handler,
 		},
 		{
 			MethodName: "GetTask",
