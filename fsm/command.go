@@ -1,19 +1,18 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm/errs"
 )
 
 // Errors of the state machine. Every command error wraps one of these, and
-// Code maps them to gRPC status codes in one table. They are defined in
+// Code maps them to gRPC status codes with api/rpctypes' table. They are defined in
 // package fsm/errs (so that fsm/jobq can wrap them without an import cycle)
 // and re-exported here; the values are identical, so errors.Is works with
 // either name.
@@ -40,38 +39,16 @@ var (
 	ErrExists = errs.ErrExists
 	// ErrFailedPrecondition: the command does not apply in the current state.
 	ErrFailedPrecondition = errs.ErrFailedPrecondition
+	// ErrLeaseTTLTooLarge: a lease grant asks for more than MaxLeaseTTL seconds.
+	ErrLeaseTTLTooLarge = errs.ErrLeaseTTLTooLarge
 )
 
-// codeTable maps the sentinels above to gRPC codes; Code consults it in order.
-var codeTable = []struct {
-	err  error
-	code codes.Code
-}{
-	{ErrUnknownCommand, codes.InvalidArgument},
-	{ErrMalformed, codes.InvalidArgument},
-	{ErrInvalid, codes.InvalidArgument},
-	{ErrTooLarge, codes.InvalidArgument},
-	{ErrLeaseNotFound, codes.NotFound},
-	{ErrLeaseExists, codes.AlreadyExists},
-	{ErrCompacted, codes.OutOfRange},
-	{ErrFutureRevision, codes.OutOfRange},
-	{ErrNotFound, codes.NotFound},
-	{ErrExists, codes.AlreadyExists},
-	{ErrFailedPrecondition, codes.FailedPrecondition},
-}
+// MaxLeaseTTL is the largest lease TTL in seconds (errs.MaxLeaseTTL, etcd's bound).
+const MaxLeaseTTL = errs.MaxLeaseTTL
 
-// Code returns the gRPC code for an error of this package (codes.Unknown if none matches).
-func Code(err error) codes.Code {
-	if err == nil {
-		return codes.OK
-	}
-	for _, e := range codeTable {
-		if errors.Is(err, e.err) {
-			return e.code
-		}
-	}
-	return codes.Unknown
-}
+// Code returns the gRPC code for an error of this package (codes.Unknown
+// if none matches): api/rpctypes' table, the one mapping of the code base.
+func Code(err error) codes.Code { return rpctypes.Code(err) }
 
 // ApplyResult is what FSM.Apply returns for one Raft log entry (one Entry):
 // one Result per command, in order. Err is set, and Results is nil, only when
@@ -97,50 +74,18 @@ func EncodeEntry(nowUnixNano int64, cmds []*pb.Command) ([]byte, error) {
 	return proto.Marshal(&pb.Entry{NowUnixNano: nowUnixNano, Commands: cmds})
 }
 
-// canonical is the sentinel ResultError falls back to for a code when the
-// message names no sentinel of that code.
-var canonical = map[codes.Code]error{
-	codes.InvalidArgument:    ErrInvalid,
-	codes.NotFound:           ErrNotFound,
-	codes.AlreadyExists:      ErrExists,
-	codes.OutOfRange:         ErrCompacted,
-	codes.FailedPrecondition: ErrFailedPrecondition,
-}
-
-// ResultError turns a Result's error status back into a Go error that wraps
-// the matching sentinel (so errors.Is works across a forwarded call). The
-// code picks the candidates; among them the sentinel whose text the message
-// carries wins (the FSM's messages always contain their sentinel's text,
-// e.g. "fsm: lease not found"), else the code's general sentinel
-// (InvalidArgument: ErrInvalid, NotFound: ErrNotFound, AlreadyExists:
-// ErrExists, OutOfRange: ErrCompacted, FailedPrecondition:
-// ErrFailedPrecondition). Other codes give a plain error with the message.
+// ResultError turns a Result's error status back into a Go error that
+// wraps the matching sentinel (so errors.Is works across a forwarded call):
+// rpctypes.FromCode, the same mapping as for a gRPC status. The FSM's
+// messages always contain their sentinel's text (e.g. "fsm: lease not
+// found"), which names the sentinel among those of the code; otherwise the
+// code's general sentinel (InvalidArgument: ErrInvalid, NotFound:
+// ErrNotFound, AlreadyExists: ErrExists, OutOfRange: ErrCompacted,
+// FailedPrecondition: ErrFailedPrecondition). The error prints the
+// message and carries the code (status.Code sees it).
 func ResultError(r *pb.Result) error {
 	if r == nil || r.Error == nil {
 		return nil
 	}
-	c := codes.Code(r.Error.Code)
-	msg := r.Error.Message
-	for _, e := range codeTable {
-		if e.code == c && strings.Contains(msg, e.err.Error()) {
-			return &resultError{sentinel: e.err, msg: msg}
-		}
-	}
-	if e, ok := canonical[c]; ok {
-		return &resultError{sentinel: e, msg: msg}
-	}
-	if msg == "" {
-		msg = c.String()
-	}
-	return errors.New(msg)
+	return rpctypes.FromCode(codes.Code(r.Error.Code), r.Error.Message)
 }
-
-// resultError is a forwarded command error: it prints the original message
-// and unwraps to the sentinel.
-type resultError struct {
-	sentinel error
-	msg      string
-}
-
-func (e *resultError) Error() string { return e.msg }
-func (e *resultError) Unwrap() error { return e.sentinel }

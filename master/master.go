@@ -1,28 +1,34 @@
 package master
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/raftstore"
-	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/schema"
 )
 
 // Store is what the master needs of the Raft store.
 type Store interface {
-	Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
+	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
+	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
+	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
+	GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
+	TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
+	TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
+	ExpireTasks(ctx context.Context, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error)
+	RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error)
 	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 	LinearizableRead(ctx context.Context) error
 	IsLeader() bool
@@ -32,7 +38,6 @@ type Store interface {
 	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
-	Raft() *raft.Raft
 }
 
 // Members is what the master needs of gossip: it reports, the master decides.
@@ -152,14 +157,21 @@ func (m *Master) startLeader(parent context.Context) (context.CancelFunc, chan s
 	return cancel, done
 }
 
-// leaderLoop: barrier first, so the FSM holds everything earlier leaders
-// committed; then reconcile membership and sweep task deadlines until
-// leadership is lost.
+// leaderLoop: a linearizable read first (on the leader: a barrier of its
+// own term, then a wait until the FSM has applied it), so the FSM holds
+// everything earlier leaders committed; then reconcile membership and
+// sweep task deadlines until leadership is lost.
 func (m *Master) leaderLoop(ctx context.Context) {
 	m.log.Info("leadership gained: master starting")
 	defer m.log.Info("leadership lost: master stopped")
 	for {
-		if err := m.store.Raft().Barrier(5 * time.Second).Error(); err == nil {
+		bctx, cancel := context.WithTimeout(ctx, applyTimeout)
+		err := m.store.LinearizableRead(bctx)
+		cancel()
+		if !m.store.IsLeader() {
+			return
+		}
+		if err == nil {
 			break
 		} else if !m.store.IsLeader() {
 			return
@@ -197,28 +209,6 @@ func (m *Master) leaderLoop(ctx context.Context) {
 			m.sweep(ctx)
 		}
 	}
-}
-
-// NodeRecord is the value of /nodes/<id>, written by the master from gossip.
-type NodeRecord struct {
-	ID       string   `json:"id"`
-	Roles    []string `json:"roles"`
-	GRPCAddr string   `json:"grpc_addr"`
-	RaftAddr string   `json:"raft_addr"`
-	HTTPAddr string   `json:"http_addr"`
-	Status   string   `json:"status"`
-}
-
-// NodeKey is the metadata key of a node's record.
-func NodeKey(id string) string { return "/nodes/" + id }
-
-func hasRole(m gossip.Member, role string) bool {
-	for _, r := range m.Meta.Roles {
-		if r == role {
-			return true
-		}
-	}
-	return false
 }
 
 // reconcile brings the Raft configuration and /nodes/ in line with gossip:
@@ -264,7 +254,7 @@ func (m *Master) reconcile(ctx context.Context) {
 		// Nodes without the server role are non-voters: they replicate the
 		// metadata (and serve and forward like any node) but never vote,
 		// lead, or count toward quorum.
-		server := hasRole(mem, "server")
+		server := mem.Meta.HasRole(gossip.RoleServer)
 		srv, present := inRaft[id]
 		switch mem.Status {
 		case gossip.StatusAlive:
@@ -329,17 +319,19 @@ func (m *Master) reconcile(ctx context.Context) {
 	}
 }
 
-// writeNode writes /nodes/<id> when it differs from gossip.
+// writeNode writes the node's schema.NodeRecord when it differs from gossip.
 func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
-	rec := NodeRecord{ID: mem.Meta.ID, Roles: mem.Meta.Roles, GRPCAddr: mem.Meta.GRPCAddr,
+	rec := schema.NodeRecord{ID: mem.Meta.ID, Roles: mem.Meta.Roles, GRPCAddr: mem.Meta.GRPCAddr,
 		RaftAddr: mem.Meta.RaftAddr, HTTPAddr: mem.Meta.HTTPAddr, Status: mem.Status.String()}
-	val, _ := json.Marshal(rec)
-	key := []byte(NodeKey(rec.ID))
+	val := rec.Marshal()
+	key := []byte(schema.NodeKey(rec.ID))
 	cur, err := m.store.FSM().Range(&pb.RangeRequest{Key: key})
-	if err == nil && len(cur.Kvs) == 1 && string(cur.Kvs[0].Value) == string(val) {
+	if err == nil && len(cur.Kvs) == 1 && bytes.Equal(cur.Kvs[0].Value, val) {
 		return
 	}
-	if _, err := m.apply(ctx, pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: key, Value: val}); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	if _, err := m.store.Put(ctx, &pb.PutRequest{Key: key, Value: val}); err != nil {
 		m.log.Debug("write node record", "id", rec.ID, "err", err)
 	}
 }
@@ -353,31 +345,27 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	m.mu.Lock()
 	m.gone[node] = true
 	m.mu.Unlock()
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte("/jobs/"), RangeEnd: []byte("/jobs0")})
+	key, end := schema.PrefixRange(schema.JobsPrefix)
+	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
 	leases := map[int64]bool{}
 	for _, kv := range resp.Kvs {
-		key := string(kv.Key)
-		job, kind, id, ok := splitJobKey(key)
-		if !ok || (kind != "trainers" && kind != "ps") {
+		job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+		if !ok || (kind != schema.KindTrainer && kind != schema.KindSlot) {
 			continue
 		}
-		var rec struct {
-			Node string `json:"node"`
-		}
-		if json.Unmarshal(kv.Value, &rec) != nil || rec.Node != node {
+		if holder, ok := schema.NodeOf(kv.Value); !ok || holder != node {
 			continue
 		}
-		if kind == "trainers" {
-			r, err := m.apply(ctx, pb.CommandType_COMMAND_REQUEUE_TRAINER,
-				&pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "node " + node + " " + mem.Status.String()})
+		if kind == schema.KindTrainer {
+			actx, cancel := context.WithTimeout(ctx, applyTimeout)
+			out, err := m.store.RequeueTrainer(actx, &pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "node " + node + " " + mem.Status.String()})
+			cancel()
 			if err != nil {
 				m.log.Warn("requeue trainer", "job", job, "trainer", id, "err", err)
 			} else {
-				out := &pb.RequeueTrainerResponse{}
-				_ = decode(r, out)
 				m.log.Info("trainer gone: tasks requeued", "job", job, "trainer", id, "requeued", out.Requeued, "node_status", mem.Status.String())
 			}
 		}
@@ -386,21 +374,15 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 		}
 	}
 	for id := range leases {
-		if _, err := m.apply(ctx, pb.CommandType_COMMAND_LEASE_REVOKE, &pb.LeaseRevokeRequest{Id: id}); err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
+		actx, cancel := context.WithTimeout(ctx, applyTimeout)
+		_, err := m.store.LeaseRevoke(actx, &pb.LeaseRevokeRequest{Id: id})
+		cancel()
+		if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
 			m.log.Warn("revoke lease of gone node", "node", node, "lease", id, "err", err)
 		} else {
 			m.log.Info("lease of gone node revoked", "node", node, "lease", id)
 		}
 	}
-}
-
-// splitJobKey splits /jobs/<job>/<kind>/<id>.
-func splitJobKey(key string) (job, kind, id string, ok bool) {
-	parts := strings.Split(strings.TrimPrefix(key, "/jobs/"), "/")
-	if len(parts) != 3 {
-		return "", "", "", false
-	}
-	return parts[0], parts[1], parts[2], true
 }
 
 // sweep expires tasks past their deadline in every running job, and
@@ -415,12 +397,11 @@ func (m *Master) sweep(ctx context.Context) {
 			continue
 		}
 		if m.overdue(j.Name) {
-			r, err := m.apply(ctx, pb.CommandType_COMMAND_EXPIRE_TASKS, &pb.ExpireTasksRequest{Job: j.Name})
-			if err == nil {
-				out := &pb.ExpireTasksResponse{}
-				if decode(r, out) == nil && out.Expired > 0 {
-					m.log.Info("tasks past deadline requeued", "job", j.Name, "expired", out.Expired)
-				}
+			actx, cancel := context.WithTimeout(ctx, applyTimeout)
+			out, err := m.store.ExpireTasks(actx, &pb.ExpireTasksRequest{Job: j.Name})
+			cancel()
+			if err == nil && out.Expired > 0 {
+				m.log.Info("tasks past deadline requeued", "job", j.Name, "expired", out.Expired)
 			}
 		}
 		m.requeueUnregistered(ctx, j.Name)
@@ -442,7 +423,7 @@ func (m *Master) overdue(job string) bool {
 }
 
 // requeueUnregistered requeues pending tasks held by trainers that are no
-// longer registered under /jobs/<job>/trainers/ (their lease expired or was
+// longer registered under schema.TrainerPrefix (their lease expired or was
 // revoked), so a dead trainer's task does not wait for its deadline.
 func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 	holders := map[string]bool{}
@@ -457,14 +438,16 @@ func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 	if len(holders) == 0 {
 		return
 	}
-	prefix := "/jobs/" + job + "/trainers/"
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix))})
+	key, end := schema.PrefixRange(schema.TrainerPrefix(job))
+	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true})
 	if err != nil {
 		return
 	}
 	live := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		live[strings.TrimPrefix(string(kv.Key), prefix)] = true
+		if _, kind, id, ok := schema.ParseJobKey(string(kv.Key)); ok && kind == schema.KindTrainer {
+			live[id] = true
+		}
 	}
 	ids := make([]string, 0, len(holders))
 	for id := range holders {
@@ -474,26 +457,14 @@ func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if _, err := m.apply(ctx, pb.CommandType_COMMAND_REQUEUE_TRAINER,
-			&pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "trainer registration gone"}); err == nil {
+		actx, cancel := context.WithTimeout(ctx, applyTimeout)
+		_, err := m.store.RequeueTrainer(actx, &pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "trainer registration gone"})
+		cancel()
+		if err == nil {
 			m.log.Info("unregistered trainer's tasks requeued", "job", job, "trainer", id)
 		}
 	}
 }
 
-func (m *Master) apply(ctx context.Context, t pb.CommandType, msg proto.Message) (*pb.Result, error) {
-	cmd, err := fsm.NewCommand(t, msg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := m.store.Apply(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	if err := fsm.ResultError(res); err != nil {
-		return res, err
-	}
-	return res, nil
-}
+// applyTimeout bounds each command the leader loops propose.
+const applyTimeout = 5 * time.Second

@@ -2,30 +2,26 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
-	"github.com/raftps/raftps/raftstore/client"
-	"github.com/raftps/raftps/raftstore/service"
+	"github.com/raftps/raftps/schema"
 )
 
 // Service implements the Master and Cluster gRPC services on every node.
-// Commands go through Store.Apply, which forwards to the leader, so a
-// client may call any node.
+// Commands go through the store's typed methods, which forward to the
+// leader, so a client may call any node.
 type Service struct {
 	pb.UnimplementedMasterServer
 	pb.UnimplementedClusterServer
@@ -65,28 +61,6 @@ func CheckFashionMNIST(d *pb.DatasetSpec) error {
 	return nil
 }
 
-func (s *Service) apply(ctx context.Context, t pb.CommandType, req, out proto.Message) error {
-	cmd, err := fsm.NewCommand(t, req)
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	res, err := s.store.Apply(ctx, cmd)
-	if err != nil {
-		return service.ToStatus(err)
-	}
-	if err := fsm.ResultError(res); err != nil {
-		return service.ToStatus(err)
-	}
-	if err := decode(res, out); err != nil {
-		return status.Errorf(codes.Internal, "decode %v result: %v", t, err)
-	}
-	return nil
-}
-
-func decode(res *pb.Result, out proto.Message) error {
-	return proto.Unmarshal(res.Payload, out)
-}
-
 // SubmitJob validates a job spec and creates the job. Every rejection is
 // InvalidArgument (AlreadyExists for a duplicate name) naming the field.
 func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
@@ -98,26 +72,23 @@ func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
-	out := &pb.SubmitJobResponse{}
-	if err := s.apply(ctx, pb.CommandType_COMMAND_SUBMIT_JOB, req, out); err != nil {
-		if status.Code(err) == codes.AlreadyExists {
-			// A spec naming an existing job is a bad spec: its name field.
-			return nil, status.Errorf(codes.InvalidArgument, "name: job %q already exists (%s)", req.Spec.GetName(), status.Convert(err).Message())
-		}
-		return nil, err
+	out, err := s.store.SubmitJob(ctx, req)
+	if errors.Is(err, fsm.ErrExists) {
+		// A spec naming an existing job is a bad spec: its name field.
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: name: job %q already exists (%v)", fsm.ErrInvalid, req.Spec.GetName(), err))
 	}
-	return out, nil
+	return out, rpctypes.ToStatus(err)
 }
 
 // GetJob returns a job's status, with its trainers, pservers and
 // checkpoint pointers read from the metadata keys. Linearizable.
 func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error) {
 	if err := s.store.LinearizableRead(ctx); err != nil {
-		return nil, service.ToStatus(err)
+		return nil, rpctypes.ToStatus(err)
 	}
 	j, ok := s.store.FSM().Jobs().Job(req.Name)
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "job %q not found", req.Name)
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: job %q", fsm.ErrNotFound, req.Name))
 	}
 	s.fillMembership(j)
 	j.PendingTasks = s.store.FSM().Jobs().Pending(req.Name)
@@ -127,7 +98,7 @@ func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJob
 // ListJobs returns every job, sorted by name. Linearizable.
 func (s *Service) ListJobs(ctx context.Context, _ *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
 	if err := s.store.LinearizableRead(ctx); err != nil {
-		return nil, service.ToStatus(err)
+		return nil, rpctypes.ToStatus(err)
 	}
 	jobs := s.store.FSM().Jobs().Jobs()
 	for _, j := range jobs {
@@ -136,43 +107,36 @@ func (s *Service) ListJobs(ctx context.Context, _ *pb.ListJobsRequest) (*pb.List
 	return &pb.ListJobsResponse{Jobs: jobs}, nil
 }
 
-// SlotRecord is the value of /jobs/<job>/ps/<index> and
-// /jobs/<job>/trainers/<id>.
-type SlotRecord struct {
-	Node        string `json:"node"`
-	Addr        string `json:"addr"`
-	Incarnation int64  `json:"incarnation,omitempty"`
-}
-
-// fillMembership adds trainers, pservers and checkpoints from the keyspace.
+// fillMembership adds trainers, pservers, checkpoints and restores from
+// the job's keys (schema's records; a record that does not parse is skipped).
 func (s *Service) fillMembership(j *pb.JobStatus) {
-	prefix := "/jobs/" + j.Name + "/"
-	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix))})
+	key, end := schema.PrefixRange(schema.JobPrefix(j.Name))
+	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
 	for _, kv := range resp.Kvs {
-		_, kind, id, ok := splitJobKey(string(kv.Key))
+		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
 		if !ok {
 			continue
 		}
 		switch kind {
-		case "trainers":
+		case schema.KindTrainer:
 			j.Trainers = append(j.Trainers, id)
-		case "ps":
-			var rec SlotRecord
-			if json.Unmarshal(kv.Value, &rec) == nil {
-				idx, _ := strconv.Atoi(id)
-				j.Pservers = append(j.Pservers, &pb.PServerSlot{Index: int32(idx), Node: rec.Node, Addr: rec.Addr, Incarnation: rec.Incarnation})
+		case schema.KindSlot:
+			slot, err := schema.ParseSlot(id)
+			if err != nil {
+				continue
 			}
-		case "checkpoints":
-			p := &pb.CheckpointPointer{}
-			if protojson.Unmarshal(kv.Value, p) == nil {
+			if rec, err := schema.ParseSlotRecord(kv.Value); err == nil {
+				j.Pservers = append(j.Pservers, &pb.PServerSlot{Index: slot, Node: rec.Node, Addr: rec.Addr, Incarnation: rec.Incarnation})
+			}
+		case schema.KindCheckpoint:
+			if p, err := schema.ParsePointer(kv.Value); err == nil {
 				j.Checkpoints = append(j.Checkpoints, p)
 			}
-		case "restores":
-			r := &pb.RestoreRecord{}
-			if protojson.Unmarshal(kv.Value, r) == nil {
+		case schema.KindRestore:
+			if r, err := schema.ParseRestore(kv.Value); err == nil {
 				j.Restores = append(j.Restores, r)
 			}
 		}
@@ -182,11 +146,8 @@ func (s *Service) fillMembership(j *pb.JobStatus) {
 
 // CancelJob cancels a job; its trainers get JOB_OVER.
 func (s *Service) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
-	out := &pb.CancelJobResponse{}
-	if err := s.apply(ctx, pb.CommandType_COMMAND_CANCEL_JOB, req, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, err := s.store.CancelJob(ctx, req)
+	return out, rpctypes.ToStatus(err)
 }
 
 // GetTask hands a task to a trainer (Paddle's GetTask).
@@ -194,29 +155,20 @@ func (s *Service) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetT
 	if req.Trainer == "" {
 		return nil, status.Error(codes.InvalidArgument, "trainer is empty")
 	}
-	out := &pb.GetTaskResponse{}
-	if err := s.apply(ctx, pb.CommandType_COMMAND_GET_TASK, req, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, err := s.store.GetTask(ctx, req)
+	return out, rpctypes.ToStatus(err)
 }
 
 // TaskFinished reports a finished task; stale finishes are accepted=false.
 func (s *Service) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
-	out := &pb.TaskFinishedResponse{}
-	if err := s.apply(ctx, pb.CommandType_COMMAND_TASK_FINISHED, req, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, err := s.store.TaskFinished(ctx, req)
+	return out, rpctypes.ToStatus(err)
 }
 
 // TaskFailed reports a failed task.
 func (s *Service) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
-	out := &pb.TaskFailedResponse{}
-	if err := s.apply(ctx, pb.CommandType_COMMAND_TASK_FAILED, req, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, err := s.store.TaskFailed(ctx, req)
+	return out, rpctypes.ToStatus(err)
 }
 
 // watchPoll is how often WatchJob looks for new events in the local FSM.
@@ -228,11 +180,11 @@ const watchPoll = 50 * time.Millisecond
 func (s *Service) WatchJob(req *pb.WatchJobRequest, stream pb.Master_WatchJobServer) error {
 	ctx := stream.Context()
 	if err := s.store.LinearizableRead(ctx); err != nil {
-		return service.ToStatus(err)
+		return rpctypes.ToStatus(err)
 	}
 	jobs := s.store.FSM().Jobs()
 	if _, ok := jobs.Job(req.Name); !ok {
-		return status.Errorf(codes.NotFound, "job %q not found", req.Name)
+		return rpctypes.ToStatus(fmt.Errorf("%w: job %q", fsm.ErrNotFound, req.Name))
 	}
 	next := req.FromSeq
 	if next <= 0 {
@@ -246,7 +198,7 @@ func (s *Service) WatchJob(req *pb.WatchJobRequest, stream pb.Master_WatchJobSer
 			if errors.Is(err, fsm.ErrFailedPrecondition) {
 				return status.Error(codes.OutOfRange, err.Error())
 			}
-			return service.ToStatus(err)
+			return rpctypes.ToStatus(err)
 		}
 		for _, ev := range evs {
 			if err := stream.Send(ev); err != nil {

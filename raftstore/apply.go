@@ -116,7 +116,8 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 }
 
 // raiseLeaseTTL returns cmd, or a copy with a lease grant's TTL raised to
-// the minimum.
+// the minimum. A TTL above fsm.MaxLeaseTTL is refused
+// (fsm.ErrLeaseTTLTooLarge): its deadline would overflow.
 func (s *Store) raiseLeaseTTL(cmd *pb.Command) (*pb.Command, error) {
 	if cmd.GetType() != pb.CommandType_COMMAND_LEASE_GRANT {
 		return cmd, nil
@@ -124,6 +125,9 @@ func (s *Store) raiseLeaseTTL(cmd *pb.Command) (*pb.Command, error) {
 	var req pb.LeaseGrantRequest
 	if err := proto.Unmarshal(cmd.Payload, &req); err != nil {
 		return nil, fmt.Errorf("%w: lease grant: %v", fsm.ErrMalformed, err)
+	}
+	if err := checkLeaseTTL(req.Ttl); err != nil {
+		return nil, err
 	}
 	min := s.cfg.MinLeaseTTL()
 	if req.Ttl >= min {

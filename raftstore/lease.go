@@ -27,7 +27,12 @@ func newLeaseTimers() *leaseTimers {
 	return &leaseTimers{deadline: map[int64]time.Time{}, revoking: map[int64]time.Time{}}
 }
 
-func ttlDuration(ttl int64) time.Duration { return time.Duration(ttl) * time.Second }
+// ttlDuration converts a TTL in seconds, clamped to fsm.MaxLeaseTTL so
+// that the product cannot overflow (grants above it are refused; the clamp
+// covers leases granted before the bound existed).
+func ttlDuration(ttl int64) time.Duration {
+	return time.Duration(min(ttl, fsm.MaxLeaseTTL)) * time.Second
+}
 
 // establish starts the timers: every lease the FSM holds gets now+TTL. It
 // turns the timers on before reading the leases, so a grant applied

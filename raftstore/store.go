@@ -15,20 +15,24 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 )
 
 // Errors of the store, checked with errors.Is.
+// ErrNotLeader, ErrNoLeader and ErrNotOpen are defined in api/rpctypes (so
+// that clients can check them without importing the server) and
+// re-exported here; the values are identical.
 var (
 	// ErrNotLeader: the call needs the leader and this server is not it (or
 	// no leader was known before the context ended; then it also wraps ErrNoLeader).
-	ErrNotLeader = errors.New("raftstore: not leader")
+	ErrNotLeader = rpctypes.ErrNotLeader
 	// ErrOpen: Open was called on an open store.
 	ErrOpen = errors.New("raftstore: already open")
 	// ErrNotOpen: the store is not open (never opened, or closed).
-	ErrNotOpen = errors.New("raftstore: not open")
+	ErrNotOpen = rpctypes.ErrNotOpen
 	// ErrNoLeader: the cluster has no known leader.
-	ErrNoLeader = errors.New("raftstore: no leader")
+	ErrNoLeader = rpctypes.ErrNoLeader
 	// ErrDataDirMismatch: the data dir belongs to another node ID.
 	ErrDataDirMismatch = errors.New("raftstore: data dir belongs to another node")
 )

@@ -9,7 +9,7 @@ package errs
 import "errors"
 
 // Sentinel errors. Every command error of the state machine wraps one of
-// these; fsm.Code maps them to gRPC status codes.
+// these; api/rpctypes maps them to gRPC status codes and back (one table).
 var (
 	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
 	ErrUnknownCommand = errors.New("fsm: unknown command type")
@@ -33,4 +33,13 @@ var (
 	ErrExists = errors.New("fsm: already exists")
 	// ErrFailedPrecondition: the command does not apply in the current state.
 	ErrFailedPrecondition = errors.New("fsm: failed precondition")
+	// ErrLeaseTTLTooLarge: a lease grant asks for a TTL above MaxLeaseTTL.
+	ErrLeaseTTLTooLarge = errors.New("fsm: lease TTL too large")
 )
+
+// MaxLeaseTTL is the largest lease TTL in seconds a grant may ask for
+// (etcd's MaxLeaseTTL, 9e9 s): time.Duration(MaxLeaseTTL)*time.Second
+// still fits in an int64 of nanoseconds (up to ~9.22e9 s), so a deadline
+// computed from a TTL cannot overflow. Grants above it are refused with
+// ErrLeaseTTLTooLarge, by the store before proposing and by the FSM.
+const MaxLeaseTTL int64 = 9_000_000_000

@@ -11,6 +11,14 @@
 // over the endpoints that are up (a manual resolver) and wait for one to be
 // ready, so a dead endpoint costs nothing; bound every call with a
 // deadline. Retry re-runs an idempotent call on Unavailable.
+//
+// Every error a call returns has crossed rpctypes.FromStatus: it keeps its
+// gRPC status (status.Code works) and wraps raftps' sentinel, so
+//
+//	errors.Is(err, errs.ErrLeaseNotFound) // fsm/errs; api/rpctypes for the store's
+//
+// works as it does in process. Leases adapts the Lease service to
+// concurrency.LeaseAPI, so a concurrency.Session runs over a client.
 package client
 
 import (
@@ -29,6 +37,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
+	"github.com/raftps/raftps/schema"
 )
 
 // ErrNoEndpoints: New was given no endpoint.
@@ -75,6 +85,8 @@ func New(endpoints []string) (*Client, error) {
 		// dead one the balancer tried; callers bound every call with a
 		// deadline (the CLI's --timeout).
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)),
+		grpc.WithChainUnaryInterceptor(unaryFromStatus),
+		grpc.WithChainStreamInterceptor(streamFromStatus),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %v: %w", eps, err)
@@ -122,13 +134,26 @@ func Retry(ctx context.Context, fn func(ctx context.Context) error) error {
 }
 
 // PrefixEnd returns the range end that covers every key with prefix p.
-func PrefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return []byte{0}
+//
+// Deprecated: use schema.PrefixEnd, the keyspace's one copy.
+func PrefixEnd(p []byte) []byte { return schema.PrefixEnd(p) }
+
+// unaryFromStatus maps every unary call's error back to our sentinels.
+func unaryFromStatus(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return rpctypes.FromStatus(invoker(ctx, method, req, reply, cc, opts...))
 }
+
+// streamFromStatus maps a stream's errors (at open, send and receive; io.EOF
+// stays io.EOF) back to our sentinels.
+func streamFromStatus(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, rpctypes.FromStatus(err)
+	}
+	return mappedStream{cs}, nil
+}
+
+type mappedStream struct{ grpc.ClientStream }
+
+func (s mappedStream) SendMsg(m any) error { return rpctypes.FromStatus(s.ClientStream.SendMsg(m)) }
+func (s mappedStream) RecvMsg(m any) error { return rpctypes.FromStatus(s.ClientStream.RecvMsg(m)) }

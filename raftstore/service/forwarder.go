@@ -2,17 +2,19 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/raftstore"
 )
 
@@ -55,23 +57,29 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 	return pb.NewInternalClient(cc), nil
 }
 
-// notLeader turns answers that prove the request was not applied into
-// raftstore.ErrNotLeader, so the store retries against the next leader:
-// the leader's "not leader" (it lost leadership after we resolved it), and
-// a failure to connect to it at all (it died; nothing was sent). Any other
-// error is returned as it is: a write whose outcome is unknown must not be
-// retried blindly.
-func notLeader(err error) error {
+// fromStatus maps a forwarded call's error back to our sentinels
+// (rpctypes.FromStatus: the leader's NotFound for a lease is
+// fsm.ErrLeaseNotFound again) and marks as raftstore.ErrNotLeader the
+// answers that prove the call was not applied, so the store retries
+// against the next leader: the leader's own "not leader"/"no leader"
+// (it lost leadership after we resolved it), and an Unavailable call that
+// never reached a transport stream (the leader is dead or unreachable;
+// nothing was sent), which p, filled by grpc.Peer only once a stream
+// exists, tells apart. Any other error keeps its status: a write whose
+// outcome is unknown must not be retried blindly.
+func fromStatus(err error, p *peer.Peer) error {
 	if err == nil {
 		return nil
 	}
-	msg := status.Convert(err).Message()
-	if status.Code(err) != codes.Unavailable {
+	err = rpctypes.FromStatus(err)
+	if errors.Is(err, raftstore.ErrNotLeader) {
 		return err
 	}
-	if strings.Contains(msg, raftstore.ErrNotLeader.Error()) || strings.Contains(msg, raftstore.ErrNoLeader.Error()) ||
-		strings.Contains(msg, "Error while dialing") {
-		return fmt.Errorf("%w: %v", raftstore.ErrNotLeader, err)
+	if errors.Is(err, raftstore.ErrNoLeader) {
+		return fmt.Errorf("%w: %w", raftstore.ErrNotLeader, err)
+	}
+	if status.Code(err) == codes.Unavailable && p.Addr == nil {
+		return fmt.Errorf("%w: leader unreachable, nothing sent: %w", raftstore.ErrNotLeader, err)
 	}
 	return err
 }
@@ -88,9 +96,10 @@ func (f *Forwarder) ForwardApply(ctx context.Context, leaderID, _ string, cmd *p
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: b})
+	var p peer.Peer
+	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: b}, grpc.Peer(&p))
 	if err != nil {
-		return nil, notLeader(err)
+		return nil, fromStatus(err, &p)
 	}
 	res := &pb.Result{}
 	if err := proto.Unmarshal(resp.Result, res); err != nil {
@@ -107,9 +116,10 @@ func (f *Forwarder) ReadIndex(ctx context.Context, leaderID, _ string) (uint64, 
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	resp, err := c.ReadIndex(ctx, &pb.ReadIndexRequest{})
+	var p peer.Peer
+	resp, err := c.ReadIndex(ctx, &pb.ReadIndexRequest{}, grpc.Peer(&p))
 	if err != nil {
-		return 0, notLeader(err)
+		return 0, fromStatus(err, &p)
 	}
 	return resp.Index, nil
 }
@@ -122,9 +132,10 @@ func (f *Forwarder) LeaseKeepAlive(ctx context.Context, leaderID, _ string, id i
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	resp, err := c.LeaseKeepAliveOnce(ctx, &pb.LeaseKeepAliveRequest{Id: id})
+	var p peer.Peer
+	resp, err := c.LeaseKeepAliveOnce(ctx, &pb.LeaseKeepAliveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, notLeader(err)
+		return 0, fromStatus(err, &p)
 	}
 	return resp.Ttl, nil
 }
@@ -137,9 +148,10 @@ func (f *Forwarder) LeaseTimeToLive(ctx context.Context, leaderID, _ string, id 
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	resp, err := c.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: id})
+	var p peer.Peer
+	resp, err := c.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, notLeader(err)
+		return 0, fromStatus(err, &p)
 	}
 	return resp.Ttl, nil
 }

@@ -2,59 +2,35 @@ package service
 
 import (
 	"context"
-	"fmt"
-
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore/client/concurrency"
 )
 
 // Local is the in-process client of a node's own store: the etcd-style
 // calls that agents on the node (pservers, trainers, checkpoints) make,
 // with the same semantics as the gRPC API (writes go through Raft and are
 // forwarded to the leader; reads are linearizable unless asked otherwise).
+// Errors wrap the sentinels of fsm and raftstore (errors.Is).
 type Local struct {
 	Store Store
 }
 
-func (l Local) apply(ctx context.Context, t pb.CommandType, req, out proto.Message) error {
-	cmd, err := fsm.NewCommand(t, req)
-	if err != nil {
-		return err
-	}
-	res, err := l.Store.Apply(ctx, cmd)
-	if err != nil {
-		return err
-	}
-	if err := fsm.ResultError(res); err != nil {
-		return err
-	}
-	if out == nil {
-		return nil
-	}
-	if err := proto.Unmarshal(res.Payload, out); err != nil {
-		return fmt.Errorf("decode %v result: %w", t, err)
-	}
-	return nil
-}
+var _ concurrency.LeaseAPI = Local{}
 
 // Txn runs a transaction through Raft.
 func (l Local) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
-	out := &pb.TxnResponse{}
-	return out, l.apply(ctx, pb.CommandType_COMMAND_TXN, req, out)
+	return l.Store.Txn(ctx, req)
 }
 
 // Put writes a key through Raft.
 func (l Local) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	out := &pb.PutResponse{}
-	return out, l.apply(ctx, pb.CommandType_COMMAND_PUT, req, out)
+	return l.Store.Put(ctx, req)
 }
 
 // DeleteRange deletes keys through Raft.
 func (l Local) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	out := &pb.DeleteRangeResponse{}
-	return out, l.apply(ctx, pb.CommandType_COMMAND_DELETE_RANGE, req, out)
+	return l.Store.DeleteRange(ctx, req)
 }
 
 // Range reads keys (linearizable unless req.Serializable).
@@ -69,8 +45,8 @@ func (l Local) Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.Watc
 
 // LeaseGrant grants a lease of ttl seconds and returns its id.
 func (l Local) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
-	out := &pb.LeaseGrantResponse{}
-	if err := l.apply(ctx, pb.CommandType_COMMAND_LEASE_GRANT, &pb.LeaseGrantRequest{Ttl: ttl}, out); err != nil {
+	out, err := l.Store.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: ttl})
+	if err != nil {
 		return 0, err
 	}
 	return out.Id, nil
@@ -78,10 +54,13 @@ func (l Local) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
 
 // LeaseRevoke revokes a lease and deletes its keys.
 func (l Local) LeaseRevoke(ctx context.Context, id int64) error {
-	return l.apply(ctx, pb.CommandType_COMMAND_LEASE_REVOKE, &pb.LeaseRevokeRequest{Id: id}, nil)
+	_, err := l.Store.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id})
+	return err
 }
 
 // LeaseKeepAlive renews a lease on the leader; returns the new TTL.
+// Errors: fsm.ErrLeaseNotFound once the lease is gone (also when the
+// keepalive was forwarded to the leader).
 func (l Local) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
 	return l.Store.LeaseKeepAlive(ctx, id)
 }
@@ -89,7 +68,8 @@ func (l Local) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
 // RecordJobEvent appends an event (checkpoint committed, pserver restored,
 // trainer joined/left) to a job's event stream through Raft.
 func (l Local) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error {
-	return l.apply(ctx, pb.CommandType_COMMAND_JOB_EVENT, ev, nil)
+	_, err := l.Store.RecordJobEvent(ctx, ev)
+	return err
 }
 
 // Jobs returns every job of the local FSM (serializable: may lag the leader).

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/raftstore"
 )
@@ -20,7 +21,12 @@ import (
 // Store is what the KV, Lease, Watch and Internal services need of the
 // Raft store. *raftstore.Store implements it.
 type Store interface {
-	Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
+	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
+	LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
+	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error)
 	ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
 	ReadIndex(ctx context.Context) (uint64, error)
 	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
@@ -67,29 +73,8 @@ func (s *Service) Register(g *grpc.Server) {
 }
 
 // ToStatus maps an error of raftps' lower layers to a gRPC status error:
-// the one table at the boundary (etcd's togRPCError).
-func ToStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, raftstore.ErrNotLeader), errors.Is(err, raftstore.ErrNoLeader):
-		return status.Error(codes.Unavailable, err.Error()+"; retry (a leader election is in progress)")
-	case errors.Is(err, raftstore.ErrNotOpen):
-		return status.Error(codes.Unavailable, err.Error())
-	}
-	if c := fsm.Code(err); c != codes.Unknown {
-		return status.Error(c, err.Error())
-	}
-	return status.Error(codes.Unavailable, err.Error())
-}
+// rpctypes.ToStatus, the one table at the boundary (etcd's togRPCError).
+func ToStatus(err error) error { return rpctypes.ToStatus(err) }
 
 func (s *Service) header(rev int64) *pb.ResponseHeader {
 	st := s.store.Stats()
@@ -97,25 +82,6 @@ func (s *Service) header(rev int64) *pb.ResponseHeader {
 		rev = st.Revision
 	}
 	return &pb.ResponseHeader{Revision: rev, RaftTerm: st.Term, MemberId: st.ID}
-}
-
-// apply runs one command through Raft and decodes its response into out.
-func (s *Service) apply(ctx context.Context, t pb.CommandType, req, out proto.Message) (int64, error) {
-	cmd, err := fsm.NewCommand(t, req)
-	if err != nil {
-		return 0, status.Error(codes.InvalidArgument, err.Error())
-	}
-	res, err := s.store.Apply(ctx, cmd)
-	if err != nil {
-		return 0, ToStatus(err)
-	}
-	if err := fsm.ResultError(res); err != nil {
-		return 0, ToStatus(err)
-	}
-	if err := proto.Unmarshal(res.Payload, out); err != nil {
-		return 0, status.Errorf(codes.Internal, "decode %v result: %v", t, err)
-	}
-	return res.Revision, nil
 }
 
 // Range reads keys; linearizable unless req.Serializable.
@@ -130,57 +96,52 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 
 // Put writes one key through Raft.
 func (s *Service) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	out := &pb.PutResponse{}
-	rev, err := s.apply(ctx, pb.CommandType_COMMAND_PUT, req, out)
+	out, err := s.store.Put(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, ToStatus(err)
 	}
-	out.Header = s.header(rev)
+	out.Header = s.header(out.GetHeader().GetRevision())
 	return out, nil
 }
 
 // DeleteRange deletes a key or range through Raft.
 func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	out := &pb.DeleteRangeResponse{}
-	rev, err := s.apply(ctx, pb.CommandType_COMMAND_DELETE_RANGE, req, out)
+	out, err := s.store.DeleteRange(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, ToStatus(err)
 	}
-	out.Header = s.header(rev)
+	out.Header = s.header(out.GetHeader().GetRevision())
 	return out, nil
 }
 
 // Txn runs a transaction through Raft. A Txn that only reads still goes
 // through the log, so it is linearizable.
 func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
-	out := &pb.TxnResponse{}
-	rev, err := s.apply(ctx, pb.CommandType_COMMAND_TXN, req, out)
+	out, err := s.store.Txn(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, ToStatus(err)
 	}
-	out.Header = s.header(rev)
+	out.Header = s.header(out.GetHeader().GetRevision())
 	return out, nil
 }
 
 // LeaseGrant creates a lease through Raft.
 func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	out := &pb.LeaseGrantResponse{}
-	rev, err := s.apply(ctx, pb.CommandType_COMMAND_LEASE_GRANT, req, out)
+	out, err := s.store.LeaseGrant(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, ToStatus(err)
 	}
-	out.Header = s.header(rev)
+	out.Header = s.header(out.GetHeader().GetRevision())
 	return out, nil
 }
 
 // LeaseRevoke revokes a lease and deletes its keys through Raft.
 func (s *Service) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	out := &pb.LeaseRevokeResponse{}
-	rev, err := s.apply(ctx, pb.CommandType_COMMAND_LEASE_REVOKE, req, out)
+	out, err := s.store.LeaseRevoke(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, ToStatus(err)
 	}
-	out.Header = s.header(rev)
+	out.Header = s.header(out.GetHeader().GetRevision())
 	return out, nil
 }
 

@@ -1,7 +1,10 @@
 // Package agent runs the trainer role of a node: for every running job whose
 // dataset is on this node it registers a trainer under the node's lease
-// (/jobs/<job>/trainers/<id>) and runs a trainer.Trainer against the master
-// and the job's pservers until the job ends.
+// (schema.TrainerKey, a schema.TrainerRecord) and runs a trainer.Trainer
+// against the master and the job's pservers until the job ends. It reaches
+// the cluster through client interfaces only: Meta (a node's in-process
+// service.Local, or any client with the same calls; its lease calls keep a
+// concurrency.Session) and MasterAPI.
 //
 //	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, masterSvc)
 //	go a.Run(ctx)
@@ -13,19 +16,17 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
-	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
+	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
 )
@@ -144,13 +145,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func trainerKey(job, id string) string { return "/jobs/" + job + "/trainers/" + id }
-
+// register writes the trainer's schema.TrainerRecord under the lease.
 func (a *Agent) register(ctx context.Context, job, id string, lease int64) error {
-	v, _ := json.Marshal(map[string]string{"node": a.cfg.NodeID, "addr": a.cfg.Addr})
+	v := schema.TrainerRecord{Node: a.cfg.NodeID, Addr: a.cfg.Addr}.Marshal()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := a.meta.Put(cctx, &pb.PutRequest{Key: []byte(trainerKey(job, id)), Value: v, Lease: lease})
+	_, err := a.meta.Put(cctx, &pb.PutRequest{Key: []byte(schema.TrainerKey(job, id)), Value: v, Lease: lease})
 	return err
 }
 
@@ -166,7 +166,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			if k > 0 {
 				id += "-" + strconv.Itoa(k+1)
 			}
-			key := trainerKey(j.Name, id)
+			key := schema.TrainerKey(j.Name, id)
 			live[key] = true
 			a.mu.Lock()
 			_, ok := a.running[key]
@@ -230,7 +230,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &run{job: spec.Name, id: id, cancel: cancel, done: make(chan struct{}), t: tr}
 	a.mu.Lock()
-	a.running[trainerKey(spec.Name, id)] = r
+	a.running[schema.TrainerKey(spec.Name, id)] = r
 	a.mu.Unlock()
 	a.log.Info("trainer started", "job", spec.Name, "id", id)
 	a.wg.Add(1)
@@ -243,7 +243,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		a.log.Info("trainer stopped", "job", spec.Name, "id", id, "err", err, "tasks", st.Tasks, "examples_per_s", fmt.Sprintf("%.0f", st.ExamplesPerSec()))
 		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer dcancel()
-		_, _ = a.meta.DeleteRange(dctx, &pb.DeleteRangeRequest{Key: []byte(trainerKey(spec.Name, id))})
+		_, _ = a.meta.DeleteRange(dctx, &pb.DeleteRangeRequest{Key: []byte(schema.TrainerKey(spec.Name, id))})
 	}()
 }
 
@@ -258,24 +258,29 @@ func (a *Agent) stopAll() {
 	_ = a.session.Close(context.Background())
 }
 
-// resolver finds a job's pserver slots in /jobs/<job>/ps/.
+// resolver finds a job's pserver slots under schema.SlotPrefix.
 type resolver struct{ meta Meta }
 
+// Slots maps each claimed slot of job to its pserver's gRPC address
+// (serializable read: the pserver client re-resolves on failure).
 func (r *resolver) Slots(ctx context.Context, job string) (map[int32]string, error) {
-	prefix := "/jobs/" + job + "/ps/"
-	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: client.PrefixEnd([]byte(prefix)), Serializable: true})
+	key, end := schema.PrefixRange(schema.SlotPrefix(job))
+	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end, Serializable: true})
 	if err != nil {
 		return nil, err
 	}
 	out := map[int32]string{}
 	for _, kv := range resp.Kvs {
-		idx, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+		if !ok || kind != schema.KindSlot {
+			continue
+		}
+		slot, err := schema.ParseSlot(id)
 		if err != nil {
 			continue
 		}
-		var v pserver.PSValue
-		if json.Unmarshal(kv.Value, &v) == nil && v.Addr != "" {
-			out[int32(idx)] = v.Addr
+		if rec, err := schema.ParseSlotRecord(kv.Value); err == nil && rec.Addr != "" {
+			out[slot] = rec.Addr
 		}
 	}
 	return out, nil

@@ -1,0 +1,171 @@
+package raftstore
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// The typed write path (etcd's raftRequest in server/etcdserver/v3_server.go):
+// one method per command type, each built on raftRequest, which encodes the
+// request, runs it through Apply (forwarded to the leader from a follower;
+// a rejected command comes back as an error wrapping its sentinel, checked
+// once there) and decodes the response. The gRPC services, the in-process
+// client (service.Local) and the master all write through these.
+//
+// Responses that carry a header get Header.Revision = the store's revision
+// after the command; callers fill the rest (term, member).
+
+// raftRequest proposes req as a command of type t and decodes the result
+// into a new R. It returns the revision after the command.
+func raftRequest[R any, PR interface {
+	*R
+	proto.Message
+}](ctx context.Context, s *Store, t pb.CommandType, req proto.Message) (PR, int64, error) {
+	cmd, err := fsm.NewCommand(t, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", fsm.ErrMalformed, err)
+	}
+	res, err := s.Apply(ctx, cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := PR(new(R))
+	if err := proto.Unmarshal(res.GetPayload(), out); err != nil {
+		return nil, 0, fmt.Errorf("raftstore: decode %v result: %w", t, err)
+	}
+	return out, res.GetRevision(), nil
+}
+
+func header(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} }
+
+// Put writes one key (etcd's Put). Errors: fsm.ErrInvalid (empty key),
+// fsm.ErrTooLarge, fsm.ErrLeaseNotFound (req.Lease names no lease), and
+// those of Apply.
+func (s *Store) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	out, rev, err := raftRequest[pb.PutResponse](ctx, s, pb.CommandType_COMMAND_PUT, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = header(rev)
+	return out, nil
+}
+
+// DeleteRange deletes a key or the range [Key, RangeEnd).
+func (s *Store) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	out, rev, err := raftRequest[pb.DeleteRangeResponse](ctx, s, pb.CommandType_COMMAND_DELETE_RANGE, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = header(rev)
+	return out, nil
+}
+
+// Txn runs a transaction (compare, then success or failure ops). A Txn that
+// only reads still goes through the log, so it is linearizable.
+func (s *Store) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	out, rev, err := raftRequest[pb.TxnResponse](ctx, s, pb.CommandType_COMMAND_TXN, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = header(rev)
+	return out, nil
+}
+
+// Compact drops the history below req.Revision. Errors: fsm.ErrCompacted,
+// fsm.ErrFutureRevision.
+func (s *Store) Compact(ctx context.Context, req *pb.CompactRequest) (*pb.CompactResponse, error) {
+	out, _, err := raftRequest[pb.CompactResponse](ctx, s, pb.CommandType_COMMAND_COMPACT, req)
+	return out, err
+}
+
+// LeaseGrant creates a lease of req.Ttl seconds (raised to
+// Config.MinLeaseTTL; req.Id 0 picks an id). Errors:
+// fsm.ErrLeaseTTLTooLarge above fsm.MaxLeaseTTL (checked before
+// proposing), fsm.ErrLeaseExists.
+func (s *Store) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if err := checkLeaseTTL(req.GetTtl()); err != nil {
+		return nil, err
+	}
+	out, rev, err := raftRequest[pb.LeaseGrantResponse](ctx, s, pb.CommandType_COMMAND_LEASE_GRANT, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = header(rev)
+	return out, nil
+}
+
+// LeaseRevoke revokes a lease and deletes its keys. Errors: fsm.ErrLeaseNotFound.
+func (s *Store) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	out, rev, err := raftRequest[pb.LeaseRevokeResponse](ctx, s, pb.CommandType_COMMAND_LEASE_REVOKE, req)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = header(rev)
+	return out, nil
+}
+
+// SubmitJob creates a job from a spec the FSM validates. Errors:
+// fsm.ErrInvalid naming the field, fsm.ErrExists for a taken name.
+func (s *Store) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	out, _, err := raftRequest[pb.SubmitJobResponse](ctx, s, pb.CommandType_COMMAND_SUBMIT_JOB, req)
+	return out, err
+}
+
+// CancelJob cancels a job. Errors: fsm.ErrNotFound.
+func (s *Store) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	out, _, err := raftRequest[pb.CancelJobResponse](ctx, s, pb.CommandType_COMMAND_CANCEL_JOB, req)
+	return out, err
+}
+
+// GetTask hands a task to a trainer (Paddle's GetTask).
+func (s *Store) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	out, _, err := raftRequest[pb.GetTaskResponse](ctx, s, pb.CommandType_COMMAND_GET_TASK, req)
+	return out, err
+}
+
+// TaskFinished reports a finished task; a stale report answers accepted=false.
+func (s *Store) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	out, _, err := raftRequest[pb.TaskFinishedResponse](ctx, s, pb.CommandType_COMMAND_TASK_FINISHED, req)
+	return out, err
+}
+
+// TaskFailed reports a failed task.
+func (s *Store) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	out, _, err := raftRequest[pb.TaskFailedResponse](ctx, s, pb.CommandType_COMMAND_TASK_FAILED, req)
+	return out, err
+}
+
+// ExpireTasks requeues the tasks of req.Job (every job if empty) past their
+// deadline by the clock stamped in the entry.
+func (s *Store) ExpireTasks(ctx context.Context, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error) {
+	out, _, err := raftRequest[pb.ExpireTasksResponse](ctx, s, pb.CommandType_COMMAND_EXPIRE_TASKS, req)
+	return out, err
+}
+
+// RequeueTrainer requeues every pending task a trainer holds (it is gone).
+func (s *Store) RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error) {
+	out, _, err := raftRequest[pb.RequeueTrainerResponse](ctx, s, pb.CommandType_COMMAND_REQUEUE_TRAINER, req)
+	return out, err
+}
+
+// RecordJobEvent appends ev (checkpoint committed, pserver restored,
+// trainer joined or left) to its job's event stream and returns it with
+// its sequence number.
+func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error) {
+	out, _, err := raftRequest[pb.JobEvent](ctx, s, pb.CommandType_COMMAND_JOB_EVENT, ev)
+	return out, err
+}
+
+// checkLeaseTTL refuses a TTL above fsm.MaxLeaseTTL (etcd's bound), whose
+// deadline would overflow time.Duration.
+func checkLeaseTTL(ttl int64) error {
+	if ttl > fsm.MaxLeaseTTL {
+		return fmt.Errorf("%w: ttl %d s is above the maximum of %d s", fsm.ErrLeaseTTLTooLarge, ttl, fsm.MaxLeaseTTL)
+	}
+	return nil
+}
