@@ -14,8 +14,9 @@
 // # Leader loop
 //
 // Run follows raftstore's leadership channel (fed by raft.Config.NotifyCh,
-// as Consul's monitorLeadership). On gaining leadership it issues a Barrier,
-// so the FSM holds everything earlier leaders committed, and then, until
+// as Consul's monitorLeadership). On gaining leadership it makes a
+// linearizable read (an own-term barrier, then a wait for the FSM), so the
+// FSM holds everything earlier leaders committed, and then, until
 // leadership is lost:
 //
 //   - reconciles gossip membership into the Raft configuration: an alive
@@ -23,7 +24,8 @@
 //     voters, as a non-voter after that; a node that left gracefully is
 //     removed; a failed one is only marked unhealthy and removed after
 //     DeadServerTimeout, never below three voters (raft-autopilot's rule);
-//     /nodes/<id> records are written from gossip;
+//     a schema.NodeRecord per node (schema.NodeKey) is written from gossip;
+//     the server role is gossip.RoleServer;
 //   - releases a node that gossip declares dead or left: the pending tasks
 //     of its trainers are requeued at once (COMMAND_REQUEUE_TRAINER) and the
 //     leases of its trainer and pserver keys revoked, so sync steps go on
@@ -36,10 +38,12 @@
 //
 // # Services
 //
-// Every Master RPC is a Raft command applied through Store.Apply, which
-// forwards to the leader, so any node serves any call. Reads (GetJob,
-// ListJobs, WatchJob) are linearizable and assemble trainers, pserver slots
-// and checkpoint pointers from /jobs/<job>/... keys. WatchJob streams a
+// Every Master RPC is a Raft command applied through the store's typed
+// methods (raftstore.Store.SubmitJob, GetTask, ...), which forward to the
+// leader, so any node serves any call; errors leave through
+// rpctypes.ToStatus, the one table. Reads (GetJob, ListJobs, WatchJob) are
+// linearizable and assemble trainers, pserver slots, checkpoint pointers
+// and restore records from the job's keys with package schema's parsers. WatchJob streams a
 // job's events gap-free from any sequence number and resumes on another
 // node after a failure. SubmitJob rejects a bad spec with InvalidArgument
 // naming the field (the dataset path is checked on the receiving node; the

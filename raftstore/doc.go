@@ -15,8 +15,8 @@
 //	if err := s.Open(); err != nil { ... } // ErrDataDirMismatch: wrong --data-dir
 //	defer s.Close()
 //
-//	res, err := s.Apply(ctx, cmd)               // any server: forwarded to the leader
-//	resp, err := s.Range(ctx, &pb.RangeRequest{Key: k}) // linearizable
+//	_, err = s.Put(ctx, &pb.PutRequest{Key: k, Value: v}) // any server: forwarded to the leader
+//	resp, err := s.Range(ctx, &pb.RangeRequest{Key: k})  // linearizable
 //	ch, err := s.Watch(ctx, &pb.WatchRequest{Key: k, StartRevision: rev})
 //
 // Other servers are added through the leader with Join (and taken out with
@@ -41,7 +41,9 @@
 //     the new leader. ReadIndex, LeaseKeepAlive and LeaseTimeToLive, which
 //     are safe to repeat, are also retried on a gRPC Unavailable status;
 //     Apply is not (its outcome is unknown). Retries end with ctx. Any other
-//     error is returned to the caller as is.
+//     error is returned to the caller as is. Map the leader's gRPC status
+//     back with rpctypes.FromStatus (raftstore/service.Forwarder does), so
+//     a forwarded NotFound is fsm.ErrLeaseNotFound again.
 //   - Use LeaderCh (not raft's LeaderCh) for leader-only loops; each call
 //     gets its own channel that always ends with the latest state.
 //   - Register Collector with Prometheus once.
@@ -49,6 +51,15 @@
 //     store owns the FSM's observer slot.
 //
 // # Writes
+//
+// Every command type has a typed method (Put, DeleteRange, Txn, Compact,
+// LeaseGrant, LeaseRevoke, SubmitJob, CancelJob, GetTask, TaskFinished,
+// TaskFailed, ExpireTasks, RequeueTrainer, RecordJobEvent), all built on one
+// helper after etcd's raftRequest: encode the request, Apply, decode the
+// response. A rejected command is an error wrapping its fsm sentinel
+// (errors.Is), checked once, in Apply. Lease TTLs above fsm.MaxLeaseTTL
+// (9e9 s, etcd's bound) are refused with fsm.ErrLeaseTTLTooLarge before
+// anything is proposed: their deadline would overflow time.Duration.
 //
 // Apply on the leader queues the command for the batcher, which packs every
 // command queued at that moment (up to Config.MaxBatch, default 256) into

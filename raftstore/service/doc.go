@@ -17,12 +17,22 @@
 // Agents on a node (pservers, trainers, checkpoints) use Local, the
 // in-process client of the node's own store with the same semantics, and
 // keep their keys under a concurrency.Session (raftstore/client/concurrency)
-// that Local's lease calls satisfy.
+// that Local's lease calls satisfy (checked at compile time).
 //
-// Errors cross the boundary through ToStatus, the one table that maps
-// raftps' sentinels to gRPC codes (etcd's togRPCError): invalid input is
-// InvalidArgument, a missing lease NotFound, a compacted revision OutOfRange,
-// no leader Unavailable (retry).
+// Writes go through the store's typed methods (raftstore.Store.Put, Txn,
+// LeaseGrant, ...), so the service, Local and the master share one write
+// path.
+//
+// Errors cross the boundary through api/rpctypes, one table each way
+// (etcd's rpctypes): ToStatus maps raftps' sentinels to gRPC codes (invalid
+// input is InvalidArgument, a missing lease NotFound, a compacted revision
+// OutOfRange, no leader Unavailable: retry) with the sentinel named in an
+// ErrorInfo detail, and the Forwarder maps every answer of the leader back
+// with FromStatus, so errors.Is(err, fsm.ErrLeaseNotFound) holds on a
+// follower too. Only answers that prove nothing was applied (the leader's
+// own "not leader", or a call that never reached a transport stream) are
+// retried against the next leader; grpc-go's message texts are never
+// matched.
 //
 // All methods are safe for concurrent use.
 package service
