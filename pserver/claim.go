@@ -2,10 +2,10 @@ package pserver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // Meta is the part of the metadata store (raftstore) a pserver needs:
@@ -18,16 +18,6 @@ type Meta interface {
 	LeaseGrant(ctx context.Context, ttlSeconds int64) (id int64, err error)
 	LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err error)
 }
-
-// PSValue is the JSON value of /jobs/<job>/ps/<slot>.
-type PSValue struct {
-	Node        string `json:"node"`
-	Addr        string `json:"addr"`
-	Incarnation int64  `json:"incarnation"`
-}
-
-// PSKey is the metadata key of a job's pserver slot: /jobs/<job>/ps/<slot>.
-func PSKey(job string, slot int32) string { return fmt.Sprintf("/jobs/%s/ps/%d", job, slot) }
 
 // ClaimSlot claims slot `slot` of job for this node under lease:
 //
@@ -48,8 +38,8 @@ func PSKey(job string, slot int32) string { return fmt.Sprintf("/jobs/%s/ps/%d",
 // a pserver that lost its lease cannot write; and the node must Fence() the
 // Slot as soon as its keepalive fails.
 func ClaimSlot(ctx context.Context, meta Meta, job string, slot int32, node, addr string, lease int64) (incarnation int64, ok bool, err error) {
-	k := []byte(PSKey(job, slot))
-	v, _ := json.Marshal(PSValue{Node: node, Addr: addr})
+	k := []byte(schema.SlotKey(job, slot))
+	v := schema.SlotRecord{Node: node, Addr: addr}.Marshal()
 	resp, err := meta.Txn(ctx, &pb.TxnRequest{
 		Compare: []*pb.Compare{{Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, Key: k,
 			TargetUnion: &pb.Compare_CreateRevision{CreateRevision: 0}}},
@@ -65,8 +55,7 @@ func ClaimSlot(ctx context.Context, meta Meta, job string, slot int32, node, add
 			return 0, false, nil // deleted meanwhile; the caller retries later
 		}
 		kv := rr[0].GetResponseRange().GetKvs()[0]
-		var cur PSValue
-		if json.Unmarshal(kv.GetValue(), &cur) == nil && cur.Node == node && kv.GetLease() == lease && lease != 0 {
+		if cur, err := schema.ParseSlotRecord(kv.GetValue()); err == nil && cur.Node == node && kv.GetLease() == lease && lease != 0 {
 			incarnation = kv.GetCreateRevision()
 			if cur.Incarnation == incarnation {
 				return incarnation, true, nil
@@ -91,7 +80,7 @@ func ClaimSlot(ctx context.Context, meta Meta, job string, slot int32, node, add
 }
 
 func writeIncarnation(ctx context.Context, meta Meta, k []byte, node, addr string, lease, inc int64) (int64, bool, error) {
-	v, _ := json.Marshal(PSValue{Node: node, Addr: addr, Incarnation: inc})
+	v := schema.SlotRecord{Node: node, Addr: addr, Incarnation: inc}.Marshal()
 	resp, err := meta.Txn(ctx, &pb.TxnRequest{
 		Compare: []*pb.Compare{FenceCompareKey(k, inc)},
 		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: k, Value: v, Lease: lease}}}},
@@ -110,10 +99,10 @@ func writeIncarnation(ctx context.Context, meta Meta, k []byte, node, addr strin
 // fails once the claim's lease expired (key deleted) or another pserver
 // re-claimed the slot.
 func FenceCompare(job string, slot int32, incarnation int64) *pb.Compare {
-	return FenceCompareKey([]byte(PSKey(job, slot)), incarnation)
+	return FenceCompareKey([]byte(schema.SlotKey(job, slot)), incarnation)
 }
 
-// FenceCompareKey is FenceCompare for a raw ps key.
+// FenceCompareKey is FenceCompare for a raw slot key (schema.SlotKey).
 func FenceCompareKey(k []byte, incarnation int64) *pb.Compare {
 	return &pb.Compare{Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, Key: k,
 		TargetUnion: &pb.Compare_CreateRevision{CreateRevision: incarnation}}

@@ -3,11 +3,11 @@ package pserver
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // fakeMeta is a tiny in-memory etcd: enough Txn (CREATE compares, put,
@@ -114,8 +114,8 @@ func TestClaimSlot(t *testing.T) {
 	if err != nil || !ok || inc != 42 {
 		t.Fatalf("claim: inc %d ok %v err %v", inc, ok, err)
 	}
-	var v PSValue
-	if err := json.Unmarshal(m.kvs["/jobs/job/ps/2"].Value, &v); err != nil || v != (PSValue{"n1", "10.0.0.1:7000", 42}) {
+	v, err := schema.ParseSlotRecord(m.kvs[schema.SlotKey("job", 2)].Value)
+	if err != nil || v != (schema.SlotRecord{Node: "n1", Addr: "10.0.0.1:7000", Incarnation: 42}) {
 		t.Fatalf("ps value %+v %v", v, err)
 	}
 	if _, ok, _ := ClaimSlot(ctx, m, "job", 2, "n2", "x:1", 200); ok {
@@ -126,12 +126,12 @@ func TestClaimSlot(t *testing.T) {
 		t.Fatalf("retry: %d %v %v", inc2, ok, err)
 	}
 	// Fencing: after the lease expires and n2 claims, n1's fenced write fails.
-	m.expire("/jobs/job/ps/2")
+	m.expire(schema.SlotKey("job", 2))
 	inc3, ok, err := ClaimSlot(ctx, m, "job", 2, "n2", "x:1", 200)
 	if !ok || err != nil || inc3 <= inc {
 		t.Fatalf("reclaim: %d %v %v", inc3, ok, err)
 	}
-	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("/jobs/job/checkpoints/2"), Value: []byte("x")}}}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(schema.CheckpointKey("job", 2)), Value: []byte("x")}}}
 	resp, _ := m.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{FenceCompare("job", 2, inc)}, Success: []*pb.RequestOp{put}})
 	if resp.Succeeded {
 		t.Fatal("write fenced by the old incarnation succeeded")

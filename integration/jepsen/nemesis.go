@@ -2,7 +2,6 @@ package jepsen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // Fault kinds the nemesis knows.
@@ -126,19 +126,18 @@ func names(hs []*Host) string {
 func (n *Nemesis) pserverHost(ctx context.Context) *Host {
 	for _, c := range n.conns.All() {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := c.KV.Range(cctx, &pb.RangeRequest{Key: []byte("/jobs/"), RangeEnd: []byte("/jobs0")})
+		key, end := schema.PrefixRange(schema.JobsPrefix)
+		resp, err := c.KV.Range(cctx, &pb.RangeRequest{Key: key, RangeEnd: end})
 		cancel()
 		if err != nil {
 			continue
 		}
 		for _, kv := range resp.Kvs {
-			if !strings.HasSuffix(string(kv.Key), "/ps/0") {
+			_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+			if !ok || kind != schema.KindSlot || id != "0" {
 				continue
 			}
-			var v struct {
-				Node string `json:"node"`
-			}
-			if json.Unmarshal(kv.Value, &v) == nil {
+			if v, err := schema.ParseSlotRecord(kv.Value); err == nil {
 				if h := n.hosts.Host(v.Node); h != nil {
 					return h
 				}

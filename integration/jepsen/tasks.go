@@ -3,14 +3,11 @@ package jepsen
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // PointerRecord is a checkpoint pointer (/jobs/<job>/checkpoints/<slot>) as
@@ -86,10 +83,10 @@ func FollowJob(ctx context.Context, m pb.MasterClient, w pb.WatchClient, job str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			prefix := fmt.Sprintf("/jobs/%s/checkpoints/", job)
+			key, end := schema.PrefixRange(schema.CheckpointPrefix(job))
 			next := int64(1)
 			for fctx.Err() == nil {
-				st, err := w.Watch(fctx, &pb.WatchRequest{Key: []byte(prefix), RangeEnd: prefixEnd(prefix), StartRevision: next})
+				st, err := w.Watch(fctx, &pb.WatchRequest{Key: key, RangeEnd: end, StartRevision: next})
 				for err == nil {
 					var resp *pb.WatchResponse
 					if resp, err = st.Recv(); err != nil {
@@ -100,13 +97,17 @@ func FollowJob(ctx context.Context, m pb.MasterClient, w pb.WatchClient, job str
 						if ev.GetType() != pb.Event_PUT {
 							continue
 						}
-						slot, perr := strconv.Atoi(strings.TrimPrefix(string(ev.GetKv().GetKey()), prefix))
-						var p pb.CheckpointPointer
-						if perr != nil || (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(ev.GetKv().GetValue(), &p) != nil {
+						_, kind, id, ok := schema.ParseJobKey(string(ev.GetKv().GetKey()))
+						if !ok || kind != schema.KindCheckpoint {
+							continue
+						}
+						slot, serr := schema.ParseSlot(id)
+						p, perr := schema.ParsePointer(ev.GetKv().GetValue())
+						if serr != nil || perr != nil {
 							continue
 						}
 						mu.Lock()
-						pointers = append(pointers, PointerRecord{Slot: int32(slot), Version: p.GetVersion(), MD5: p.GetMd5()})
+						pointers = append(pointers, PointerRecord{Slot: slot, Version: p.GetVersion(), MD5: p.GetMd5()})
 						mu.Unlock()
 					}
 				}

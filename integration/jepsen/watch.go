@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // WatchEvent is one event a watcher received.
@@ -83,16 +84,8 @@ func StartWatchers(ctx context.Context, cfg WatchConfig, conns Conns, h *History
 	return w
 }
 
-func prefixEnd(p string) []byte {
-	b := []byte(p)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return b[:i+1]
-		}
-	}
-	return []byte{0}
-}
+// prefixEnd is the range end of every key under p.
+func prefixEnd(p string) []byte { return schema.PrefixEnd([]byte(p)) }
 
 func (w *Watchers) loop(ctx context.Context, run *WatcherRun) {
 	r := rand.New(rand.NewPCG(uint64(run.ID)+100, uint64(time.Now().UnixNano())))

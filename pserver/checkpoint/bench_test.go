@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/grpc"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // Sizes of the benchmarks: 100M float32 parameters (400 MB) in 64 vshards by
@@ -98,7 +100,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	b.Cleanup(func() { st.Close() })
 	meta := newFakeMeta()
-	meta.put(PSKey("bench", 0), []byte(`{"node":"n0","incarnation":1}`))
+	meta.put(schema.SlotKey("bench", 0), []byte(`{"node":"n0","incarnation":1}`))
 	mgr, err := New(Config{NodeID: "n0", Store: st, Meta: meta, Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 const (
@@ -399,7 +400,7 @@ func TestAllVersionsBadGivesInitializer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A garbage pointer for another slot is ignored, not fatal.
-	c.meta.put(PointerKey(testJob, 7), []byte("}}garbage"))
+	c.meta.put(schema.CheckpointKey(testJob, 7), []byte("}}garbage"))
 	blobs, rec, err = n.mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 1})
 	if err != nil || blobs != nil || !strings.HasPrefix(rec.GetReason(), "initializer:") {
 		t.Fatalf("all bad: %v %v %v", blobs != nil, rec, err)

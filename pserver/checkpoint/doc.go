@@ -119,5 +119,13 @@
 //     Its bugs (no checksum, no optimizer state, keep_checkpoint_max=0
 //     deleting every checkpoint) are fixed here.
 //
+// # Files
+//
+// manifest.go (the Manifest, its encoding, validation and Pebble keys),
+// store.go (the Pebble Store), writer.go (the write protocol), restore.go,
+// ops.go (list, verify, export), prune.go, service.go (gRPC service and
+// Client). Metadata keys and the pointer's encoding are package schema's
+// (schema.CheckpointKey, schema.SlotKey, schema.MarshalPointer).
+//
 // The export file format is described in FORMAT.md.
 package checkpoint

@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/schema"
 )
 
 // memMeta is the smallest Meta for the example: a map, Txn always applying
@@ -41,7 +42,7 @@ func Example() {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, _ := checkpoint.Open(dir, logger)
 	defer st.Close()
-	meta := memMeta{"/jobs/mnist/ps/0": []byte(`{"node":"n1","incarnation":7}`)}
+	meta := memMeta{schema.SlotKey("mnist", 0): []byte(`{"node":"n1","incarnation":7}`)}
 	mgr, _ := checkpoint.New(checkpoint.Config{NodeID: "n1", Store: st, Meta: meta, Logger: logger})
 
 	ptr, err := mgr.Writer("mnist", 0).Checkpoint(context.Background(), checkpoint.WriteRequest{

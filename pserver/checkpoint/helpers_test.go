@@ -11,8 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/grpc"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // testLogger logs to t.Log.
@@ -125,9 +127,9 @@ func (c *testCluster) restart(nd *testNode, wipe bool) {
 // after a lease expiry, the old key is deleted and a new one created (new
 // create revision), the value written like pserver.PSValue.
 func (c *testCluster) claim(job string, slot int32, nd *testNode, inc int64) {
-	c.meta.del(PSKey(job, slot))
+	c.meta.del(schema.SlotKey(job, slot))
 	v := fmt.Sprintf(`{"node":%q,"addr":%q,"incarnation":%d}`, nd.id, nd.addr, inc)
-	c.meta.put(PSKey(job, slot), []byte(v))
+	c.meta.put(schema.SlotKey(job, slot), []byte(v))
 }
 
 // fakeBlob is a deterministic blob of vshard id at version: an 16-byte
@@ -169,7 +171,7 @@ func mustCheckpoint(tb testing.TB, w *Writer, req WriteRequest) *pb.CheckpointPo
 
 func mustPointer(tb testing.TB, meta Meta, job string, slot int32) *pb.CheckpointPointer {
 	tb.Helper()
-	resp, err := meta.Range(context.Background(), &pb.RangeRequest{Key: []byte(PointerKey(job, slot))})
+	resp, err := meta.Range(context.Background(), &pb.RangeRequest{Key: []byte(schema.CheckpointKey(job, slot))})
 	if err != nil || len(resp.GetKvs()) == 0 {
 		tb.Fatalf("pointer %s/%d: %v (kvs %d)", job, slot, err, len(resp.GetKvs()))
 	}

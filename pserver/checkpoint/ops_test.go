@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // fakeDecoder decodes a fakeBlob into w[id] = {version, id} (shape [NV,2])
@@ -152,7 +153,7 @@ func TestFenceSurvivesValueRewrite(t *testing.T) {
 	w := c.nodes[0].mgr.Writer(testJob, 0)
 	w.hook = func(s string) error {
 		if s == StageBeforePointer {
-			c.meta.put(PSKey(testJob, 0), []byte(`{"node":"n0","addr":"elsewhere","incarnation":1}`))
+			c.meta.put(schema.SlotKey(testJob, 0), []byte(`{"node":"n0","addr":"elsewhere","incarnation":1}`))
 		}
 		return nil
 	}

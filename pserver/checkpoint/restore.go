@@ -14,6 +14,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // RestoreRequest names the slot being (re)started and what it serves now.
@@ -36,23 +37,27 @@ type RestoreRequest struct {
 // Pointers reads every slot's pointer of job: slot → pointer. Undecodable
 // pointers are returned in bad (slot → error) rather than failing the call.
 func Pointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.CheckpointPointer, bad map[int32]error, err error) {
-	prefix := []byte(fmt.Sprintf("/jobs/%s/checkpoints/", job))
-	resp, err := meta.Range(ctx, &pb.RangeRequest{Key: prefix, RangeEnd: prefixEnd(prefix)})
+	key, end := schema.PrefixRange(schema.CheckpointPrefix(job))
+	resp, err := meta.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read checkpoint pointers of %s: %w", job, err)
 	}
 	ptrs, bad = map[int32]*pb.CheckpointPointer{}, map[int32]error{}
 	for _, kv := range resp.GetKvs() {
-		s, err := strconv.ParseInt(strings.TrimPrefix(string(kv.GetKey()), string(prefix)), 10, 32)
+		_, kind, id, ok := schema.ParseJobKey(string(kv.GetKey()))
+		if !ok || kind != schema.KindCheckpoint {
+			continue
+		}
+		s, err := schema.ParseSlot(id)
 		if err != nil {
 			continue
 		}
 		p, err := DecodePointer(kv.GetValue())
 		if err != nil {
-			bad[int32(s)] = err
+			bad[s] = err
 			continue
 		}
-		ptrs[int32(s)] = p
+		ptrs[s] = p
 	}
 	return ptrs, bad, nil
 }

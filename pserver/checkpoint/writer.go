@@ -2,17 +2,17 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // Meta is the slice of the metadata store (raftstore) this package uses:
@@ -101,28 +101,17 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, client: c, logger: cfg.Logger.With("component", "checkpoint", "node", cfg.NodeID)}, nil
 }
 
-// PointerKey is "/jobs/<job>/checkpoints/<slot>".
-func PointerKey(job string, slot int32) string {
-	return fmt.Sprintf("/jobs/%s/checkpoints/%d", job, slot)
-}
+// EncodePointer is the pointer's value (schema.MarshalPointer).
+func EncodePointer(p *pb.CheckpointPointer) ([]byte, error) { return schema.MarshalPointer(p) }
 
-// PSKey is "/jobs/<job>/ps/<slot>", the slot claim that fences pointer writes.
-func PSKey(job string, slot int32) string {
-	return fmt.Sprintf("/jobs/%s/ps/%d", job, slot)
-}
-
-// EncodePointer is the pointer's value: protojson of pb.CheckpointPointer.
-func EncodePointer(p *pb.CheckpointPointer) ([]byte, error) {
-	return protojson.Marshal(p)
-}
-
-// DecodePointer parses a pointer value (ErrCorrupt if it does not decode).
+// DecodePointer parses a pointer value (schema.ParsePointer); an error wraps
+// ErrCorrupt.
 func DecodePointer(b []byte) (*pb.CheckpointPointer, error) {
-	var p pb.CheckpointPointer
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("%w: pointer: %v", ErrCorrupt, err)
+	p, err := schema.ParsePointer(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	return &p, nil
+	return p, nil
 }
 
 func decodeIncarnation(b []byte) (int64, error) {
@@ -130,13 +119,11 @@ func decodeIncarnation(b []byte) (int64, error) {
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &s); err == nil {
 		return s.GetIncarnation(), nil
 	}
-	var v struct {
-		Incarnation json.Number `json:"incarnation"`
+	r, err := schema.ParseSlotRecord(b)
+	if err != nil {
+		return 0, fmt.Errorf("decode slot record: %w", err)
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return 0, fmt.Errorf("decode ps slot value: %w", err)
-	}
-	return strconv.ParseInt(v.Incarnation.String(), 10, 64)
+	return r.Incarnation, nil
 }
 
 // WriteRequest is one slot's checkpoint.
@@ -226,14 +213,14 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 
 	// Fencing precondition and previous pointer, read before anything is
 	// written so that a stale version never overwrites a committed manifest.
-	psKV, err := m.get(ctx, PSKey(req.Job, req.Slot))
+	psKV, err := m.get(ctx, schema.SlotKey(req.Job, req.Slot))
 	if err != nil {
 		return nil, err
 	}
 	if err := m.checkFence(psKV, req); err != nil {
 		return nil, err
 	}
-	ptrKV, err := m.get(ctx, PointerKey(req.Job, req.Slot))
+	ptrKV, err := m.get(ctx, schema.CheckpointKey(req.Job, req.Slot))
 	if err != nil {
 		return nil, err
 	}
@@ -400,14 +387,14 @@ func (m *Manager) newestComplete(ctx context.Context, req WriteRequest, prevAll 
 
 func (m *Manager) checkFence(psKV *pb.KeyValue, req WriteRequest) error {
 	if psKV == nil {
-		return fmt.Errorf("%w: %s does not exist (slot not claimed)", ErrFenced, PSKey(req.Job, req.Slot))
+		return fmt.Errorf("%w: %s does not exist (slot not claimed)", ErrFenced, schema.SlotKey(req.Job, req.Slot))
 	}
 	inc, err := m.cfg.DecodeIncarnation(psKV.GetValue())
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrFenced, PSKey(req.Job, req.Slot), err)
+		return fmt.Errorf("%w: %s: %v", ErrFenced, schema.SlotKey(req.Job, req.Slot), err)
 	}
 	if inc != req.Incarnation {
-		return fmt.Errorf("%w: %s holds incarnation %d, writer has %d", ErrFenced, PSKey(req.Job, req.Slot), inc, req.Incarnation)
+		return fmt.Errorf("%w: %s holds incarnation %d, writer has %d", ErrFenced, schema.SlotKey(req.Job, req.Slot), inc, req.Incarnation)
 	}
 	return nil
 }
@@ -415,8 +402,8 @@ func (m *Manager) checkFence(psKV *pb.KeyValue, req WriteRequest) error {
 // commitPointer writes the pointer iff the slot's claim (ps key create
 // revision) and the pointer (mod revision) are unchanged since read.
 func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptrKV *pb.KeyValue, val []byte) error {
-	psKey := []byte(PSKey(req.Job, req.Slot))
-	ptrKey := []byte(PointerKey(req.Job, req.Slot))
+	psKey := []byte(schema.SlotKey(req.Job, req.Slot))
+	ptrKey := []byte(schema.CheckpointKey(req.Job, req.Slot))
 	var ptrMod int64
 	if ptrKV != nil {
 		ptrMod = ptrKV.GetModRevision()

@@ -1,0 +1,409 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/schema"
+)
+
+// waitTimeout bounds every wait of these tests: generous, because the
+// machine running them may be loaded; a passing wait returns at once.
+const waitTimeout = 30 * time.Second
+
+type members int
+
+func (m members) PServerNodes() int { return int(m) }
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// testAgent is an agent over a fakeMeta, with its own pserver.Server and
+// checkpoint store in a temp dir, running until the test ends.
+type testAgent struct {
+	a      *Agent
+	meta   *fakeMeta
+	server *pserver.Server
+	ckpt   *checkpoint.Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startAgent(t *testing.T, meta *fakeMeta, share members, ttl int64) *testAgent {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(tbWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	st, err := checkpoint.Open(t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "n1", Store: st, Meta: meta, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := pserver.NewServer()
+	a := New(Config{NodeID: "n1", Addr: "127.0.0.1:1", LeaseTTL: ttl, Poll: 20 * time.Millisecond, Logger: log}, meta, srv, mgr, share)
+	ctx, cancel := context.WithCancel(context.Background())
+	ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(ta.done); _ = a.Run(ctx) }()
+	t.Cleanup(func() {
+		ta.stop()
+		st.Close()
+	})
+	return ta
+}
+
+func (ta *testAgent) stop() {
+	ta.cancel()
+	<-ta.done
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func running(spec *pb.JobSpec) *pb.JobStatus {
+	return &pb.JobStatus{Name: spec.Name, State: pb.JobState_JOB_RUNNING, Spec: spec}
+}
+
+func syncSpec(name string, pservers int32, everySteps int64) *pb.JobSpec {
+	s := &pb.JobSpec{
+		Name: name, Mode: pb.UpdateMode_UPDATE_MODE_SYNC, NumPservers: pservers,
+		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.1},
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{4}}},
+	}
+	if everySteps > 0 {
+		s.Checkpoint = &pb.CheckpointPolicy{EverySteps: everySteps, Replicas: 1}
+	}
+	return s
+}
+
+// slotRecord returns the claim of (job, slot) and its key's create revision.
+func slotRecord(meta *fakeMeta, job string, slot int32) (schema.SlotRecord, int64, bool) {
+	kv := meta.get(schema.SlotKey(job, slot))
+	if kv == nil {
+		return schema.SlotRecord{}, 0, false
+	}
+	r, err := schema.ParseSlotRecord(kv.GetValue())
+	if err != nil {
+		return schema.SlotRecord{}, 0, false
+	}
+	return r, kv.GetCreateRevision(), true
+}
+
+// served reports whether the agent's server serves (job, slot) unfenced.
+func (ta *testAgent) served(job string, slot int32) (*pserver.Slot, bool) {
+	s, ok := ta.server.Slot(job, slot)
+	if !ok || s.Fenced() {
+		return nil, false
+	}
+	return s, true
+}
+
+func packed(f ...float32) []byte {
+	b := make([]byte, 4*len(f))
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+// step pushes one sync step from trainer "t1" (the only member) to s.
+func step(t *testing.T, s *pserver.Slot) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	at := s.Step()
+	if _, err := s.Push(ctx, &pb.PushRequest{Trainer: "t1", Step: at, Examples: 1,
+		Grads: []*pb.Tensor{{Name: "w", Block: 0, Data: packed(1, 1, 1, 1)}}}); err != nil {
+		t.Fatalf("push step %d: %v", at, err)
+	}
+}
+
+// TestClaimServeAndRecord: a lone pserver node claims every slot of a
+// running job under its lease, serves each, writes the incarnation (the
+// claim's create revision) back into the slot record, and records the
+// restore (initializer: there is no checkpoint yet).
+func TestClaimServeAndRecord(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("j", 2, 0)
+	meta.setJobs(running(spec))
+	ta := startAgent(t, meta, 1, 5)
+	for slot := int32(0); slot < 2; slot++ {
+		waitFor(t, "slot served", func() bool { _, ok := ta.served("j", slot); return ok })
+		rec, create, ok := slotRecord(meta, "j", slot)
+		if !ok || rec.Node != "n1" || rec.Addr != "127.0.0.1:1" || rec.Incarnation != create {
+			t.Fatalf("slot %d record %+v (create revision %d, present %v)", slot, rec, create, ok)
+		}
+		kv := meta.get(schema.SlotKey("j", slot))
+		if kv.GetLease() == 0 || kv.GetLease() != ta.a.session.ID() {
+			t.Fatalf("slot %d claim under lease %d, session holds %d", slot, kv.GetLease(), ta.a.session.ID())
+		}
+		waitFor(t, "restore record", func() bool { return meta.get(schema.RestoreKey("j", slot)) != nil })
+		r, err := schema.ParseRestore(meta.get(schema.RestoreKey("j", slot)).GetValue())
+		if err != nil || r.GetSlot() != slot || r.GetVersion() != 0 || !strings.HasPrefix(r.GetReason(), "initializer") {
+			t.Fatalf("slot %d restore record %v %v", slot, r, err)
+		}
+	}
+}
+
+// TestFairShare: with two pserver nodes alive, an agent claims only its
+// share (ceil(2/2) = 1) of a two-slot job and leaves the other slot free.
+func TestFairShare(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 2, 0)))
+	ta := startAgent(t, meta, 2, 5)
+	waitFor(t, "one slot served", func() bool { _, ok := ta.served("j", 0); return ok })
+	// Several more rounds: the agent must stay at its share.
+	time.Sleep(10 * ta.a.cfg.Poll)
+	if _, _, ok := slotRecord(meta, "j", 1); ok {
+		t.Fatal("slot 1 claimed beyond the fair share of 1")
+	}
+	if _, ok := ta.server.Slot("j", 1); ok {
+		t.Fatal("slot 1 served beyond the fair share")
+	}
+}
+
+// TestClaimMovedFences: when the slot's claim is taken over (the key
+// deleted and re-created by another node), the agent fences and unhosts
+// its slot, and leaves the other node's claim alone.
+func TestClaimMovedFences(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 2, 5) // share 1 of 1: it would re-claim a free slot
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	meta.del(schema.SlotKey("j", 0))
+	other := meta.put(schema.SlotKey("j", 0), schema.SlotRecord{Node: "n2", Addr: "x:1"}.Marshal(), 0)
+	waitFor(t, "slot fenced", func() bool { _, ok := ta.server.Slot("j", 0); return !ok && s.Fenced() })
+	if rec, create, _ := slotRecord(meta, "j", 0); rec.Node != "n2" || create != other {
+		t.Fatalf("the other node's claim was touched: %+v create %d", rec, create)
+	}
+}
+
+// TestLeaseNotFoundFencesAndReclaims: when the lease turns out to be gone
+// (keepalive answers NotFound: Session.Ensure reports lost), every hosted
+// slot is fenced at once, and the agent re-claims the slots under a new
+// lease with a new incarnation.
+func TestLeaseNotFoundFencesAndReclaims(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 1)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	_, inc1, _ := slotRecord(meta, "j", 0)
+	lease1 := ta.a.session.ID()
+	meta.expireLease(lease1)
+	waitFor(t, "old slot fenced", s.Fenced)
+	waitFor(t, "slot re-claimed under a new lease", func() bool {
+		s2, ok := ta.served("j", 0)
+		rec, inc2, held := slotRecord(meta, "j", 0)
+		return ok && s2 != s && held && inc2 > inc1 && rec.Incarnation == inc2 && meta.get(schema.SlotKey("j", 0)).GetLease() != lease1
+	})
+}
+
+// TestTrainerFeed: the slot's sync membership follows the job's trainer
+// keys: a step completes once every registered trainer pushed.
+func TestTrainerFeed(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 5)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	meta.put(schema.TrainerKey("j", "t2"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	waitFor(t, "membership t1,t2", func() bool {
+		ta.a.mu.Lock()
+		defer ta.a.mu.Unlock()
+		h := ta.a.hosted[slotKey{"j", 0}]
+		return h != nil && h.trainers == "t1,t2"
+	})
+	// t1 alone does not complete the step: t2 is a member.
+	pushed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_, err := s.Push(ctx, &pb.PushRequest{Trainer: "t1", Step: 0, Examples: 1, Grads: []*pb.Tensor{{Name: "w", Data: packed(1, 1, 1, 1)}}})
+		pushed <- err
+	}()
+	time.Sleep(10 * ta.a.cfg.Poll)
+	if s.Step() != 0 {
+		t.Fatalf("step completed without t2 (step %d)", s.Step())
+	}
+	// t2 leaves: t1's push completes the step.
+	meta.del(schema.TrainerKey("j", "t2"))
+	if err := <-pushed; err != nil {
+		t.Fatalf("t1's push after t2 left: %v", err)
+	}
+	if s.Step() != 1 {
+		t.Fatalf("step %d after t2 left, want 1", s.Step())
+	}
+	ta.a.mu.Lock()
+	defer ta.a.mu.Unlock()
+	if got := ta.a.hosted[slotKey{"j", 0}].trainers; got != "t1" {
+		t.Fatalf("membership %q, want t1", got)
+	}
+}
+
+// servedWithTrainer waits until (job, slot) is served with t1 as its only
+// trainer.
+func servedWithTrainer(t *testing.T, ta *testAgent, job string, slot int32) *pserver.Slot {
+	t.Helper()
+	var s *pserver.Slot
+	waitFor(t, "slot served with trainer t1", func() bool {
+		var ok bool
+		if s, ok = ta.served(job, slot); !ok {
+			return false
+		}
+		ta.a.mu.Lock()
+		defer ta.a.mu.Unlock()
+		h := ta.a.hosted[slotKey{job, slot}]
+		return h != nil && h.slot == s && h.trainers == "t1"
+	})
+	return s
+}
+
+func pointer(meta *fakeMeta, job string, slot int32) *pb.CheckpointPointer {
+	kv := meta.get(schema.CheckpointKey(job, slot))
+	if kv == nil {
+		return nil
+	}
+	p, err := schema.ParsePointer(kv.GetValue())
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// TestStepExactCheckpoints: in a sync job with every_steps 2, the slot
+// checkpoints inside the completion of steps 2 and 4, and each version is
+// the step itself (epoch 0).
+func TestStepExactCheckpoints(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 2)))
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	ta := startAgent(t, meta, 1, 5)
+	s := servedWithTrainer(t, ta, "j", 0)
+	step(t, s)
+	time.Sleep(5 * ta.a.cfg.Poll)
+	if p := pointer(meta, "j", 0); p != nil {
+		t.Fatalf("checkpoint after step 1 with every_steps 2: %v", p)
+	}
+	stepTo(t, meta, s, "j", 2, 2)
+	stepTo(t, meta, s, "j", 4, 4)
+	p := pointer(meta, "j", 0)
+	if p.GetStep() != 4 || !slices.Contains(p.GetKeptVersions(), 2) {
+		t.Fatalf("pointer %v: want version 4 at step 4 keeping version 2", p)
+	}
+}
+
+// stepTo pushes steps until s is at step `to`, then waits for the
+// pointer of (job, slot 0) to reach version want.
+func stepTo(t *testing.T, meta *fakeMeta, s *pserver.Slot, job string, to, want int64) {
+	t.Helper()
+	for s.Step() < to {
+		step(t, s)
+	}
+	waitFor(t, "version committed", func() bool { p := pointer(meta, job, 0); return p != nil && p.GetVersion() == want })
+}
+
+// TestAsyncCheckpointByPoll: an async job's every_steps policy is applied
+// by the reconciliation poll (no step-exact hook).
+func TestAsyncCheckpointByPoll(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("a", 1, 2)
+	spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+	meta.setJobs(running(spec))
+	ta := startAgent(t, meta, 1, 5)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("a", 0); return ok })
+	for i := range 2 {
+		if _, err := s.Push(context.Background(), &pb.PushRequest{Trainer: "t1", Step: int64(i), Examples: 1,
+			Grads: []*pb.Tensor{{Name: "w", Data: packed(1, 1, 1, 1)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a checkpoint of step 2", func() bool { p := pointer(meta, "a", 0); return p != nil && p.GetStep() >= 2 })
+}
+
+// TestRollbackFollowed: a rollback published by another slot's restore
+// brings this slot (which is ahead) back to that version, on the new
+// epoch, served by a new Slot (the old one fenced); versions written
+// afterwards carry the new epoch.
+func TestRollbackFollowed(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 1)))
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	ta := startAgent(t, meta, 1, 5)
+	s := servedWithTrainer(t, ta, "j", 0)
+	for v := int64(1); v <= 3; v++ {
+		stepTo(t, meta, s, "j", v, v)
+	}
+	// Slot 1 of some other layout "restored" version 2: everyone follows.
+	meta.put(schema.RollbackKey("j"), schema.Rollback{Version: 2, Slot: 7, Node: "n9", Epoch: 1}.Marshal(), 0)
+	var s2 *pserver.Slot
+	waitFor(t, "rolled back to step 2", func() bool {
+		var ok bool
+		s2, ok = ta.served("j", 0)
+		return ok && s2 != s && s2.Step() == 2
+	})
+	if !s.Fenced() {
+		t.Fatal("the slot that was rolled back from still serves")
+	}
+	servedWithTrainer(t, ta, "j", 0)
+	step(t, s2)
+	want := int64(EpochStride + 3)
+	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want })
+}
+
+// TestJobEndReleases: when the job is no longer running the agent writes a
+// last checkpoint of unsaved steps, stops serving and deletes its claim.
+func TestJobEndReleases(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 10)
+	meta.setJobs(running(spec))
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	ta := startAgent(t, meta, 1, 5)
+	s := servedWithTrainer(t, ta, "j", 0)
+	step(t, s)
+	meta.setJobs(&pb.JobStatus{Name: "j", State: pb.JobState_JOB_SUCCEEDED, Spec: spec})
+	waitFor(t, "claim released", func() bool { _, _, ok := slotRecord(meta, "j", 0); return !ok })
+	if _, ok := ta.server.Slot("j", 0); ok {
+		t.Fatal("slot still hosted after the job ended")
+	}
+	if p := pointer(meta, "j", 0); p == nil || p.GetStep() != 1 {
+		t.Fatalf("last checkpoint %v, want step 1", p)
+	}
+}
+
+// TestShutdownRevokesLease: a graceful stop revokes the lease, so the
+// claims vanish at once instead of after the TTL.
+func TestShutdownRevokesLease(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 60)
+	waitFor(t, "slot served", func() bool { _, ok := ta.served("j", 0); return ok })
+	ta.stop()
+	if _, _, ok := slotRecord(meta, "j", 0); ok {
+		t.Fatal("claim survived a graceful stop")
+	}
+}

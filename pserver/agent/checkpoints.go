@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/checkpoint"
+)
+
+// maybeCheckpoint starts a checkpoint of each hosted slot of job whose
+// policy is due (every N steps and/or T seconds).
+func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
+	a.mu.Lock()
+	var due []*hosted
+	for k, h := range a.hosted {
+		if k.job != job || h.spec.Checkpoint == nil {
+			continue
+		}
+		p := h.spec.Checkpoint
+		step := h.slot.Step()
+		stepsByPoll := p.EverySteps > 0 && h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC
+		if (stepsByPoll && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
+			(p.EverySeconds > 0 && time.Since(h.lastCkptTime) >= time.Duration(p.EverySeconds)*time.Second && step > h.lastCkptStep) {
+			due = append(due, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range due {
+		h.ckptMu.Lock()
+		if h.checkpointing {
+			h.ckptMu.Unlock()
+			continue
+		}
+		h.checkpointing = true
+		h.ckptMu.Unlock()
+		a.wg.Add(1)
+		go func(h *hosted) {
+			defer a.wg.Done()
+			defer func() { h.ckptMu.Lock(); h.checkpointing = false; h.ckptMu.Unlock() }()
+			_, _ = a.checkpoint(ctx, h, h.slot.Snapshot())
+		}(h)
+	}
+}
+
+// checkpoint writes one snapshot of a slot through the checkpoint protocol.
+func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSnapshot) (*pb.CheckpointPointer, error) {
+	start := time.Now()
+	blobs := make(map[int32][]byte, len(snap.VShards))
+	for v := range snap.VShards {
+		b, err := pserver.EncodeVShard(snap, v)
+		if err != nil {
+			return nil, err
+		}
+		blobs[v] = b
+	}
+	a.mu.Lock()
+	epoch := h.epoch
+	a.mu.Unlock()
+	version := checkpointVersion(epoch, snap)
+	if version <= h.lastVersion {
+		return nil, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ptr, err := h.writer.Checkpoint(cctx, checkpoint.WriteRequest{Job: h.key.job, Slot: h.key.slot, NumPservers: h.spec.NumPservers,
+		Version: version, Step: snap.Step, Incarnation: h.incarnation, Blobs: blobs, Policy: h.spec.Checkpoint})
+	if err != nil {
+		if errors.Is(err, checkpoint.ErrFenced) {
+			a.log.Warn("checkpoint fenced: slot lost; stop serving", "job", h.key.job, "slot", h.key.slot)
+			h.slot.Fence()
+		} else {
+			a.log.Warn("checkpoint failed", "job", h.key.job, "slot", h.key.slot, "version", version, "err", err)
+		}
+		return nil, err
+	}
+	h.ckptMu.Lock()
+	h.lastCkptStep = snap.Step
+	h.lastCkptTime = time.Now()
+	h.lastVersion = version
+	h.ckptMu.Unlock()
+	a.log.Info("checkpoint committed", "job", h.key.job, "slot", h.key.slot, "version", ptr.Version, "md5", ptr.Md5,
+		"bytes", ptr.Bytes, "replicas", ptr.Replicas, "took", time.Since(start).Round(time.Millisecond))
+	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
+		Message: fmt.Sprintf("slot %d version %d md5 %s replicas %s", h.key.slot, ptr.Version, ptr.Md5, strings.Join(ptr.Replicas, ","))})
+	return ptr, nil
+}
+
+// EpochStride separates sync trajectories in checkpoint versions:
+// version = epoch*EpochStride + step. A rollback (a slot restored from an
+// older version, every other slot following it) starts a new epoch, so
+// versions written on the new trajectory are newer than everything the
+// abandoned one wrote, and the two never share a version number (which
+// would let Restore combine slots of different trajectories).
+const EpochStride = 1_000_000_000
+
+// checkpointVersion names a snapshot's version: epoch*EpochStride + its
+// step. In sync jobs the step-based snapshots are taken inside the
+// completion of every N-th step (pserver.Slot.SnapshotEvery), so every
+// slot's version is the model after exactly that step, and Restore finds
+// versions all slots have.
+func checkpointVersion(epoch int64, snap *pserver.SlotSnapshot) int64 {
+	return epoch*EpochStride + snap.Step
+}
+
+// startCheckpoints starts h's checkpoint goroutine and installs the
+// step-exact snapshot hook on s (sync jobs with every_steps).
+func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot) {
+	h.snaps = make(chan *pserver.SlotSnapshot, 1)
+	a.installHook(h, s)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case snap := <-h.snaps:
+				if a.slotOf(h).Fenced() {
+					return
+				}
+				h.ckptMu.Lock()
+				h.checkpointing = true
+				h.ckptMu.Unlock()
+				_, _ = a.checkpoint(ctx, h, snap)
+				h.ckptMu.Lock()
+				h.checkpointing = false
+				h.ckptMu.Unlock()
+			}
+		}
+	}()
+}
+
+func (a *Agent) installHook(h *hosted, s *pserver.Slot) {
+	n := h.spec.GetCheckpoint().GetEverySteps()
+	if h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC || n <= 0 {
+		return
+	}
+	s.SnapshotEvery(n, func(snap *pserver.SlotSnapshot) {
+		for {
+			select {
+			case h.snaps <- snap:
+				return
+			default:
+			}
+			select { // the writer lags: drop the older pending snapshot
+			case old := <-h.snaps:
+				a.log.Warn("checkpoint writer lags: skipping a version", "job", h.key.job, "slot", h.key.slot, "skipped", old.Step)
+			default:
+			}
+		}
+	})
+}

@@ -1,0 +1,35 @@
+// Package agent runs the pserver role of a node: it claims free parameter
+// server slots of running jobs under the node's lease, restores each from
+// its newest checkpoint (or the initializer), serves it, feeds it the job's
+// trainer membership, checkpoints it by the job's policy, and fences it the
+// moment the claim is lost.
+//
+//	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, server, ckpt, members)
+//	go a.Run(ctx)
+//
+// The agent decides nothing about other nodes: every claim is a Txn under
+// its lease (a raftstore/client/concurrency.Session), so two agents can
+// never serve the same slot at the same incarnation (DESIGN.md §5, §6).
+// Keys and records are schema's: slot claims schema.SlotKey /
+// schema.SlotRecord, restore records schema.RestoreKey, rollbacks
+// schema.RollbackKey / schema.Rollback.
+//
+// Sync jobs stay one consistent model across slots:
+//   - checkpoints are step-exact: each slot snapshots inside the completion
+//     of every N-th step (pserver.Slot.SnapshotEvery), so version N of every
+//     slot is the model after exactly N steps;
+//   - when a slot is restored from version V, it publishes V under
+//     schema.RollbackKey (/jobs/<job>/rollback) and every other slot of the
+//     job reloads V (Horovod Elastic's restore-and-reset);
+//   - each rollback starts a new trajectory epoch, and versions are
+//     epoch*EpochStride + step, so no version can combine slots of an
+//     abandoned trajectory with the new one.
+//
+// Restores are recorded under schema.RestoreKey (/jobs/<job>/restores/<slot>,
+// shown by `raftps job status`) and as PSERVER_RESTORED job events.
+//
+// Files by concern: agent.go (the agent, its lease and fencing), claims.go
+// (reconciliation, claiming, restoring and releasing slots), rollback.go
+// (the sync rollback protocol), trainers.go (the trainer feed),
+// checkpoints.go (checkpoint scheduling and writing).
+package agent

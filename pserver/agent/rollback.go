@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/schema"
+)
+
+// readRollback reads the job's rollback record and its mod revision; ok is
+// false if there is none (or it cannot be read or decoded).
+func (a *Agent) readRollback(ctx context.Context, job string) (rb schema.Rollback, rev int64, ok bool) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(schema.RollbackKey(job)), Serializable: true})
+	if err != nil || len(resp.Kvs) == 0 {
+		return schema.Rollback{}, 0, false
+	}
+	rb, err = schema.ParseRollback(resp.Kvs[0].Value)
+	if err != nil {
+		return schema.Rollback{}, 0, false
+	}
+	return rb, resp.Kvs[0].ModRevision, true
+}
+
+// followRollback brings every hosted slot of a sync job back to a rollback
+// version published by another slot's restore.
+func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
+	if spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC {
+		return
+	}
+	rb, rev, ok := a.readRollback(ctx, spec.Name)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	var todo []*hosted
+	for k, h := range a.hosted {
+		if k.job == spec.Name && rev > h.rollbackRev {
+			todo = append(todo, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range todo {
+		h.rollbackRev = rev
+		if rb.Slot == h.key.slot || a.slotOf(h).Step() <= rb.Version%EpochStride {
+			a.mu.Lock()
+			h.epoch = max(h.epoch, rb.Epoch)
+			a.mu.Unlock()
+			continue
+		}
+		from := h.slot.Step()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		blobs, err := a.ckpt.ReadVersion(rctx, spec.Name, rb.Version)
+		cancel()
+		if err != nil {
+			a.log.Error("rollback: cannot read the version; this slot stays ahead (model inconsistent until the next restore)",
+				"job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
+			continue
+		}
+		mine := map[int32][]byte{}
+		for v, b := range blobs {
+			if pserver.SlotOfVShard(v, spec.NumPservers) == h.key.slot {
+				mine[v] = b
+			}
+		}
+		s, err := pserver.RestoreSlot(spec, h.key.slot, spec.NumPservers, mine)
+		if err != nil {
+			a.log.Error("rollback: blobs do not decode", "job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
+			continue
+		}
+		s.SetIncarnation(h.incarnation)
+		s.SetTrainers(splitIDs(h.trainers))
+		a.mu.Lock()
+		if a.hosted[h.key] != h {
+			a.mu.Unlock()
+			continue
+		}
+		old := h.slot
+		h.slot = s
+		h.lastCkptStep = s.Step()
+		h.lastVersion = rb.Version
+		h.epoch = rb.Epoch
+		a.mu.Unlock()
+		a.installHook(h, s)
+		a.server.Host(spec.Name, h.key.slot, s) // fences the old slot: its waiting pushes retry on this one
+		old.Close()
+		a.log.Warn("rolled back to keep the sync model consistent", "job", spec.Name, "slot", h.key.slot,
+			"from_step", from, "to_version", rb.Version, "epoch", rb.Epoch, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
+		_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
+			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (slot %d was restored)", h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Slot)})
+	}
+}

@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
+)
+
+// feedTrainers gives every hosted slot of job the job's live trainers.
+func (a *Agent) feedTrainers(ctx context.Context, job string) {
+	a.mu.Lock()
+	var hs []*hosted
+	for k, h := range a.hosted {
+		if k.job == job {
+			hs = append(hs, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range hs {
+		a.feedTrainersTo(ctx, h)
+	}
+}
+
+func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
+	key, end := schema.PrefixRange(schema.TrainerPrefix(h.key.job))
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true, Serializable: true})
+	cancel()
+	if err != nil {
+		return
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if _, kind, id, ok := schema.ParseJobKey(string(kv.Key)); ok && kind == schema.KindTrainer {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	joined := strings.Join(ids, ",")
+	if joined == h.trainers {
+		return
+	}
+	h.trainers = joined
+	h.slot.SetTrainers(ids)
+	a.log.Info("sync membership", "job", h.key.job, "slot", h.key.slot, "trainers", joined)
+}
