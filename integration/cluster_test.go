@@ -9,7 +9,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/schema"
 )
 
 var binPath string
@@ -258,7 +258,7 @@ func TestFollowerForwarding(t *testing.T) {
 		if _, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte("/fwd/" + p.ID), Value: []byte(p.ID)}); err != nil {
 			t.Fatalf("put via follower %s: %v", p.ID, err)
 		}
-		resp, err := cl.KV.Range(ctx, &pb.RangeRequest{Key: []byte("/fwd/"), RangeEnd: client.PrefixEnd([]byte("/fwd/"))})
+		resp, err := cl.KV.Range(ctx, &pb.RangeRequest{Key: []byte("/fwd/"), RangeEnd: schema.PrefixEnd([]byte("/fwd/"))})
 		if err != nil || len(resp.Kvs) == 0 {
 			t.Fatalf("linearizable range via follower %s: %v %v", p.ID, resp, err)
 		}

@@ -16,12 +16,13 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
 // BuildBinary builds cmd/raftps into dir and returns its path.
 func BuildBinary(dir string) (string, error) {
-	root, err := moduleRoot()
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -32,23 +33,6 @@ func BuildBinary(dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/raftps: %v\n%s", err, out)
 	}
 	return bin, nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
 }
 
 // Proc is one `raftps node` process.

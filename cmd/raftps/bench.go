@@ -9,9 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftps/raftps/bench"
+	"github.com/raftps/raftps/internal/testutil"
 )
-
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
 func newBenchCmd(g *globals) *cobra.Command {
 	var (
@@ -38,7 +37,7 @@ shortens every measurement.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if root == "" {
-				r, err := findModuleRoot()
+				r, err := testutil.ModuleRoot()
 				if err != nil {
 					return fmt.Errorf("--root: %w", err)
 				}
@@ -82,22 +81,4 @@ shortens every measurement.`,
 	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
 	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default: this executable)")
 	return c
-}
-
-// findModuleRoot walks up from the working directory to the go.mod.
-func findModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

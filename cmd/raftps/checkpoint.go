@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sort"
@@ -17,8 +18,6 @@ import (
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client"
 )
-
-func init() { extraCommands = append(extraCommands, newCheckpointCmd) }
 
 // remoteMeta is checkpoint.Meta over the gRPC KV API.
 type remoteMeta struct{ cl *client.Client }
@@ -129,19 +128,16 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if g.output == "json" {
-					return g.printJSON(vs)
-				}
-				fmt.Fprintf(g.out, "%-8s %-8s %-9s %-12s %-10s %-20s %s\n", "VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS")
+				rows := make([][]string, 0, len(vs))
 				for _, v := range vs {
 					acc := "-"
 					if v.Metric != nil {
 						acc = fmt.Sprintf("%.2f%%", 100**v.Metric)
 					}
-					fmt.Fprintf(g.out, "%-8d %-8d %-9v %-12d %-10s %-20s %s\n", v.Version, v.Step, v.Complete, v.Bytes, acc,
-						time.Unix(0, v.TimestampUnixNano).Format(time.DateTime), strings.Join(v.Replicas, ","))
+					rows = append(rows, []string{fmt.Sprint(v.Version), fmt.Sprint(v.Step), fmt.Sprint(v.Complete), fmt.Sprint(v.Bytes), acc,
+						time.Unix(0, v.TimestampUnixNano).Format(time.DateTime), strings.Join(v.Replicas, ",")})
 				}
-				return nil
+				return g.printer.Table(vs, []string{"VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS"}, rows)
 			})
 		},
 	}
@@ -157,19 +153,19 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if g.output == "json" {
-					if err := g.printJSON(bad); err != nil {
-						return err
-					}
-				} else {
+				if err := g.printer.Object(bad, func(w io.Writer) {
 					for _, m := range bad {
-						fmt.Fprintf(g.out, "MISMATCH node %s slot %d vshard %d md5 %s: %s %s\n", m.Node, m.Slot, m.VShard, m.MD5, m.Problem, m.Actual)
+						fmt.Fprintf(w, "MISMATCH node %s slot %d vshard %d md5 %s: %s %s\n", m.Node, m.Slot, m.VShard, m.MD5, m.Problem, m.Actual)
 					}
+					if len(bad) == 0 {
+						fmt.Fprintf(w, "version %d of %s: every blob verified on every replica\n", v, args[0])
+					}
+				}); err != nil {
+					return err
 				}
 				if len(bad) > 0 {
 					return &exitError{code: 5, err: fmt.Errorf("version %d of %s: %d mismatches", v, args[0], len(bad))}
 				}
-				fmt.Fprintf(g.out, "version %d of %s: every blob verified on every replica\n", v, args[0])
 				return nil
 			})
 		},
@@ -199,8 +195,9 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err := f.Close(); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.out, "exported version %d of %s to %s\n", v, args[0], out)
-				return nil
+				return g.printer.Object(map[string]any{"job": args[0], "version": v, "file": out}, func(w io.Writer) {
+					fmt.Fprintf(w, "exported version %d of %s to %s\n", v, args[0], out)
+				})
 			})
 		},
 	}
@@ -221,12 +218,8 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if !ok {
 					return &exitError{code: 1, err: fmt.Errorf("no complete version of %s has an eval metric", args[0])}
 				}
-				if g.output == "json" {
-					return g.printJSON(b)
-				}
-				fmt.Fprintf(g.out, "%d\n", b.Version)
 				fmt.Fprintf(g.err, "version %d (step %d): test accuracy %.2f%%\n", b.Version, b.Step, 100**b.Metric)
-				return nil
+				return g.printer.Object(b, func(w io.Writer) { fmt.Fprintf(w, "%d\n", b.Version) })
 			})
 		},
 	}

@@ -5,27 +5,31 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/node"
 )
 
-func mustNode(t *testing.T) *Node {
+func mustNode(t *testing.T) *node.Node {
 	t.Helper()
 	ports, err := localcluster.FreePorts(4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	n, err := NewNode(NodeConfig{ID: "t1", DataDir: filepath.Join(t.TempDir(), "t1"),
-		GRPCAddr: a(ports[0]), RaftAddr: a(ports[1]), GossipAddr: a(ports[2]), HTTPAddr: a(ports[3]),
-		Roles: []string{"server"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := node.DefaultConfig()
+	cfg.ID, cfg.DataDir = "t1", filepath.Join(t.TempDir(), "t1")
+	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
+	cfg.Roles = []string{gossip.RoleServer}
+	cfg.Logger = testutil.Logger(t)
+	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +46,7 @@ func mustNode(t *testing.T) *Node {
 }
 
 // run executes the CLI in-process against n and returns stdout.
-func run(t *testing.T, n *Node, args ...string) (string, error) {
+func run(t *testing.T, n *node.Node, args ...string) (string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	root := newRootCmd(&out, &errb)
@@ -88,7 +92,7 @@ func TestNodeAndCLI(t *testing.T) {
 		t.Fatalf("job list after a rejected submit: %q %v", out, err)
 	}
 	// /readyz answers once a leader is known and the FSM caught up.
-	resp, err := http.Get("http://" + n.httpLis.Addr().String() + "/readyz")
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("readyz: %v %v", resp, err)
 	}
@@ -99,27 +103,6 @@ func TestNodeAndCLI(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
-	}
-}
-
-func TestNodeConfigValidate(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  NodeConfig
-		want string
-	}{
-		{"no id", NodeConfig{DataDir: "d", Roles: []string{"server"}}, "--id"},
-		{"no data dir", NodeConfig{ID: "a", Roles: []string{"server"}}, "--data-dir"},
-		{"unknown role", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server", "cook"}}, "cook"},
-		{"no server role and nothing to join", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"trainer"}}, "--join"},
-		{"negative expect", NodeConfig{ID: "a", DataDir: "d", Roles: []string{"server"}, BootstrapExpect: -1}, "bootstrap-expect"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate() = %v, want an error naming %q", err, tc.want)
-			}
-		})
 	}
 }
 

@@ -17,8 +17,6 @@ import (
 	"github.com/raftps/raftps/raftstore/client"
 )
 
-func init() { extraCommands = append(extraCommands, newDemoCmd) }
-
 // demoCluster is the demo's local 3-node cluster of child processes.
 type demoCluster struct{ nodes []*localcluster.Node }
 

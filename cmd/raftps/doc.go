@@ -1,15 +1,20 @@
 // Package main is the raftps command, the one binary of a raftps cluster.
 //
-// `raftps node` runs a node: the embedded Raft metadata store, gossip, the
-// master's leader loop, the gRPC API and the pserver and trainer agents of
-// the node's roles (Node in node.go is the lifecycle: NewNode, Open, Close;
-// tests build it directly). Every other subcommand is a client of the gRPC
-// API over --endpoints: kv, lease, members, status, job, train, checkpoint,
-// and demo, which starts a local 3-node cluster as child processes and
-// trains on Fashion-MNIST while killing nodes.
+// `raftps node` parses its flags into a node.Config and runs a node.Node
+// (package node: the Raft store, gossip, the master, the gRPC API and the
+// pserver and trainer agents of the node's roles). Every other subcommand
+// is a client of the gRPC API over --endpoints, laid out like etcdctl:
+// ctl.go holds the root command with the one list of subcommands, one
+// file per command group (kv.go, lease.go, member.go, status.go, job.go,
+// train.go, checkpoint.go, demo.go, bench.go), and printer.go the output
+// formats of --output/-o (alias --write-out/-w): simple (default), json
+// (indented, proto field names) or table; any other value is an error.
+// demo starts a local 3-node cluster as child processes and trains on
+// Fashion-MNIST while killing nodes; bench measures raftps against etcd.
 //
 //	raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3
 //	raftps kv put /hello world
+//	raftps members -o table
 //	raftps train --model mlp --pservers 2 --mode sync
 //
 // Signals become a context: SIGINT/SIGTERM close the node in reverse order

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,11 +235,9 @@ func newJobCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return rpcError(err)
 				}
-				if g.output == "json" {
-					return g.printProto(resp.Status)
-				}
-				fmt.Fprintf(g.out, "job %s submitted: %d tasks, %d passes\n", spec.Name, resp.Status.TotalTasks, spec.Passes)
-				return nil
+				return g.printer.Object(resp.Status, func(w io.Writer) {
+					fmt.Fprintf(w, "job %s submitted: %d tasks, %d passes\n", spec.Name, resp.Status.TotalTasks, spec.Passes)
+				})
 			})
 		},
 	}
@@ -251,15 +250,12 @@ func newJobCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return rpcError(err)
 				}
-				if g.output == "json" {
-					return g.printProto(resp)
-				}
-				fmt.Fprintf(g.out, "%-24s %-10s %-5s %-14s %s\n", "NAME", "STATE", "PASS", "DONE/TOTAL", "TRAINERS")
+				rows := make([][]string, 0, len(resp.Jobs))
 				for _, j := range resp.Jobs {
-					fmt.Fprintf(g.out, "%-24s %-10s %-5d %-14s %d\n", j.Name, jobState(j.State), j.Pass,
-						fmt.Sprintf("%d/%d", j.Done, j.TotalTasks), len(j.Trainers))
+					rows = append(rows, []string{j.Name, jobState(j.State), fmt.Sprint(j.Pass),
+						fmt.Sprintf("%d/%d", j.Done, j.TotalTasks), fmt.Sprint(len(j.Trainers))})
 				}
-				return nil
+				return g.printer.Table(resp, []string{"NAME", "STATE", "PASS", "DONE/TOTAL", "TRAINERS"}, rows)
 			})
 		},
 	}
@@ -271,11 +267,7 @@ func newJobCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return rpcError(err)
 				}
-				if g.output == "json" {
-					return g.printProto(resp.Status)
-				}
-				printJobStatus(g, resp.Status)
-				return nil
+				return g.printer.Object(resp.Status, func(w io.Writer) { printJobStatus(w, resp.Status) })
 			})
 		},
 	}
@@ -283,11 +275,11 @@ func newJobCmd(g *globals) *cobra.Command {
 		Use: "cancel JOB", Short: "cancel a job", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
-				if _, err := cl.Master.CancelJob(ctx, &pb.CancelJobRequest{Name: args[0]}); err != nil {
+				resp, err := cl.Master.CancelJob(ctx, &pb.CancelJobRequest{Name: args[0]})
+				if err != nil {
 					return rpcError(err)
 				}
-				fmt.Fprintf(g.out, "job %s cancelled\n", args[0])
-				return nil
+				return g.printer.Object(resp, func(w io.Writer) { fmt.Fprintf(w, "job %s cancelled\n", args[0]) })
 			})
 		},
 	}
@@ -299,25 +291,25 @@ func jobState(s pb.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_"))
 }
 
-func printJobStatus(g *globals, j *pb.JobStatus) {
-	fmt.Fprintf(g.out, "job %s: %s, pass %d\n", j.Name, jobState(j.State), j.Pass)
-	fmt.Fprintf(g.out, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
+func printJobStatus(w io.Writer, j *pb.JobStatus) {
+	fmt.Fprintf(w, "job %s: %s, pass %d\n", j.Name, jobState(j.State), j.Pass)
+	fmt.Fprintf(w, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
 		j.Todo, j.Pending, j.Done, j.Failed, j.TotalTasks, j.Requeued, j.Timeouts)
-	fmt.Fprintf(g.out, "trainers: %s\n", strings.Join(j.Trainers, ", "))
+	fmt.Fprintf(w, "trainers: %s\n", strings.Join(j.Trainers, ", "))
 	for _, p := range j.Pservers {
-		fmt.Fprintf(g.out, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
+		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
 	}
 	for i, c := range j.Checkpoints {
-		fmt.Fprintf(g.out, "checkpoint slot %d: version %d, step %d, md5 %s, replicas %s\n", i, c.Version, c.Step, c.Md5, strings.Join(c.Replicas, ","))
+		fmt.Fprintf(w, "checkpoint slot %d: version %d, step %d, md5 %s, replicas %s\n", i, c.Version, c.Step, c.Md5, strings.Join(c.Replicas, ","))
 	}
 	for _, r := range j.Restores {
-		fmt.Fprintf(g.out, "restore slot %d at %s: version %d md5 %s from %s: %s\n", r.Slot,
+		fmt.Fprintf(w, "restore slot %d at %s: version %d md5 %s from %s: %s\n", r.Slot,
 			time.Unix(0, r.UnixNano).Format(time.TimeOnly), r.Version, r.Md5, r.Source, r.Reason)
 	}
 	for _, m := range j.Metrics {
-		fmt.Fprintf(g.out, "pass %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", m.Pass, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy)
+		fmt.Fprintf(w, "pass %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", m.Pass, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy)
 	}
 	if j.Message != "" {
-		fmt.Fprintf(g.out, "message: %s\n", j.Message)
+		fmt.Fprintf(w, "message: %s\n", j.Message)
 	}
 }

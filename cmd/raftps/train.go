@@ -14,8 +14,6 @@ import (
 	"github.com/raftps/raftps/raftstore/client"
 )
 
-func init() { extraCommands = append(extraCommands, newTrainCmd) }
-
 func newTrainCmd(g *globals) *cobra.Command {
 	sf := &specFlags{}
 	c := &cobra.Command{

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/raftstore/client"
+)
+
+// newRootCmd is the raftps command with every subcommand: the one list of
+// commands (etcdctl's ctl.go). Each group lives in its own file.
+func newRootCmd(out, errOut io.Writer) *cobra.Command {
+	g := &globals{out: out, err: errOut}
+	root := &cobra.Command{
+		Use:           "raftps",
+		Short:         "raftps: fault-tolerant parameter-server training on an embedded Raft cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			p, err := newPrinter(g.output, g.out)
+			g.printer = p
+			return err
+		},
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	pf := root.PersistentFlags()
+	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:7000"}, "gRPC endpoints of cluster nodes (host:port,...)")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of one client command")
+	pf.StringVarP(&g.output, "output", "o", outputSimple, "output format: simple, json or table")
+	pf.StringVarP(&g.output, "write-out", "w", outputSimple, "alias of --output")
+
+	root.AddCommand(
+		newNodeCmd(g),
+		newKVCmd(g),
+		newLeaseCmd(g),
+		newMembersCmd(g),
+		newStatusCmd(g),
+		newJobCmd(g),
+		newTrainCmd(g),
+		newCheckpointCmd(g),
+		newDemoCmd(g),
+		newBenchCmd(g),
+	)
+	return root
+}
+
+// globals are the flags every client subcommand shares, and the printer
+// of --output (set before any command runs).
+type globals struct {
+	endpoints []string
+	timeout   time.Duration
+	output    string
+	printer   printer
+	out, err  io.Writer
+}
+
+func (g *globals) client() (*client.Client, error) { return client.New(g.endpoints) }
+
+// call runs fn with a client of --endpoints and a context bounded by --timeout.
+func (g *globals) call(parent context.Context, fn func(ctx context.Context, cl *client.Client) error) error {
+	cl, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := g.ctx(parent)
+	defer cancel()
+	return fn(ctx, cl)
+}
+
+func (g *globals) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, g.timeout)
+}
+
+// exitError carries a process exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+// rpcError turns a gRPC error into a user-facing one: "Code: message".
+func rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s, ok := status.FromError(err); ok {
+		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+	}
+	return err
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// Output formats of --output/-o (alias --write-out/-w), as etcdctl's.
+const (
+	outputSimple = "simple" // for people: the default
+	outputJSON   = "json"   // for programs: indented JSON, proto field names
+	outputTable  = "table"  // aligned columns between borders
+)
+
+// printer writes the result of a command in the --output format; every
+// command prints through it (etcdctl's printer.go).
+type printer interface {
+	// Object prints one result v. json marshals v (protojson for a
+	// proto.Message, with proto field names and zero values; encoding/json
+	// otherwise); simple and table call text, which writes the human form.
+	Object(v any, text func(w io.Writer)) error
+	// Table prints rows under header; json marshals v instead. simple
+	// aligns the columns; table also draws borders.
+	Table(v any, header []string, rows [][]string) error
+}
+
+// newPrinter returns the printer of format ("" is simple), or an error
+// naming the known formats.
+func newPrinter(format string, w io.Writer) (printer, error) {
+	switch format {
+	case "", outputSimple:
+		return simplePrinter{w}, nil
+	case outputJSON:
+		return jsonPrinter{w}, nil
+	case outputTable:
+		return tablePrinter{simplePrinter{w}}, nil
+	}
+	return nil, fmt.Errorf("--output %q: want %s, %s or %s", format, outputSimple, outputJSON, outputTable)
+}
+
+type simplePrinter struct{ w io.Writer }
+
+func (p simplePrinter) Object(_ any, text func(io.Writer)) error {
+	text(p.w)
+	return nil
+}
+
+func (p simplePrinter) Table(_ any, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+type tablePrinter struct{ simplePrinter }
+
+func (p tablePrinter) Table(_ any, header []string, rows [][]string) error {
+	width := make([]int, len(header))
+	for _, r := range append([][]string{header}, rows...) {
+		for i, c := range r {
+			if i < len(width) {
+				width[i] = max(width[i], len(c))
+			}
+		}
+	}
+	var b strings.Builder
+	rule := func() {
+		for _, w := range width {
+			b.WriteString("+" + strings.Repeat("-", w+2))
+		}
+		b.WriteString("+\n")
+	}
+	line := func(cells []string) {
+		for i, w := range width {
+			c := ""
+			if i < len(cells) {
+				c = cells[i]
+			}
+			fmt.Fprintf(&b, "| %-*s ", w, c)
+		}
+		b.WriteString("|\n")
+	}
+	rule()
+	line(header)
+	rule()
+	for _, r := range rows {
+		line(r)
+	}
+	rule()
+	_, err := io.WriteString(p.w, b.String())
+	return err
+}
+
+type jsonPrinter struct{ w io.Writer }
+
+func (p jsonPrinter) Object(v any, _ func(io.Writer)) error { return p.print(v) }
+
+func (p jsonPrinter) Table(v any, _ []string, _ [][]string) error { return p.print(v) }
+
+func (p jsonPrinter) print(v any) error {
+	var b []byte
+	var err error
+	if m, ok := v.(proto.Message); ok {
+		b, err = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	} else {
+		b, err = json.MarshalIndent(v, "", "  ")
+	}
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.w, string(b))
+	return err
+}

@@ -1,0 +1,115 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/raftps/raftps/gossip"
+)
+
+// Config is the configuration of one node. Build it with DefaultConfig
+// and override fields; New copies it.
+type Config struct {
+	// ID is the node's ID, unique in the cluster: its Raft server ID, its
+	// gossip name and the prefix of its trainers' IDs (required).
+	ID string
+	// DataDir holds raft/ (log, snapshots, node-id, cluster-id) and
+	// checkpoints/ (the checkpoint blob store) (required).
+	DataDir string
+
+	// GRPCAddr is the bind address of the gRPC API (default 127.0.0.1:7000).
+	GRPCAddr string
+	// RaftAddr is the bind address of the Raft transport (default 127.0.0.1:7001).
+	RaftAddr string
+	// GossipAddr is the bind address of gossip, UDP and TCP (default 127.0.0.1:7002).
+	GossipAddr string
+	// HTTPAddr is the bind address of /healthz, /readyz and /metrics
+	// (default 127.0.0.1:7003).
+	HTTPAddr string
+	// Advertise is the host other nodes use to reach this one (needed when
+	// binding to 0.0.0.0); empty announces the bind addresses as they are.
+	Advertise string
+
+	// Join lists gossip addresses of existing members (may include this
+	// node's own).
+	Join []string
+	// BootstrapExpect: with no existing state, wait for this many server
+	// nodes in gossip and bootstrap them together (Consul's bootstrap_expect).
+	// 0 or 1 with no Join bootstraps a single-node cluster (default 0).
+	BootstrapExpect int
+	// Roles are gossip.RoleServer, RolePServer and RoleTrainer (default:
+	// all three). A node without RoleServer joins as a Raft non-voter and
+	// must Join a cluster.
+	Roles []string
+	// DatasetDir, if set, replaces the jobs' dataset path for this node's
+	// trainers.
+	DatasetDir string
+	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
+	GossipKey []byte
+
+	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms) and
+	// LeaderLeaseTimeout (250 ms) are hashicorp/raft's; 0 means raftstore's
+	// default (the same values).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// DeadServerTimeout: a server dead in gossip this long is removed from
+	// the Raft configuration, never below quorum (default 30 s; 0 means
+	// the master's default).
+	DeadServerTimeout time.Duration
+
+	// Logger receives every component's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config's fields; ID and
+// DataDir still have to be set.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr:           "127.0.0.1:7000",
+		RaftAddr:           "127.0.0.1:7001",
+		GossipAddr:         "127.0.0.1:7002",
+		HTTPAddr:           "127.0.0.1:7003",
+		Roles:              gossip.Roles(),
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		DeadServerTimeout:  30 * time.Second,
+	}
+}
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("invalid node configuration")
+
+// Validate checks the configuration; its errors wrap ErrInvalidConfig and
+// name the `raftps node` flag at fault.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	if c.ID == "" {
+		return bad("--id is required")
+	}
+	if c.DataDir == "" {
+		return bad("--data-dir is required")
+	}
+	for _, r := range c.Roles {
+		if !gossip.ValidRole(r) {
+			return bad("--roles: unknown role %q (known: %s, %s, %s)", r, gossip.RoleServer, gossip.RolePServer, gossip.RoleTrainer)
+		}
+	}
+	if !c.hasRole(gossip.RoleServer) && len(c.Join) == 0 {
+		return bad("--roles: a node without the server role must --join a cluster (it replicates the metadata as a non-voter)")
+	}
+	if c.BootstrapExpect < 0 {
+		return bad("--bootstrap-expect must be >= 0")
+	}
+	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return bad("--gossip-key: %d bytes, want 16, 24 or 32", n)
+	}
+	return nil
+}
+
+func (c *Config) hasRole(r string) bool { return gossip.HasRole(c.Roles, r) }

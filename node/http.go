@@ -1,0 +1,34 @@
+package node
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpHandler serves /healthz (the process answers), /readyz (a leader is
+// known and the FSM has applied everything committed; 503 with the reason
+// otherwise) and /metrics (Prometheus).
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := n.store.Stats()
+		if st.LeaderID == "" || st.AppliedIndex < st.CommitIndex {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: leader=%q applied=%d commit=%d\n", st.LeaderID, st.AppliedIndex, st.CommitIndex)
+			return
+		}
+		fmt.Fprintf(w, "ready: leader=%s applied=%d\n", st.LeaderID, st.AppliedIndex)
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(n.store.Collector())
+	reg.MustRegister(newNodeCollector(n))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}

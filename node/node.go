@@ -1,0 +1,316 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/raftstore/service"
+)
+
+// Node is one raftps node: Raft store, gossip, master, gRPC and HTTP
+// servers, and the pserver and trainer agents of its roles. Lifecycle:
+// New, then Open and Close (or Run, which does both); Close is safe twice
+// and after a failed Open.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	fsm     *fsm.FSM
+	store   *raftstore.Store
+	gossip  *gossip.Gossip
+	fwd     *service.Forwarder
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	http    *http.Server
+	httpLis net.Listener
+	master  *master.Master
+	ckpt    *checkpoint.Manager
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	failed    chan error
+	failOnce  sync.Once
+	closeOnce sync.Once
+	closeErr  error
+	// onClose run in reverse order at Close (agents registered by roles).
+	onClose []func() error
+}
+
+// New validates cfg and returns a node; it does no I/O (Open does).
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), failed: make(chan error, 1)}, nil
+}
+
+// Run opens the node, serves until ctx ends (SIGINT/SIGTERM in `raftps
+// node`) or the node fails (Failed), and closes it. It returns the error
+// that stopped it: Open's, the failure's, or Close's.
+func (n *Node) Run(ctx context.Context) error {
+	if err := n.Open(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		n.log.Info("shutting down", "cause", context.Cause(ctx))
+		return n.Close()
+	case err := <-n.failed:
+		n.Close()
+		return err
+	}
+}
+
+// Failed yields an error when the node cannot go on (e.g. its ID is taken
+// by a live member); the caller should Close it and exit non-zero.
+func (n *Node) Failed() <-chan error { return n.failed }
+
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.log.Error("node failed", "err", err)
+		n.failed <- err
+	})
+}
+
+// GRPCAddr is the bound address of the gRPC API (valid after Open).
+func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound address of the HTTP server (valid after Open).
+func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
+
+// Store returns the node's Raft store (valid after Open).
+func (n *Node) Store() *raftstore.Store { return n.store }
+
+// Open starts the node: stores, gossip, servers, leader loop, agents. ctx
+// bounds the start-up only (a node that is still starting when ctx ends
+// stops and Open returns ctx's error); the node runs until Close. On error
+// Open closes what it started.
+func (n *Node) Open(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir %q: %w", n.cfg.DataDir, err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+
+	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen gRPC %s: %w", n.cfg.GRPCAddr, err)
+	}
+	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen HTTP %s: %w", n.cfg.HTTPAddr, err)
+	}
+
+	// Gossip first: the forwarder resolves the leader's gRPC address from it.
+	gcfg := gossip.DefaultConfig()
+	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.advertised(n.GRPCAddr()),
+		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.HTTPAddr())}
+	gcfg.BindAddr = n.cfg.GossipAddr
+	if n.cfg.Advertise != "" {
+		gcfg.AdvertiseAddr = n.advertised(n.cfg.GossipAddr)
+	}
+	gcfg.Join = n.cfg.Join
+	gcfg.JoinRetryMax = 0
+	gcfg.SecretKey = n.cfg.GossipKey
+	gcfg.Logger = n.log
+	if n.gossip, err = gossip.New(gcfg); err != nil {
+		return err
+	}
+	n.fwd = service.NewForwarder(func(id string) (string, bool) {
+		m, ok := n.gossip.Member(id)
+		return m.Meta.GRPCAddr, ok
+	})
+
+	n.fsm = fsm.New(n.log.With("component", "fsm"))
+	rcfg := raftstore.DefaultConfig()
+	rcfg.ID = n.cfg.ID
+	rcfg.DataDir = n.cfg.DataDir
+	rcfg.RaftAddr = n.cfg.RaftAddr
+	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
+	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 && n.cfg.hasRole(gossip.RoleServer)
+	if n.cfg.HeartbeatTimeout > 0 {
+		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	}
+	if n.cfg.ElectionTimeout > 0 {
+		rcfg.ElectionTimeout = n.cfg.ElectionTimeout
+	}
+	if n.cfg.LeaderLeaseTimeout > 0 {
+		rcfg.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	}
+	rcfg.Logger = n.log
+	if n.store, err = raftstore.New(rcfg, n.fsm, n.fwd); err != nil {
+		return err
+	}
+	if err := n.store.Open(); err != nil {
+		return err
+	}
+	if err := n.gossip.Open(ctx); err != nil {
+		return err
+	}
+	if len(n.cfg.Join) > 0 {
+		n.watchIDConflict(runCtx)
+	}
+
+	n.grpc = newGRPCServer()
+	service.New(n.store).Register(n.grpc)
+	master.NewService(n.store, n.gossip).Register(n.grpc)
+	if err := n.openRoles(runCtx); err != nil {
+		return err
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("gRPC server", "err", err)
+		}
+	}()
+
+	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
+		Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.master.Run(runCtx)
+	}()
+	if n.cfg.BootstrapExpect > 1 && n.cfg.hasRole(gossip.RoleServer) {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.bootstrapExpect(runCtx)
+		}()
+	}
+
+	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.http.Serve(n.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("HTTP server", "err", err)
+		}
+	}()
+	n.log.Info("node started", "grpc", n.GRPCAddr(), "raft", n.cfg.RaftAddr,
+		"gossip", n.gossip.LocalAddr(), "http", n.HTTPAddr(), "roles", n.cfg.Roles)
+	return nil
+}
+
+// watchIDConflict fails the node if the members it joins report a conflict
+// for its ID before it is in (a duplicate --id). A node already joined
+// keeps running: the newcomer is the one refused.
+func (n *Node) watchIDConflict(ctx context.Context) {
+	events, unsubscribe := n.gossip.Subscribe()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer unsubscribe()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.gossip.JoinedCh():
+				return
+			case ev, ok := <-events:
+				if !ok {
+					return
+				}
+				if ev.Type == gossip.EventConflict && ev.Member.Meta.ID == n.cfg.ID {
+					n.fail(fmt.Errorf("--id %q is already used by the member at %s: %w", n.cfg.ID, ev.Member.GossipAddr, gossip.ErrConflict))
+					return
+				}
+			}
+		}
+	}()
+}
+
+// advertised is bind with its host replaced by Config.Advertise (if set).
+func (n *Node) advertised(bind string) string {
+	if n.cfg.Advertise == "" {
+		return bind
+	}
+	_, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return bind
+	}
+	return net.JoinHostPort(n.cfg.Advertise, port)
+}
+
+// Close shuts down in reverse order: stop agents and the master, stop
+// accepting RPCs, hand over leadership and leave, close stores. Safe
+// twice; the second call returns the first one's result.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.cancel != nil {
+			n.cancel()
+		}
+		for i := len(n.onClose) - 1; i >= 0; i-- {
+			if err := n.onClose[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = n.http.Shutdown(ctx)
+			cancel()
+		} else if n.httpLis != nil {
+			n.httpLis.Close()
+		}
+		if n.grpc != nil {
+			stopGRPC(n.grpc, 3*time.Second)
+		} else if n.grpcLis != nil {
+			n.grpcLis.Close()
+		}
+		if n.store != nil {
+			if err := n.store.Close(); err != nil && !errors.Is(err, raftstore.ErrNotOpen) {
+				errs = append(errs, fmt.Errorf("close raft store: %w", err))
+			}
+		}
+		if n.gossip != nil {
+			if err := n.gossip.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close gossip: %w", err))
+			}
+		}
+		if n.fwd != nil {
+			n.fwd.Close()
+		}
+		n.wg.Wait()
+		n.closeErr = errors.Join(errs...)
+		n.log.Info("node stopped")
+	})
+	return n.closeErr
+}
+
+// stopGRPC stops s gracefully, or at once after timeout.
+func stopGRPC(s *grpc.Server, timeout time.Duration) {
+	stopped := make(chan struct{})
+	go func() { s.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(timeout):
+		s.Stop()
+	}
+}
+
+// dataDirOf is where role agents keep their files.
+func (n *Node) dataDirOf(sub string) string { return filepath.Join(n.cfg.DataDir, sub) }

@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testutil"
+)
+
+// testConfig is a server-only node on free loopback ports in a temp dir.
+func testConfig(t *testing.T, id string) Config {
+	t.Helper()
+	ports, err := localcluster.FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir = id, filepath.Join(t.TempDir(), id)
+	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
+	cfg.Roles = []string{gossip.RoleServer}
+	cfg.Logger = testutil.Logger(t)
+	return cfg
+}
+
+// mustOpen opens a node of cfg and waits for it to lead.
+func mustOpen(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Store().WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	ok.ID, ok.DataDir = "a", "d"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("DefaultConfig with ID and DataDir: %v", err)
+	}
+	with := func(f func(*Config)) Config {
+		c := ok
+		f(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no id", with(func(c *Config) { c.ID = "" }), "--id"},
+		{"no data dir", with(func(c *Config) { c.DataDir = "" }), "--data-dir"},
+		{"unknown role", with(func(c *Config) { c.Roles = []string{"server", "cook"} }), "cook"},
+		{"no server role and nothing to join", with(func(c *Config) { c.Roles = []string{gossip.RoleTrainer} }), "--join"},
+		{"negative expect", with(func(c *Config) { c.BootstrapExpect = -1 }), "bootstrap-expect"},
+		{"short gossip key", with(func(c *Config) { c.GossipKey = []byte("short") }), "--gossip-key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig naming %q", err, tc.want)
+			}
+			if _, err := New(tc.cfg); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("New() = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// TestNodeOpenReadyClose: a single server bootstraps, leads, answers
+// /healthz and /readyz, and Close is safe twice.
+func TestNodeOpenReadyClose(t *testing.T) {
+	n := mustOpen(t, testConfig(t, "n1"))
+	if st := n.Store().Stats(); st.LeaderID != "n1" {
+		t.Fatalf("leader %q, want n1", st.LeaderID)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + n.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), "raftps_gossip_members") {
+			t.Fatalf("/metrics lacks the node collector:\n%.500s", body)
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+// TestRunStopsOnCancel: Run serves until its context ends, then closes
+// the node (what SIGTERM does to `raftps node`), and the data dir can be
+// opened again by the next process.
+func TestRunStopsOnCancel(t *testing.T) {
+	cfg := testConfig(t, "n1")
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ready(cfg.HTTPAddr) {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return within 15 s of its context ending")
+	}
+	// The same data dir and ID restart without bootstrapping again.
+	m := mustOpen(t, cfg)
+	if st := m.Store().Stats(); st.LeaderID != "n1" {
+		t.Fatalf("restarted: leader %q", st.LeaderID)
+	}
+}
+
+// ready reports whether the node's /readyz at addr answers 200.
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

@@ -1,0 +1,117 @@
+package node
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/pserver"
+	pagent "github.com/raftps/raftps/pserver/agent"
+	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore/service"
+	tagent "github.com/raftps/raftps/trainer/agent"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// pruneInterval between sweeps of unreferenced checkpoint versions.
+const pruneInterval = 10 * time.Minute
+
+// gossipPeers adapts gossip membership to what the role agents and the
+// checkpoint manager need.
+type gossipPeers struct {
+	g    *gossip.Gossip
+	self string
+}
+
+// PServerNodes counts alive members with the pserver role.
+func (p gossipPeers) PServerNodes() int {
+	n := 0
+	for _, m := range p.g.Members() {
+		if m.Status == gossip.StatusAlive && m.Meta.HasRole(gossip.RolePServer) {
+			n++
+		}
+	}
+	return n
+}
+
+// Peers lists the other alive nodes that can hold checkpoint replicas.
+func (p gossipPeers) Peers() []checkpoint.Peer {
+	var out []checkpoint.Peer
+	for _, m := range p.g.Members() {
+		if m.Meta.ID == p.self || m.Status != gossip.StatusAlive {
+			continue
+		}
+		host, _, _ := net.SplitHostPort(m.Meta.GRPCAddr)
+		out = append(out, checkpoint.Peer{ID: m.Meta.ID, Addr: m.Meta.GRPCAddr, Host: host})
+	}
+	return out
+}
+
+// openRoles starts what every node serves (the checkpoint store, so that
+// any node can hold replicas) and the pserver and trainer agents of its
+// roles.
+func (n *Node) openRoles(ctx context.Context) error {
+	local := service.Local{Store: n.store}
+	store, err := checkpoint.Open(n.dataDirOf("checkpoints"), n.log.With("component", "checkpoint"))
+	if err != nil {
+		return err
+	}
+	n.onClose = append(n.onClose, store.Close)
+	pb.RegisterCheckpointStoreServer(n.grpc, checkpoint.NewService(store, n.log))
+	host, _, _ := net.SplitHostPort(n.GRPCAddr())
+	peers := gossipPeers{g: n.gossip, self: n.cfg.ID}
+	mgr, err := checkpoint.New(checkpoint.Config{NodeID: n.cfg.ID, Host: host, Store: store, Meta: local, Peers: peers, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	n.ckpt = mgr
+	// Old replicas and crashed writers' attempts that no pointer names.
+	n.goAgent(ctx, func(ctx context.Context) error {
+		t := time.NewTicker(pruneInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if k, err := mgr.Prune(ctx); err != nil {
+				n.log.Warn("checkpoint prune", "err", err)
+			} else if k > 0 {
+				n.log.Info("checkpoint prune", "manifests_deleted", k)
+			}
+		}
+	})
+
+	if n.cfg.hasRole(gossip.RolePServer) {
+		srv := pserver.NewServer()
+		pb.RegisterPServerServer(n.grpc, srv)
+		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), Logger: n.log}, local, srv, mgr, peers)
+		n.goAgent(ctx, a.Run)
+	}
+	if n.cfg.hasRole(gossip.RoleTrainer) {
+		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, Logger: n.log},
+			local, master.NewService(n.store, n.gossip))
+		n.goAgent(ctx, a.Run)
+	}
+	return nil
+}
+
+// goAgent runs an agent until the node closes; Close waits for it before
+// closing the stores (agents release their leases on the way out).
+func (n *Node) goAgent(ctx context.Context, run func(context.Context) error) {
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(actx)
+	}()
+	n.onClose = append(n.onClose, func() error {
+		cancel()
+		<-done
+		return nil
+	})
+}
