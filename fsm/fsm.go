@@ -54,6 +54,14 @@ type FSM struct {
 	histBytes  int64 // HistoryBytes; tests shrink it
 	jobs       JobQueue
 	newJobs    func() JobQueue
+	clock      clock // the replicated clock (clock.go)
+
+	// halt stops the replica on an entry it cannot apply exactly (an
+	// unknown command type or an unknown field in the entry's envelope):
+	// see the package doc. The default logs and panics, which ends the
+	// process from raft's FSM goroutine before anything of the entry is
+	// applied; tests replace it.
+	halt func(index uint64, err error)
 
 	obsMu    sync.Mutex // serialises SetObserver against notify
 	observer Observer
@@ -103,6 +111,7 @@ func New(logger *slog.Logger) *FSM {
 		histBytes: HistoryBytes,
 		newJobs:   defaultJobQueue,
 	}
+	f.halt = f.haltProcess
 	f.jobs = f.newJobs()
 	return f
 }
@@ -179,6 +188,8 @@ var handlers = map[pb.CommandType]handler{
 	pb.CommandType_COMMAND_EXPIRE_TASKS:    typed((*FSM).applyExpireTasks),
 	pb.CommandType_COMMAND_REQUEUE_TRAINER: typed((*FSM).applyRequeueTrainer),
 	pb.CommandType_COMMAND_JOB_EVENT:       typed((*FSM).applyJobEvent),
+	pb.CommandType_COMMAND_DELETE_JOB:      typed((*FSM).applyDeleteJob),
+	pb.CommandType_COMMAND_PRUNE_JOBS:      typed((*FSM).applyPruneJobs),
 }
 
 // typed adapts a handler of a concrete request type: it decodes the payload
@@ -229,10 +240,17 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return res
 	}
 
+	if err := applicable(&entry); err != nil {
+		res.Err = fmt.Errorf("entry at index %d: %w", l.Index, err)
+		f.halt(l.Index, res.Err)
+		return res // only when halt is a test hook: nothing was applied
+	}
+
 	note := Notification{Index: l.Index, NowUnixNano: entry.NowUnixNano}
-	c := &applyCtx{now: entry.NowUnixNano, note: &note}
+	c := &applyCtx{note: &note}
 	res.Results = make([]*pb.Result, len(entry.Commands))
 	f.mu.Lock()
+	c.now = f.clock.tick(l.Term, entry.NowUnixNano, entry.MonoNano)
 	for i, cmd := range entry.Commands {
 		res.Results[i] = f.applyCommand(c, l.Index, i, cmd)
 	}
@@ -242,6 +260,35 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	note.JobsChanged = sortUnique(note.JobsChanged)
 	f.notify(note)
 	return res
+}
+
+// applicable checks that this binary can apply every part of entry exactly:
+// every command type is registered, and neither the entry nor a command
+// envelope carries fields this binary does not know (a newer leader's
+// stamps or flags). An error wraps ErrUnknownCommand.
+func applicable(entry *pb.Entry) error {
+	if len(entry.ProtoReflect().GetUnknown()) > 0 {
+		return fmt.Errorf("%w: the entry carries fields this version does not know", ErrUnknownCommand)
+	}
+	for i, cmd := range entry.Commands {
+		if !KnownCommand(cmd.GetType()) {
+			return fmt.Errorf("%w: command %d has type %d (%v)", ErrUnknownCommand, i, int32(cmd.GetType()), cmd.GetType())
+		}
+		if len(cmd.ProtoReflect().GetUnknown()) > 0 {
+			return fmt.Errorf("%w: command %d (%v) carries fields this version does not know", ErrUnknownCommand, i, cmd.GetType())
+		}
+	}
+	return nil
+}
+
+// haltProcess is the default halt: log and panic (out of Apply, on raft's
+// FSM goroutine, so the process ends with nothing of the entry applied; a
+// restart replays the log and halts again at the same index until the
+// binary is upgraded).
+func (f *FSM) haltProcess(index uint64, err error) {
+	f.logger.Error("fsm: halting: this replica cannot apply a committed entry; upgrade raftps on this node",
+		"index", index, "err", err)
+	panic(fmt.Sprintf("fsm: halting at log index %d: %v; upgrade raftps on this node", index, err))
 }
 
 func (f *FSM) advance(index uint64) {
@@ -261,12 +308,7 @@ func (f *FSM) applyCommand(c *applyCtx, index uint64, i int, cmd *pb.Command) (r
 			r = &pb.Result{Revision: f.rev, Error: &pb.Status{Code: int32(codes.Internal), Message: fmt.Sprintf("fsm: %v panicked: %v", cmd.GetType(), p)}}
 		}
 	}()
-	h, ok := handlers[cmd.GetType()]
-	if !ok {
-		err := fmt.Errorf("%w: %d (%v)", ErrUnknownCommand, int32(cmd.GetType()), cmd.GetType())
-		f.logger.Error("fsm: rejecting unknown command type", "index", index, "command", i, "type", int32(cmd.GetType()))
-		return errResult(f.rev, err)
-	}
+	h := handlers[cmd.GetType()] // applicable checked every type
 	resp, err := h(f, c, cmd.GetPayload())
 	if err != nil {
 		if Code(err) == codes.InvalidArgument && isWireError(err) {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"testing"
 
@@ -79,8 +80,17 @@ func FuzzApplyEntry(f *testing.F) {
 			t.Fatal(err)
 		}
 		before := dumpState(t, whole)
+		var halted error
+		whole.halt = func(_ uint64, err error) { halted = err }
 		r := whole.Apply(&raft.Log{Index: 1000, Type: raft.LogCommand, Data: data}).(*ApplyResult)
 		checkInvariants(t, whole)
+		if halted != nil {
+			// An entry this replica cannot apply: it halts with nothing applied.
+			if !errors.Is(halted, ErrUnknownCommand) || !equalDump(before, dumpState(t, whole)) {
+				t.Fatalf("halt (%v) changed the state", halted)
+			}
+			return
+		}
 		if whole.AppliedIndex() != 1000 {
 			t.Fatalf("applied index %d", whole.AppliedIndex())
 		}
@@ -106,7 +116,7 @@ func FuzzApplyEntry(f *testing.F) {
 		}
 		for i, cmd := range entry.Commands {
 			prev := dumpState(t, single)
-			d, _ := EncodeEntry(entry.NowUnixNano, []*pb.Command{cmd})
+			d, _ := proto.Marshal(&pb.Entry{NowUnixNano: entry.NowUnixNano, MonoNano: entry.MonoNano, Commands: []*pb.Command{cmd}})
 			rr := single.Apply(&raft.Log{Index: 1000, Type: raft.LogCommand, Data: d}).(*ApplyResult)
 			res := rr.Results[0]
 			if !proto.Equal(res, r.Results[i]) {

@@ -20,7 +20,14 @@ type JobQueue interface {
 	ExpireTasks(now int64, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error)
 	RequeueTrainer(now int64, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error)
 	RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error)
-	MarshalBinary() ([]byte, error)
+	Delete(now int64, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error)
+	Prune(now int64, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error)
+	// MarshalJobs encodes the state as one bounded record per job, sorted
+	// by name (the snapshot's job records); UnmarshalJobs replaces the state
+	// with such records. UnmarshalBinary reads the whole-queue blob of
+	// older snapshots.
+	MarshalJobs() ([][]byte, error)
+	UnmarshalJobs([][]byte) error
 	UnmarshalBinary([]byte) error
 }
 
@@ -94,10 +101,42 @@ func (c *applyCtx) touched(job string) {
 	}
 }
 
+// applySubmitJob creates a job. With jobq.MaxJobs jobs kept, the submit
+// first deletes the oldest finished jobs; those count as touched too.
 func (f *FSM) applySubmitJob(c *applyCtx, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
+	var before []*pb.JobStatus
+	if js := f.jobs.Jobs(); len(js) >= jobq.MaxJobs {
+		before = js
+	}
 	resp, err := f.jobs.Submit(c.now, req)
 	if err == nil {
 		c.touched(req.GetSpec().GetName())
+		for _, j := range before {
+			if _, ok := f.jobs.Job(j.GetName()); !ok {
+				c.touched(j.GetName())
+			}
+		}
+	}
+	return resp, err
+}
+
+// applyDeleteJob removes a job that is not running (jobq.Queue.Delete).
+func (f *FSM) applyDeleteJob(c *applyCtx, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error) {
+	resp, err := f.jobs.Delete(c.now, req)
+	if err == nil {
+		c.touched(req.GetName())
+	}
+	return resp, err
+}
+
+// applyPruneJobs deletes finished jobs past the retention limits, judged
+// with the entry's cluster time (jobq.Queue.Prune).
+func (f *FSM) applyPruneJobs(c *applyCtx, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error) {
+	resp, err := f.jobs.Prune(c.now, req)
+	if err == nil {
+		for _, name := range resp.GetDeleted() {
+			c.touched(name)
+		}
 	}
 	return resp, err
 }

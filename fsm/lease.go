@@ -75,12 +75,17 @@ func (f *FSM) Lease(id int64) (LeaseInfo, bool) {
 }
 
 // applyLeaseGrant creates a lease. TTL <= 0 or a negative id is ErrInvalid;
+// a TTL above MaxLeaseTTL (9e9 s, etcd's bound, so that TTL x time.Second
+// and a deadline computed from it cannot overflow) is ErrLeaseTTLTooLarge;
 // id 0 takes the next free id of a counter kept in the state (so every
 // replica picks the same); an id in use is ErrLeaseExists. A grant does not
 // change the store revision (as in etcd).
 func (f *FSM) applyLeaseGrant(c *applyCtx, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if req.Ttl <= 0 {
 		return nil, fmt.Errorf("%w: lease grant: ttl %d", ErrInvalid, req.Ttl)
+	}
+	if req.Ttl > MaxLeaseTTL {
+		return nil, fmt.Errorf("%w: lease grant: ttl %d s, at most %d s", ErrLeaseTTLTooLarge, req.Ttl, MaxLeaseTTL)
 	}
 	id := req.Id
 	switch {

@@ -1,9 +1,13 @@
 package fsm
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -161,5 +165,33 @@ func TestLeaseAutoIDWraps(t *testing.T) {
 		if got := f.grant(0, 1); got != want {
 			t.Fatalf("id %d, want %d", got, want)
 		}
+	}
+}
+
+// TestLeaseGrantTTLBound is issue 12 item 12: a TTL above ~9.2e9 s
+// overflowed time.Duration(ttl)*time.Second, so the grant succeeded with a
+// deadline already past and the lease was revoked at once. The FSM refuses
+// TTLs above MaxLeaseTTL (etcd's 9e9 s) with ErrLeaseTTLTooLarge
+// (InvalidArgument) and changes nothing; MaxLeaseTTL itself is granted.
+// Before the fix every case below was granted.
+func TestLeaseGrantTTLBound(t *testing.T) {
+	f := newTestFSM(t)
+	for _, ttl := range []int64{MaxLeaseTTL + 1, 9_300_000_000, math.MaxInt64} {
+		before := dumpState(t, f.FSM)
+		_, err := f.do(pb.CommandType_COMMAND_LEASE_GRANT, &pb.LeaseGrantRequest{Ttl: ttl}, nil)
+		if !errors.Is(err, ErrLeaseTTLTooLarge) || Code(err) != codes.InvalidArgument {
+			t.Fatalf("grant ttl %d: %v (code %v), want ErrLeaseTTLTooLarge / InvalidArgument", ttl, err, Code(err))
+		}
+		after := dumpState(t, f.FSM)
+		after.Applied = before.Applied
+		if !equalDump(before, after) {
+			t.Fatalf("refused grant of ttl %d changed the state", ttl)
+		}
+	}
+	if id := f.grant(0, MaxLeaseTTL); id == 0 {
+		t.Fatal("MaxLeaseTTL not granted")
+	}
+	if d := time.Duration(MaxLeaseTTL) * time.Second; d <= 0 {
+		t.Fatalf("MaxLeaseTTL seconds overflow a Duration: %v", d)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
 )
 
 // Snapshot format (version 1). All integers are varints (protowire):
@@ -28,15 +29,22 @@ import (
 //	         the end tag included; then EOF.
 //
 // Records come in tag order: one meta, leases by id, key/values by key,
-// events by revision, at most one job-queue blob.
+// events by revision, then the jobs: one record per job, by name. Every
+// record is bounded (maxRecord), so no state, however large, needs one
+// unbounded record. Older snapshots hold a 4-varint meta (no clock) and
+// one whole-queue blob (tagJobs) instead; Restore reads both forms.
 const snapMagic = "RPSFSM\x00\x01"
 
 const (
-	tagMeta  = 1 // applied(uvarint) revision compact_revision next_lease (varints)
+	// tagMeta: applied(uvarint) revision compact_revision next_lease, then
+	// the replicated clock: now term+1 mono wall (varints; absent in older
+	// snapshots).
+	tagMeta  = 1
 	tagLease = 2 // id ttl (varints)
 	tagKV    = 3 // pb.KeyValue
 	tagEvent = 4 // pb.Event (revision = kv.mod_revision)
-	tagJobs  = 5 // JobQueue.MarshalBinary
+	tagJobs  = 5 // JobQueue.MarshalBinary: the whole queue (older snapshots; read only)
+	tagJob   = 6 // one record of JobQueue.MarshalJobs
 	tagEnd   = 0xff
 )
 
@@ -55,7 +63,8 @@ type snapshot struct {
 	kvs        *btree.BTreeG[*pb.KeyValue]
 	leases     []leaseRec
 	hist       []revEvents
-	jobs       []byte
+	clock      clock
+	jobs       [][]byte
 }
 
 // Snapshot captures the state under the lock; the returned FSMSnapshot's
@@ -63,7 +72,7 @@ type snapshot struct {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	jobs, err := f.jobs.MarshalBinary()
+	jobs, err := f.jobs.MarshalJobs()
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot job queue: %w", err)
 	}
@@ -74,6 +83,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		nextLease:  f.nextLease,
 		kvs:        f.kvs.Clone(),
 		hist:       slices.Clone(f.hist),
+		clock:      f.clock,
 		jobs:       jobs,
 	}
 	for _, id := range slices.Sorted(maps.Keys(f.leases)) {
@@ -115,6 +125,10 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	body = protowire.AppendVarint(body, uint64(s.rev))
 	body = protowire.AppendVarint(body, uint64(s.compactRev))
 	body = protowire.AppendVarint(body, uint64(s.nextLease))
+	body = protowire.AppendVarint(body, uint64(s.clock.now))
+	body = protowire.AppendVarint(body, s.clock.term)
+	body = protowire.AppendVarint(body, uint64(s.clock.mono))
+	body = protowire.AppendVarint(body, uint64(s.clock.wall))
 	if err := rec(tagMeta, body); err != nil {
 		return err
 	}
@@ -148,8 +162,8 @@ func (s *snapshot) writeTo(w io.Writer) error {
 			}
 		}
 	}
-	if len(s.jobs) > 0 {
-		if err := rec(tagJobs, s.jobs); err != nil {
+	for _, j := range s.jobs {
+		if err := rec(tagJob, j); err != nil {
 			return err
 		}
 	}
@@ -188,6 +202,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.hist = st.hist
 	f.histSize = st.histSize
 	f.jobs = st.jobs
+	f.clock = st.clock
 	n := Notification{Index: f.applied, Revision: f.rev, Restored: true}
 	f.mu.Unlock()
 	f.logger.Info("fsm: restored snapshot", "index", n.Index, "revision", n.Revision, "keys", st.kvs.Len(), "leases", len(st.leases))
@@ -204,6 +219,7 @@ type restored struct {
 	leases     map[int64]*lease
 	hist       []revEvents
 	histSize   int64
+	clock      clock
 	jobs       JobQueue
 }
 
@@ -252,13 +268,15 @@ func readErr(what string, err error) error {
 func maxRecord(tag byte) uint64 {
 	switch tag {
 	case tagMeta, tagLease:
-		return 64
+		return 96
 	case tagKV:
 		return MaxKeySize + MaxValueSize + 128
 	case tagEvent:
 		return 2*(MaxKeySize+MaxValueSize) + 512
 	case tagJobs:
 		return 1 << 31
+	case tagJob:
+		return jobq.MaxJobRecordBytes + 16
 	}
 	return 0
 }
@@ -279,6 +297,7 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		lastRev  int64
 		haveMeta bool
 		events   []*pb.Event
+		jobRecs  [][]byte
 	)
 	for {
 		tag, err := cr.ReadByte()
@@ -309,7 +328,8 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 			}
 			break
 		}
-		if tag < lastTag || tag > tagJobs || tag == 0 || (tag == lastTag && (tag == tagMeta || tag == tagJobs)) {
+		if tag < lastTag || tag > tagJob || tag == 0 || (tag == lastTag && (tag == tagMeta || tag == tagJobs)) ||
+			(tag == tagJob && lastTag == tagJobs) {
 			return nil, malformed("record tag %d after %d", tag, lastTag)
 		}
 		if tag != tagMeta && !haveMeta {
@@ -332,11 +352,18 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		}
 		switch tag {
 		case tagMeta:
-			vals, err := varints(body, 4)
+			vals, err := varints(body, 8)
 			if err != nil {
-				return nil, err
+				if vals, err = varints(body, 4); err != nil { // an older snapshot: no clock
+					return nil, err
+				}
+				vals = append(vals, 0, 0, 0, 0)
 			}
 			st.applied, st.rev, st.compactRev, st.nextLease = vals[0], int64(vals[1]), int64(vals[2]), int64(vals[3])
+			st.clock = clock{now: int64(vals[4]), term: vals[5], mono: int64(vals[6]), wall: int64(vals[7])}
+			if st.clock.now < 0 || st.clock.mono < 0 {
+				return nil, malformed("meta clock %d mono %d", st.clock.now, st.clock.mono)
+			}
 			if st.rev < 1 || st.compactRev < 0 || st.compactRev > st.rev || st.nextLease < 1 {
 				return nil, malformed("meta revision %d compact %d next lease %d", st.rev, st.compactRev, st.nextLease)
 			}
@@ -412,6 +439,8 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 				return nil, malformed("job queue: %v", err)
 			}
 			st.jobs = q
+		case tagJob:
+			jobRecs = append(jobRecs, body)
 		}
 	}
 	if !haveMeta {
@@ -419,6 +448,16 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 	}
 	if len(events) > 0 {
 		st.addHist(lastRev, events)
+	}
+	if jobRecs != nil {
+		q := newJobs()
+		if err := q.UnmarshalJobs(jobRecs); err != nil {
+			if errors.Is(err, ErrMalformed) {
+				return nil, err
+			}
+			return nil, malformed("job records: %v", err)
+		}
+		st.jobs = q
 	}
 	if st.jobs == nil {
 		st.jobs = newJobs()

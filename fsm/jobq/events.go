@@ -45,9 +45,11 @@ func (r *eventRing) push(e event) {
 func (r *eventRing) at(i int) *event { return &r.buf[(r.head+i)%len(r.buf)] }
 
 // emit appends e with the next seq and unix_nano = now.
+// The message is cut to MaxEventMessage bytes.
 func (j *job) emit(now int64, e event) {
 	j.eventSeq++
 	e.seq, e.unixNano = j.eventSeq, now
+	e.message = truncate(e.message, MaxEventMessage)
 	j.events.push(e)
 }
 
@@ -71,8 +73,10 @@ var externalEvents = map[pb.JobEvent_Type]bool{
 // RecordEvent appends an event reported from outside the queue (a trainer
 // joined or left, a checkpoint was committed, a pserver restored) to the log
 // of job ev.Job with the next seq and unix_nano = now, and returns the stored
-// copy. Other types (TASK_DONE, PASS_ENDED, ...) are emitted by the queue
-// itself and rejected with errs.ErrInvalid; an unknown job is
+// copy (its message cut to MaxEventMessage bytes). Other types
+// (TASK_DONE, PASS_ENDED, ...) are emitted by the queue itself and
+// rejected with errs.ErrInvalid, as is a trainer id over MaxTrainerLen
+// bytes; an unknown job is
 // errs.ErrNotFound. The newest CHECKPOINT_COMMITTED version is recorded as
 // the checkpoint_version of the next PassMetric. TRAINER_LEFT does not
 // requeue anything: use RequeueTrainer for that.
@@ -86,6 +90,9 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 	}
 	if !externalEvents[ev.Type] {
 		return nil, invalid("type", "%v is emitted by the task queue, not recorded", ev.Type)
+	}
+	if len(ev.Trainer) > MaxTrainerLen {
+		return nil, invalid("trainer", "is %d bytes, more than %d", len(ev.Trainer), MaxTrainerLen)
 	}
 	if ev.Type == pb.JobEvent_CHECKPOINT_COMMITTED && ev.Version > j.ckptVersion {
 		j.ckptVersion = ev.Version

@@ -16,7 +16,7 @@ const (
 	// MaxEvents is the number of newest events kept per job (a ring).
 	MaxEvents = 100000
 	// MaxTasks bounds ceil(dataset.records / records_per_task) of one job.
-	MaxTasks = 1 << 24
+	MaxTasks = 1 << 22
 	// MaxNameLen is the longest job name.
 	MaxNameLen = 63
 	// MaxTaskTimeouts bounds spec.max_task_timeouts.
@@ -170,8 +170,10 @@ func New() *Queue {
 // Submit validates req.Spec, fills its defaults and creates the job in
 // JOB_RUNNING with pass 0 and all tasks in todo (task i covers records
 // [i*records_per_task, min((i+1)*records_per_task, records))). Errors wrap
-// errs.ErrInvalid (naming the field) or errs.ErrExists; on error nothing is
-// created. Emits JOB_SUBMITTED.
+// errs.ErrInvalid (naming the field, see ValidateSpec) or errs.ErrExists;
+// with MaxJobs jobs kept it first deletes the oldest finished ones, and
+// refuses with errs.ErrFailedPrecondition if all are running. On error
+// nothing changes. Emits JOB_SUBMITTED.
 func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	spec, err := ValidateSpec(req.GetSpec())
 	if err != nil {
@@ -179,6 +181,9 @@ func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobRespon
 	}
 	if _, ok := q.jobs[spec.Name]; ok {
 		return nil, fmt.Errorf("%w: job %q", errs.ErrExists, spec.Name)
+	}
+	if err := q.makeRoom(); err != nil {
+		return nil, err
 	}
 	n := int32(NumTasks(spec.Dataset.Records, spec.RecordsPerTask)) // <= MaxTasks
 	j := &job{

@@ -45,7 +45,9 @@ func (e *enc) bool(v bool) {
 func (e *enc) run(r run) { e.i(r.epoch); e.i(r.started); e.i(r.deadline); e.s(r.trainer) }
 
 // MarshalBinary encodes the whole state deterministically (see the format
-// above). It does not change q.
+// above). It does not change q. The FSM snapshots with MarshalJobs (one
+// bounded record per job); this whole-queue form is what older snapshots
+// hold, and UnmarshalBinary still reads it.
 func (q *Queue) MarshalBinary() ([]byte, error) {
 	size := 1024
 	for _, j := range q.jobs {
@@ -54,111 +56,178 @@ func (q *Queue) MarshalBinary() ([]byte, error) {
 	e := &enc{b: append(make([]byte, 0, size), snapshotMagic...)}
 	e.u(snapshotVersion)
 	e.u(uint64(len(q.jobs)))
-	det := proto.MarshalOptions{Deterministic: true}
 	for _, name := range q.names() {
-		j := q.jobs[name]
-		e.s(j.name)
-		spec, err := det.Marshal(j.spec)
-		if err != nil {
-			return nil, fmt.Errorf("jobq: encode spec of %q: %w", name, err)
-		}
-		e.bytes(spec)
-		e.u(uint64(j.state))
-		e.s(j.message)
-		e.i(int64(j.pass))
-		e.i(j.submitted)
-		e.i(j.finished)
-		e.i(j.epoch)
-		e.bool(j.final)
-		e.i(j.slowest)
-		e.i(j.slowestEval)
-		d := j.durations.ordered()
-		e.u(uint64(len(d)))
-		for _, v := range d {
-			e.i(v)
-		}
-		e.f(j.acc.lossSum)
-		e.f(j.acc.weight)
-		e.i(j.acc.examples)
-		e.i(j.acc.finished)
-		e.i(j.acc.maxStep)
-		e.u(uint64(len(j.metrics)))
-		for _, m := range j.metrics {
-			b, err := det.Marshal(m)
-			if err != nil {
-				return nil, fmt.Errorf("jobq: encode metric of %q: %w", name, err)
-			}
-			e.bytes(b)
-		}
-		e.u(uint64(j.eval.state))
-		e.i(int64(j.eval.pass))
-		e.run(j.eval.run)
-		e.u(uint64(j.eval.timeouts))
-		e.u(uint64(j.eval.failures))
-		e.i(j.ckptVersion)
-		e.i(j.requeued)
-		e.i(j.timeouts)
-		tnames := make([]string, 0, len(j.trainers))
-		for t := range j.trainers {
-			tnames = append(tnames, t)
-		}
-		slices.Sort(tnames)
-		e.u(uint64(len(tnames)))
-		for _, t := range tnames {
-			ts := j.trainers[t]
-			e.s(t)
-			e.i(int64(ts.consecutive))
-			e.i(int64(ts.strikes))
-			e.i(ts.until)
-		}
-		e.u(uint64(j.nTasks))
-		prevEpoch := int64(0)
-		for id := range j.nTasks {
-			t := &j.tasks[id]
-			kind := t.slot
-			if kind >= 0 {
-				kind = 0
-			}
-			e.u(uint64(-kind)) // 0 pending, 1 todo, 2 done, 3 failed
-			e.i(t.epoch - prevEpoch)
-			prevEpoch = t.epoch
-			e.u(uint64(t.timeouts))
-			e.u(uint64(t.failures))
-		}
-		e.u(uint64(j.todo.len()))
-		prev := int64(-1)
-		for i := range j.todo.len() {
-			id := int64(j.todo.at(i))
-			e.i(id - prev - 1)
-			prev = id
-		}
-		ids := j.pendingIDs()
-		e.u(uint64(len(ids)))
-		for _, id := range ids {
-			p := &j.pending[j.tasks[id].slot]
-			e.u(uint64(id))
-			e.run(p.primary)
-			e.run(p.backup)
-		}
-		e.i(j.eventSeq)
-		e.u(uint64(j.events.len()))
-		for i := range j.events.len() {
-			ev := j.events.at(i)
-			e.i(ev.seq)
-			e.i(ev.unixNano)
-			e.u(uint64(ev.typ))
-			e.i(int64(ev.pass))
-			e.i(ev.taskID)
-			e.i(ev.epoch)
-			e.i(ev.examples)
-			e.i(ev.version)
-			e.f(ev.loss)
-			e.f(ev.accuracy)
-			e.s(ev.trainer)
-			e.s(ev.message)
+		if err := q.jobs[name].marshal(e); err != nil {
+			return nil, err
 		}
 	}
 	return e.b, nil
+}
+
+// jobRecordVersion starts every record of MarshalJobs.
+const jobRecordVersion = 1
+
+// MarshalJobs encodes the state as one record per job, sorted by job name:
+// jobRecordVersion then the job as in the whole-queue format. Each record
+// is at most MaxJobRecordBytes (the bounds of retention.go make it so), so
+// a snapshot never holds one unbounded blob. It does not change q.
+func (q *Queue) MarshalJobs() ([][]byte, error) {
+	out := make([][]byte, 0, len(q.jobs))
+	for _, name := range q.names() {
+		j := q.jobs[name]
+		e := &enc{b: make([]byte, 0, 1024+8*int(j.nTasks)+64*j.events.len())}
+		e.u(jobRecordVersion)
+		if err := j.marshal(e); err != nil {
+			return nil, err
+		}
+		if len(e.b) > MaxJobRecordBytes {
+			return nil, fmt.Errorf("jobq: job %q encodes to %d bytes, more than %d", name, len(e.b), MaxJobRecordBytes)
+		}
+		out = append(out, e.b)
+	}
+	return out, nil
+}
+
+// UnmarshalJobs replaces q's state with the records of MarshalJobs (sorted
+// by job name, names unique). Like UnmarshalBinary it decodes and checks
+// everything into a new state first; on error (wrapping errs.ErrMalformed)
+// q is unchanged.
+func (q *Queue) UnmarshalJobs(recs [][]byte) error {
+	eventCap := q.eventCap
+	if eventCap <= 0 {
+		eventCap = MaxEvents
+	}
+	nq := &Queue{jobs: make(map[string]*job, len(recs)), eventCap: eventCap}
+	prevName := ""
+	for i, b := range recs {
+		d := &dec{b: b}
+		if v := d.u(); v != jobRecordVersion && d.err == nil {
+			return fmt.Errorf("%w: jobq record %d: version %d, want %d", errs.ErrMalformed, i, v, jobRecordVersion)
+		}
+		j := d.job(eventCap)
+		if d.err == nil && len(d.b) != 0 {
+			d.fail("record %d: %d trailing bytes", i, len(d.b))
+		}
+		if d.err != nil {
+			return d.err
+		}
+		if i > 0 && j.name <= prevName {
+			return fmt.Errorf("%w: jobq records not sorted at %q", errs.ErrMalformed, j.name)
+		}
+		prevName = j.name
+		nq.jobs[j.name] = j
+	}
+	if err := nq.check(); err != nil {
+		return fmt.Errorf("%w: jobq snapshot: %v", errs.ErrMalformed, err)
+	}
+	q.jobs, q.eventCap = nq.jobs, nq.eventCap
+	return nil
+}
+
+// marshal appends the job's encoding to e.
+func (j *job) marshal(e *enc) error {
+	det := proto.MarshalOptions{Deterministic: true}
+	e.s(j.name)
+	spec, err := det.Marshal(j.spec)
+	if err != nil {
+		return fmt.Errorf("jobq: encode spec of %q: %w", j.name, err)
+	}
+	e.bytes(spec)
+	e.u(uint64(j.state))
+	e.s(j.message)
+	e.i(int64(j.pass))
+	e.i(j.submitted)
+	e.i(j.finished)
+	e.i(j.epoch)
+	e.bool(j.final)
+	e.i(j.slowest)
+	e.i(j.slowestEval)
+	d := j.durations.ordered()
+	e.u(uint64(len(d)))
+	for _, v := range d {
+		e.i(v)
+	}
+	e.f(j.acc.lossSum)
+	e.f(j.acc.weight)
+	e.i(j.acc.examples)
+	e.i(j.acc.finished)
+	e.i(j.acc.maxStep)
+	e.u(uint64(len(j.metrics)))
+	for _, m := range j.metrics {
+		b, err := det.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("jobq: encode metric of %q: %w", j.name, err)
+		}
+		e.bytes(b)
+	}
+	e.u(uint64(j.eval.state))
+	e.i(int64(j.eval.pass))
+	e.run(j.eval.run)
+	e.u(uint64(j.eval.timeouts))
+	e.u(uint64(j.eval.failures))
+	e.i(j.ckptVersion)
+	e.i(j.requeued)
+	e.i(j.timeouts)
+	tnames := make([]string, 0, len(j.trainers))
+	for t := range j.trainers {
+		tnames = append(tnames, t)
+	}
+	slices.Sort(tnames)
+	e.u(uint64(len(tnames)))
+	for _, t := range tnames {
+		ts := j.trainers[t]
+		e.s(t)
+		e.i(int64(ts.consecutive))
+		e.i(int64(ts.strikes))
+		e.i(ts.until)
+	}
+	e.u(uint64(j.nTasks))
+	prevEpoch := int64(0)
+	for id := range j.nTasks {
+		t := &j.tasks[id]
+		kind := t.slot
+		if kind >= 0 {
+			kind = 0
+		}
+		e.u(uint64(-kind)) // 0 pending, 1 todo, 2 done, 3 failed
+		e.i(t.epoch - prevEpoch)
+		prevEpoch = t.epoch
+		e.u(uint64(t.timeouts))
+		e.u(uint64(t.failures))
+	}
+	e.u(uint64(j.todo.len()))
+	prev := int64(-1)
+	for i := range j.todo.len() {
+		id := int64(j.todo.at(i))
+		e.i(id - prev - 1)
+		prev = id
+	}
+	ids := j.pendingIDs()
+	e.u(uint64(len(ids)))
+	for _, id := range ids {
+		p := &j.pending[j.tasks[id].slot]
+		e.u(uint64(id))
+		e.run(p.primary)
+		e.run(p.backup)
+	}
+	e.i(j.eventSeq)
+	e.u(uint64(j.events.len()))
+	for i := range j.events.len() {
+		ev := j.events.at(i)
+		e.i(ev.seq)
+		e.i(ev.unixNano)
+		e.u(uint64(ev.typ))
+		e.i(int64(ev.pass))
+		e.i(ev.taskID)
+		e.i(ev.epoch)
+		e.i(ev.examples)
+		e.i(ev.version)
+		e.f(ev.loss)
+		e.f(ev.accuracy)
+		e.s(ev.trainer)
+		e.s(ev.message)
+	}
+	return nil
 }
 
 type dec struct {

@@ -24,7 +24,7 @@ const (
 	// record range of every task, [id*records_per_task, ...), fits an int64.
 	MaxRecords = int64(1) << 50
 	// MaxPasses bounds passes.
-	MaxPasses = 1_000_000
+	MaxPasses = 10_000
 	// MaxSteps bounds max_steps.
 	MaxSteps = int64(1) << 53
 	// MaxBatchSize bounds batch_size.

@@ -39,8 +39,8 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 		return nil, err
 	}
 	trainer := req.GetTrainer()
-	if trainer == "" {
-		return nil, invalid("trainer", "must not be empty")
+	if err := validTrainer("trainer", trainer); err != nil {
+		return nil, err
 	}
 	if j.state != pb.JobState_JOB_RUNNING {
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_JOB_OVER, Pass: j.pass}, nil
@@ -61,6 +61,9 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 		}}, nil
 	case evalPending:
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_PASS_OVER, Pass: j.eval.pass, RetryAfterMs: WaitRetryMs}, nil
+	}
+	if len(j.pending) >= MaxPending {
+		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, Pass: j.pass, RetryAfterMs: WaitRetryMs}, nil
 	}
 	if j.todo.len() > 0 {
 		id := j.todo.pop()
@@ -348,6 +351,7 @@ func (j *job) failed(now int64, trainer string) {
 		j.trainers[trainer] = ts
 	}
 	ts.consecutive++
+	defer j.forgetTrainers(now)
 	if ts.consecutive < BlacklistAfter {
 		return
 	}
@@ -488,8 +492,8 @@ func (j *job) pendingIDs() []int32 {
 // Returns the number of tasks that went back to todo. Unknown job:
 // errs.ErrNotFound; empty trainer: errs.ErrInvalid.
 func (q *Queue) RequeueTrainer(now int64, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error) {
-	if req.GetTrainer() == "" {
-		return nil, invalid("trainer", "must not be empty")
+	if err := validTrainer("trainer", req.GetTrainer()); err != nil {
+		return nil, err
 	}
 	var n int64
 	if req.GetJob() == "" {
