@@ -25,6 +25,7 @@ type quietTB struct{ testing.TB }
 
 func (quietTB) Helper()               {}
 func (quietTB) Log(...any)            {}
+func (quietTB) Cleanup(func())        {}
 func (quietTB) Fatal(args ...any)     { panic(args) }
 func (quietTB) Fatalf(string, ...any) { panic("fixture failed") }
 

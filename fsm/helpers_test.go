@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/testutil"
 )
 
 // testFSM wraps an FSM with a log index counter.
@@ -20,17 +21,7 @@ type testFSM struct {
 	index uint64
 }
 
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Helper()
-	w.tb.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
-
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(tb testing.TB) *slog.Logger { return testutil.LoggerLevel(tb, slog.LevelDebug) }
 
 func newTestFSM(tb testing.TB) *testFSM {
 	tb.Helper()

@@ -12,30 +12,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/internal/testutil"
 )
 
-// tbWriter sends log lines to tb.Log until the test is cleaned up;
-// memberlist goroutines may still log after that, and tb.Log would panic.
-type tbWriter struct {
-	mu   sync.Mutex
-	tb   testing.TB
-	done bool
-}
-
-func (w *tbWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.tb.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
-
-func newTestLogger(tb testing.TB) *slog.Logger {
-	w := &tbWriter{tb: tb}
-	tb.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
+func newTestLogger(tb testing.TB) *slog.Logger { return testutil.Logger(tb) }
 
 func testConfig(tb testing.TB, id string) Config {
 	cfg := DefaultConfig()

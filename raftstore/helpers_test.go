@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,46 +14,18 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/internal/testutil"
 )
 
-// tbHandler sends slog records to tb.Log until the test ends. Level from
-// RAFTSTORE_TEST_LOG (debug, info, warn; default warn).
-type tbWriter struct {
-	mu   sync.Mutex
-	tb   testing.TB
-	done bool
-}
-
-func (w *tbWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.tb.Log(string(p[:len(p)-1]))
-	}
-	return len(p), nil
-}
-
+// testLogger logs to tb (RAFTPS_TEST_LOG sets the level; default warn,
+// error in benchmarks).
 func testLogger(tb testing.TB) *slog.Logger {
 	tb.Helper()
 	level := slog.LevelWarn
 	if _, ok := tb.(*testing.B); ok {
 		level = slog.LevelError
 	}
-	switch os.Getenv("RAFTSTORE_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	case "off":
-		return slog.New(slog.DiscardHandler)
-	}
-	w := &tbWriter{tb: tb}
-	tb.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return testutil.LoggerLevel(tb, level)
 }
 
 // cluster is n in-process stores on loopback TCP transports; stores[i] is

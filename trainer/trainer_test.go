@@ -13,18 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/trainertest"
 )
 
 // testLogger sends the trainer's logs to t.Log.
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlogWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlogWriter struct{ tb testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) { w.tb.Log(string(p[:len(p)-1])); return len(p), nil }
+func testLogger(tb testing.TB) *slog.Logger { return testutil.LoggerLevel(tb, slog.LevelDebug) }
 
 // synthDir returns a synthetic dataset (2000 train, 500 test records),
 // written once per test binary and removed by TestMain.

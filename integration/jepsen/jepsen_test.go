@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/internal/testutil"
 )
 
 var (
@@ -25,11 +27,11 @@ var (
 // moduleRoot is the directory holding go.mod.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("go env GOMOD: %v", err)
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	return root
 }
 
 // raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; it skips the test

@@ -14,21 +14,12 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/schema"
 )
 
 // testLogger logs to t.Log.
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Helper()
-	w.tb.Log(string(p))
-	return len(p), nil
-}
+func testLogger(tb testing.TB) *slog.Logger { return testutil.LoggerLevel(tb, slog.LevelInfo) }
 
 // testNode is one node: a Store in a temp dir served over gRPC on 127.0.0.1:0.
 type testNode struct {
