@@ -105,6 +105,7 @@ type Master struct {
 	deadSince   map[string]time.Time // server id -> when gossip declared it dead
 	gone        map[string]bool      // node id -> its trainers and slots were released
 	leaderSince time.Time
+	clock       fsm.ClockEstimator // cluster time between entries (overdue)
 }
 
 // New returns a Master over store and members.
@@ -186,6 +187,7 @@ func (m *Master) leaderLoop(ctx context.Context) {
 	}
 	m.mu.Lock()
 	m.leaderSince = time.Now()
+	m.clock.Reset()
 	m.deadSince = map[string]time.Time{}
 	m.gone = map[string]bool{}
 	m.mu.Unlock()
@@ -413,7 +415,8 @@ func (m *Master) sweep(ctx context.Context) {
 // ExpireTasks command worth a log entry (the FSM decides with the clock
 // stamped in the entry).
 func (m *Master) overdue(job string) bool {
-	now := time.Now().UnixNano()
+	// Deadlines are cluster time (fsm/clock.go), not this node's wall clock.
+	now := m.clock.Now(m.store.FSM().Clock())
 	for _, t := range m.store.FSM().Jobs().Pending(job) {
 		if t.DeadlineUnixNano > 0 && t.DeadlineUnixNano < now {
 			return true

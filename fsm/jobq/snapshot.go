@@ -494,6 +494,11 @@ func (d *dec) job(eventCap int) *job {
 	return j
 }
 
+// Check verifies the queue's invariants (those UnmarshalBinary and
+// UnmarshalJobs enforce on a snapshot, see check) and returns the first
+// violation, or nil. O(tasks): for tests and fuzzers.
+func (q *Queue) Check() error { return q.check() }
+
 // check verifies the invariants of every job: each task is in exactly one
 // of todo, pending, done and failed, and the task's slot agrees; the counts
 // match; pending copies have epochs in (0, epoch] and a trainer; the eval
