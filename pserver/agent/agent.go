@@ -35,7 +35,8 @@ type Config struct {
 	Addr string
 	// LeaseTTL of the node's pserver lease in seconds (default 5).
 	LeaseTTL int64
-	// Poll is the interval between reconciliations (default 300ms).
+	// Poll is the interval between reconciliations and between lease
+	// renewal checks (default 300ms).
 	Poll   time.Duration
 	Logger *slog.Logger
 }
@@ -51,7 +52,7 @@ type Agent struct {
 
 	session *concurrency.Session
 	mu      sync.Mutex
-	lease   int64 // the session's lease as of the last round
+	lease   int64 // the session's lease as of the last renewal; 0 after a fence
 	hosted  map[slotKey]*hosted
 	wg      sync.WaitGroup
 }
@@ -100,35 +101,82 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
 }
 
-// Run reconciles until ctx ends, then releases its slots (a graceful stop
-// hands them over at once instead of waiting for the lease to expire).
+// Run keeps the node's lease alive and reconciles every Poll until ctx
+// ends, then releases its slots (a graceful stop hands them over at once
+// instead of waiting for the lease to expire).
+//
+// The lease is kept by its own goroutine (keepAlive), so a reconciliation
+// round stuck in a long restore neither lets the lease lapse nor delays the
+// fence when the lease is lost.
 func (a *Agent) Run(ctx context.Context) error {
+	kctx, kcancel := context.WithCancel(ctx)
+	kdone := make(chan struct{})
+	go func() { defer close(kdone); a.keepAlive(kctx) }()
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			kcancel()
+			<-kdone
 			a.release()
 			return nil
 		case <-t.C:
 		}
+		if a.currentLease() != 0 {
+			a.reconcile(ctx)
+		}
+	}
+}
+
+// keepAlive renews the session's lease every Poll until ctx ends and fences
+// every hosted slot when the lease is lost: at once when the store says so
+// (Session.Ensure reports lost), and without waiting for the store when no
+// renewal succeeded for 2/3 of the TTL (a partition, a stalled leader): the
+// lease may be expiring on the leader, and another node may then claim the
+// slots. Ensure answers from its cache for a third of the TTL after a
+// renewal, so the last success is at most TTL/3 after the last renewal the
+// leader saw, and the fence comes at most one TTL after it: never after the
+// leader's expiry.
+func (a *Agent) keepAlive(ctx context.Context) {
+	safe := time.Duration(a.cfg.LeaseTTL) * time.Second * 2 / 3
+	watchdog := time.AfterFunc(time.Hour, func() {
+		a.fenceAll("lease not renewed for 2/3 of its TTL: it may expire on the leader")
+	})
+	watchdog.Stop()
+	defer watchdog.Stop()
+	t := time.NewTicker(a.cfg.Poll)
+	defer t.Stop()
+	for {
+		start := time.Now()
 		id, lost, err := a.session.Ensure(ctx)
 		if lost {
-			a.log.Warn("pserver lease lost: fencing every hosted slot")
 			a.fenceAll("lease lost")
 		}
 		if err != nil {
 			a.log.Warn("pserver lease", "err", err)
-			continue
+		} else {
+			watchdog.Reset(time.Until(start.Add(safe)))
+			a.mu.Lock()
+			if a.lease != id {
+				a.log.Info("pserver lease", "lease", id, "ttl_s", a.cfg.LeaseTTL)
+			}
+			a.lease = id
+			a.mu.Unlock()
 		}
-		a.mu.Lock()
-		if a.lease != id {
-			a.log.Info("pserver lease granted", "lease", id, "ttl_s", a.cfg.LeaseTTL)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		a.lease = id
-		a.mu.Unlock()
-		a.reconcile(ctx)
 	}
+}
+
+// currentLease is the lease new claims are made under (0: none known live).
+func (a *Agent) currentLease() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lease
 }
 
 func (a *Agent) fenceAll(reason string) {
@@ -140,6 +188,7 @@ func (a *Agent) fenceAll(reason string) {
 		delete(a.hosted, k)
 		a.log.Warn("slot fenced", "job", k.job, "slot", k.slot, "reason", reason)
 	}
+	// No claims until a renewal succeeds again.
 	a.lease = 0
 }
 

@@ -407,3 +407,138 @@ func TestShutdownRevokesLease(t *testing.T) {
 		t.Fatal("claim survived a graceful stop")
 	}
 }
+
+// TestPartitionFencesWithinTTL: a node cut off from the leader cannot
+// renew its lease, and keepalives fail with Unavailable, not NotFound, so
+// Session.Ensure never reports the lease lost. The agent must still fence
+// every hosted slot once the lease may have expired (one TTL after the last
+// renewal), because by then another node may hold the slot; after the
+// partition heals it re-claims and serves again, without a restart.
+func TestPartitionFencesWithinTTL(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	const ttl = 1
+	ta := startAgent(t, meta, 1, ttl)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	_, inc1, _ := slotRecord(meta, "j", 0)
+	cut := time.Now()
+	meta.setUnreachable(true)
+	waitFor(t, "slot fenced", s.Fenced)
+	if took := time.Since(cut); took > ttl*time.Second+time.Second {
+		// The fence must come within the TTL (plus a renewal period): the
+		// margin is for a loaded machine, not for the mechanism.
+		t.Fatalf("fenced %v after the partition, TTL is %ds", took, ttl)
+	}
+	if _, ok := ta.server.Slot("j", 0); ok {
+		t.Fatal("fenced slot still hosted")
+	}
+	// The leader expires the lease meanwhile; then the partition heals.
+	meta.expireLease(meta.get(schema.SlotKey("j", 0)).GetLease())
+	meta.setUnreachable(false)
+	waitFor(t, "slot re-claimed and served after the heal", func() bool {
+		s2, ok := ta.served("j", 0)
+		_, inc2, held := slotRecord(meta, "j", 0)
+		return ok && s2 != s && held && inc2 > inc1
+	})
+}
+
+// TestPartitionHealsBeforeExpiry: a partition shorter than the TTL fences
+// nothing; the lease is renewed after it and the slot keeps serving.
+func TestPartitionHealsBeforeExpiry(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 30)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	meta.setUnreachable(true)
+	time.Sleep(20 * ta.a.cfg.Poll)
+	meta.setUnreachable(false)
+	time.Sleep(20 * ta.a.cfg.Poll)
+	if s.Fenced() {
+		t.Fatal("a partition well within the TTL fenced the slot")
+	}
+	if s2, ok := ta.served("j", 0); !ok || s2 != s {
+		t.Fatal("slot no longer served by the same Slot")
+	}
+}
+
+// startBlockedRestore hosts job "a" slot 0, then makes the agent claim
+// job "b" slot 0 with a restore that blocks reading b's pointers until
+// release is called (also at cleanup).
+func startBlockedRestore(t *testing.T, meta *fakeMeta, ttl int64) (ta *testAgent, hostedA *pserver.Slot, release func()) {
+	t.Helper()
+	a, b := syncSpec("a", 1, 0), syncSpec("b", 1, 0)
+	meta.setJobs(running(a))
+	ta = startAgent(t, meta, 1, ttl)
+	waitFor(t, "a/0 served", func() bool { var ok bool; hostedA, ok = ta.served("a", 0); return ok })
+	entered, release := meta.blockRanges(schema.CheckpointPrefix("b"))
+	t.Cleanup(release)
+	meta.setJobs(running(a), running(b))
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the restore of b/0 never started")
+	}
+	return ta, hostedA, release
+}
+
+// TestLeaseKeptAliveDuringLongRestore: the lease is renewed while a
+// restore (up to a minute) runs: the keepalive does not wait for the
+// reconciliation round.
+func TestLeaseKeptAliveDuringLongRestore(t *testing.T) {
+	meta := newFakeMeta()
+	const ttl = 1
+	ta, hostedA, release := startBlockedRestore(t, meta, ttl)
+	before := meta.keepaliveCount()
+	time.Sleep(3 * ttl * time.Second)
+	if n := meta.keepaliveCount() - before; n < 2 {
+		t.Fatalf("%d keepalives in 3 TTLs of a blocked restore", n)
+	}
+	if hostedA.Fenced() {
+		t.Fatal("a/0 fenced while its lease was being renewed")
+	}
+	release()
+	waitFor(t, "b/0 served after the restore", func() bool { _, ok := ta.served("b", 0); return ok })
+}
+
+// TestPartitionDuringLongRestoreFences: a node whose reconciliation is
+// stuck in a long restore when it is partitioned still fences what it
+// serves within the TTL.
+func TestPartitionDuringLongRestoreFences(t *testing.T) {
+	meta := newFakeMeta()
+	const ttl = 1
+	_, hostedA, _ := startBlockedRestore(t, meta, ttl)
+	cut := time.Now()
+	meta.setUnreachable(true)
+	deadline := cut.Add(ttl*time.Second + 2*time.Second) // TTL plus a margin for a loaded machine
+	for !hostedA.Fenced() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a/0 not fenced %v after the partition (TTL %ds)", time.Since(cut), ttl)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFencedUnderLiveLeaseRetakes: when the agent fenced its slots while
+// its lease in fact lived on (the watchdog fired, then a renewal got
+// through before the leader expired the lease), its claim is still in
+// place; the agent takes its own claim back (same lease, same
+// incarnation) and serves again.
+func TestFencedUnderLiveLeaseRetakes(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 30)
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	_, inc1, _ := slotRecord(meta, "j", 0)
+	ta.a.fenceAll("test: the watchdog fired")
+	if !s.Fenced() {
+		t.Fatal("fenceAll left the slot serving")
+	}
+	waitFor(t, "own claim taken back", func() bool {
+		s2, ok := ta.served("j", 0)
+		_, inc2, held := slotRecord(meta, "j", 0)
+		return ok && s2 != s && held && inc2 == inc1
+	})
+}

@@ -92,9 +92,12 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 	}
 	share := (int(spec.NumPservers) + nodes - 1) / nodes
 	for i := int32(0); i < spec.NumPservers && mine < share && lease != 0; i++ {
-		if _, taken := claims[i]; taken {
+		if c, taken := claims[i]; taken && (c.Node != a.cfg.NodeID || a.hosting(job, i)) {
 			continue
 		}
+		// A free slot, or our own claim that we do not serve (fenced while
+		// its lease lived on: ClaimSlot takes it back if the lease is still
+		// the current one, and leaves it to expire otherwise).
 		if err := a.claim(ctx, spec, i, lease); err != nil {
 			a.log.Warn("claim slot", "job", job, "slot", i, "err", err)
 			continue
@@ -161,6 +164,12 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		pcancel()
 	}
 	a.mu.Lock()
+	if a.lease != lease {
+		// Fenced while restoring: the claim's lease is lost or in doubt.
+		a.mu.Unlock()
+		s.Close()
+		return fmt.Errorf("slot %d: lease %d lost or in doubt while restoring; not serving", i, lease)
+	}
 	a.hosted[h.key] = h
 	a.mu.Unlock()
 	a.startCheckpoints(ctx, h, s)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -33,6 +34,28 @@ type fakeMeta struct {
 	// off from the leader: it cannot tell whether its lease still lives).
 	unreachable bool
 	keepalives  int
+	// A Range whose key starts with slowPrefix signals slowEntered and
+	// waits for slowGate to close (a restore stuck reading pointers).
+	slowPrefix  string
+	slowGate    chan struct{}
+	slowEntered chan struct{}
+}
+
+// blockRanges makes Ranges under prefix block until the returned release
+// is called; entered receives once per blocked Range.
+func (f *fakeMeta) blockRanges(prefix string) (entered <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slowPrefix, f.slowGate, f.slowEntered = prefix, make(chan struct{}), make(chan struct{}, 16)
+	gate := f.slowGate
+	var once sync.Once
+	return f.slowEntered, func() { once.Do(func() { close(gate) }) }
+}
+
+func (f *fakeMeta) keepaliveCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keepalives
 }
 
 var _ Meta = (*fakeMeta)(nil)
@@ -136,8 +159,22 @@ func (f *fakeMeta) rangeLocked(r *pb.RangeRequest) *pb.RangeResponse {
 	return resp
 }
 
-func (f *fakeMeta) Range(_ context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+func (f *fakeMeta) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	f.mu.Lock()
+	if f.slowPrefix != "" && strings.HasPrefix(string(r.GetKey()), f.slowPrefix) {
+		gate, entered := f.slowGate, f.slowEntered
+		f.mu.Unlock()
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		f.mu.Lock()
+	}
 	defer f.mu.Unlock()
 	return f.rangeLocked(r), nil
 }
