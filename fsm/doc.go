@@ -13,7 +13,7 @@
 //	r, _ := raft.NewRaft(cfg, f, logs, stable, snaps, transport)
 //
 //	cmd, _ := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: k, Value: v})
-//	data, _ := fsm.EncodeEntry(time.Now().UnixNano(), []*pb.Command{cmd})
+//	data, _ := fsm.EncodeEntryAt(time.Now().UnixNano(), fsm.Monotonic(), []*pb.Command{cmd})
 //	fut := r.Apply(data, timeout)
 //	if err := fut.Error(); err != nil { ... } // not committed
 //	res := fut.Response().(*fsm.ApplyResult)
@@ -33,12 +33,49 @@
 // compactions and job commands do not change the revision. Each command is
 // atomic: it is validated completely before anything changes, and a rejected
 // command (pb.Result.Error set) changed nothing; the other commands of the
-// same entry still apply. An unknown command type (ErrUnknownCommand) or an
-// undecodable payload (ErrMalformed) is rejected the same way and logged at
-// Error level; an entry that does not decode at all is logged and skipped
-// (ApplyResult.Err), the applied index still advances. No input panics the
-// node: a handler panic is recovered, logged with its stack and returned as
-// codes.Internal (identically on every replica).
+// same entry still apply. An undecodable payload (ErrMalformed) is rejected
+// the same way on every replica and logged at Error level; an entry that
+// does not decode at all is logged and skipped (ApplyResult.Err), the
+// applied index still advances. A handler panic is recovered, logged with
+// its stack and returned as codes.Internal (identically on every replica).
+//
+// # Commands this replica cannot apply: halt
+//
+// A committed entry must have the same effect on every replica, so a
+// replica that cannot apply one exactly must not carry on without it (in a
+// mixed-version cluster the newer replicas would apply it and the older
+// would diverge for good). The policy is to halt: an entry with a command
+// type this binary does not know (ErrUnknownCommand), or with fields it
+// does not know in the Entry or a Command envelope (a newer leader's
+// stamps), makes Apply log at Error level and panic before anything of
+// the entry is applied or the applied index advances. The process ends; a
+// restart replays the log and halts at the same index until the node runs
+// a binary that knows the command. The rest of the cluster is unaffected
+// as long as a quorum can apply. Three rules keep this safe:
+//
+//   - the proposer never lets such an entry into the log itself:
+//     EncodeEntryAt refuses a command type the leader does not know, so a
+//     buggy or hostile peer cannot halt the cluster with a made-up type;
+//   - a change in what a command does comes with a new command type (an
+//     old replica halts on the type) and a new field in a payload is only
+//     allowed if a replica ignoring it applies the command the same way;
+//   - upgrade every voter before anything proposes a new command type (a
+//     rolling upgrade of followers first, the leader last, or a restart of
+//     the whole cluster). Upgrading from e46dc7a (which rejected unknown
+//     types and carried on, and ignores Entry.mono_nano) needs a whole-cluster
+//     restart: a mixed cluster would apply task deadlines differently.
+//
+// # Time
+//
+// Task deadlines and durations, blacklist cooldowns and the age of finished
+// jobs are measured in the replicated clock (clock.go, FSM.Clock): it
+// starts at the first entry's wall stamp, advances within a term by the
+// leader's monotonic stamps (Entry.mono_nano), is re-based (does not
+// advance) at a new term, never goes backwards and saturates. An NTP step on
+// the leader or a failover to a node whose clock is ahead can therefore not
+// expire tasks early; it lags wall time by the time the cluster had no
+// leader. The leader's sweep compares deadlines with a ClockEstimator over
+// Clock(), not with its wall clock.
 //
 // Watch history keeps the events of the last HistoryRevisions revisions (and
 // COMMAND_COMPACT drops more); it is part of the snapshot, so a node restored
@@ -47,7 +84,12 @@
 // # Caller duties
 //
 //   - Time: the FSM reads no clock. The proposer stamps Entry.now_unix_nano
-//     (the leader's clock); job commands use it for deadlines and events.
+//     (its wall clock) and Entry.mono_nano (Monotonic()) with EncodeEntryAt;
+//     job commands run on the replicated clock derived from them (above).
+//   - Jobs: COMMAND_DELETE_JOB removes a finished job; COMMAND_PRUNE_JOBS
+//     deletes finished jobs past a count or age (judged in cluster time);
+//     at most jobq.MaxJobs jobs are kept (a submit beyond deletes the oldest
+//     finished). The job's keys under /jobs/<name>/ are the caller's.
 //   - Leases: the FSM stores only the granted TTL and the attached keys.
 //     Timers, keepalives, the minimum TTL and expiry belong to the leader
 //     (raftstore), which revokes an expired lease through Raft.
@@ -57,7 +99,10 @@
 //     last command (or snapshot), not of a trailing no-op or barrier.
 //   - Watches: watchers poll Events from their next revision when the
 //     Observer reports a new revision, and cancel with ErrCompacted.
-//   - Size: keys up to MaxKeySize, values up to MaxValueSize (ErrTooLarge).
+//   - Size: keys up to MaxKeySize, values up to MaxValueSize (ErrTooLarge);
+//     lease TTLs up to MaxLeaseTTL seconds (ErrLeaseTTLTooLarge); job specs
+//     within jobq.ValidateSpec's bounds, parameters and optimizer state up
+//     to jobq.MaxJobBytes (ErrInvalid naming the field).
 //
 // # Concurrency
 //
@@ -73,9 +118,11 @@
 //
 // # Snapshot format
 //
-// A snapshot is a magic header, typed length-prefixed records (meta, leases,
-// key/values, events, the job queue blob) and a CRC-32C trailer; see
-// snapshot.go. Restore decodes and validates everything into a new state and
+// A snapshot is a magic header, typed length-prefixed records (meta with
+// the replicated clock, leases, key/values, events, one record per job,
+// each bounded) and a CRC-32C trailer; see snapshot.go. Whatever Apply
+// accepts, Snapshot and Restore reproduce byte for byte (FuzzAPISequence
+// checks it after every step of random API call sequences). Restore decodes and validates everything into a new state and
 // only then swaps it in, so a truncated or corrupt snapshot (ErrMalformed)
 // leaves the current state untouched.
 package fsm

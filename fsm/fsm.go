@@ -217,7 +217,11 @@ func typed[T any, PT interface {
 // one pb.Result per command. Log types other than raft.LogCommand are
 // acknowledged and change nothing. An entry that does not decode is logged at
 // Error level and returned as ApplyResult.Err wrapping ErrMalformed; the
-// state is unchanged but the applied index advances.
+// state is unchanged but the applied index advances. An entry this binary
+// cannot apply exactly (an unknown command type or unknown envelope fields)
+// halts the replica before anything is applied: see the package doc. Each
+// entry first ticks the replicated clock (clock.go); job commands run with
+// its value as now.
 func (f *FSM) Apply(l *raft.Log) interface{} {
 	res := &ApplyResult{Index: l.Index}
 	if l.Type != raft.LogCommand {

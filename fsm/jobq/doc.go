@@ -5,8 +5,9 @@
 //
 // # Usage
 //
-// The FSM owns one Queue and calls it under its lock, with now taken from the
-// Raft entry (the leader's clock; the Queue reads no clock):
+// The FSM owns one Queue and calls it under its lock, with now the entry's
+// cluster time (the FSM's replicated clock: monotonic, re-based by a new
+// leader; the Queue reads no clock):
 //
 //	q := jobq.New()
 //	_, err := q.Submit(now, &pb.SubmitJobRequest{Spec: spec})
@@ -89,6 +90,28 @@
 // CHECKPOINT_COMMITTED, PSERVER_RESTORED). The newest MaxEvents per job are
 // kept (and snapshotted) so WatchJob can resume after a leader change.
 //
+// # Specs, bounds and retention
+//
+// ValidateSpec is the one validation of a job spec (Submit uses it; a
+// service may call it before proposing): every numeric field has a bound
+// (MaxRecords, MaxPasses, MaxPservers, MaxVirtualShards, MaxKeepMax, ...),
+// the task count (NumTasks), parameter element counts (ParamElements) and
+// state bytes (StateBytes: elements x 4 x OptimizerStateFactor, sgd 1,
+// momentum and adagrad 2, adam 3) are overflow-checked, floats must be
+// finite, and StateBytes above MaxJobBytes (64 GiB, a cluster-wide constant
+// so that every replica decides alike; per-node budgets are the node's) is
+// refused; errors wrap errs.ErrInvalid naming the field. A spec it accepts
+// gives a job that the snapshot reproduces exactly.
+//
+// The job state is bounded (retention.go): MaxTasks tasks, MaxPending
+// copies out at once (then WAIT), event messages cut to MaxEventMessage
+// bytes, trainer ids up to MaxTrainerLen, MaxTrainerRecords blacklist
+// records, at most MaxJobs jobs (a submit beyond deletes the oldest finished
+// job, or is refused with errs.ErrFailedPrecondition if all run). Delete
+// removes a finished job; Prune deletes finished jobs older than an age (in
+// cluster time) or beyond a count. MarshalJobs encodes one record per job,
+// each at most MaxJobRecordBytes.
+//
 // # Caller's duties and guarantees
 //
 // All methods are deterministic functions of the state and their arguments:
@@ -97,9 +120,12 @@
 // change O(1) tasks, except pass rollover (O(tasks) once per pass) and
 // RequeueTrainer / ExpireTasks (O(pending)). Per task the state is 16 bytes
 // plus 4 in the todo ring; a 1,000,000-task job is about 20 MB.
-// Times come from successive leaders' clocks: a duration that comes out
-// negative after a failover counts as 0, and deadlines are only as good as
-// the clocks' agreement (the timeout floor absorbs the usual skew).
+// now is cluster time (see package fsm, clock.go): it never goes backwards
+// and ignores wall-clock steps and leader changes, so deadlines, durations
+// and blacklist cooldowns are immune to them; all arithmetic on times
+// saturates, so no now, however extreme, overflows a deadline. Every time
+// field (started, deadline, submitted, finished, event unix_nano) is
+// cluster time.
 // Errors wrap the sentinels of package fsm/errs (ErrInvalid naming the
 // field, ErrExists, ErrNotFound, ErrFailedPrecondition, ErrMalformed for a
 // bad snapshot). MarshalBinary is canonical: equal states give equal bytes.
