@@ -25,6 +25,17 @@
 // order: agents release their leases, RPCs stop, leadership is handed over,
 // the node leaves gossip, stores close. Close is safe twice.
 //
+// # Data dir
+//
+// Open first takes <DataDir>/LOCK (flock, exclusive, never waiting) and
+// writes its pid into it; the kernel releases it when the process exits,
+// however it exits. A second node on the same data dir fails at once with
+// ErrDataDirLocked naming the dir and the holding process (pid and command
+// line) instead of waiting forever in bolt's own flock. No start-up step
+// waits for something that may never come (gossip joins and
+// bootstrap-expect wait in the background), and Open checks its context
+// between steps, so SIGTERM stops a starting node too.
+//
 // # Bootstrap
 //
 // With no Join and BootstrapExpect <= 1, a server node bootstraps a

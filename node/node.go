@@ -41,6 +41,7 @@ type Node struct {
 	master  *master.Master
 	ckpt    *checkpoint.Manager
 
+	lock   *dirLock // <DataDir>/LOCK, held from Open to the end of Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -100,10 +101,13 @@ func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
 // Store returns the node's Raft store (valid after Open).
 func (n *Node) Store() *raftstore.Store { return n.store }
 
-// Open starts the node: stores, gossip, servers, leader loop, agents. ctx
-// bounds the start-up only (a node that is still starting when ctx ends
-// stops and Open returns ctx's error); the node runs until Close. On error
-// Open closes what it started.
+// Open starts the node: data dir lock, stores, gossip, servers, leader
+// loop, agents. ctx bounds the start-up only: no step waits for anything
+// that may never come (the data dir lock fails at once with
+// ErrDataDirLocked if another process holds it; gossip joins in the
+// background), and Open checks ctx between steps, returning its error if
+// it ended; the node then runs until Close. On error Open closes what it
+// started.
 func (n *Node) Open(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -112,6 +116,14 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}()
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %q: %w", n.cfg.DataDir, err)
+	}
+	// Before anything in the data dir is opened: bolt's flock has no
+	// timeout, so a second process on the same dir would wait forever.
+	if n.lock, err = lockDataDir(n.cfg.DataDir); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -166,6 +178,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if err := n.store.Open(); err != nil {
 		return err
 	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
+	}
 	if err := n.gossip.Open(ctx); err != nil {
 		return err
 	}
@@ -178,6 +193,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	master.NewService(n.store, n.gossip).Register(n.grpc)
 	if err := n.openRoles(runCtx); err != nil {
 		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
 	}
 	n.wg.Add(1)
 	go func() {
@@ -295,6 +313,9 @@ func (n *Node) Close() error {
 			n.fwd.Close()
 		}
 		n.wg.Wait()
+		if err := n.lock.release(); err != nil {
+			errs = append(errs, fmt.Errorf("release data dir lock: %w", err))
+		}
 		n.closeErr = errors.Join(errs...)
 		n.log.Info("node stopped")
 	})

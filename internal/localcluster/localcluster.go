@@ -187,6 +187,24 @@ func (n *Node) stop(sig syscall.Signal, wait time.Duration) {
 	}
 }
 
+// Pid is the current process's id (0 before Start).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// ExitErr is the exit error of the last process that exited (nil for a
+// clean exit or while it runs).
+func (n *Node) ExitErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitErr
+}
+
 // Running reports whether the process is alive.
 func (n *Node) Running() bool {
 	n.mu.Lock()
