@@ -219,13 +219,13 @@ func (s *Store) LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err er
 }
 
 // LeaseKeepAliveLocal is LeaseKeepAlive without forwarding (ErrNotLeader
-// unless leader); the Internal.LeaseKeepAliveOnce handler calls it.
-func (s *Store) LeaseKeepAliveLocal(_ context.Context, id int64) (int64, error) {
-	if err := s.checkOpen(); err != nil {
+// unless leader); the Internal.LeaseKeepAliveOnce handler calls it. Like
+// a read, it first waits until this leader has applied an entry of its own
+// term (ensureOwnTerm): before that its FSM may lack a lease the previous
+// leader granted, and a live lease would be reported gone.
+func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error) {
+	if err := s.leaseLeader(ctx); err != nil {
 		return 0, err
-	}
-	if !s.IsLeader() {
-		return 0, ErrNotLeader
 	}
 	l, ok := s.fsm.Lease(id)
 	if !ok || !s.leases.keepAlive(time.Now(), id, l.TTL) {
@@ -252,13 +252,11 @@ func (s *Store) LeaseTimeToLive(ctx context.Context, id int64) (ttl int64, err e
 	return ttl, err
 }
 
-// LeaseTimeToLiveLocal is LeaseTimeToLive without forwarding.
-func (s *Store) LeaseTimeToLiveLocal(_ context.Context, id int64) (int64, error) {
-	if err := s.checkOpen(); err != nil {
+// LeaseTimeToLiveLocal is LeaseTimeToLive without forwarding; it waits
+// for the own-term barrier as LeaseKeepAliveLocal does.
+func (s *Store) LeaseTimeToLiveLocal(ctx context.Context, id int64) (int64, error) {
+	if err := s.leaseLeader(ctx); err != nil {
 		return 0, err
-	}
-	if !s.IsLeader() {
-		return 0, ErrNotLeader
 	}
 	l, ok := s.fsm.Lease(id)
 	if !ok {
@@ -272,4 +270,17 @@ func (s *Store) LeaseTimeToLiveLocal(_ context.Context, id int64) (int64, error)
 		return 0, fmt.Errorf("%w: %d (expired)", fsm.ErrLeaseNotFound, id)
 	}
 	return int64((left + time.Second - 1) / time.Second), nil
+}
+
+// leaseLeader checks that this server is open and leads, and that its FSM
+// holds everything committed before its term (ensureOwnTerm, once per term).
+func (s *Store) leaseLeader(ctx context.Context) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	_, err := s.ensureOwnTerm(ctx)
+	return err
 }
