@@ -570,6 +570,11 @@ func (t *Trainer) leaveStep(ctx context.Context) {
 }
 
 func (t *Trainer) taskDeadline(task *pb.Task, start time.Time) time.Time {
+	// Task times are the cluster's replicated clock, not this node's wall
+	// clock (fsm/clock.go): only their difference, the timeout, applies here.
+	if d, s := task.GetDeadlineUnixNano(), task.GetStartedUnixNano(); d > 0 && s > 0 && d > s {
+		return start.Add(time.Duration(d - s))
+	}
 	if d := task.GetDeadlineUnixNano(); d > 0 {
 		return time.Unix(0, d)
 	}
