@@ -39,7 +39,11 @@
 //     Txn whose compares are the slot's ps key /jobs/<job>/ps/<slot> (mod
 //     revision and value: the writer's incarnation) and the pointer's own mod
 //     revision. A pserver whose slot was re-claimed (a zombie) gets ErrFenced
-//     and the pointer does not move.
+//     and the pointer does not move. The kept versions obey keep_max but
+//     always include the newest version every slot names; a commit that
+//     drops versions also compares the mod revisions of the other slots'
+//     pointers it decided on, and decides again if one moved, so concurrent
+//     commits can never leave the job without a globally complete version.
 //  4. Only then, versions beyond keep_max are deleted: manifests first, then
 //     blobs no manifest references (reference counting by scan), locally and
 //     on the replicas (best effort: an orphan costs disk, never correctness;

@@ -37,12 +37,24 @@ type RestoreRequest struct {
 // Pointers reads every slot's pointer of job: slot → pointer. Undecodable
 // pointers are returned in bad (slot → error) rather than failing the call.
 func Pointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.CheckpointPointer, bad map[int32]error, err error) {
+	ptrs, bad, _, err = readPointersAll(ctx, meta, job)
+	return ptrs, bad, err
+}
+
+// readPointers is Pointers with the mod revision of every pointer key read
+// (decodable or not), for Txns that must be atomic against them.
+func readPointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.CheckpointPointer, revs map[int32]int64, err error) {
+	ptrs, _, revs, err = readPointersAll(ctx, meta, job)
+	return ptrs, revs, err
+}
+
+func readPointersAll(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.CheckpointPointer, bad map[int32]error, revs map[int32]int64, err error) {
 	key, end := schema.PrefixRange(schema.CheckpointPrefix(job))
 	resp, err := meta.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end})
 	if err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint pointers of %s: %w", job, err)
+		return nil, nil, nil, fmt.Errorf("read checkpoint pointers of %s: %w", job, err)
 	}
-	ptrs, bad = map[int32]*pb.CheckpointPointer{}, map[int32]error{}
+	ptrs, bad, revs = map[int32]*pb.CheckpointPointer{}, map[int32]error{}, map[int32]int64{}
 	for _, kv := range resp.GetKvs() {
 		_, kind, id, ok := schema.ParseJobKey(string(kv.GetKey()))
 		if !ok || kind != schema.KindCheckpoint {
@@ -52,6 +64,7 @@ func Pointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.Ch
 		if err != nil {
 			continue
 		}
+		revs[s] = kv.GetModRevision()
 		p, err := DecodePointer(kv.GetValue())
 		if err != nil {
 			bad[s] = err
@@ -59,7 +72,7 @@ func Pointers(ctx context.Context, meta Meta, job string) (ptrs map[int32]*pb.Ch
 		}
 		ptrs[s] = p
 	}
-	return ptrs, bad, nil
+	return ptrs, bad, revs, nil
 }
 
 // holds reports whether p names version v (current or kept).

@@ -2,8 +2,10 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -280,40 +282,38 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 		return nil, err
 	}
 
-	// 3. Pointer, fenced.
+	// 3. Pointer, fenced, and atomic against the other slots' pointers the
+	// keep decision read: a commit that drops versions compares their mod
+	// revisions in the same Txn, and decides again if any moved.
 	keepMax := int(policy.GetKeepMax())
-	var kept []int64 // previous versions that survive keep_max, newest first
-	if prev != nil {
-		kept = append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...)
-		kept = slices.DeleteFunc(kept, func(v int64) bool { return v >= req.Version })
-		sort.Slice(kept, func(i, j int) bool { return kept[i] > kept[j] })
-		kept = slices.Compact(kept)
-		if keepMax > 0 && len(kept) > keepMax-1 {
-			all := kept
-			kept = slices.Clone(kept[:keepMax-1])
-			// Never drop the newest version that every slot names: until the
-			// other slots commit this version it is the only one a sync
-			// restore can use (keep_max is otherwise a hard limit).
-			if vc, ok := m.newestComplete(ctx, req, all); ok && !slices.Contains(kept, vc) {
-				kept = append(kept, vc)
-				log.Info("keeping the newest globally complete version beyond keep_max", "complete_version", vc, "keep_max", keepMax)
-			}
+	var (
+		ptr  *pb.CheckpointPointer
+		kept []int64 // previous versions that survive keep_max, newest first
+	)
+	for attempt := 1; ; attempt++ {
+		var others map[string]int64
+		kept, others = m.decideKept(ctx, req, prev, keepMax, attempt <= maxKeepAttempts)
+		ptr = &pb.CheckpointPointer{
+			Uuid: man.UUID, Md5: manMD5, Version: req.Version, Step: req.Step,
+			TimestampUnixNano: man.TimestampUnixNano, Bytes: total, Replicas: got,
+			NumPservers: req.NumPservers, Incarnation: req.Incarnation, KeptVersions: kept,
 		}
-	}
-	ptr := &pb.CheckpointPointer{
-		Uuid: man.UUID, Md5: manMD5, Version: req.Version, Step: req.Step,
-		TimestampUnixNano: man.TimestampUnixNano, Bytes: total, Replicas: got,
-		NumPservers: req.NumPservers, Incarnation: req.Incarnation, KeptVersions: kept,
-	}
-	val, err := EncodePointer(ptr)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.stage(StageBeforePointer); err != nil {
-		return nil, err
-	}
-	if err := m.commitPointer(ctx, req, psKV, ptrKV, val); err != nil {
-		return nil, err
+		val, err := EncodePointer(ptr)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.stage(StageBeforePointer); err != nil {
+			return nil, err
+		}
+		err = m.commitPointer(ctx, req, psKV, ptrKV, others, val)
+		if errors.Is(err, errOthersMoved) {
+			log.Info("other slots' pointers moved while deciding what to keep; deciding again", "attempt", attempt)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	log.Info("checkpoint committed", "md5", manMD5, "bytes", total, "replicas", got, "kept", kept, "took", time.Since(start))
 	if err := w.stage(StageAfterPointer); err != nil {
@@ -352,16 +352,74 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 	return ptr, nil
 }
 
-// newestComplete returns the newest version that every slot 0..P-1 names
-// once this pointer commits, if that is older than req.Version, counting this slot as naming prevAll (its versions
-// before truncation). P is the slot count recorded in pointers at that
-// version, else req.NumPservers.
-func (m *Manager) newestComplete(ctx context.Context, req WriteRequest, prevAll []int64) (int64, bool) {
-	ptrs, _, err := Pointers(ctx, m.cfg.Meta, req.Job)
-	if err != nil {
-		m.logger.Warn("cannot read pointers to find the complete version; applying keep_max strictly", "err", err)
-		return 0, false
+// maxKeepAttempts bounds how often a commit decides again what to keep
+// because other slots' pointers moved meanwhile; after that it keeps every
+// previous version (drops nothing, so it needs no compare on the others).
+const maxKeepAttempts = 8
+
+// errOthersMoved: another slot's pointer changed between the keep decision
+// and the commit (commitPointer's compares on them failed).
+var errOthersMoved = errors.New("checkpoint: other slots' pointers moved")
+
+// decideKept returns the previous versions this commit keeps (newest
+// first) and, when it drops any, the mod revisions of the other slots'
+// pointers the decision was made on (pointer key → mod revision, 0 for
+// absent), which the commit must compare. keep_max bounds the kept
+// versions, except that the newest version every slot names is never
+// dropped: until the other slots commit this version it is the only one a
+// sync restore can use. When the pointers cannot be read, or strict is
+// false, nothing is dropped.
+func (m *Manager) decideKept(ctx context.Context, req WriteRequest, prev *pb.CheckpointPointer, keepMax int, strict bool) ([]int64, map[string]int64) {
+	if prev == nil {
+		return nil, nil
 	}
+	all := append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...)
+	all = slices.DeleteFunc(all, func(v int64) bool { return v >= req.Version })
+	sort.Slice(all, func(i, j int) bool { return all[i] > all[j] })
+	all = slices.Compact(all)
+	if keepMax <= 0 || len(all) <= keepMax-1 {
+		return all, nil
+	}
+	if !strict {
+		m.logger.Warn("other slots keep moving; keeping every previous version this time", "job", req.Job, "slot", req.Slot, "kept", all)
+		return all, nil
+	}
+	ptrs, revs, err := readPointers(ctx, m.cfg.Meta, req.Job)
+	if err != nil {
+		m.logger.Warn("cannot read pointers to find the complete version; keeping every previous version this time", "err", err)
+		return all, nil
+	}
+	kept := slices.Clone(all[:keepMax-1])
+	if vc, ok := newestComplete(ptrs, req, all); ok && !slices.Contains(kept, vc) {
+		kept = append(kept, vc)
+		m.logger.Info("keeping the newest globally complete version beyond keep_max", "job", req.Job, "slot", req.Slot, "complete_version", vc, "keep_max", keepMax)
+	}
+	// The decision rests on every other slot's pointer as read, present or
+	// not, up to the largest layout any pointer or this write names.
+	n := req.NumPservers
+	for _, p := range ptrs {
+		n = max(n, p.GetNumPservers())
+	}
+	others := map[string]int64{}
+	for s := int32(0); s < n; s++ {
+		if s != req.Slot {
+			others[schema.CheckpointKey(req.Job, s)] = revs[s]
+		}
+	}
+	for s, rev := range revs {
+		if s != req.Slot {
+			others[schema.CheckpointKey(req.Job, s)] = rev
+		}
+	}
+	return kept, others
+}
+
+// newestComplete returns the newest version that every slot 0..P-1 names
+// once this pointer commits, if that is older than req.Version, counting
+// this slot as naming prevAll (its versions before truncation). P is the
+// slot count recorded in pointers at that version, else req.NumPservers.
+func newestComplete(ptrs map[int32]*pb.CheckpointPointer, req WriteRequest, prevAll []int64) (int64, bool) {
+	ptrs = maps.Clone(ptrs)
 	ptrs[req.Slot] = &pb.CheckpointPointer{Version: req.Version, NumPservers: req.NumPservers, KeptVersions: prevAll}
 	for _, v := range append([]int64{req.Version}, prevAll...) { // newest first
 		p := req.NumPservers
@@ -400,22 +458,30 @@ func (m *Manager) checkFence(psKV *pb.KeyValue, req WriteRequest) error {
 }
 
 // commitPointer writes the pointer iff the slot's claim (ps key create
-// revision) and the pointer (mod revision) are unchanged since read.
-func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptrKV *pb.KeyValue, val []byte) error {
+// revision), the pointer (mod revision) and the other slots' pointers in
+// others (key → mod revision) are unchanged since read. Errors: ErrFenced
+// (claim changed), ErrStaleVersion (own pointer moved), errOthersMoved.
+func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptrKV *pb.KeyValue, others map[string]int64, val []byte) error {
 	psKey := []byte(schema.SlotKey(req.Job, req.Slot))
 	ptrKey := []byte(schema.CheckpointKey(req.Job, req.Slot))
 	var ptrMod int64
 	if ptrKV != nil {
 		ptrMod = ptrKV.GetModRevision()
 	}
+	cmps := []*pb.Compare{
+		// The claim's create revision: it changes only if the claim was
+		// lost (lease expired, key deleted) and the slot re-claimed. The
+		// incarnation in the value was checked against it when read.
+		{Key: psKey, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: psKV.GetCreateRevision()}},
+		{Key: ptrKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: ptrMod}},
+	}
+	keys := slices.Sorted(maps.Keys(others))
+	for _, k := range keys {
+		cmps = append(cmps, &pb.Compare{Key: []byte(k), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
+			TargetUnion: &pb.Compare_ModRevision{ModRevision: others[k]}})
+	}
 	txn := &pb.TxnRequest{
-		Compare: []*pb.Compare{
-			// The claim's create revision: it changes only if the claim was
-			// lost (lease expired, key deleted) and the slot re-claimed. The
-			// incarnation in the value was checked against it when read.
-			{Key: psKey, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: psKV.GetCreateRevision()}},
-			{Key: ptrKey, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: ptrMod}},
-		},
+		Compare: cmps,
 		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: ptrKey, Value: val}}}},
 		Failure: []*pb.RequestOp{
 			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: psKey}}},
@@ -430,16 +496,21 @@ func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptr
 		return nil
 	}
 	// Say which compare failed.
-	var nowPS *pb.KeyValue
-	if rs := resp.GetResponses(); len(rs) > 0 {
-		if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			nowPS = kvs[0]
+	rangeKV := func(i int) *pb.KeyValue {
+		if rs := resp.GetResponses(); len(rs) > i {
+			if kvs := rs[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				return kvs[0]
+			}
 		}
+		return nil
 	}
-	if nowPS == nil || nowPS.GetCreateRevision() != psKV.GetCreateRevision() {
+	if nowPS := rangeKV(0); nowPS == nil || nowPS.GetCreateRevision() != psKV.GetCreateRevision() {
 		return fmt.Errorf("%w: %s changed while checkpointing version %d (incarnation %d)", ErrFenced, psKey, req.Version, req.Incarnation)
 	}
-	return fmt.Errorf("%w: pointer %s moved concurrently", ErrStaleVersion, ptrKey)
+	if nowPtr := rangeKV(1); nowPtr.GetModRevision() != ptrMod {
+		return fmt.Errorf("%w: pointer %s moved concurrently", ErrStaleVersion, ptrKey)
+	}
+	return errOthersMoved
 }
 
 func (m *Manager) get(ctx context.Context, key string) (*pb.KeyValue, error) {
