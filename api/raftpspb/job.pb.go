@@ -1342,7 +1342,11 @@ type CheckpointPointer struct {
 	NumPservers int32    `protobuf:"varint,8,opt,name=num_pservers,json=numPservers,proto3" json:"num_pservers,omitempty"`
 	Incarnation int64    `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// previous versions still kept, newest first.
-	KeptVersions  []int64 `protobuf:"varint,10,rep,packed,name=kept_versions,json=keptVersions,proto3" json:"kept_versions,omitempty"`
+	KeptVersions []int64 `protobuf:"varint,10,rep,packed,name=kept_versions,json=keptVersions,proto3" json:"kept_versions,omitempty"`
+	// kept_md5s[i] is the md5 of kept_versions[i]'s manifest (hex), so a
+	// kept manifest is checked against the pointer like the current one.
+	// Empty in pointers written before it existed.
+	KeptMd5S      []string `protobuf:"bytes,11,rep,name=kept_md5s,json=keptMd5s,proto3" json:"kept_md5s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1443,6 +1447,13 @@ func (x *CheckpointPointer) GetIncarnation() int64 {
 func (x *CheckpointPointer) GetKeptVersions() []int64 {
 	if x != nil {
 		return x.KeptVersions
+	}
+	return nil
+}
+
+func (x *CheckpointPointer) GetKeptMd5S() []string {
+	if x != nil {
+		return x.KeptMd5S
 	}
 	return nil
 }
@@ -2898,7 +2909,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\"\xb3\x02\n" +
+	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\"\xd0\x02\n" +
 	"\x11CheckpointPointer\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x10\n" +
 	"\x03md5\x18\x02 \x01(\tR\x03md5\x12\x18\n" +
@@ -2910,7 +2921,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\fnum_pservers\x18\b \x01(\x05R\vnumPservers\x12 \n" +
 	"\vincarnation\x18\t \x01(\x03R\vincarnation\x12#\n" +
 	"\rkept_versions\x18\n" +
-	" \x03(\x03R\fkeptVersions\"\x9c\x01\n" +
+	" \x03(\x03R\fkeptVersions\x12\x1b\n" +
+	"\tkept_md5s\x18\v \x03(\tR\bkeptMd5s\"\x9c\x01\n" +
 	"\rRestoreRecord\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x10\n" +

@@ -812,6 +812,115 @@ func (x *VerifyBlobResponse) GetActualMd5() string {
 	return ""
 }
 
+// DeleteVersionsRequest names checkpoint versions of one slot that a
+// node should delete (after a new pointer no longer names them). The node
+// deletes only versions it holds that the slot's committed pointer neither
+// names (current or kept) nor is older than.
+type DeleteVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Slot          int32                  `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Versions      []int64                `protobuf:"varint,3,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVersionsRequest) Reset() {
+	*x = DeleteVersionsRequest{}
+	mi := &file_raftps_v1_pserver_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVersionsRequest) ProtoMessage() {}
+
+func (x *DeleteVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_pserver_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVersionsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeleteVersionsRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *DeleteVersionsRequest) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *DeleteVersionsRequest) GetVersions() []int64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type DeleteVersionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted are the versions whose manifests were deleted.
+	Deleted       []int64 `protobuf:"varint,1,rep,packed,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVersionsResponse) Reset() {
+	*x = DeleteVersionsResponse{}
+	mi := &file_raftps_v1_pserver_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVersionsResponse) ProtoMessage() {}
+
+func (x *DeleteVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_pserver_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVersionsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_pserver_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteVersionsResponse) GetDeleted() []int64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
 var File_raftps_v1_pserver_proto protoreflect.FileDescriptor
 
 const file_raftps_v1_pserver_proto_rawDesc = "" +
@@ -865,7 +974,13 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\apresent\x18\x01 \x01(\bR\apresent\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1d\n" +
 	"\n" +
-	"actual_md5\x18\x03 \x01(\tR\tactualMd52\xc9\x02\n" +
+	"actual_md5\x18\x03 \x01(\tR\tactualMd5\"Y\n" +
+	"\x15DeleteVersionsRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x1a\n" +
+	"\bversions\x18\x03 \x03(\x03R\bversions\"2\n" +
+	"\x16DeleteVersionsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\x03R\adeleted2\xc9\x02\n" +
 	"\aPServer\x127\n" +
 	"\x04Pull\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse\x127\n" +
 	"\x04Push\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse\x12A\n" +
@@ -873,13 +988,14 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"PullStream\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse(\x010\x01\x12A\n" +
 	"\n" +
 	"PushStream\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse(\x010\x01\x12F\n" +
-	"\tLeaveStep\x12\x1b.raftps.v1.LeaveStepRequest\x1a\x1c.raftps.v1.LeaveStepResponse2\xa7\x02\n" +
+	"\tLeaveStep\x12\x1b.raftps.v1.LeaveStepRequest\x1a\x1c.raftps.v1.LeaveStepResponse2\xfe\x02\n" +
 	"\x0fCheckpointStore\x12=\n" +
 	"\aPutBlob\x12\x14.raftps.v1.BlobChunk\x1a\x1a.raftps.v1.PutBlobResponse(\x01\x12<\n" +
 	"\aGetBlob\x12\x19.raftps.v1.GetBlobRequest\x1a\x14.raftps.v1.BlobChunk0\x01\x12L\n" +
 	"\vGetManifest\x12\x1d.raftps.v1.GetManifestRequest\x1a\x1e.raftps.v1.GetManifestResponse\x12I\n" +
 	"\n" +
-	"VerifyBlob\x12\x1c.raftps.v1.VerifyBlobRequest\x1a\x1d.raftps.v1.VerifyBlobResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
+	"VerifyBlob\x12\x1c.raftps.v1.VerifyBlobRequest\x1a\x1d.raftps.v1.VerifyBlobResponse\x12U\n" +
+	"\x0eDeleteVersions\x12 .raftps.v1.DeleteVersionsRequest\x1a!.raftps.v1.DeleteVersionsResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
 	file_raftps_v1_pserver_proto_rawDescOnce sync.Once
@@ -893,22 +1009,24 @@ func file_raftps_v1_pserver_proto_rawDescGZIP() []byte {
 	return file_raftps_v1_pserver_proto_rawDescData
 }
 
-var file_raftps_v1_pserver_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_raftps_v1_pserver_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_raftps_v1_pserver_proto_goTypes = []any{
-	(*Tensor)(nil),              // 0: raftps.v1.Tensor
-	(*PullRequest)(nil),         // 1: raftps.v1.PullRequest
-	(*PullResponse)(nil),        // 2: raftps.v1.PullResponse
-	(*PushRequest)(nil),         // 3: raftps.v1.PushRequest
-	(*PushResponse)(nil),        // 4: raftps.v1.PushResponse
-	(*LeaveStepRequest)(nil),    // 5: raftps.v1.LeaveStepRequest
-	(*LeaveStepResponse)(nil),   // 6: raftps.v1.LeaveStepResponse
-	(*BlobChunk)(nil),           // 7: raftps.v1.BlobChunk
-	(*PutBlobResponse)(nil),     // 8: raftps.v1.PutBlobResponse
-	(*GetBlobRequest)(nil),      // 9: raftps.v1.GetBlobRequest
-	(*GetManifestRequest)(nil),  // 10: raftps.v1.GetManifestRequest
-	(*GetManifestResponse)(nil), // 11: raftps.v1.GetManifestResponse
-	(*VerifyBlobRequest)(nil),   // 12: raftps.v1.VerifyBlobRequest
-	(*VerifyBlobResponse)(nil),  // 13: raftps.v1.VerifyBlobResponse
+	(*Tensor)(nil),                 // 0: raftps.v1.Tensor
+	(*PullRequest)(nil),            // 1: raftps.v1.PullRequest
+	(*PullResponse)(nil),           // 2: raftps.v1.PullResponse
+	(*PushRequest)(nil),            // 3: raftps.v1.PushRequest
+	(*PushResponse)(nil),           // 4: raftps.v1.PushResponse
+	(*LeaveStepRequest)(nil),       // 5: raftps.v1.LeaveStepRequest
+	(*LeaveStepResponse)(nil),      // 6: raftps.v1.LeaveStepResponse
+	(*BlobChunk)(nil),              // 7: raftps.v1.BlobChunk
+	(*PutBlobResponse)(nil),        // 8: raftps.v1.PutBlobResponse
+	(*GetBlobRequest)(nil),         // 9: raftps.v1.GetBlobRequest
+	(*GetManifestRequest)(nil),     // 10: raftps.v1.GetManifestRequest
+	(*GetManifestResponse)(nil),    // 11: raftps.v1.GetManifestResponse
+	(*VerifyBlobRequest)(nil),      // 12: raftps.v1.VerifyBlobRequest
+	(*VerifyBlobResponse)(nil),     // 13: raftps.v1.VerifyBlobResponse
+	(*DeleteVersionsRequest)(nil),  // 14: raftps.v1.DeleteVersionsRequest
+	(*DeleteVersionsResponse)(nil), // 15: raftps.v1.DeleteVersionsResponse
 }
 var file_raftps_v1_pserver_proto_depIdxs = []int32{
 	0,  // 0: raftps.v1.PullRequest.tensors:type_name -> raftps.v1.Tensor
@@ -923,17 +1041,19 @@ var file_raftps_v1_pserver_proto_depIdxs = []int32{
 	9,  // 9: raftps.v1.CheckpointStore.GetBlob:input_type -> raftps.v1.GetBlobRequest
 	10, // 10: raftps.v1.CheckpointStore.GetManifest:input_type -> raftps.v1.GetManifestRequest
 	12, // 11: raftps.v1.CheckpointStore.VerifyBlob:input_type -> raftps.v1.VerifyBlobRequest
-	2,  // 12: raftps.v1.PServer.Pull:output_type -> raftps.v1.PullResponse
-	4,  // 13: raftps.v1.PServer.Push:output_type -> raftps.v1.PushResponse
-	2,  // 14: raftps.v1.PServer.PullStream:output_type -> raftps.v1.PullResponse
-	4,  // 15: raftps.v1.PServer.PushStream:output_type -> raftps.v1.PushResponse
-	6,  // 16: raftps.v1.PServer.LeaveStep:output_type -> raftps.v1.LeaveStepResponse
-	8,  // 17: raftps.v1.CheckpointStore.PutBlob:output_type -> raftps.v1.PutBlobResponse
-	7,  // 18: raftps.v1.CheckpointStore.GetBlob:output_type -> raftps.v1.BlobChunk
-	11, // 19: raftps.v1.CheckpointStore.GetManifest:output_type -> raftps.v1.GetManifestResponse
-	13, // 20: raftps.v1.CheckpointStore.VerifyBlob:output_type -> raftps.v1.VerifyBlobResponse
-	12, // [12:21] is the sub-list for method output_type
-	3,  // [3:12] is the sub-list for method input_type
+	14, // 12: raftps.v1.CheckpointStore.DeleteVersions:input_type -> raftps.v1.DeleteVersionsRequest
+	2,  // 13: raftps.v1.PServer.Pull:output_type -> raftps.v1.PullResponse
+	4,  // 14: raftps.v1.PServer.Push:output_type -> raftps.v1.PushResponse
+	2,  // 15: raftps.v1.PServer.PullStream:output_type -> raftps.v1.PullResponse
+	4,  // 16: raftps.v1.PServer.PushStream:output_type -> raftps.v1.PushResponse
+	6,  // 17: raftps.v1.PServer.LeaveStep:output_type -> raftps.v1.LeaveStepResponse
+	8,  // 18: raftps.v1.CheckpointStore.PutBlob:output_type -> raftps.v1.PutBlobResponse
+	7,  // 19: raftps.v1.CheckpointStore.GetBlob:output_type -> raftps.v1.BlobChunk
+	11, // 20: raftps.v1.CheckpointStore.GetManifest:output_type -> raftps.v1.GetManifestResponse
+	13, // 21: raftps.v1.CheckpointStore.VerifyBlob:output_type -> raftps.v1.VerifyBlobResponse
+	15, // 22: raftps.v1.CheckpointStore.DeleteVersions:output_type -> raftps.v1.DeleteVersionsResponse
+	13, // [13:23] is the sub-list for method output_type
+	3,  // [3:13] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -950,7 +1070,7 @@ func file_raftps_v1_pserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_pserver_proto_rawDesc), len(file_raftps_v1_pserver_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

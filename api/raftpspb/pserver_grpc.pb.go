@@ -270,10 +270,11 @@ var PServer_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	CheckpointStore_PutBlob_FullMethodName     = "/raftps.v1.CheckpointStore/PutBlob"
-	CheckpointStore_GetBlob_FullMethodName     = "/raftps.v1.CheckpointStore/GetBlob"
-	CheckpointStore_GetManifest_FullMethodName = "/raftps.v1.CheckpointStore/GetManifest"
-	CheckpointStore_VerifyBlob_FullMethodName  = "/raftps.v1.CheckpointStore/VerifyBlob"
+	CheckpointStore_PutBlob_FullMethodName        = "/raftps.v1.CheckpointStore/PutBlob"
+	CheckpointStore_GetBlob_FullMethodName        = "/raftps.v1.CheckpointStore/GetBlob"
+	CheckpointStore_GetManifest_FullMethodName    = "/raftps.v1.CheckpointStore/GetManifest"
+	CheckpointStore_VerifyBlob_FullMethodName     = "/raftps.v1.CheckpointStore/VerifyBlob"
+	CheckpointStore_DeleteVersions_FullMethodName = "/raftps.v1.CheckpointStore/DeleteVersions"
 )
 
 // CheckpointStoreClient is the client API for CheckpointStore service.
@@ -284,6 +285,9 @@ type CheckpointStoreClient interface {
 	GetBlob(ctx context.Context, in *GetBlobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BlobChunk], error)
 	GetManifest(ctx context.Context, in *GetManifestRequest, opts ...grpc.CallOption) (*GetManifestResponse, error)
 	VerifyBlob(ctx context.Context, in *VerifyBlobRequest, opts ...grpc.CallOption) (*VerifyBlobResponse, error)
+	// DeleteVersions deletes a slot's versions that its committed pointer no
+	// longer names (node-to-node).
+	DeleteVersions(ctx context.Context, in *DeleteVersionsRequest, opts ...grpc.CallOption) (*DeleteVersionsResponse, error)
 }
 
 type checkpointStoreClient struct {
@@ -346,6 +350,16 @@ func (c *checkpointStoreClient) VerifyBlob(ctx context.Context, in *VerifyBlobRe
 	return out, nil
 }
 
+func (c *checkpointStoreClient) DeleteVersions(ctx context.Context, in *DeleteVersionsRequest, opts ...grpc.CallOption) (*DeleteVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteVersionsResponse)
+	err := c.cc.Invoke(ctx, CheckpointStore_DeleteVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CheckpointStoreServer is the server API for CheckpointStore service.
 // All implementations must embed UnimplementedCheckpointStoreServer
 // for forward compatibility.
@@ -354,6 +368,9 @@ type CheckpointStoreServer interface {
 	GetBlob(*GetBlobRequest, grpc.ServerStreamingServer[BlobChunk]) error
 	GetManifest(context.Context, *GetManifestRequest) (*GetManifestResponse, error)
 	VerifyBlob(context.Context, *VerifyBlobRequest) (*VerifyBlobResponse, error)
+	// DeleteVersions deletes a slot's versions that its committed pointer no
+	// longer names (node-to-node).
+	DeleteVersions(context.Context, *DeleteVersionsRequest) (*DeleteVersionsResponse, error)
 	mustEmbedUnimplementedCheckpointStoreServer()
 }
 
@@ -375,6 +392,9 @@ func (UnimplementedCheckpointStoreServer) GetManifest(context.Context, *GetManif
 }
 func (UnimplementedCheckpointStoreServer) VerifyBlob(context.Context, *VerifyBlobRequest) (*VerifyBlobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyBlob not implemented")
+}
+func (UnimplementedCheckpointStoreServer) DeleteVersions(context.Context, *DeleteVersionsRequest) (*DeleteVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteVersions not implemented")
 }
 func (UnimplementedCheckpointStoreServer) mustEmbedUnimplementedCheckpointStoreServer() {}
 func (UnimplementedCheckpointStoreServer) testEmbeddedByValue()                         {}
@@ -451,6 +471,24 @@ func _CheckpointStore_VerifyBlob_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CheckpointStore_DeleteVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CheckpointStoreServer).DeleteVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CheckpointStore_DeleteVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CheckpointStoreServer).DeleteVersions(ctx, req.(*DeleteVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CheckpointStore_ServiceDesc is the grpc.ServiceDesc for CheckpointStore service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -465,6 +503,10 @@ var CheckpointStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyBlob",
 			Handler:    _CheckpointStore_VerifyBlob_Handler,
+		},
+		{
+			MethodName: "DeleteVersions",
+			Handler:    _CheckpointStore_DeleteVersions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
