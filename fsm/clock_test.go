@@ -157,3 +157,27 @@ func TestClockRules(t *testing.T) {
 		t.Fatalf("after restore: %d and %d, want 1030", x, y)
 	}
 }
+
+// TestClockEstimator: between entries the estimate runs on from the FSM's
+// value with the local monotonic clock, restarts when the value changes,
+// and never runs backwards past a new value.
+func TestClockEstimator(t *testing.T) {
+	var e ClockEstimator
+	if got := e.Now(1000); got < 1000 || got > 1000+int64(time.Second) {
+		t.Fatalf("first estimate %d for clock 1000", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := e.Now(1000); got < 1000+int64(20*time.Millisecond) {
+		t.Fatalf("estimate %d did not advance 20 ms past 1000", got)
+	}
+	if got := e.Now(5000); got < 5000 || got > 5000+int64(time.Second) {
+		t.Fatalf("estimate %d after the clock moved to 5000", got)
+	}
+	e.Reset()
+	if got := e.Now(5000); got > 5000+int64(time.Second) {
+		t.Fatalf("estimate %d after Reset", got)
+	}
+	if got := e.Now(math.MaxInt64); got != math.MaxInt64 {
+		t.Fatalf("estimate %d at the saturated clock", got)
+	}
+}

@@ -93,3 +93,35 @@ func TestRestoreOlderSnapshotForm(t *testing.T) {
 		t.Fatal("a snapshot with both job forms restored")
 	}
 }
+
+// TestDeleteAndPruneThroughApply: job delete and prune as commands, with
+// the deleted jobs named in the Notification (watchers re-read them), and
+// prune ages judged in cluster time.
+func TestDeleteAndPruneThroughApply(t *testing.T) {
+	f := newTestFSM(t)
+	rec := &recorder{}
+	f.SetObserver(rec)
+	const s = int64(1e9)
+	for _, name := range []string{"a", "b", "c"} {
+		f.applyAt(1, 100*s, 1, mustCmd(t, pb.CommandType_COMMAND_SUBMIT_JOB, &pb.SubmitJobRequest{Spec: testJobSpec(name)}))
+		f.applyAt(1, 100*s, 1, mustCmd(t, pb.CommandType_COMMAND_CANCEL_JOB, &pb.CancelJobRequest{Name: name}))
+	}
+	r := f.applyAt(1, 0, 1, mustCmd(t, pb.CommandType_COMMAND_DELETE_JOB, &pb.DeleteJobRequest{Name: "b"}))[0]
+	if decodeResult(t, r, &pb.DeleteJobResponse{}).Status.GetName() != "b" {
+		t.Fatal("delete did not return the job")
+	}
+	if n := rec.notes[len(rec.notes)-1]; len(n.JobsChanged) != 1 || n.JobsChanged[0] != "b" {
+		t.Fatalf("delete notified %v", n.JobsChanged)
+	}
+	// 10 s of cluster time later, prune what finished more than 5 s ago.
+	r = f.applyAt(1, 0, 1+10*s, mustCmd(t, pb.CommandType_COMMAND_PRUNE_JOBS, &pb.PruneJobsRequest{MaxAgeMs: 5000}))[0]
+	if got := decodeResult(t, r, &pb.PruneJobsResponse{}).Deleted; len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("prune deleted %v, want [a c]", got)
+	}
+	if n := rec.notes[len(rec.notes)-1]; len(n.JobsChanged) != 2 {
+		t.Fatalf("prune notified %v", n.JobsChanged)
+	}
+	if js := f.Jobs().Jobs(); len(js) != 0 {
+		t.Fatalf("%d jobs left", len(js))
+	}
+}
