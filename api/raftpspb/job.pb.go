@@ -1023,9 +1023,13 @@ type Task struct {
 	Begin int64 `protobuf:"varint,2,opt,name=begin,proto3" json:"begin,omitempty"`
 	End   int64 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	// epoch increases each time the task is handed out; TaskFinished must name it.
-	Epoch            int64     `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Timeouts         int32     `protobuf:"varint,5,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
-	Failures         int32     `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	Epoch    int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Timeouts int32 `protobuf:"varint,5,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	Failures int32 `protobuf:"varint,6,opt,name=failures,proto3" json:"failures,omitempty"`
+	// deadline_unix_nano and started_unix_nano are cluster time (the FSM's
+	// replicated clock, fsm/clock.go), not any node's wall clock: compare
+	// them with each other (deadline - started is the task's timeout), or
+	// with fsm.FSM.Clock on a replica.
 	DeadlineUnixNano int64     `protobuf:"varint,7,opt,name=deadline_unix_nano,json=deadlineUnixNano,proto3" json:"deadline_unix_nano,omitempty"`
 	Trainer          string    `protobuf:"bytes,8,opt,name=trainer,proto3" json:"trainer,omitempty"`
 	StartedUnixNano  int64     `protobuf:"varint,9,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
