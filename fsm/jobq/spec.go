@@ -3,13 +3,13 @@ package jobq
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/shape"
 )
 
 // Bounds of a JobSpec. Every numeric field has one; ValidateSpec refuses a
@@ -97,41 +97,16 @@ func NumTasks(records, recordsPerTask int64) int64 {
 	return (records-1)/recordsPerTask + 1
 }
 
-// mulCheck returns a*b and whether it did not overflow (a, b >= 0).
-func mulCheck(a, b int64) (int64, bool) {
-	if a < 0 || b < 0 {
-		return 0, false
-	}
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(lo), true
-}
-
-// addCheck returns a+b and whether it did not overflow (a, b >= 0).
-func addCheck(a, b int64) (int64, bool) {
-	s := a + b
-	return s, a >= 0 && b >= 0 && s >= a
-}
-
 // ParamElements returns the number of elements of a shape: the
-// overflow-checked product of its dimensions, each of which must be >= 1.
-// ok is false for an empty shape, a dimension < 1 or an overflowing product.
-func ParamElements(shape []int64) (n int64, ok bool) {
-	if len(shape) == 0 {
+// overflow-checked product of its dimensions (internal/shape, the one
+// helper fsm, pserver and trainer share), each of which must be >= 1. ok is
+// false for an empty shape, a dimension < 1 or more than shape.MaxElements.
+func ParamElements(dims []int64) (n int64, ok bool) {
+	if len(dims) == 0 || slices.Min(dims) < 1 {
 		return 0, false
 	}
-	n = 1
-	for _, d := range shape {
-		if d < 1 {
-			return 0, false
-		}
-		if n, ok = mulCheck(n, d); !ok {
-			return 0, false
-		}
-	}
-	return n, true
+	n, err := shape.Elements(dims)
+	return n, err == nil
 }
 
 // StateBytes returns the bytes a job's parameters and optimizer state take
@@ -150,9 +125,9 @@ func StateBytes(spec *pb.JobSpec) (int64, error) {
 	for i, p := range spec.GetParams() {
 		n, ok := ParamElements(p.GetShape())
 		if !ok {
-			return 0, invalid(fmt.Sprintf("params[%d].shape", i), "%v: every dimension must be >= 1 and their product fit in an int64", p.GetShape())
+			return 0, invalid(fmt.Sprintf("params[%d].shape", i), "%v: every dimension must be >= 1 and the product at most 2^48 elements", p.GetShape())
 		}
-		if elems, ok = addCheck(elems, n); !ok {
+		if elems, ok = shape.Add(elems, n); !ok {
 			return 0, invalid("params", "the total element count overflows an int64")
 		}
 	}
@@ -165,7 +140,7 @@ func StateBytes(spec *pb.JobSpec) (int64, error) {
 	if f == 0 {
 		f = 1
 	}
-	b, ok := mulCheck(elems, BytesPerElement*f)
+	b, ok := shape.Mul(elems, BytesPerElement*f)
 	if !ok {
 		return 0, invalid("params", "%d elements x %d bytes overflows an int64", elems, BytesPerElement*f)
 	}
@@ -186,7 +161,7 @@ func modelElements(m *pb.ModelSpec) (int64, error) {
 			w += int64(h[i]) * int64(h[i+1]) // int32 x int32 fits an int64
 		}
 		var ok bool
-		if n, ok = addCheck(n, w); !ok {
+		if n, ok = shape.Add(n, w); !ok {
 			return 0, invalid("model.hidden", "the layer sizes overflow an int64")
 		}
 	}
@@ -196,11 +171,11 @@ func modelElements(m *pb.ModelSpec) (int64, error) {
 	if m.GetHashBuckets() < 0 {
 		return 0, invalid("model.hash_buckets", "must be >= 0, got %d", m.GetHashBuckets())
 	}
-	emb, ok := mulCheck(m.GetHashBuckets(), int64(m.GetEmbeddingDim()))
+	emb, ok := shape.Mul(m.GetHashBuckets(), int64(m.GetEmbeddingDim()))
 	if !ok {
 		return 0, invalid("model.hash_buckets", "%d x embedding_dim %d overflows an int64", m.GetHashBuckets(), m.GetEmbeddingDim())
 	}
-	if n, ok = addCheck(n, emb); !ok {
+	if n, ok = shape.Add(n, emb); !ok {
 		return 0, invalid("model", "the element count overflows an int64")
 	}
 	return n, nil
@@ -391,7 +366,7 @@ func validParams(ps []*pb.ParamSpec) error {
 			return invalid(field+".init", "unknown value %d", p.Init)
 		}
 		if _, ok := ParamElements(p.Shape); !ok {
-			return invalid(field+".shape", "%v: every dimension must be >= 1 and their product fit in an int64", p.Shape)
+			return invalid(field+".shape", "%v: every dimension must be >= 1 and the product at most 2^48 elements", p.Shape)
 		}
 		names[p.Name] = true
 	}

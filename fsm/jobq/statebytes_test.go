@@ -56,7 +56,12 @@ func TestStateBytes(t *testing.T) {
 	if n, ok := ParamElements([]int64{1 << 31, 1 << 31, 2}); ok {
 		t.Errorf("ParamElements([2^31, 2^31, 2]) = %d, ok (2^63 overflows)", n)
 	}
-	if n, ok := ParamElements([]int64{1 << 31, 1 << 31}); !ok || n != 1<<62 {
-		t.Errorf("ParamElements([2^31, 2^31]) = %d, %v; want 2^62", n, ok)
+	if n, ok := ParamElements([]int64{1 << 24, 1 << 24}); !ok || n != 1<<48 {
+		t.Errorf("ParamElements([2^24, 2^24]) = %d, %v; want 2^48", n, ok)
+	}
+	for _, dims := range [][]int64{{1<<24 + 1, 1 << 24}, {}, {0}, {5, -1}} {
+		if n, ok := ParamElements(dims); ok {
+			t.Errorf("ParamElements(%v) = %d, ok", dims, n)
+		}
 	}
 }
