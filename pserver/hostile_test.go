@@ -6,6 +6,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -142,5 +143,138 @@ func TestPullDoesNotCreateRows(t *testing.T) {
 	s.mu.RUnlock()
 	if n != 1 {
 		t.Fatalf("slot stores %d rows, want 1 (the pushed one)", n)
+	}
+}
+
+func denseSpec(mode pb.UpdateMode, opt *pb.OptimizerSpec) *pb.JobSpec {
+	return &pb.JobSpec{Name: "j", Mode: mode, Seed: 1, DenseBlockSize: 4, NumVirtualShards: 4, Optimizer: opt,
+		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{8}, Init: pb.Initializer_INIT_NORMAL}}}
+}
+
+// TestFiniteGradientsCannotPoison: gradients that are finite but would
+// overflow the update are refused with InvalidArgument and leave the slot
+// byte-identical: |g| = 1e21 under Adam (v = (1-β2)g² is +Inf in float32),
+// the same block twice in one push (3e38 + 3e38 = +Inf when summed), and
+// an update whose result overflows (lr 1e30) even though g is small.
+func TestFiniteGradientsCannotPoison(t *testing.T) {
+	async := pb.UpdateMode_UPDATE_MODE_ASYNC
+	cases := []struct {
+		name string
+		spec *pb.JobSpec
+		ts   []*pb.Tensor
+	}{
+		{"adam 1e21", denseSpec(async, &pb.OptimizerSpec{Name: "adam"}),
+			[]*pb.Tensor{{Name: "w", Block: 0, Data: packed(1e21, 0, 0, 0)}}},
+		{"duplicate block", denseSpec(async, &pb.OptimizerSpec{Name: "sgd"}),
+			[]*pb.Tensor{{Name: "w", Block: 1, Data: packed(1, 1, 1, 1)}, {Name: "w", Block: 1, Data: packed(1, 1, 1, 1)}}},
+		{"duplicate 3e38", denseSpec(async, &pb.OptimizerSpec{Name: "sgd"}),
+			[]*pb.Tensor{{Name: "w", Block: 0, Data: packed(3e38, 0, 0, 0)}, {Name: "w", Block: 0, Data: packed(3e38, 0, 0, 0)}}},
+		{"overflowing result", denseSpec(async, &pb.OptimizerSpec{Name: "sgd", LearningRate: 1e30}),
+			[]*pb.Tensor{{Name: "w", Block: 0, Data: packed(0.5, 0.5, 0.5, 0.5)}, {Name: "w", Block: 1, Data: packed(1e12, 0, 0, 0)}}},
+		{"adagrad overflow", denseSpec(async, &pb.OptimizerSpec{Name: "adagrad", LearningRate: 1e39}),
+			[]*pb.Tensor{{Name: "w", Block: 1, Data: packed(1e12, 0, 0, 0)}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustSlot(t, tc.spec, 0, 1)
+			before := snapshotBytes(t, s)
+			_, err := s.Push(context.Background(), &pb.PushRequest{Grads: tc.ts})
+			if status.Code(err) != codes.InvalidArgument || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("push: %v, want InvalidArgument", err)
+			}
+			if !bytes.Equal(before, snapshotBytes(t, s)) {
+				t.Fatal("refused push changed the slot")
+			}
+			for _, v := range pullAll(t, s)["w"] {
+				if v-v != 0 {
+					t.Fatalf("parameter poisoned: %v", v)
+				}
+			}
+		})
+	}
+}
+
+// TestSyncExamplesCannotFlipSign: two trainers claiming examples = 2^62
+// overflowed Σ nᵢ to a negative int64 and flipped the update's sign; such a
+// push is now refused, and two pushes of MaxExamples average correctly.
+func TestSyncExamplesCannotFlipSign(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := denseSpec(pb.UpdateMode_UPDATE_MODE_SYNC, &pb.OptimizerSpec{Name: "sgd", LearningRate: 1})
+	spec.Params[0].Init = pb.Initializer_INIT_ZEROS
+	s := mustSlot(t, spec, 0, 1)
+	s.SetTrainers([]string{"a", "b"})
+	push := func(trainer string, examples int64) error {
+		_, err := s.Push(ctx, &pb.PushRequest{Trainer: trainer, Step: 0, Examples: examples,
+			Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": ones(8, 1)})})
+		return err
+	}
+	before := snapshotBytes(t, s)
+	for _, tr := range []string{"a", "b"} {
+		if err := push(tr, 1<<62); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("examples 2^62: %v, want InvalidArgument", err)
+		}
+	}
+	if !bytes.Equal(before, snapshotBytes(t, s)) || s.Version() != 0 {
+		t.Fatal("refused pushes changed the slot")
+	}
+	errs := make(chan error, 2)
+	for _, tr := range []string{"a", "b"} {
+		go func() { errs <- push(tr, MaxExamples) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, v := range pullAll(t, s)["w"] {
+		if v != -1 {
+			t.Fatalf("w[%d] = %v after averaging g = 1 with lr 1, want -1", i, v)
+		}
+	}
+}
+
+// TestSyncStepRefusedWhole: a sync step whose averaged update would
+// overflow is refused for every pusher (InvalidArgument); the slot is
+// byte-identical and stays at the same step, and the next step works.
+func TestSyncStepRefusedWhole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := denseSpec(pb.UpdateMode_UPDATE_MODE_SYNC, &pb.OptimizerSpec{Name: "sgd", LearningRate: 1e30})
+	s := mustSlot(t, spec, 0, 1)
+	s.SetTrainers([]string{"a", "b"})
+	before := snapshotBytes(t, s)
+	errs := make(chan error, 2)
+	for i, tr := range []string{"a", "b"} {
+		g := ones(8, 0)
+		g[i] = 1e10 // lr·g = 1e40: not a float32
+		go func() {
+			_, err := s.Push(ctx, &pb.PushRequest{Trainer: tr, Examples: 1,
+				Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": g})})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("overflowing step: %v, want InvalidArgument", err)
+		}
+	}
+	if !bytes.Equal(before, snapshotBytes(t, s)) || s.Step() != 0 {
+		t.Fatal("refused step changed the slot")
+	}
+	for _, tr := range []string{"a", "b"} {
+		go func() {
+			_, err := s.Push(ctx, &pb.PushRequest{Trainer: tr, Examples: 1,
+				Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": ones(8, 0)})})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Step() != 1 {
+		t.Fatalf("step %d after a good step, want 1", s.Step())
 	}
 }

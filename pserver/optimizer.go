@@ -25,13 +25,25 @@ const (
 // rate lr_t = lr / (1 + lr_decay·t), t = updates already applied to the
 // entry (entry.t, stored in checkpoints), so a restored model continues the
 // exact same schedule and Adam bias correction.
+//
+// Updates are computed per element in float64 and stored in float32. An
+// update runs twice: once with commit false, which only checks that every
+// new value and state element is finite and fits a float32, then (if every
+// entry of the push or step passed) with commit true, which stores them.
+// A refused update leaves the slot byte-identical.
 type optimizer interface {
 	name() string
 	stateSlots() []string
-	// update applies gradient g (already decayed) with learning rate lr;
-	// e.t has already been incremented (t = 1 on the first update).
-	update(e *entry, g []float32, lr float64)
+	// step computes the update of e with gradient g (len(g) ==
+	// len(e.values)), weight decay wd, learning rate lr and t = e.t+1 (the
+	// update's number, 1 on the first). With commit it stores the new
+	// values and state; without, it stores nothing. It reports whether
+	// every new value and state element is finite in float32.
+	step(e *entry, g []float32, wd, lr float64, t int64, commit bool) bool
 }
+
+// fits reports whether x is finite and does not round to ±Inf in float32.
+func fits(x float64) bool { return math.Abs(x) <= math.MaxFloat32 }
 
 // optConfig is an OptimizerSpec with defaults applied.
 type optConfig struct {
@@ -46,8 +58,12 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 	if c.lr == 0 {
 		c.lr = 0.01
 	}
-	if c.lr < 0 || c.weightDecay < 0 || c.lrDecay < 0 {
-		return c, errorf(ErrBadSpec, "optimizer: negative learning_rate, weight_decay or lr_decay")
+	if !(c.lr > 0 && c.weightDecay >= 0 && c.lrDecay >= 0) || !finite(c.lr, c.weightDecay, c.lrDecay, s.GetMomentum(), s.GetEpsilon()) {
+		return c, errorf(ErrBadSpec, "optimizer: learning_rate %g, weight_decay %g, lr_decay %g: want finite, learning_rate > 0, others >= 0",
+			c.lr, c.weightDecay, c.lrDecay)
+	}
+	if b1, b2, mu, eps := s.GetBeta1(), s.GetBeta2(), s.GetMomentum(), s.GetEpsilon(); b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1 || mu < 0 || mu >= 1 || eps < 0 {
+		return c, errorf(ErrBadSpec, "optimizer: beta1 %g, beta2 %g, momentum %g: want [0, 1); epsilon %g: want >= 0", b1, b2, mu, eps)
 	}
 	switch strings.ToLower(s.GetName()) {
 	case "", OptSGD:
@@ -57,7 +73,7 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 		if mu == 0 {
 			mu = 0.9
 		}
-		c.opt = momentum{mu: float32(mu), nesterov: s.GetNesterov()}
+		c.opt = momentum{mu: mu, nesterov: s.GetNesterov()}
 	case OptAdam:
 		a := adam{beta1: s.GetBeta1(), beta2: s.GetBeta2(), eps: s.GetEpsilon()}
 		if a.beta1 == 0 {
@@ -82,24 +98,30 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 	return c, nil
 }
 
-// apply runs one optimizer step on e with gradient g (len(g) == len(e.values)).
-// scratch, if non-nil and long enough, is used for the decayed gradient; g is
-// never modified. lrScale multiplies the learning rate (Horovod's
-// "scale the learning rate by the number of workers").
-func (c *optConfig) apply(e *entry, g []float32, lrScale float64, scratch []float32) {
+// update checks (commit false) or applies (commit true) one optimizer step
+// on e with gradient g (len(g) == len(e.values)); g is never modified.
+// lrScale multiplies the learning rate (Horovod's "scale the learning rate
+// by the number of workers"). It reports whether the result is finite; on
+// commit it also counts the update in e.t.
+func (c *optConfig) update(e *entry, g []float32, lrScale float64, commit bool) bool {
 	lr := c.lr * lrScale / (1 + c.lrDecay*float64(e.t))
-	if c.weightDecay != 0 {
-		// g' = g + wd·w
-		if cap(scratch) < len(g) {
-			scratch = make([]float32, len(g))
-		}
-		scratch = scratch[:len(g)]
-		copy(scratch, g)
-		axpy(float32(c.weightDecay), e.values, scratch)
-		g = scratch
+	if !c.opt.step(e, g, c.weightDecay, lr, e.t+1, commit) {
+		return false
 	}
-	e.t++
-	c.opt.update(e, g, lr)
+	if commit {
+		e.t++
+	}
+	return true
+}
+
+// finite reports whether every x is neither NaN nor ±Inf.
+func finite(xs ...float64) bool {
+	for _, x := range xs {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // axpy computes y += a·x with gonum's BLAS level 1.
@@ -124,8 +146,19 @@ type sgd struct{}
 
 func (sgd) name() string         { return OptSGD }
 func (sgd) stateSlots() []string { return nil }
-func (sgd) update(e *entry, g []float32, lr float64) {
-	axpy(float32(-lr), g, e.values)
+func (sgd) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
+	w := e.values
+	for i, gi := range g {
+		wi := float64(w[i])
+		nw := wi - lr*(float64(gi)+wd*wi)
+		if !fits(nw) {
+			return false
+		}
+		if commit {
+			w[i] = float32(nw)
+		}
+	}
+	return true
 }
 
 // momentum is heavy-ball momentum (Polyak 1964) in the form of Sutskever et
@@ -136,22 +169,32 @@ func (sgd) update(e *entry, g []float32, lr float64) {
 //	w ← w − lr·v            (classical)
 //	w ← w − lr·(g + μ·v)    (Nesterov)
 type momentum struct {
-	mu       float32
+	mu       float64
 	nesterov bool
 }
 
 func (m momentum) name() string         { return OptMomentum }
 func (m momentum) stateSlots() []string { return []string{"velocity"} }
-func (m momentum) update(e *entry, g []float32, lr float64) {
-	v := e.state[0]
-	scal(m.mu, v)
-	axpy(1, g, v)
-	if m.nesterov {
-		axpy(float32(-lr), g, e.values)
-		axpy(float32(-lr)*m.mu, v, e.values)
-		return
+func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
+	v, w := e.state[0], e.values
+	for i, gi := range g {
+		wi := float64(w[i])
+		gf := float64(gi) + wd*wi
+		vi := m.mu*float64(v[i]) + gf
+		var nw float64
+		if m.nesterov {
+			nw = wi - lr*(gf+m.mu*vi)
+		} else {
+			nw = wi - lr*vi
+		}
+		if !fits(vi) || !fits(nw) {
+			return false
+		}
+		if commit {
+			v[i], w[i] = float32(vi), float32(nw)
+		}
 	}
-	axpy(float32(-lr), v, e.values)
+	return true
 }
 
 // adam is Kingma & Ba 2015, "Adam: A method for stochastic optimization",
@@ -160,24 +203,28 @@ func (m momentum) update(e *entry, g []float32, lr float64) {
 //	m ← β1·m + (1−β1)·g
 //	v ← β2·v + (1−β2)·g²
 //	w ← w − lr · m̂ / (√v̂ + ε),  m̂ = m/(1−β1^t), v̂ = v/(1−β2^t)
-//
-// computed in float64 per element, stored in float32.
 type adam struct{ beta1, beta2, eps float64 }
 
 func (a adam) name() string         { return OptAdam }
 func (a adam) stateSlots() []string { return []string{"m", "v"} }
-func (a adam) update(e *entry, g []float32, lr float64) {
+func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) bool {
 	m, v, w := e.state[0], e.state[1], e.values
-	t := float64(e.t)
-	c1 := 1 - math.Pow(a.beta1, t)
-	c2 := 1 - math.Pow(a.beta2, t)
+	c1 := 1 - math.Pow(a.beta1, float64(t))
+	c2 := 1 - math.Pow(a.beta2, float64(t))
 	for i, gi := range g {
-		gf := float64(gi)
+		wi := float64(w[i])
+		gf := float64(gi) + wd*wi
 		mi := a.beta1*float64(m[i]) + (1-a.beta1)*gf
 		vi := a.beta2*float64(v[i]) + (1-a.beta2)*gf*gf
-		m[i], v[i] = float32(mi), float32(vi)
-		w[i] = float32(float64(w[i]) - lr*(mi/c1)/(math.Sqrt(vi/c2)+a.eps))
+		nw := wi - lr*(mi/c1)/(math.Sqrt(vi/c2)+a.eps)
+		if !fits(mi) || !fits(vi) || !fits(nw) {
+			return false
+		}
+		if commit {
+			m[i], v[i], w[i] = float32(mi), float32(vi), float32(nw)
+		}
 	}
+	return true
 }
 
 // adagrad is Duchi, Hazan & Singer 2011, "Adaptive subgradient methods for
@@ -189,12 +236,19 @@ type adagrad struct{ eps float64 }
 
 func (a adagrad) name() string         { return OptAdagrad }
 func (a adagrad) stateSlots() []string { return []string{"accumulator"} }
-func (a adagrad) update(e *entry, g []float32, lr float64) {
+func (a adagrad) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
 	acc, w := e.state[0], e.values
 	for i, gi := range g {
-		gf := float64(gi)
+		wi := float64(w[i])
+		gf := float64(gi) + wd*wi
 		ai := float64(acc[i]) + gf*gf
-		acc[i] = float32(ai)
-		w[i] = float32(float64(w[i]) - lr*gf/(math.Sqrt(ai)+a.eps))
+		nw := wi - lr*gf/(math.Sqrt(ai)+a.eps)
+		if !fits(ai) || !fits(nw) {
+			return false
+		}
+		if commit {
+			acc[i], w[i] = float32(ai), float32(nw)
+		}
 	}
+	return true
 }

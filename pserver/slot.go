@@ -2,9 +2,11 @@ package pserver
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -49,15 +51,16 @@ type syncStep struct {
 	open     bool            // the step's membership is fixed (first push seen)
 	expect   map[string]bool // members that have neither pushed nor left
 	pushed   map[string]bool
-	acc      map[key][]float32 // Σ examples_i · g_i
+	acc      map[key][]float64 // Σ examples_i · g_i, in float64
 	examples int64
 	trainers int
 	done     chan struct{} // closed when the step completes
 	version  int64         // slot version after completion
+	err      error         // the step's update was refused (set before done closes)
 }
 
 func newSyncStep() *syncStep {
-	return &syncStep{pushed: map[string]bool{}, acc: map[key][]float32{}, done: make(chan struct{})}
+	return &syncStep{pushed: map[string]bool{}, acc: map[key][]float64{}, done: make(chan struct{})}
 }
 
 // Slot holds the virtual shards of one pserver slot of one job: parameter
@@ -79,6 +82,9 @@ type Slot struct {
 	mode      pb.UpdateMode
 	staleness int64
 	owned     []bool // by vshard
+	// maxPushBytes is the most gradient data one push can carry: 4 bytes
+	// per owned dense element plus every embedding table in full.
+	maxPushBytes int64
 
 	fenced    atomic.Bool
 	fenceCh   chan struct{}
@@ -91,7 +97,6 @@ type Slot struct {
 	version     int64
 	step        int64
 	incarnation int64
-	scratch     []float32
 
 	members   map[string]bool
 	away      map[string]bool // left sync steps (LeaveStep) until they push again
@@ -161,6 +166,20 @@ func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 	}
 	for v := int32(0); v < l.NumVShards; v++ {
 		s.owned[v] = SlotOfVShard(v, numPservers) == slot
+	}
+	for _, p := range l.Params {
+		n := p.Size // an embedding's rows may hash anywhere: all of it
+		if !p.Embedding {
+			n = 0
+			for b := int64(0); b < p.Blocks; b++ {
+				if s.owned[l.VShardOfBlock(p, b)] {
+					lo, hi := l.BlockRange(p, b)
+					n += hi - lo
+				}
+			}
+		}
+		// Sizes are at most shape.MaxElements each: saturate the sum.
+		s.maxPushBytes = min(s.maxPushBytes+4*n, math.MaxInt64/2)
 	}
 	return s, nil
 }
@@ -372,16 +391,11 @@ func (s *Slot) pullAll(buf []byte) (*pb.PullResponse, []byte) {
 	return resp, buf
 }
 
-// rowLocked returns embedding row r of p, creating it from its initializer
-// if it does not exist (write lock held; only an applied push creates rows).
-func (s *Slot) rowLocked(p *ParamLayout, r int64) *entry {
-	k := key{int32(p.Index), r}
-	e := s.rows[k]
-	if e == nil {
-		e = newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
-		initValues(e.values, s.spec.GetSeed(), p, 'r', r)
-		s.rows[k] = e
-	}
+// newRow returns embedding row r of p at its initial value with zero
+// optimizer state, not stored (only a committed push stores rows).
+func (s *Slot) newRow(p *ParamLayout, r int64) *entry {
+	e := newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
+	initValues(e.values, s.spec.GetSeed(), p, 'r', r)
 	return e
 }
 
@@ -405,6 +419,19 @@ func (s *Slot) checkBlock(p *ParamLayout, b int64) error {
 	return nil
 }
 
+// Bounds on what a push may carry. They keep every finite gradient from
+// poisoning the parameters through overflow: with |g| <= MaxGradient, g² and
+// Adam's v stay far inside float32, and Σ examples·g of a sync step is
+// accumulated in float64 from at most MaxExamples per push.
+const (
+	// MaxGradient bounds |g| of every gradient element; a larger, NaN or
+	// Inf element is ErrInvalid.
+	MaxGradient = 1e12
+	// MaxExamples bounds PushRequest.examples (the weight of a push in the
+	// sync average); a larger or negative value is ErrInvalid.
+	MaxExamples = 1 << 32
+)
+
 // gradItem is one validated gradient for one entry.
 type gradItem struct {
 	k   key
@@ -413,83 +440,147 @@ type gradItem struct {
 	row bool
 }
 
-// parseGrads validates every tensor of a push (known param, block or rows in
-// range and in this slot, length, finite values) and returns the gradients
-// per entry, duplicates summed. Nothing is touched on error.
-func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
-	items := make([]gradItem, 0, len(grads))
-	seen := map[key]int{}
-	add := func(it gradItem) {
-		if j, dup := seen[it.k]; dup && items[j].row == it.row {
-			sum := slices.Clone(items[j].g)
-			axpy(1, it.g, sum)
-			items[j].g = sum
-			return
-		}
-		seen[it.k] = len(items)
-		items = append(items, it)
-	}
+// pushParser validates the tensors of one push, which may arrive in several
+// messages (PushStream): each tensor is checked on arrival (known param,
+// block or rows in range and in this slot, length, |g| <= MaxGradient, no
+// block or row named twice), and the data of the whole push is capped at
+// the most a push to this slot can carry (Slot.maxPushBytes). Nothing is
+// touched on error.
+type pushParser struct {
+	s     *Slot
+	items []gradItem
+	seen  map[key]struct{}
+	bytes int64
+}
+
+func (s *Slot) newPushParser() *pushParser {
+	return &pushParser{s: s, seen: map[key]struct{}{}}
+}
+
+func (pp *pushParser) add(grads []*pb.Tensor) error {
+	s := pp.s
 	for _, t := range grads {
 		p, ok := s.layout.Param(t.GetName())
 		if !ok {
-			return nil, errorf(ErrInvalid, "push: unknown param %q", t.GetName())
+			return errorf(ErrInvalid, "push: unknown param %q", t.GetName())
 		}
 		if len(t.GetData())%4 != 0 {
-			return nil, errorf(ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
+			return errorf(ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
 		}
-		g := viewFloat32s(t.GetData())
-		if !allFinite(g) {
-			return nil, errorf(ErrInvalid, "param %q: gradient holds NaN or Inf", p.Spec.GetName())
+		if pp.bytes += int64(len(t.GetData())); pp.bytes > s.maxPushBytes {
+			return errorf(ErrInvalid, "param %q: push carries more than the %d bytes of gradient slot %d can take", p.Spec.GetName(), s.maxPushBytes, s.slot)
 		}
 		if p.Embedding {
 			rows := t.GetRows()
-			if int64(len(g)) != int64(len(rows))*p.Dim {
-				return nil, errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(g), len(rows), p.Dim)
+			if int64(len(t.GetData())/4) != int64(len(rows))*p.Dim {
+				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
+			g := viewFloat32s(t.GetData())
+			if err := checkGrad(p, g); err != nil {
+				return err
+			}
+			d := int(p.Dim)
 			for j, r := range rows {
 				if err := s.checkRow(p, r); err != nil {
-					return nil, err
+					return err
 				}
-				d := int(p.Dim)
-				add(gradItem{k: key{int32(p.Index), r}, p: p, g: g[j*d : (j+1)*d : (j+1)*d], row: true})
+				k := key{int32(p.Index), r}
+				if _, dup := pp.seen[k]; dup {
+					return errorf(ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
+				}
+				pp.seen[k] = struct{}{}
+				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], row: true})
 			}
 			continue
 		}
 		if len(t.GetRows()) != 0 {
-			return nil, errorf(ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
+			return errorf(ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
 		}
 		b := t.GetBlock()
 		if err := s.checkBlock(p, b); err != nil {
-			return nil, err
+			return err
 		}
 		lo, hi := s.layout.BlockRange(p, b)
-		if int64(len(g)) != hi-lo {
-			return nil, errorf(ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(g), hi-lo)
+		if int64(len(t.GetData())/4) != hi-lo {
+			return errorf(ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(t.GetData())/4, hi-lo)
 		}
-		add(gradItem{k: key{int32(p.Index), b}, p: p, g: g})
+		k := key{int32(p.Index), b}
+		if _, dup := pp.seen[k]; dup {
+			return errorf(ErrInvalid, "param %q: block %d pushed twice", p.Spec.GetName(), b)
+		}
+		pp.seen[k] = struct{}{}
+		g := viewFloat32s(t.GetData())
+		if err := checkGrad(p, g); err != nil {
+			return err
+		}
+		pp.items = append(pp.items, gradItem{k: k, p: p, g: g})
 	}
-	return items, nil
+	return nil
 }
 
-// applyLocked applies one gradient to its entry (write lock held).
-func (s *Slot) applyLocked(it gradItem, lrScale float64) {
-	var e *entry
-	if it.row {
-		e = s.rowLocked(it.p, it.k.i)
-	} else {
-		e = s.dense[it.k]
+// checkGrad refuses NaN, ±Inf and |g| > MaxGradient.
+func checkGrad(p *ParamLayout, g []float32) error {
+	for _, v := range g {
+		if !(v >= -MaxGradient && v <= MaxGradient) { // false for NaN too
+			return errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+		}
 	}
-	if s.opt.weightDecay != 0 && cap(s.scratch) < len(it.g) {
-		s.scratch = make([]float32, len(it.g))
+	return nil
+}
+
+// parseGrads validates every tensor of a one-message push (see pushParser).
+func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
+	pp := s.newPushParser()
+	if err := pp.add(grads); err != nil {
+		return nil, err
 	}
-	s.opt.apply(e, it.g, lrScale, s.scratch)
+	return pp.items, nil
+}
+
+// applyLocked applies items (distinct entries) with the learning rate
+// scaled by lrScale, all or nothing (write lock held): every update is
+// first computed without storing; if any value or optimizer state would
+// be NaN or Inf in float32, nothing is stored and the error (ErrInvalid)
+// names the entry. Rows not stored yet are created from their initializer
+// only when the updates are committed.
+func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
+	es := make([]*entry, len(items))
+	var fresh []int
+	for i, it := range items {
+		e := s.dense[it.k]
+		if it.row {
+			if e = s.rows[it.k]; e == nil {
+				e = s.newRow(it.p, it.k.i)
+				fresh = append(fresh, i)
+			}
+		}
+		if !s.opt.update(e, it.g, lrScale, false) {
+			what := "block"
+			if it.row {
+				what = "row"
+			}
+			return errorf(ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
+				it.p.Spec.GetName(), what, it.k.i)
+		}
+		es[i] = e
+	}
+	for _, i := range fresh {
+		s.rows[items[i].k] = es[i]
+	}
+	for i, it := range items {
+		s.opt.update(es[i], it.g, lrScale, true)
+	}
+	return nil
 }
 
 // Push applies a trainer's gradients (packed little-endian float32, one
 // tensor per dense block or per set of embedding rows). A push is validated
-// whole before anything is touched: unknown param, wrong length, block or row
-// out of range or in another slot, NaN/Inf → ErrInvalid (InvalidArgument)
-// naming the param.
+// whole before anything is touched: unknown param, wrong length, block or
+// row out of range, in another slot or named twice, NaN, Inf or
+// |g| > MaxGradient, examples < 0 or > MaxExamples → ErrInvalid
+// (InvalidArgument) naming the param. An update whose result (values or
+// optimizer state) would not be finite in float32 is refused the same way
+// and leaves the slot byte-identical.
 //
 // Async mode: applied at once; with staleness k > 0 a push with
 // version < Version()-k is refused with ErrStale (FailedPrecondition).
@@ -499,13 +590,14 @@ func (s *Slot) applyLocked(it gradItem, lrScale float64) {
 // SetTrainers at the step's first push, minus those that called LeaveStep;
 // trainers added later join from the next step (their push waits for the
 // step to end, then gets ErrStale to re-pull). A push from a trainer that is
-// not (yet) a member waits until SetTrainers adds it. The step completes when
-// every member has pushed or left (LeaveStep, or removal by SetTrainers); it
-// applies one update with the example-weighted average Σ nᵢ·gᵢ / Σ nᵢ
-// (nᵢ = req.examples, 0 counts as 1), so k trainers equal one process on the
-// concatenated batch. Push blocks until then (bounded by ctx) and returns the
-// new version. A repeated push by the same trainer in the same step is not
-// counted twice (retries are safe).
+// not (yet) a member waits until SetTrainers adds it, at most MemberWait
+// (then ErrStale). The step completes when every member has pushed or left
+// (LeaveStep, or removal by SetTrainers); it applies one update with the
+// example-weighted average Σ nᵢ·gᵢ / Σ nᵢ (nᵢ = req.examples, 0 counts as
+// 1), accumulated in float64, so k trainers equal one process on the
+// concatenated batch. Push blocks until then (bounded by ctx) and returns
+// the new version. A repeated push by the same trainer in the same step is
+// not counted twice (retries are safe).
 //
 // With spec.scale_lr_with_trainers the learning rate is multiplied by the
 // number of trainers in the step (sync) or of members (async).
@@ -516,6 +608,14 @@ func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse,
 	items, err := s.parseGrads(req.GetGrads())
 	if err != nil {
 		return nil, err
+	}
+	return s.push(ctx, req, items)
+}
+
+// push applies a validated push (see Push).
+func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
+	if n := req.GetExamples(); n < 0 || n > MaxExamples {
+		return nil, errorf(ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
 	}
 	if s.mode == pb.UpdateMode_UPDATE_MODE_ASYNC {
 		return s.pushAsync(req, items)
@@ -537,13 +637,19 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 	if s.spec.GetScaleLrWithTrainers() && len(s.members) > 1 {
 		scale = float64(len(s.members))
 	}
-	for _, it := range items {
-		s.applyLocked(it, scale)
+	if err := s.applyLocked(items, scale); err != nil {
+		return nil, err
 	}
 	s.version++
 	s.step++
 	return &pb.PushResponse{Version: s.version}, nil
 }
+
+// MemberWait bounds how long a sync push from a trainer that is not (yet)
+// in the slot's trainer set waits for SetTrainers to add it, holding its
+// decoded gradients; then it fails with ErrStale (the trainer re-pulls and
+// pushes again).
+var MemberWait = 30 * time.Second
 
 func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
 	trainer := req.GetTrainer()
@@ -559,17 +665,23 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		n = 1
 	}
 	s.mu.Lock()
-	for !s.members[trainer] {
-		ch := s.membersCh
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-s.fenceCh:
-			return nil, s.checkFence()
+	if !s.members[trainer] {
+		wait := time.NewTimer(MemberWait)
+		defer wait.Stop()
+		for !s.members[trainer] {
+			ch := s.membersCh
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-s.fenceCh:
+				return nil, s.checkFence()
+			case <-wait.C:
+				return nil, errorf(ErrStale, "trainer %q is not a trainer of job %q after %v; register, re-pull and push again", trainer, s.spec.GetName(), MemberWait)
+			}
+			s.mu.Lock()
 		}
-		s.mu.Lock()
 	}
 	if err := s.checkFence(); err != nil {
 		s.mu.Unlock()
@@ -599,14 +711,16 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		s.mu.Unlock()
 		return s.waitStep(ctx, st, true)
 	}
-	w := float32(n)
+	w := float64(n)
 	for _, it := range items {
 		a := st.acc[it.k]
 		if a == nil {
-			a = make([]float32, len(it.g))
+			a = make([]float64, len(it.g))
 			st.acc[it.k] = a
 		}
-		axpy(w, it.g, a)
+		for i, g := range it.g {
+			a[i] += w * float64(g)
+		}
 	}
 	st.pushed[trainer] = true
 	delete(st.expect, trainer)
@@ -630,11 +744,16 @@ func (s *Slot) waitStep(ctx context.Context, st *syncStep, joined bool) (*pb.Pus
 	if joined {
 		return nil, errorf(ErrStale, "trainer joined slot %d mid-step; re-pull (version %d)", s.slot, st.version)
 	}
+	if st.err != nil {
+		return nil, st.err
+	}
 	return &pb.PushResponse{Version: st.version}, nil
 }
 
 // maybeCompleteLocked completes the current sync step if no member is
-// still expected (write lock held).
+// still expected (write lock held). If the step's update is refused (a
+// result would not be finite), the slot is unchanged, the step does not
+// advance and every push of the step gets the error.
 func (s *Slot) maybeCompleteLocked() {
 	st := s.cur
 	if !st.open || len(st.expect) > 0 {
@@ -645,31 +764,44 @@ func (s *Slot) maybeCompleteLocked() {
 		if s.spec.GetScaleLrWithTrainers() {
 			scale = float64(st.trainers)
 		}
-		inv := float32(1 / float64(st.examples))
+		inv := 1 / float64(st.examples)
 		keys := make([]key, 0, len(st.acc))
 		for k := range st.acc {
 			keys = append(keys, k)
 		}
 		slices.SortFunc(keys, keyLess)
-		for _, k := range keys {
-			g := st.acc[k]
-			scal(inv, g)
+		items := make([]gradItem, len(keys))
+		for j, k := range keys {
+			// The weighted mean of gradients bounded by MaxGradient is
+			// bounded too: it fits a float32.
+			a := st.acc[k]
+			g := make([]float32, len(a))
+			for i, v := range a {
+				g[i] = float32(v * inv)
+			}
 			p := s.layout.Params[k.p]
-			s.applyLocked(gradItem{k: k, p: p, g: g, row: p.Embedding}, scale)
+			items[j] = gradItem{k: k, p: p, g: g, row: p.Embedding}
 		}
-		s.version++
-		s.step++
-		s.stepSnapshotLocked()
+		if st.err = s.applyLocked(items, scale); st.err == nil {
+			s.version++
+			s.step++
+			s.stepSnapshotLocked()
+		}
 	}
 	st.version = s.version
 	close(st.done)
 	s.cur = newSyncStep()
 }
 
+// maxAway bounds the trainers remembered as away (LeaveStep) that are no
+// longer in the trainer set; beyond it those are forgotten.
+const maxAway = 4096
+
 // SetTrainers sets the live trainers of the job (the node calls it whenever
 // /jobs/<job>/trainers/ changes). Trainers no longer listed leave the
 // current sync step, which completes with the others; new ones join from
-// the next step.
+// the next step. A trainer that left sync steps (LeaveStep) stays away
+// across membership changes (a lease that flaps) until it pushes again.
 func (s *Slot) SetTrainers(ids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -678,9 +810,11 @@ func (s *Slot) SetTrainers(ids []string) {
 		m[id] = true
 	}
 	s.members = m
-	for t := range s.away {
-		if !m[t] {
-			delete(s.away, t)
+	if len(s.away) > maxAway {
+		for t := range s.away {
+			if !m[t] {
+				delete(s.away, t)
+			}
 		}
 	}
 	if s.cur.open {
