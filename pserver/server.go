@@ -161,11 +161,25 @@ func (srv *Server) PullStream(stream pb.PServer_PullStreamServer) error {
 }
 
 // PushStream receives one logical push in several PushRequests (the first
-// names job, slot, trainer, version, step and examples; later ones may carry
-// only grads) until the client closes its side, then applies it whole, as
-// Push does, and sends one PushResponse.
+// names job, slot, trainer, version, step, examples and push id; later ones
+// carry only grads, or repeat the same job and slot) until the client closes
+// its side, then applies it whole, as Push does, and sends one
+// PushResponse. Every message is validated on arrival (job and slot hosted,
+// tensors as in Push, no block or row twice across messages, total bytes at
+// most what the slot can take), so a bad stream ends at its first bad
+// message instead of being buffered whole.
 func (srv *Server) PushStream(stream pb.PServer_PushStreamServer) error {
-	var req *pb.PushRequest
+	var (
+		req  *pb.PushRequest
+		s    *Slot
+		pp   *pushParser
+		held [][]*pb.Tensor // every message's grads, released at the end
+	)
+	defer func() {
+		for _, ts := range held {
+			releaseTensors(ts)
+		}
+	}()
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -174,18 +188,29 @@ func (srv *Server) PushStream(stream pb.PServer_PushStreamServer) error {
 		if err != nil {
 			return err
 		}
+		held = append(held, m.Grads)
 		if req == nil {
 			req = m
-			continue
+			if s, err = srv.lookup(m.GetJob(), m.GetSlot()); err != nil {
+				return err
+			}
+			pp = s.newPushParser()
+		} else if (m.GetJob() != "" && m.GetJob() != req.GetJob()) || (m.GetSlot() != 0 && m.GetSlot() != req.GetSlot()) {
+			return toGRPC(errorf(ErrInvalid, "push stream: message for job %q slot %d in a stream for job %q slot %d", m.GetJob(), m.GetSlot(), req.GetJob(), req.GetSlot()))
 		}
-		req.Grads = append(req.Grads, m.Grads...)
+		if err := s.checkFence(); err != nil {
+			return toGRPC(err)
+		}
+		if err := pp.add(m.GetGrads()); err != nil {
+			return toGRPC(err)
+		}
 	}
 	if req == nil {
-		return errorf(ErrInvalid, "empty push stream")
+		return toGRPC(errorf(ErrInvalid, "empty push stream"))
 	}
-	resp, err := srv.Push(stream.Context(), req)
+	resp, err := s.push(stream.Context(), req, pp.items)
 	if err != nil {
-		return err
+		return toGRPC(err)
 	}
 	return stream.Send(resp)
 }
