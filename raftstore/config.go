@@ -31,6 +31,12 @@ type Config struct {
 	Bootstrap bool
 	// BootstrapServers is the optional initial configuration (bootstrap-expect).
 	BootstrapServers []raft.Server
+	// Transport, if set, replaces the TCP transport (RaftAddr and
+	// AdvertiseAddr are then ignored; Addr reports Transport.LocalAddr).
+	// Tests use hashicorp/raft's InmemTransport to partition servers in
+	// process (Disconnect/Connect); the store closes it at Close if it
+	// implements raft.WithClose.
+	Transport raft.Transport
 
 	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms),
 	// LeaderLeaseTimeout (250 ms) and CommitTimeout (50 ms) are hashicorp/raft's
@@ -91,7 +97,7 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("raftstore: config: DataDir is required"))
 	}
-	if c.RaftAddr == "" {
+	if c.RaftAddr == "" && c.Transport == nil {
 		errs = append(errs, errors.New("raftstore: config: RaftAddr is required"))
 	}
 	if c.MaxBatch < 0 || c.MaxInflight < 0 {

@@ -116,6 +116,15 @@
 // down, closes the transport and bolt, and is safe to call twice. Calls
 // after Close return ErrNotOpen.
 //
+// # Partitions in tests
+//
+// Config.Transport replaces the TCP transport; the package's own tests run
+// clusters on hashicorp/raft's InmemTransport, cut apart and healed in
+// process (partition_test.go: a follower cut off past its lease TTL, a
+// linearizable read on a cut-off leader, a leader transfer and a Close
+// under partition), so these faults are tested by every `go test`, not
+// only by the root-only Jepsen suite.
+//
 // # Version pin and known hashicorp/raft bugs
 //
 // raftps pins github.com/hashicorp/raft v1.7.3 with raft-boltdb/v2 v2.3.1,

@@ -80,7 +80,7 @@ type Store struct {
 	closed  bool // Raft is being or has been shut down
 
 	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	trans raft.Transport
 	bolt  *raftboltdb.BoltStore
 	snaps raft.SnapshotStore
 
@@ -176,21 +176,13 @@ func (s *Store) Open() (err error) {
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store %q: %w", dir, err)
 	}
-	var adv net.Addr
-	if s.cfg.AdvertiseAddr != "" {
-		a, err := net.ResolveTCPAddr("tcp", s.cfg.AdvertiseAddr)
-		if err != nil {
-			return fmt.Errorf("raftstore: advertise address %q: %w", s.cfg.AdvertiseAddr, err)
-		}
-		adv = a
-	}
-	trans, err := raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 10*time.Second, hcl.Named("transport"))
+	trans, err := s.openTransport(hcl)
 	if err != nil {
-		return fmt.Errorf("raftstore: raft transport on %q: %w", s.cfg.RaftAddr, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
-			trans.Close()
+			closeTransport(trans)
 		}
 	}()
 
@@ -272,7 +264,7 @@ func (s *Store) Close() error {
 	}
 	s.wg.Wait()
 	close(s.workersDone)
-	if err := s.trans.Close(); err != nil {
+	if err := closeTransport(s.trans); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
 	}
 	if err := s.bolt.Close(); err != nil {
@@ -280,6 +272,35 @@ func (s *Store) Close() error {
 	}
 	s.logger.Info("raft store closed")
 	return errors.Join(errs...)
+}
+
+// openTransport returns Config.Transport if set, else a TCP transport on
+// Config.RaftAddr advertising Config.AdvertiseAddr.
+func (s *Store) openTransport(hcl *hcLogger) (raft.Transport, error) {
+	if s.cfg.Transport != nil {
+		return s.cfg.Transport, nil
+	}
+	var adv net.Addr
+	if s.cfg.AdvertiseAddr != "" {
+		a, err := net.ResolveTCPAddr("tcp", s.cfg.AdvertiseAddr)
+		if err != nil {
+			return nil, fmt.Errorf("raftstore: advertise address %q: %w", s.cfg.AdvertiseAddr, err)
+		}
+		adv = a
+	}
+	trans, err := raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 10*time.Second, hcl.Named("transport"))
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: raft transport on %q: %w", s.cfg.RaftAddr, err)
+	}
+	return trans, nil
+}
+
+// closeTransport closes t if it can be closed.
+func closeTransport(t raft.Transport) error {
+	if c, ok := t.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // transferLeadership tries up to 3 times, each bounded by

@@ -37,8 +37,12 @@ type LeaseAPI interface {
 	LeaseRevoke(ctx context.Context, id int64) error
 }
 
-// callTimeout bounds each grant, keepalive and revoke.
-const callTimeout = 2 * time.Second
+// callTimeout bounds each grant, keepalive and revoke; a keepalive also
+// ends when the lease would have expired (but gets minKeepAliveWait).
+const (
+	callTimeout      = 2 * time.Second
+	minKeepAliveWait = 100 * time.Millisecond
+)
 
 // Session is one lease kept alive on behalf of an agent (etcd's
 // concurrency.Session): the keys an agent holds are attached to it, so they
@@ -83,11 +87,14 @@ func (s *Session) Ensure(ctx context.Context) (id int64, lost bool, err error) {
 	if s.id != 0 && s.now().Sub(s.last) < ttl/3 {
 		return s.id, false, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
 	if s.id != 0 {
+		// Wait for the keepalive no longer than the lease may live, so a
+		// partition is reported lost at the end of the TTL, not later.
+		wait := min(callTimeout, max(s.last.Add(ttl).Sub(s.now()), minKeepAliveWait))
+		kctx, cancel := context.WithTimeout(ctx, wait)
 		sent := s.now()
-		_, err := s.api.LeaseKeepAlive(cctx, s.id)
+		_, err := s.api.LeaseKeepAlive(kctx, s.id)
+		cancel()
 		switch {
 		case err == nil:
 			s.last = sent
@@ -95,14 +102,19 @@ func (s *Session) Ensure(ctx context.Context) (id int64, lost bool, err error) {
 		case isLeaseNotFound(err):
 			s.id, s.lost = 0, true
 		case s.now().Sub(s.last) >= ttl:
-			// Not renewed for a whole TTL: treat it as gone, and revoke it
-			// once the cluster answers again (a new leader may have given
-			// it a fresh TTL, and its keys would linger).
-			s.stale, s.id, s.lost = s.id, 0, true
+			// Not renewed for a whole TTL: treat it as gone at once (the
+			// caller fences now; the next Ensure grants a successor), and
+			// revoke it once the cluster answers again (a new leader may
+			// have given it a fresh TTL, and its keys would linger).
+			old := s.id
+			s.stale, s.id, s.lost = old, 0, true
+			return 0, true, fmt.Errorf("lease %d not renewed for its TTL of %v: %w", old, ttl, err)
 		default:
 			return s.id, false, fmt.Errorf("keepalive lease %d: %w", s.id, err)
 		}
 	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	sent := s.now()
 	id, err = s.api.LeaseGrant(cctx, s.ttl)
 	if err != nil {
