@@ -2065,19 +2065,23 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
-	LeaderAddr    string                 `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	Term          uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	RaftState     string                 `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
-	Voters        []string               `protobuf:"bytes,9,rep,name=voters,proto3" json:"voters,omitempty"`
-	Nonvoters     []string               `protobuf:"bytes,10,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
-	Revision      int64                  `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
-	LastLogIndex  uint64                 `protobuf:"varint,12,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Header       *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Id           string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Leader       string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	LeaderAddr   string                 `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	Term         uint64                 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	RaftState    string                 `protobuf:"bytes,8,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	Voters       []string               `protobuf:"bytes,9,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters    []string               `protobuf:"bytes,10,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	Revision     int64                  `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
+	LastLogIndex uint64                 `protobuf:"varint,12,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	// errors are the node's conditions that refuse or impede service, e.g.
+	// "disk full: data dir ... has 3.0 MiB free, below the reserve of 64.0
+	// MiB" (etcd's StatusResponse.errors); empty when healthy.
+	Errors        []string `protobuf:"bytes,13,rep,name=errors,proto3" json:"errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2194,6 +2198,13 @@ func (x *StatusResponse) GetLastLogIndex() uint64 {
 		return x.LastLogIndex
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
 }
 
 // Internal is node-to-node: a follower forwards writes and read-index
@@ -2614,7 +2625,7 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0fMembersResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"\x0f\n" +
-	"\rStatusRequest\"\xff\x02\n" +
+	"\rStatusRequest\"\x97\x03\n" +
 	"\x0eStatusResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -2630,7 +2641,8 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\tnonvoters\x18\n" +
 	" \x03(\tR\tnonvoters\x12\x1a\n" +
 	"\brevision\x18\v \x01(\x03R\brevision\x12$\n" +
-	"\x0elast_log_index\x18\f \x01(\x04R\flastLogIndex\"/\n" +
+	"\x0elast_log_index\x18\f \x01(\x04R\flastLogIndex\x12\x16\n" +
+	"\x06errors\x18\r \x03(\tR\x06errors\"/\n" +
 	"\x13ForwardApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\".\n" +
 	"\x14ForwardApplyResponse\x12\x16\n" +
