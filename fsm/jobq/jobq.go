@@ -153,8 +153,9 @@ type job struct {
 
 // Queue holds the jobs and their task queues. It is pure deterministic state:
 // no clocks, no I/O, no goroutines and no locks; the caller (the FSM)
-// serializes access. Every mutating method takes now, the leader's clock in
-// Unix nanoseconds stamped into the Raft entry.
+// serializes access. Every mutating method takes now, the Raft entry's
+// cluster time in nanoseconds (the FSM's replicated clock: it never goes
+// backwards; the methods work for any int64 all the same).
 type Queue struct {
 	jobs     map[string]*job
 	eventCap int // MaxEvents; smaller in tests

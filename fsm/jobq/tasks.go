@@ -223,7 +223,7 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 	j.tasks[id].epoch = c.epoch
 	j.removePending(id, slotDone)
 	j.nDone++
-	// A new leader's clock may be behind the old one's: clamp at 0.
+	// Cluster time never goes backwards; clamp at 0 all the same.
 	d := max(satSub(now, c.started), 0)
 	j.slowest = max(j.slowest, d)
 	j.durations.push(d)
