@@ -354,13 +354,19 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			req := &pb.PullRequest{Job: c.job, Slot: slot}
 			// The tensor codec reads blocks straight into dst.
-			sink := &pullSink{layout: c.layout, dst: dst}
+			sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
+			complete := func() error {
+				if want := len(c.blocks[slot]); sink.placed != want {
+					return fmt.Errorf("pull: slot %d sent %d blocks, want %d", slot, sink.placed, want)
+				}
+				return nil
+			}
 			if !c.useStream(slot) {
 				if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
 					return err
 				}
 				c.setVersion(slot, sink.version)
-				return nil
+				return complete()
 			}
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -376,7 +382,7 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 			}
 			for {
 				if err := st.RecvMsg(sink); errors.Is(err, io.EOF) {
-					return nil
+					return complete()
 				} else if err != nil {
 					return err
 				}

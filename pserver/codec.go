@@ -190,8 +190,10 @@ func (w *sliceWriter) finish() mem.BufferSlice {
 // received frames straight into the parameter arrays.
 type pullSink struct {
 	layout  *Layout
+	slot    int32 // the slot asked: blocks of any other slot are refused
 	dst     map[string][]float32
 	version int64
+	placed  int // blocks written into dst
 }
 
 // wireReader decodes protobuf wire format from a BufferSlice, one limit
@@ -496,12 +498,18 @@ func (r *wireReader) tensor(t *pb.Tensor, sink *pullSink) error {
 	return nil
 }
 
-// target returns the bytes of dst[name][block] (n bytes expected).
+// target returns the bytes of dst[name][block] (n bytes expected). A
+// block the layout puts in another slot is refused: a pserver answers
+// only for its own slot's blocks.
 func (s *pullSink) target(name string, block int64, n int) ([]byte, error) {
 	p, ok := s.layout.Param(name)
 	if !ok || p.Embedding || block < 0 || block >= p.Blocks {
 		return nil, fmt.Errorf("pull: unexpected tensor %q block %d", name, block)
 	}
+	if owner := s.layout.SlotOfBlock(p, block); owner != s.slot {
+		return nil, fmt.Errorf("pull: slot %d sent tensor %q block %d, which slot %d serves", s.slot, name, block, owner)
+	}
+	s.placed++
 	lo, hi := s.layout.BlockRange(p, block)
 	if n != int(hi-lo)*4 {
 		return nil, fmt.Errorf("pull: tensor %q block %d has %d bytes, want %d", name, block, n, (hi-lo)*4)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -366,5 +368,132 @@ func TestPushStreamValidatesEachMessage(t *testing.T) {
 		if v != -1 {
 			t.Fatalf("w[%d] = %v, want -1", i, v)
 		}
+	}
+}
+
+// TestSyncNonMemberPushBounded: a sync push from a trainer never added by
+// SetTrainers no longer waits (holding its gradients) until the client
+// gives up: after MemberWait it fails with FailedPrecondition.
+func TestSyncNonMemberPushBounded(t *testing.T) {
+	old := MemberWait
+	MemberWait = 200 * time.Millisecond
+	defer func() { MemberWait = old }()
+	s := mustSlot(t, syncSpec(), 0, 1)
+	s.SetTrainers([]string{"a"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := pushW(ctx, s, "stranger", 0, ones(10, 1), 1)
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, ErrStale) {
+		t.Fatalf("non-member push: %v after %v, want FailedPrecondition", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("non-member push waited %v", d)
+	}
+}
+
+// mutateBlobs snapshots s, lets fn change the snapshot, and encodes every vshard.
+func mutateBlobs(tb testing.TB, s *Slot, fn func(*SlotSnapshot)) map[int32][]byte {
+	tb.Helper()
+	snap := s.Snapshot()
+	fn(snap)
+	blobs := map[int32][]byte{}
+	for v := range snap.VShards {
+		b, err := EncodeVShard(snap, v)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		blobs[v] = b
+	}
+	return blobs
+}
+
+// TestRestoreRefusesPoisonedState: a blob with a valid CRC whose optimizer
+// state is non-finite, whose Adam second moment is negative, whose update
+// count is negative (T = -1 made Adam divide by zero: NaN) or whose
+// embedding row appears twice (silently overwritten before) is refused.
+func TestRestoreRefusesPoisonedState(t *testing.T) {
+	spec := restoreSpec()
+	s := mustSlot(t, spec, 0, 1)
+	trainSlots(t, []*Slot{s}, 3, 1)
+	first := func(snap *SlotSnapshot, emb bool) *EntrySnapshot {
+		for v := range s.Layout().NumVShards {
+			vs, ok := snap.VShards[v]
+			if !ok {
+				continue
+			}
+			for i := range vs.Entries {
+				if vs.Params[vs.Entries[i].Param].Embedding == emb {
+					return &vs.Entries[i]
+				}
+			}
+		}
+		t.Fatal("no entry")
+		return nil
+	}
+	nan := float32(math.NaN())
+	cases := []struct {
+		name string
+		fn   func(*SlotSnapshot)
+		want error
+	}{
+		{"t = -1", func(snap *SlotSnapshot) { first(snap, false).T = -1 }, ErrCorrupt},
+		{"t = MaxInt64", func(snap *SlotSnapshot) { first(snap, true).T = math.MaxInt64 }, ErrCorrupt},
+		{"NaN value", func(snap *SlotSnapshot) { first(snap, false).Values[0] = nan }, ErrCorrupt},
+		{"Inf m", func(snap *SlotSnapshot) { first(snap, true).State[0][0] = float32(math.Inf(1)) }, ErrCorrupt},
+		{"negative v", func(snap *SlotSnapshot) { first(snap, false).State[1][0] = -1 }, ErrCorrupt},
+		{"row twice", func(snap *SlotSnapshot) {
+			e := first(snap, true)
+			vs := snap.VShards[s.Layout().VShardOfRow(s.Layout().Params[e.Param], e.Index)]
+			vs.Entries = append(vs.Entries, *e)
+		}, ErrIncompatible},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			blobs := mutateBlobs(t, s, tc.fn)
+			if _, err := RestoreSlot(spec, 0, 1, blobs); !errors.Is(err, tc.want) {
+				t.Fatalf("RestoreSlot: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := RestoreSlot(spec, 0, 1, mutateBlobs(t, s, func(*SlotSnapshot) {})); err != nil {
+		t.Fatalf("unchanged blobs: %v", err)
+	}
+}
+
+// lyingPServer answers every pull with another slot's blocks.
+type lyingPServer struct {
+	pb.UnimplementedPServerServer
+	other *Slot
+}
+
+func (l *lyingPServer) Pull(ctx context.Context, _ *pb.PullRequest) (*pb.PullResponse, error) {
+	return l.other.Pull(ctx, &pb.PullRequest{})
+}
+
+// TestClientRefusesOtherSlotsBlocks: a pull response from slot 0's address
+// carrying slot 1's blocks is an error, not a write into blocks slot 0
+// does not serve (and slot 0's own blocks left stale).
+func TestClientRefusesOtherSlotsBlocks(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Seed: 3, DenseBlockSize: 2, NumVirtualShards: 4, NumPservers: 2,
+		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{16}, Init: pb.Initializer_INIT_UNIFORM}}}
+	addrs, _, slots := startServers(t, spec, 2)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(ServerOptions()...)
+	pb.RegisterPServerServer(gs, &lyingPServer{other: slots[1]})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	for _, thr := range []int{-1, 0} { // unary and stream pulls
+		c, err := NewClient(spec, "t", StaticResolver{0: lis.Addr().String(), 1: addrs[1]}, WithStreamThreshold(thr), WithRetries(0, time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Pull(context.Background(), c.NewParams()); err == nil {
+			t.Fatalf("threshold %d: pull accepted slot 1's blocks from slot 0", thr)
+		}
+		c.Close()
 	}
 }

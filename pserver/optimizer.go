@@ -1,6 +1,7 @@
 package pserver
 
 import (
+	"fmt"
 	"math"
 	"strings"
 
@@ -112,6 +113,39 @@ func (c *optConfig) update(e *entry, g []float32, lrScale float64, commit bool) 
 		e.t++
 	}
 	return true
+}
+
+// MaxUpdates bounds an entry's update count t restored from a checkpoint
+// (t+1 must not overflow; no job applies 2^62 updates).
+const MaxUpdates = 1 << 62
+
+// checkEntry checks restored values and state for this optimizer: every
+// element finite, second moments (Adam's "v", Adagrad's "accumulator")
+// non-negative, state lengths equal to the values', and 0 <= t <= MaxUpdates.
+func (c *optConfig) checkEntry(es EntrySnapshot) error {
+	if es.T < 0 || es.T > MaxUpdates {
+		return fmt.Errorf("update count %d not in [0, %d]", es.T, int64(MaxUpdates))
+	}
+	if !allFinite(es.Values) {
+		return fmt.Errorf("values hold NaN or Inf")
+	}
+	names := c.opt.stateSlots()
+	if len(es.State) != len(names) {
+		return fmt.Errorf("%d optimizer state tensors, want %d", len(es.State), len(names))
+	}
+	for i, st := range es.State {
+		if len(st) != len(es.Values) || !allFinite(st) {
+			return fmt.Errorf("optimizer state %q: wrong length or NaN/Inf", names[i])
+		}
+		if names[i] == "v" || names[i] == "accumulator" {
+			for _, x := range st {
+				if x < 0 {
+					return fmt.Errorf("optimizer state %q holds %g < 0", names[i], x)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // finite reports whether every x is neither NaN nor ±Inf.

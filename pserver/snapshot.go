@@ -412,9 +412,14 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 // optimizer state and per-entry update counts are restored exactly; the
 // slot's version and step are the largest among its vshards.
 //
+// Restored state is not trusted: values and optimizer state must be
+// finite, second-moment state (Adam's v, Adagrad's accumulator) >= 0 and
+// update counts in [0, MaxUpdates] (Adam with t = -1 divides by zero), or
+// the blob is ErrCorrupt; a block or row present twice is ErrIncompatible.
+//
 // Errors wrap ErrCorrupt (bad blob), ErrIncompatible (blob does not fit
-// spec: number of vshards, block size, optimizer, param kind/shape, missing
-// or misplaced blocks) or ErrMissingVShard.
+// spec: number of vshards, block size, optimizer, param kind/shape, missing,
+// misplaced or repeated blocks and rows) or ErrMissingVShard.
 func RestoreSlot(spec *pb.JobSpec, slot, numPservers int32, blobs map[int32][]byte) (*Slot, error) {
 	s, err := newEmptySlot(spec, slot, numPservers)
 	if err != nil {
@@ -481,11 +486,17 @@ func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
 		if p == nil {
 			continue
 		}
+		if err := s.opt.checkEntry(es); err != nil {
+			return fmt.Errorf("%w: param %q index %d: %v", ErrCorrupt, p.Spec.GetName(), es.Index, err)
+		}
 		e := &entry{values: es.Values, state: es.State, t: es.T}
 		k := key{int32(p.Index), es.Index}
 		if p.Embedding {
 			if es.Index < 0 || es.Index >= p.Buckets || l.VShardOfRow(p, es.Index) != v || int64(len(es.Values)) != p.Dim {
 				return fmt.Errorf("%w: param %q row %d (len %d) does not belong in vshard %d", ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), v)
+			}
+			if s.rows[k] != nil {
+				return fmt.Errorf("%w: param %q row %d twice", ErrIncompatible, p.Spec.GetName(), es.Index)
 			}
 			s.rows[k] = e
 			continue
