@@ -35,6 +35,8 @@
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished.
+//   - prunes finished jobs past Config.KeepFinishedJobs and
+//     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys.
 //
 // # Services
 //
@@ -45,7 +47,8 @@
 // linearizable and assemble trainers, pserver slots, checkpoint pointers
 // and restore records from the job's keys with package schema's parsers. WatchJob streams a
 // job's events gap-free from any sequence number and resumes on another
-// node after a failure. SubmitJob rejects a bad spec with InvalidArgument
+// node after a failure. DeleteJob removes a job that is not running and
+// then its keys under schema.JobPrefix. SubmitJob rejects a bad spec with InvalidArgument
 // naming the field (the dataset path is checked on the receiving node; the
 // rest deterministically in the FSM).
 //

@@ -24,6 +24,9 @@ type Store interface {
 	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
 	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
 	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
+	DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error)
+	PruneJobs(ctx context.Context, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error)
+	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
 	GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
 	TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
 	TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
@@ -64,7 +67,14 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// SweepInterval between task deadline sweeps (default 500ms).
 	SweepInterval time.Duration
-	Logger        *slog.Logger
+	// KeepFinishedJobs and FinishedJobMaxAge are the retention of finished
+	// (succeeded, failed, cancelled) jobs: the leader prunes the oldest
+	// beyond the newest KeepFinishedJobs, and those finished longer than
+	// FinishedJobMaxAge ago (COMMAND_PRUNE_JOBS, judged with the cluster's
+	// replicated clock), with their keys. Zero: no limit of that kind.
+	KeepFinishedJobs  int32
+	FinishedJobMaxAge time.Duration
+	Logger            *slog.Logger
 }
 
 // DefaultConfig returns the LAN defaults.
@@ -387,13 +397,15 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	}
 }
 
-// sweep expires tasks past their deadline in every running job, and
-// requeues the tasks of trainers whose registration vanished (lease expired).
+// sweep prunes finished jobs past the retention limits, expires tasks past
+// their deadline in every running job, and requeues the tasks of trainers
+// whose registration vanished (lease expired).
 func (m *Master) sweep(ctx context.Context) {
 	if !m.store.IsLeader() {
 		return
 	}
 	jobs := m.store.FSM().Jobs().Jobs()
+	m.prune(ctx, jobs)
 	for _, j := range jobs {
 		if j.State != pb.JobState_JOB_RUNNING {
 			continue
@@ -407,6 +419,48 @@ func (m *Master) sweep(ctx context.Context) {
 			}
 		}
 		m.requeueUnregistered(ctx, j.Name)
+	}
+}
+
+// prune deletes finished jobs past the retention limits, and their keys.
+// The FSM decides (with the entry's cluster time); the leader proposes
+// only when its own view says a job is due.
+func (m *Master) prune(ctx context.Context, jobs []*pb.JobStatus) {
+	keep, maxAge := m.cfg.KeepFinishedJobs, m.cfg.FinishedJobMaxAge
+	if keep <= 0 && maxAge <= 0 {
+		return
+	}
+	finished, due := 0, false
+	cutoff := time.Now().Add(-maxAge).UnixNano()
+	for _, j := range jobs {
+		switch j.State {
+		case pb.JobState_JOB_SUCCEEDED, pb.JobState_JOB_FAILED, pb.JobState_JOB_CANCELLED:
+			finished++
+			if maxAge > 0 && j.FinishedUnixNano > 0 && j.FinishedUnixNano < cutoff {
+				due = true
+			}
+		}
+	}
+	if keep > 0 && finished > int(keep) {
+		due = true
+	}
+	if !due {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	out, err := m.store.PruneJobs(actx, &pb.PruneJobsRequest{MaxAgeMs: maxAge.Milliseconds(), KeepFinished: keep})
+	if err != nil {
+		m.log.Warn("prune finished jobs", "err", err)
+		return
+	}
+	for _, name := range out.Deleted {
+		key, end := schema.PrefixRange(schema.JobPrefix(name))
+		if _, err := m.store.DeleteRange(actx, &pb.DeleteRangeRequest{Key: key, RangeEnd: end}); err != nil {
+			m.log.Warn("delete keys of a pruned job", "job", name, "err", err)
+			continue
+		}
+		m.log.Info("finished job pruned", "job", name)
 	}
 }
 

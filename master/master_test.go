@@ -304,3 +304,67 @@ func TestServiceErrors(t *testing.T) {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestDeleteJob: a running job is not deleted (FailedPrecondition); once
+// cancelled, DeleteJob removes it and its keys, and a second delete is
+// NotFound.
+func TestDeleteJob(t *testing.T) {
+	s := openStore(t)
+	svc := NewService(s, &fakeMembers{})
+	ctx := ctxT(t, 10*time.Second)
+	submit(t, s, "j")
+	submit(t, s, "k")
+	put(t, s, schema.SlotKey("j", 0), schema.SlotRecord{Node: "n1"}.Marshal(), 0)
+	put(t, s, schema.SlotKey("k", 0), schema.SlotRecord{Node: "n1"}.Marshal(), 0)
+	if _, err := svc.DeleteJob(ctx, &pb.DeleteJobRequest{Name: "j"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete of a running job: %v, want FailedPrecondition", err)
+	}
+	if !exists(t, s, schema.SlotKey("j", 0)) {
+		t.Fatal("a refused delete removed the job's keys")
+	}
+	if _, err := svc.CancelJob(ctx, &pb.CancelJobRequest{Name: "j"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.DeleteJob(ctx, &pb.DeleteJobRequest{Name: "j"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.FSM().Jobs().Job("j"); ok || exists(t, s, schema.SlotKey("j", 0)) {
+		t.Fatal("the deleted job or its keys remain")
+	}
+	if !exists(t, s, schema.SlotKey("k", 0)) {
+		t.Fatal("another job's keys were deleted")
+	}
+	if _, err := svc.DeleteJob(ctx, &pb.DeleteJobRequest{Name: "j"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("second delete: %v, want NotFound", err)
+	}
+	if _, err := svc.DeleteJob(ctx, &pb.DeleteJobRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("delete without a name: %v, want InvalidArgument", err)
+	}
+}
+
+// TestSweepPrunesFinishedJobs: with KeepFinishedJobs 1, a sweep deletes all
+// finished jobs but the newest, with their keys; running jobs stay.
+func TestSweepPrunesFinishedJobs(t *testing.T) {
+	s := openStore(t)
+	ctx := ctxT(t, 10*time.Second)
+	for _, name := range []string{"a", "b", "c", "run"} {
+		submit(t, s, name)
+		put(t, s, schema.SlotKey(name, 0), schema.SlotRecord{Node: "n1"}.Marshal(), 0)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := s.CancelJob(ctx, &pb.CancelJobRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // distinct finish times
+	}
+	m := New(Config{Logger: slogDiscard(), KeepFinishedJobs: 1}, s, &fakeMembers{})
+	m.sweep(ctx)
+	for name, want := range map[string]bool{"a": false, "b": false, "c": true, "run": true} {
+		if _, ok := s.FSM().Jobs().Job(name); ok != want {
+			t.Errorf("job %s present %v, want %v", name, ok, want)
+		}
+		if got := exists(t, s, schema.SlotKey(name, 0)); got != want {
+			t.Errorf("keys of job %s present %v, want %v", name, got, want)
+		}
+	}
+}

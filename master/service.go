@@ -150,6 +150,26 @@ func (s *Service) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.
 	return out, rpctypes.ToStatus(err)
 }
 
+// DeleteJob removes a job that is not running (else FailedPrecondition:
+// cancel it first) with its tasks and events, then its keys under
+// schema.JobPrefix (slots, trainers, checkpoint pointers, restores).
+func (s *Service) DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error) {
+	if req.GetName() == "" {
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: name is empty", fsm.ErrInvalid))
+	}
+	out, err := s.store.DeleteJob(ctx, req)
+	if err != nil && !errors.Is(err, fsm.ErrNotFound) {
+		return nil, rpctypes.ToStatus(err)
+	}
+	// Also for a job that is gone already: a retry after a failed key
+	// deletion cleans up.
+	key, end := schema.PrefixRange(schema.JobPrefix(req.Name))
+	if _, kerr := s.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key, RangeEnd: end}); kerr != nil {
+		return nil, rpctypes.ToStatus(fmt.Errorf("job %q: its keys were not deleted (delete again to retry): %w", req.Name, kerr))
+	}
+	return out, rpctypes.ToStatus(err)
+}
+
 // GetTask hands a task to a trainer (Paddle's GetTask).
 func (s *Service) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	if req.Trainer == "" {

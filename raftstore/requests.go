@@ -122,6 +122,20 @@ func (s *Store) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.Ca
 	return out, err
 }
 
+// DeleteJob removes a job that is not running, with its tasks and events.
+// Errors: fsm.ErrNotFound, fsm.ErrFailedPrecondition (still running).
+func (s *Store) DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error) {
+	out, _, err := raftRequest[pb.DeleteJobResponse](ctx, s, pb.CommandType_COMMAND_DELETE_JOB, req)
+	return out, err
+}
+
+// PruneJobs deletes finished jobs past the retention limits (age by the
+// entry's cluster time, count) and returns their names.
+func (s *Store) PruneJobs(ctx context.Context, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error) {
+	out, _, err := raftRequest[pb.PruneJobsResponse](ctx, s, pb.CommandType_COMMAND_PRUNE_JOBS, req)
+	return out, err
+}
+
 // GetTask hands a task to a trainer (Paddle's GetTask).
 func (s *Store) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	out, _, err := raftRequest[pb.GetTaskResponse](ctx, s, pb.CommandType_COMMAND_GET_TASK, req)
