@@ -497,3 +497,34 @@ func TestClientRefusesOtherSlotsBlocks(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestSyncAwaySurvivesMembershipFlap: a trainer that left sync steps
+// (LeaveStep) and whose lease flaps (SetTrainers drops it, then lists it
+// again) is still away: the next step completes with the others. Before,
+// SetTrainers forgot it and the step waited for a push that never came.
+func TestSyncAwaySurvivesMembershipFlap(t *testing.T) {
+	s := mustSlot(t, syncSpec(), 0, 1)
+	s.SetTrainers([]string{"a", "b"})
+	s.LeaveStep("b")
+	s.SetTrainers([]string{"a"})
+	s.SetTrainers([]string{"a", "b"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := pushW(ctx, s, "a", 0, ones(10, 1), 1)
+	if err != nil {
+		t.Fatalf("push of a: %v (the step waited for b, which left before the flap)", err)
+	}
+	if resp.GetVersion() != 1 {
+		t.Fatalf("version %d, want 1", resp.GetVersion())
+	}
+	// b pushing again makes it a member of later steps.
+	errs := make(chan error, 1)
+	go func() { _, err := pushW(ctx, s, "b", 1, ones(10, 1), 1); errs <- err }()
+	waitPushed(t, s, "b")
+	if _, err := pushW(ctx, s, "a", 1, ones(10, 1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}

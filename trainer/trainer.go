@@ -185,7 +185,7 @@ type Trainer struct {
 	evalRows map[string][]int64 // SparseRows of the test split, computed once
 	perm     []int
 	permPass int32
-	joined   bool // pushed since the last LeaveStep
+	joined   bool // may be expected in a sync step: set up, or pushed since the last LeaveStep
 	x        []float32
 	y        []uint8
 
@@ -237,7 +237,9 @@ func (t *Trainer) count(f func(*Stats)) {
 //     TaskFailed.
 //   - TASK (eval): pull parameters, evaluate on the test split, TaskFinished
 //     with accuracy and loss.
-//   - WAIT: leave the sync step, sleep retry_after_ms (at most MaxWait).
+//   - WAIT: leave the sync step (also before the first push: a registered
+//     trainer is expected in sync steps), sleep retry_after_ms (at most
+//     MaxWait).
 //   - PASS_OVER: leave the sync step, sleep retry_after_ms, ask again.
 //   - JOB_OVER: leave the sync step and return nil.
 //
@@ -260,6 +262,11 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return err
 	}
 	t.log.Info("trainer started", "model", t.model.Name(), "records", t.records, "batch_size", t.spec.GetBatchSize())
+	// Registered means expected: the pservers count a trainer in a sync
+	// step from the moment it is in /jobs/<job>/trainers/, pushed or not.
+	// A trainer whose first answer is WAIT (it registered near the end of
+	// a pass) must leave, or the step waits for a push that never comes.
+	t.joined = true
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

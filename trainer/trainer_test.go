@@ -366,3 +366,46 @@ func TestIsRetryable(t *testing.T) {
 		}
 	}
 }
+
+// waitFirstMaster answers the first GetTask with WAIT and records what the
+// PS had seen when the trainer asked again.
+type waitFirstMaster struct {
+	*trainertest.Master
+	ps                        *trainertest.PS
+	calls                     int
+	leavesAfter, examplesThen int64
+}
+
+func (m *waitFirstMaster) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	m.calls++
+	switch m.calls {
+	case 1:
+		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, RetryAfterMs: 1}, nil
+	case 2:
+		m.leavesAfter, m.examplesThen = int64(m.ps.Leaves), m.ps.Examples
+	}
+	return m.Master.GetTask(ctx, req)
+}
+
+// TestWaitBeforeFirstPushLeavesStep: a trainer that registered near the end
+// of a pass and got WAIT is in the pservers' expected set for the sync step
+// though it never pushed; it must leave the step at that WAIT (before, its
+// leaveStep was a no-op until it had pushed, and the step stalled).
+func TestWaitBeforeFirstPushLeavesStep(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	m := &waitFirstMaster{Master: f.master, ps: f.ps}
+	tr, err := trainer.New(trainer.Config{ID: "late", Job: "job", Logger: testLogger(t), MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, m, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tr.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.examplesThen != 0 || m.leavesAfter != 1 {
+		t.Fatalf("after the first WAIT: %d LeaveStep calls (want 1) with %d examples pushed (want 0)", m.leavesAfter, m.examplesThen)
+	}
+}
