@@ -229,7 +229,11 @@ type PushRequest struct {
 	Step  int64     `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
 	Grads []*Tensor `protobuf:"bytes,6,rep,name=grads,proto3" json:"grads,omitempty"`
 	// examples in the mini-batch (weights the sync average).
-	Examples      int64 `protobuf:"varint,7,opt,name=examples,proto3" json:"examples,omitempty"`
+	Examples int64 `protobuf:"varint,7,opt,name=examples,proto3" json:"examples,omitempty"`
+	// push_id names one async push of this trainer (non-zero, chosen by the
+	// client, the same on every retry): a pserver applies each push id at
+	// most once, so a retry after a lost reply is not applied twice.
+	PushId        uint64 `protobuf:"varint,8,opt,name=push_id,json=pushId,proto3" json:"push_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +313,13 @@ func (x *PushRequest) GetGrads() []*Tensor {
 func (x *PushRequest) GetExamples() int64 {
 	if x != nil {
 		return x.Examples
+	}
+	return 0
+}
+
+func (x *PushRequest) GetPushId() uint64 {
+	if x != nil {
+		return x.PushId
 	}
 	return 0
 }
@@ -938,7 +949,7 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xc0\x01\n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xd9\x01\n" +
 	"\vPushRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
@@ -946,7 +957,8 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\x03R\aversion\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\x03R\x04step\x12'\n" +
 	"\x05grads\x18\x06 \x03(\v2\x11.raftps.v1.TensorR\x05grads\x12\x1a\n" +
-	"\bexamples\x18\a \x01(\x03R\bexamples\"(\n" +
+	"\bexamples\x18\a \x01(\x03R\bexamples\x12\x17\n" +
+	"\apush_id\x18\b \x01(\x04R\x06pushId\"(\n" +
 	"\fPushResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"R\n" +
 	"\x10LeaveStepRequest\x12\x10\n" +
