@@ -116,9 +116,18 @@ func (CommandType) EnumDescriptor() ([]byte, []int) {
 }
 
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=raftps.v1.CommandType" json:"type,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Type    CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=raftps.v1.CommandType" json:"type,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// client_id and seq identify the command for exactly-once application
+	// (Raft thesis §6.3, client sessions): the FSM applies a (client_id, seq)
+	// once and answers a retry with the first Result. Empty client_id or seq 0:
+	// no deduplication. A client numbers its commands from 1.
+	ClientId string `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// acked: the client has every Result of its commands with seq < acked
+	// (or gave them up), so the FSM may forget them.
+	Acked         uint64 `protobuf:"varint,5,opt,name=acked,proto3" json:"acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -165,6 +174,27 @@ func (x *Command) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *Command) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Command) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Command) GetAcked() uint64 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
 }
 
 // Entry is one Raft log entry.
@@ -728,10 +758,13 @@ var File_raftps_v1_command_proto protoreflect.FileDescriptor
 
 const file_raftps_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17raftps/v1/command.proto\x12\traftps.v1\"O\n" +
+	"\x17raftps/v1/command.proto\x12\traftps.v1\"\x94\x01\n" +
 	"\aCommand\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.raftps.v1.CommandTypeR\x04type\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"x\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05acked\x18\x05 \x01(\x04R\x05acked\"x\n" +
 	"\x05Entry\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12.\n" +
 	"\bcommands\x18\x02 \x03(\v2\x12.raftps.v1.CommandR\bcommands\x12\x1b\n" +
