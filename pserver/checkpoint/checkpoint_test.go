@@ -474,7 +474,7 @@ func TestReplicateFetchVerifyRPC(t *testing.T) {
 	if err != nil || !r.GetPresent() || r.GetOk() || r.GetActualMd5() == refs[0].MD5 {
 		t.Fatalf("VerifyBlob of a flipped blob: %v %v", r, err)
 	}
-	if _, err := c.cli.GetBlob(ctx, c.nodes[1].addr, refs[0].MD5); !errors.Is(err, ErrCorrupt) {
+	if _, err := c.cli.GetBlob(ctx, c.nodes[1].addr, refs[0].MD5, refs[0].Bytes); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("GetBlob of a flipped blob: %v", err)
 	}
 	if _, err := c.cli.GetManifest(ctx, c.nodes[1].addr, "manifest/none/1/0"); !errors.Is(err, ErrNotFound) {

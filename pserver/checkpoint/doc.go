@@ -48,7 +48,9 @@
 //     blobs no manifest references (reference counting by scan), locally and
 //     on the replicas (best effort: an orphan costs disk, never correctness;
 //     Manager.Prune, run now and then on every node, sweeps what no pointer
-//     names).
+//     names). A replica deletes through the DeleteVersions RPC, which it
+//     checks against the slot's committed pointer (Service.WithMeta): it
+//     never deletes a version the pointer names or one newer than it.
 //
 // Invariants this order buys: the pointer only ever names a version whose
 // manifest and blobs are durable on every node it lists (1, 2 before 3); a
@@ -88,8 +90,22 @@
 // filters keep presence checks of missing blobs from reading multi-MB
 // blocks. Readers re-hash every blob (GetBlob, VerifyBlob): a flipped byte
 // is ErrCorrupt naming the md5, never silently restored. Each manifest is
-// stored with its MD5 and re-hashed on read, so kept versions (which no
-// pointer md5 names) are checked too.
+// stored with its MD5 and re-hashed on read, and checked against the md5
+// its pointer records (kept versions' md5s too, kept_md5s); a stored
+// manifest is never replaced by different bytes.
+//
+// # Hostile input
+//
+// Bytes from peers and disk are bounded before anything is allocated from
+// them: manifests (num_pservers ≤ MaxManifestPservers, vshards ≤
+// MaxManifestVShards, blob sizes ≤ MaxBlobSize, sums overflow-checked, and a
+// version's slot count is checked against the pointers before any loop over
+// it); PutBlob and GetBlob buffers grow with the data and stop at the size
+// announced or promised by the manifest; PutBlob streams per peer are
+// bounded (MaxStreamsPerPeer); export shape products and offsets are
+// overflow-checked (MaxExportValues) and its memory is bounded by the
+// decoded blocks, not the shapes; blob-reading workers recover panics into
+// errors.
 //
 // # Caller's duties
 //

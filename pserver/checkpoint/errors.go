@@ -20,4 +20,12 @@ var (
 	ErrClosed = errors.New("checkpoint: store closed")
 	// ErrInvalid: a malformed request (empty job, job with '/', no blobs...).
 	ErrInvalid = errors.New("checkpoint: invalid argument")
+	// ErrConflict: a different manifest is already stored under that key
+	// (a stored manifest is never replaced by other bytes).
+	ErrConflict = errors.New("checkpoint: a different manifest exists")
+	// ErrBusy: a peer has too many streams open on this node.
+	ErrBusy = errors.New("checkpoint: too many streams")
+	// ErrNoPointer: a delete cannot be checked against a committed pointer
+	// (the slot has none, or the node cannot read them).
+	ErrNoPointer = errors.New("checkpoint: no committed pointer to check against")
 )

@@ -29,6 +29,7 @@ type testNode struct {
 	srv      *grpc.Server
 	addr     string
 	mgr      *Manager
+	srvSvc   *Service
 }
 
 type testCluster struct {
@@ -76,14 +77,15 @@ func (c *testCluster) start(nd *testNode) {
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	pb.RegisterCheckpointStoreServer(srv, NewService(st, testLogger(tb)))
+	svc := NewService(st, testLogger(tb)).WithMeta(c.meta)
+	pb.RegisterCheckpointStoreServer(srv, svc)
 	go srv.Serve(lis)
 	mgr, err := New(Config{NodeID: nd.id, Host: nd.host, Store: st, Meta: c.meta, Peers: c, Client: c.cli, Logger: testLogger(tb)})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	c.mu.Lock()
-	nd.store, nd.srv, nd.addr, nd.mgr = st, srv, lis.Addr().String(), mgr
+	nd.store, nd.srv, nd.addr, nd.mgr, nd.srvSvc = st, srv, lis.Addr().String(), mgr, svc
 	c.mu.Unlock()
 	tb.Cleanup(func() { c.stop(nd) })
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -72,18 +73,31 @@ func DecodeManifest(raw []byte) (*Manifest, error) {
 	return &m, nil
 }
 
+// Bounds a manifest must respect (it comes from disk or a peer).
+const (
+	// MaxManifestPservers bounds a manifest's num_pservers (the job spec's
+	// own bound is lower): loops over the slots of a version never run
+	// further.
+	MaxManifestPservers = 1 << 16
+	// MaxManifestVShards bounds the vshards one manifest lists.
+	MaxManifestVShards = 1 << 16
+)
+
 func (m *Manifest) validate() error {
 	if err := validJob(m.Job); err != nil {
 		return fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
 	}
-	if m.Version <= 0 || m.Slot < 0 || m.NumPservers <= 0 || m.Slot >= m.NumPservers {
+	if m.Version <= 0 || m.Slot < 0 || m.NumPservers <= 0 || m.NumPservers > MaxManifestPservers || m.Slot >= m.NumPservers {
 		return fmt.Errorf("%w: manifest %s: version %d slot %d num_pservers %d out of range",
 			ErrCorrupt, m.Key(), m.Version, m.Slot, m.NumPservers)
+	}
+	if len(m.VShards) > MaxManifestVShards {
+		return fmt.Errorf("%w: manifest %s: %d vshards (at most %d)", ErrCorrupt, m.Key(), len(m.VShards), MaxManifestVShards)
 	}
 	var total int64
 	seen := make(map[int32]bool, len(m.VShards))
 	for _, v := range m.VShards {
-		if seen[v.ID] || v.ID < 0 || v.Bytes < 0 || !isMD5Hex(v.MD5) {
+		if seen[v.ID] || v.ID < 0 || v.Bytes < 0 || v.Bytes > MaxBlobSize || !isMD5Hex(v.MD5) {
 			return fmt.Errorf("%w: manifest %s: bad vshard entry %+v", ErrCorrupt, m.Key(), v)
 		}
 		if v.ID%m.NumPservers != m.Slot {
@@ -91,6 +105,12 @@ func (m *Manifest) validate() error {
 				ErrCorrupt, m.Key(), v.ID, m.Slot, m.NumPservers)
 		}
 		seen[v.ID] = true
+		// Each term is at most MaxBlobSize and there are at most
+		// MaxManifestVShards of them (2^48 in all), so the sum cannot
+		// overflow; the check says so explicitly.
+		if total > math.MaxInt64-v.Bytes {
+			return fmt.Errorf("%w: manifest %s: vshard sizes overflow", ErrCorrupt, m.Key())
+		}
 		total += v.Bytes
 	}
 	if total != m.Bytes {

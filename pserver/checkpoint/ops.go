@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/binary"
@@ -324,10 +325,40 @@ func (m *Manager) Export(ctx context.Context, job string, version int64, dec Dec
 	return WriteExport(w, ExportHeader{Job: job, Version: version, Step: step}, blobs, dec)
 }
 
-// WriteExport decodes blobs with dec and writes the export file to w.
+// MaxExportValues bounds the values of one exported parameter (the product
+// of its shape): 2^32 float32, 16 GiB. A blob naming a bigger shape is
+// refused; what is allocated never depends on the shape, only on the
+// decoded blocks (values not covered by any block are written as zeros).
+const MaxExportValues = int64(1) << 32
+
+// exportParam is one parameter being exported: its shape, value count and
+// the decoded runs of values, sorted by offset before writing.
+type exportParam struct {
+	shape []int64
+	n     int64
+	runs  []Block
+}
+
+// shapeValues is the product of shape (1 for rank 0), overflow-checked and
+// bounded by MaxExportValues; negative dimensions are refused.
+func shapeValues(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 || (d > 0 && n > MaxExportValues/d) {
+			return 0, fmt.Errorf("%w: shape %v has a negative dimension or more than %d values", ErrCorrupt, shape, MaxExportValues)
+		}
+		n *= d
+	}
+	return n, nil
+}
+
+// WriteExport decodes blobs with dec and writes the export file to w. Each
+// block's shape product and offset are overflow-checked against the
+// parameter (ErrCorrupt for a block outside its parameter, overlapping
+// another, or of a shape other blocks disagree with); memory stays bounded
+// by the decoded blocks, whatever shapes the blobs name.
 func WriteExport(w io.Writer, h ExportHeader, blobs map[int32][]byte, dec Decoder) error {
-	params := map[string][]float32{}
-	shapes := map[string][]int64{}
+	params := map[string]*exportParam{}
 	ids := make([]int32, 0, len(blobs))
 	for id := range blobs {
 		ids = append(ids, id)
@@ -339,39 +370,47 @@ func WriteExport(w io.Writer, h ExportHeader, blobs map[int32][]byte, dec Decode
 			return fmt.Errorf("export: decode vshard %d: %w", id, err)
 		}
 		for _, b := range blocks {
-			n := int64(1)
-			for _, d := range b.Shape {
-				n *= d
-			}
-			if sh, ok := shapes[b.Name]; ok && !slices.Equal(sh, b.Shape) {
-				return fmt.Errorf("export: param %s: vshard %d says shape %v, another %v", b.Name, id, b.Shape, sh)
-			}
-			if _, ok := params[b.Name]; !ok {
-				if n < 0 || n > 1<<34 {
-					return fmt.Errorf("export: param %s: shape %v", b.Name, b.Shape)
+			p, ok := params[b.Name]
+			if !ok {
+				n, err := shapeValues(b.Shape)
+				if err != nil {
+					return fmt.Errorf("export: param %s (vshard %d): %w", b.Name, id, err)
 				}
-				params[b.Name] = make([]float32, n)
-				shapes[b.Name] = slices.Clone(b.Shape)
+				p = &exportParam{shape: slices.Clone(b.Shape), n: n}
+				params[b.Name] = p
+			} else if !slices.Equal(p.shape, b.Shape) {
+				return fmt.Errorf("%w: export: param %s: vshard %d says shape %v, another %v", ErrCorrupt, b.Name, id, b.Shape, p.shape)
 			}
-			if b.Offset < 0 || b.Offset+int64(len(b.Data)) > n {
-				return fmt.Errorf("export: param %s: block [%d,%d) outside %d values", b.Name, b.Offset, b.Offset+int64(len(b.Data)), n)
+			if b.Offset < 0 || b.Offset > p.n || int64(len(b.Data)) > p.n-b.Offset {
+				return fmt.Errorf("%w: export: param %s: block of %d values at %d outside its %d values", ErrCorrupt, b.Name, len(b.Data), b.Offset, p.n)
 			}
-			copy(params[b.Name][b.Offset:], b.Data)
+			p.runs = append(p.runs, b)
 		}
 	}
 	names := make([]string, 0, len(params))
-	for n := range params {
+	for n, p := range params {
 		names = append(names, n)
+		slices.SortFunc(p.runs, func(a, b Block) int { return cmp.Compare(a.Offset, b.Offset) })
+		for i := 1; i < len(p.runs); i++ {
+			if prev := p.runs[i-1]; prev.Offset+int64(len(prev.Data)) > p.runs[i].Offset {
+				return fmt.Errorf("%w: export: param %s: blocks at %d and %d overlap", ErrCorrupt, n, prev.Offset, p.runs[i].Offset)
+			}
+		}
 	}
 	sort.Strings(names)
-	sum := md5.New()
 	var off int64
-	buf := make([]byte, 0, 1<<16)
 	for _, n := range names {
-		vals := params[n]
-		h.Params = append(h.Params, ExportParam{Name: n, Shape: shapes[n], Offset: off, Bytes: 4 * int64(len(vals))})
-		off += 4 * int64(len(vals))
-		buf = writeFloats(buf[:0], vals, sum.Write)
+		p := params[n]
+		if off > math.MaxInt64-4*p.n {
+			return fmt.Errorf("%w: export: data section overflows", ErrCorrupt)
+		}
+		h.Params = append(h.Params, ExportParam{Name: n, Shape: p.shape, Offset: off, Bytes: 4 * p.n})
+		off += 4 * p.n
+	}
+	buf := make([]byte, 0, 1<<16)
+	sum := md5.New()
+	if err := writeParams(buf, names, params, func(b []byte) error { _, err := sum.Write(b); return err }); err != nil {
+		return err
 	}
 	h.Format = ExportFormatVersion
 	h.DataMD5 = hex.EncodeToString(sum.Sum(nil))
@@ -389,32 +428,55 @@ func WriteExport(w io.Writer, h ExportHeader, blobs map[int32][]byte, dec Decode
 	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
+	return writeParams(buf, names, params, func(b []byte) error { _, err := w.Write(b); return err })
+}
+
+// writeParams streams the data section through fn in 64 KiB pieces:
+// every parameter's values in order, zeros where no block covers them.
+func writeParams(buf []byte, names []string, params map[string]*exportParam, fn func([]byte) error) error {
+	buf = buf[:0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		err := fn(buf)
+		buf = buf[:0]
+		return err
+	}
+	put := func(v float32) error {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		if len(buf) >= 1<<16 {
+			return flush()
+		}
+		return nil
+	}
+	zeros := func(k int64) error {
+		for ; k > 0; k-- {
+			if err := put(0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, n := range names {
-		write := func(p []byte) (int, error) { return w.Write(p) }
-		if _, err := writeFloatsErr(buf[:0], params[n], write); err != nil {
+		p := params[n]
+		var at int64
+		for _, r := range p.runs {
+			if err := zeros(r.Offset - at); err != nil {
+				return err
+			}
+			for _, v := range r.Data {
+				if err := put(v); err != nil {
+					return err
+				}
+			}
+			at = r.Offset + int64(len(r.Data))
+		}
+		if err := zeros(p.n - at); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-// writeFloats streams vals as little-endian float32 through fn in 64 KiB pieces.
-func writeFloats(buf []byte, vals []float32, fn func([]byte) (int, error)) []byte {
-	buf, _ = writeFloatsErr(buf, vals, fn)
-	return buf
-}
-
-func writeFloatsErr(buf []byte, vals []float32, fn func([]byte) (int, error)) ([]byte, error) {
-	for i, v := range vals {
-		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		if len(buf) >= 1<<16 || i == len(vals)-1 {
-			if _, err := fn(buf); err != nil {
-				return buf, err
-			}
-			buf = buf[:0]
-		}
-	}
-	return buf, nil
+	return flush()
 }
 
 // ReadExportHeader reads the magic, format version and header of an exported

@@ -225,7 +225,7 @@ func (m *Manager) readBlob(ctx context.Context, src source, ref VShardRef) ([]by
 	}
 	ctx, cancel := context.WithTimeout(ctx, blobTimeout(ref.Bytes))
 	defer cancel()
-	return m.client.GetBlob(ctx, src.addr, ref.MD5)
+	return m.client.GetBlob(ctx, src.addr, ref.MD5, ref.Bytes)
 }
 
 type loadedManifest struct {
@@ -245,10 +245,12 @@ func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.
 		if err == nil {
 			var man *Manifest
 			h := MD5Hex(raw)
-			if p.GetVersion() == v && h != p.GetMd5() {
-				err = fmt.Errorf("%w: manifest %s hashes to %s, pointer names %s", ErrCorrupt, key, h, p.GetMd5())
+			if want := pointerMD5(p, v); want != "" && h != want {
+				err = fmt.Errorf("%w: manifest %s hashes to %s, pointer names %s", ErrCorrupt, key, h, want)
 			} else if man, err = DecodeManifest(raw); err == nil && man.Key() != key {
 				err = fmt.Errorf("%w: manifest under %s is %s", ErrCorrupt, key, man.Key())
+			} else if err == nil && p.GetVersion() == v && man.NumPservers != p.GetNumPservers() {
+				err = fmt.Errorf("%w: manifest %s says %d pservers, its pointer %d", ErrCorrupt, key, man.NumPservers, p.GetNumPservers())
 			}
 			if err == nil {
 				// Blobs are looked for on this source first, then the others.
@@ -288,9 +290,14 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 	}
 	mans[holders[0]] = first
 	oldP := first.m.NumPservers
-	// Global consistency: every old slot must still name v.
+	// Global consistency: every old slot must still name v. A manifest
+	// claiming more slots than there are pointers cannot be (and is not
+	// looped over: it may be forged).
+	if int(oldP) > len(ptrs) {
+		return nil, "", "", fmt.Errorf("not globally consistent: manifest %s says %d slots, %d pointers exist", first.m.Key(), oldP, len(ptrs))
+	}
 	var missing []string
-	for s := int32(0); s < oldP; s++ {
+	for s := int32(0); s < oldP && len(missing) < 10; s++ {
 		if !holds(ptrs[s], v) {
 			missing = append(missing, strconv.Itoa(int(s)))
 		}
@@ -397,7 +404,7 @@ func (m *Manager) fetchBlobs(ctx context.Context, lm *loadedManifest, req Restor
 		go func() {
 			defer wg.Done()
 			for ref := range work {
-				b, src, err := m.readAnySource(ctx, lm.sources, ref)
+				b, src, err := m.readAnySourceSafe(ctx, lm.sources, ref)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -430,6 +437,18 @@ func (m *Manager) fetchBlobs(ctx context.Context, lm *loadedManifest, req Restor
 
 // RestoreParallelism is how many blobs Restore reads and verifies at once.
 var RestoreParallelism = max(2, runtime.GOMAXPROCS(0))
+
+// readAnySourceSafe is readAnySource in a worker goroutine: a panic (a bug
+// reached by bad input) becomes an error instead of killing the node.
+func (m *Manager) readAnySourceSafe(ctx context.Context, sources []source, ref VShardRef) (b []byte, src string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.logger.Error("reading a blob panicked", "vshard", ref.ID, "md5", ref.MD5, "panic", r, "stack", string(debug.Stack()))
+			b, src, err = nil, "", fmt.Errorf("%w: vshard %d blob %s: read panicked: %v", ErrCorrupt, ref.ID, ref.MD5, r)
+		}
+	}()
+	return m.readAnySource(ctx, sources, ref)
+}
 
 // readAnySource returns ref's blob from the first source holding it intact.
 func (m *Manager) readAnySource(ctx context.Context, sources []source, ref VShardRef) ([]byte, string, error) {

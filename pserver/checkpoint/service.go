@@ -2,21 +2,22 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
+	"net"
 	"sync"
 	"time"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // ChunkSize is the size of the data pieces of a streamed blob (1 MiB).
@@ -25,25 +26,26 @@ const ChunkSize = 1 << 20
 // ReplicationStreams is how many blobs Replicate sends concurrently.
 const ReplicationStreams = 2
 
-// MaxBlobSize bounds the size a PutBlob stream may announce (the receiver
-// allocates it up front).
+// MaxBlobSize bounds the size of one blob: a PutBlob stream may announce
+// no more, and a manifest may name no bigger blob.
 const MaxBlobSize = 4 << 30
 
-// deleteKeyPrefix marks a PutBlob stream that carries no blob but a request
-// to delete versions of one slot: manifest_key "delete/<job>/<slot>",
-// manifest = JSON deleteRequest. It stands in for a DeleteVersions RPC that
-// api/pserver.proto does not have yet.
-const deleteKeyPrefix = "delete/"
+// MaxStreamsPerPeer bounds the PutBlob streams one peer (by IP address)
+// may have open on a node at once; more get ResourceExhausted.
+var MaxStreamsPerPeer = 8
 
-type deleteRequest struct {
-	Keep []int64 `json:"keep"`
-}
+// MaxDeleteVersions bounds the versions one DeleteVersions request names.
+const MaxDeleteVersions = 1 << 12
 
 // Service serves a Store over the pb.CheckpointStore gRPC service.
 type Service struct {
 	pb.UnimplementedCheckpointStoreServer
 	store  *Store
+	meta   Meta // nil: DeleteVersions is refused, manifests are never replaced
 	logger *slog.Logger
+
+	mu      sync.Mutex
+	streams map[string]int // open PutBlob streams per peer IP
 }
 
 var _ pb.CheckpointStoreServer = (*Service)(nil)
@@ -54,42 +56,69 @@ func NewService(store *Store, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Service{store: store, logger: logger.With("component", "checkpoint-service")}
+	return &Service{store: store, logger: logger.With("component", "checkpoint-service"), streams: map[string]int{}}
+}
+
+// WithMeta gives the service the metadata store, against whose committed
+// pointers it checks DeleteVersions requests and manifest replacements;
+// without it those are refused (ErrNoPointer, ErrConflict). It returns s.
+func (s *Service) WithMeta(meta Meta) *Service {
+	s.meta = meta
+	return s
+}
+
+// enter counts a PutBlob stream of the calling peer; leave must follow.
+func (s *Service) enter(ctx context.Context) (leave func(), err error) {
+	who := "unknown"
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		who = p.Addr.String()
+		if host, _, err := net.SplitHostPort(who); err == nil {
+			who = host
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[who] >= MaxStreamsPerPeer {
+		return nil, fmt.Errorf("%w: %s has %d PutBlob streams open (at most %d)", ErrBusy, who, s.streams[who], MaxStreamsPerPeer)
+	}
+	s.streams[who]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.streams[who]--; s.streams[who] <= 0 {
+			delete(s.streams, who)
+		}
+	}, nil
 }
 
 // PutBlob receives one blob in chunks (md5, size and optionally a manifest in
 // the first chunk), verifies its MD5, stores it synced, and then stores the
 // manifest if one was attached. A first chunk with an empty md5 and size 0
-// carries only a manifest (stored if all its blobs are present) or a delete
-// request (manifest_key "delete/<job>/<slot>").
+// carries only a manifest (stored if all its blobs are present). The
+// buffer grows with the data received, never beyond the announced size; a
+// peer has at most MaxStreamsPerPeer streams open. A manifest already
+// stored is never replaced by different bytes (ErrConflict), except an
+// uncommitted attempt that the slot's committed pointer does not name
+// (when the service has Meta).
 func (s *Service) PutBlob(stream grpc.ClientStreamingServer[pb.BlobChunk, pb.PutBlobResponse]) error {
+	leave, err := s.enter(stream.Context())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer leave()
 	first, err := stream.Recv()
 	if err != nil {
 		return toStatus(fmt.Errorf("%w: put blob: no first chunk: %v", ErrInvalid, err))
 	}
 	md5hex, size := first.GetMd5(), first.GetSize()
-	if size < 0 || size > MaxBlobSize || (md5hex != "" && !isMD5Hex(md5hex)) {
+	if size < 0 || size > MaxBlobSize || (md5hex != "" && !isMD5Hex(md5hex)) || (md5hex == "" && (size != 0 || len(first.GetData()) > 0)) {
 		return toStatus(fmt.Errorf("%w: put blob: md5 %q size %d", ErrInvalid, md5hex, size))
 	}
 	var data []byte
 	if md5hex != "" {
-		data = make([]byte, 0, size)
-		data = append(data, first.GetData()...)
-		for {
-			c, err := stream.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if int64(len(data)+len(c.GetData())) > size {
-				return toStatus(fmt.Errorf("%w: blob %s: more than the announced %d bytes", ErrCorrupt, md5hex, size))
-			}
-			data = append(data, c.GetData()...)
-		}
-		if int64(len(data)) != size {
-			return toStatus(fmt.Errorf("%w: blob %s: got %d of %d bytes", ErrCorrupt, md5hex, len(data), size))
+		data, err = recvBlob(first, stream.Recv, size)
+		if err != nil {
+			return toStatus(fmt.Errorf("blob %s: %w", md5hex, err))
 		}
 		if err := s.store.PutBlob(md5hex, data); err != nil {
 			s.logger.Warn("put blob rejected", "md5", md5hex, "err", err)
@@ -97,11 +126,7 @@ func (s *Service) PutBlob(stream grpc.ClientStreamingServer[pb.BlobChunk, pb.Put
 		}
 	}
 	if key := first.GetManifestKey(); key != "" {
-		if rest, ok := strings.CutPrefix(key, deleteKeyPrefix); ok {
-			if err := s.handleDelete(rest, first.GetManifest()); err != nil {
-				return toStatus(err)
-			}
-		} else if err := s.store.PutManifestRaw(key, first.GetManifest()); err != nil {
+		if err := s.putManifest(stream.Context(), key, first.GetManifest()); err != nil {
 			s.logger.Warn("put manifest rejected", "key", key, "err", err)
 			return toStatus(err)
 		}
@@ -109,21 +134,127 @@ func (s *Service) PutBlob(stream grpc.ClientStreamingServer[pb.BlobChunk, pb.Put
 	return stream.SendAndClose(&pb.PutBlobResponse{Bytes: int64(len(data))})
 }
 
-func (s *Service) handleDelete(rest string, body []byte) error {
-	job, slotStr, ok := strings.Cut(rest, "/")
-	slot, err := strconv.ParseInt(slotStr, 10, 32)
-	if !ok || err != nil {
-		return fmt.Errorf("%w: delete request %q", ErrInvalid, rest)
+// putManifest stores a peer's manifest; a different manifest already stored
+// under key is replaced only if the slot's committed pointer neither names
+// that version nor is older than it (an uncommitted attempt of a writer
+// that lost its claim).
+func (s *Service) putManifest(ctx context.Context, key string, raw []byte) error {
+	err := s.store.PutManifestRaw(key, raw)
+	if !errors.Is(err, ErrConflict) || s.meta == nil {
+		return err
 	}
-	var req deleteRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return fmt.Errorf("%w: delete request body: %v", ErrInvalid, err)
+	m, derr := DecodeManifest(raw)
+	if derr != nil {
+		return derr
 	}
-	if len(req.Keep) == 0 {
-		return fmt.Errorf("%w: delete request with an empty keep list", ErrInvalid)
+	kv, gerr := getKV(ctx, s.meta, schema.CheckpointKey(m.Job, m.Slot))
+	if gerr != nil {
+		return fmt.Errorf("%w (cannot read the pointer: %v)", err, gerr)
 	}
-	_, err = s.store.DeleteVersions(job, int32(slot), req.Keep)
-	return err
+	if kv != nil {
+		p, perr := DecodePointer(kv.GetValue())
+		if perr != nil || m.Version <= p.GetVersion() || holds(p, m.Version) {
+			return err
+		}
+	}
+	return s.store.replaceManifestRaw(key, raw)
+}
+
+// recvBlob collects a blob of exactly size bytes from first and then recv
+// until io.EOF. The buffer grows with the data, never past size: a peer
+// announcing more than it sends costs nothing. Errors wrap ErrCorrupt
+// (more or fewer bytes than announced) or are recv's.
+func recvBlob(first *pb.BlobChunk, recv func() (*pb.BlobChunk, error), size int64) ([]byte, error) {
+	if size < 0 || size > MaxBlobSize {
+		return nil, fmt.Errorf("%w: blob of %d bytes (at most %d)", ErrCorrupt, size, int64(MaxBlobSize))
+	}
+	var data []byte
+	add := func(p []byte) error {
+		if int64(len(p)) > size-int64(len(data)) {
+			return fmt.Errorf("%w: more than the announced %d bytes", ErrCorrupt, size)
+		}
+		if need := len(data) + len(p); need > cap(data) {
+			// Double, but never past size.
+			grown := make([]byte, len(data), min(size, int64(max(2*cap(data), need))))
+			copy(grown, data)
+			data = grown
+		}
+		data = append(data, p...)
+		return nil
+	}
+	if err := add(first.GetData()); err != nil {
+		return nil, err
+	}
+	for {
+		c, err := recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := add(c.GetData()); err != nil {
+			return nil, err
+		}
+	}
+	if int64(len(data)) != size {
+		return nil, fmt.Errorf("%w: got %d of %d bytes", ErrCorrupt, len(data), size)
+	}
+	return data, nil
+}
+
+// DeleteVersions deletes versions of a slot that this node holds and that
+// the slot's committed pointer no longer names: only versions older than
+// the pointer's and not among its kept versions (a newer one may be a
+// checkpoint in flight). Versions it does not hold are skipped. Errors:
+// InvalidArgument (bad job, slot or list), FailedPrecondition (no Meta, or
+// no committed pointer to check against).
+func (s *Service) DeleteVersions(ctx context.Context, req *pb.DeleteVersionsRequest) (*pb.DeleteVersionsResponse, error) {
+	deleted, err := s.deleteVersions(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.DeleteVersionsResponse{Deleted: deleted}, nil
+}
+
+func (s *Service) deleteVersions(ctx context.Context, req *pb.DeleteVersionsRequest) ([]int64, error) {
+	job, slot, vs := req.GetJob(), req.GetSlot(), req.GetVersions()
+	if err := validJob(job); err != nil {
+		return nil, err
+	}
+	if slot < 0 || slot >= MaxManifestPservers || len(vs) == 0 || len(vs) > MaxDeleteVersions {
+		return nil, fmt.Errorf("%w: delete versions: slot %d, %d versions (1 to %d)", ErrInvalid, slot, len(vs), MaxDeleteVersions)
+	}
+	if s.meta == nil {
+		return nil, fmt.Errorf("%w: this node cannot read pointers to check a delete", ErrNoPointer)
+	}
+	kv, err := getKV(ctx, s.meta, schema.CheckpointKey(job, slot))
+	if err != nil {
+		return nil, err
+	}
+	if kv == nil {
+		return nil, fmt.Errorf("%w: %s slot %d has no committed pointer", ErrNoPointer, job, slot)
+	}
+	p, err := DecodePointer(kv.GetValue())
+	if err != nil {
+		return nil, fmt.Errorf("%w: pointer of %s slot %d: %v", ErrNoPointer, job, slot, err)
+	}
+	var victims []int64
+	for _, v := range vs {
+		if v > 0 && v < p.GetVersion() && !holds(p, v) {
+			victims = append(victims, v)
+		}
+	}
+	deleted, err := s.store.deleteVersionList(job, slot, victims)
+	if err != nil {
+		return deleted, err
+	}
+	if len(deleted) > 0 {
+		if _, err := s.store.GC(); err != nil {
+			s.logger.Warn("blob gc after delete failed (orphans are harmless)", "err", err)
+		}
+	}
+	return deleted, nil
 }
 
 // GetBlob streams blob md5 in ChunkSize pieces after re-verifying it
@@ -189,12 +320,18 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrClosed):
 		code = codes.Unavailable
+	case errors.Is(err, ErrConflict):
+		code = codes.AlreadyExists
+	case errors.Is(err, ErrBusy):
+		code = codes.ResourceExhausted
+	case errors.Is(err, ErrNoPointer):
+		code = codes.FailedPrecondition
 	}
 	return status.Error(code, err.Error())
 }
 
 func isSentinel(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrCorrupt, ErrInvalid, ErrClosed, ErrFenced, ErrStaleVersion} {
+	for _, s := range []error{ErrNotFound, ErrCorrupt, ErrInvalid, ErrClosed, ErrFenced, ErrStaleVersion, ErrConflict, ErrBusy, ErrNoPointer} {
 		if errors.Is(err, s) {
 			return true
 		}
@@ -215,6 +352,12 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, st.Message())
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", ErrInvalid, st.Message())
+	case codes.AlreadyExists:
+		return fmt.Errorf("%w: %s", ErrConflict, st.Message())
+	case codes.ResourceExhausted:
+		return fmt.Errorf("%w: %s", ErrBusy, st.Message())
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s", ErrNoPointer, st.Message())
 	}
 	return err
 }
@@ -353,41 +496,70 @@ func (c *Client) put(ctx context.Context, addr string, first *pb.BlobChunk, data
 	return nil
 }
 
-// deleteVersions asks the node at addr to delete the manifests of (job, slot)
-// not in keep and garbage-collect its blobs.
-func (c *Client) deleteVersions(ctx context.Context, addr, job string, slot int32, keep []int64) error {
-	body, _ := json.Marshal(deleteRequest{Keep: keep})
-	key := fmt.Sprintf("%s%s/%d", deleteKeyPrefix, job, slot)
-	return c.put(ctx, addr, &pb.BlobChunk{Manifest: body, ManifestKey: key}, nil)
-}
-
-// GetBlob fetches blob md5hex from addr and verifies its MD5 (ErrCorrupt if
-// the bytes do not match, ErrNotFound if the node does not hold it).
-func (c *Client) GetBlob(ctx context.Context, addr, md5hex string) ([]byte, error) {
+// DeleteVersions asks the node at addr to delete versions of (job, slot)
+// that the slot's committed pointer no longer names; it returns the
+// versions deleted there.
+func (c *Client) DeleteVersions(ctx context.Context, addr, job string, slot int32, versions []int64) ([]int64, error) {
 	stub, err := c.stub(addr)
 	if err != nil {
 		return nil, err
 	}
+	resp, err := stub.DeleteVersions(ctx, &pb.DeleteVersionsRequest{Job: job, Slot: slot, Versions: versions})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetDeleted(), nil
+}
+
+// GetBlob fetches blob md5hex of size bytes (as its manifest says) from
+// addr and verifies its MD5 (ErrCorrupt if the bytes do not match or the
+// peer sends more or fewer than size, ErrNotFound if the node does not
+// hold it). It never buffers more than size bytes.
+func (c *Client) GetBlob(ctx context.Context, addr, md5hex string, size int64) ([]byte, error) {
+	stub, err := c.stub(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops the peer's stream if we give up early
 	stream, err := stub.GetBlob(ctx, &pb.GetBlobRequest{Md5: md5hex})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	var data []byte
-	for {
+	recv := func() (*pb.BlobChunk, error) {
 		ch, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
+		if err != nil && err != io.EOF {
 			return nil, fromStatus(err)
 		}
-		if data == nil {
-			data = make([]byte, 0, ch.GetSize())
-		}
-		data = append(data, ch.GetData()...)
+		return ch, err
+	}
+	data, err := recvGetBlob(recv, md5hex, size)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s from %s: %w", md5hex, addr, err)
+	}
+	return data, nil
+}
+
+// recvGetBlob reads a GetBlob stream: the first chunk must announce md5hex
+// and size (a peer announcing another size, or a negative one, is refused
+// before anything is allocated), then the data up to size, MD5 verified.
+func recvGetBlob(recv func() (*pb.BlobChunk, error), md5hex string, size int64) ([]byte, error) {
+	first, err := recv()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: empty stream", ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if first.GetSize() != size || (first.GetMd5() != "" && first.GetMd5() != md5hex) {
+		return nil, fmt.Errorf("%w: peer announces md5 %q size %d, manifest says %s size %d", ErrCorrupt, first.GetMd5(), first.GetSize(), md5hex, size)
+	}
+	data, err := recvBlob(first, recv, size)
+	if err != nil {
+		return nil, err
 	}
 	if got := MD5Hex(data); got != md5hex {
-		return nil, fmt.Errorf("%w: blob %s from %s hashes to %s", ErrCorrupt, md5hex, addr, got)
+		return nil, fmt.Errorf("%w: hashes to %s", ErrCorrupt, got)
 	}
 	return data, nil
 }
@@ -432,7 +604,7 @@ func (c *Client) Fetch(ctx context.Context, addr, manifestKey string) (*Manifest
 	}
 	blobs := make(map[int32][]byte, len(m.VShards))
 	for _, r := range m.VShards {
-		b, err := c.GetBlob(ctx, addr, r.MD5)
+		b, err := c.GetBlob(ctx, addr, r.MD5, r.Bytes)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("fetch %s vshard %d from %s: %w", manifestKey, r.ID, addr, err)
 		}

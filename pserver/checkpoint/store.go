@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,8 @@ type Store struct {
 	db     *pebble.DB
 	pins   map[string]time.Time
 	gcLock sync.RWMutex // writers of blob+manifest hold R; GC holds W
+	// manifestMu makes a manifest's conflict check and write one step.
+	manifestMu sync.Mutex
 
 	// ingestThreshold: checkpoints at least this big are ingested as an
 	// sstable instead of written through the WAL.
@@ -315,22 +318,33 @@ func (s *Store) putLocalManifest(m *Manifest) (raw []byte, md5hex string, err er
 	if err != nil {
 		return nil, "", err
 	}
-	if err := s.putManifestRaw(m.Key(), raw, false); err != nil {
+	// The local writer checked that the slot's pointer is older than this
+	// version: a manifest already here is an uncommitted attempt.
+	if err := s.putManifestRaw(m.Key(), raw, false, true); err != nil {
 		return nil, "", err
 	}
 	return raw, md5hex, nil
 }
 
 // PutManifestRaw decodes raw, checks that key is its key and that its blobs
-// are all present, and stores it synced.
+// are all present, and stores it synced. A manifest already stored under
+// key is never replaced by different bytes (ErrConflict; the same bytes
+// again are a no-op).
 func (s *Store) PutManifestRaw(key string, raw []byte) error {
-	return s.putManifestRaw(key, raw, true)
+	return s.putManifestRaw(key, raw, true, false)
+}
+
+// replaceManifestRaw is PutManifestRaw that replaces a different manifest
+// stored under key: for a caller that checked the old one is an attempt no
+// committed pointer names.
+func (s *Store) replaceManifestRaw(key string, raw []byte) error {
+	return s.putManifestRaw(key, raw, true, true)
 }
 
 // putManifestRaw with checkBlobs=false is for the local writer, which has
 // just written (and pinned) the blobs: checking presence would read every
-// multi-MB data block back.
-func (s *Store) putManifestRaw(key string, raw []byte, checkBlobs bool) error {
+// multi-MB data block back. replace allows replacing different bytes.
+func (s *Store) putManifestRaw(key string, raw []byte, checkBlobs, replace bool) error {
 	m, err := DecodeManifest(raw)
 	if err != nil {
 		return err
@@ -355,6 +369,21 @@ func (s *Store) putManifestRaw(key string, raw []byte, checkBlobs bool) error {
 			return fmt.Errorf("manifest %s: vshard %d: %w: blob %s (%v)", key, r.ID, ErrNotFound, r.MD5, err)
 		}
 		closer.Close()
+	}
+	s.manifestMu.Lock() // the check below and the write are one step
+	defer s.manifestMu.Unlock()
+	if old, closer, err := db.Get([]byte(key)); err == nil {
+		same := bytes.Equal(old, raw)
+		closer.Close()
+		if same {
+			s.unpin(m.VShards)
+			return nil
+		}
+		if !replace {
+			return fmt.Errorf("%w: %s (a stored manifest is never replaced by other bytes)", ErrConflict, key)
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("put manifest %s: %w", key, err)
 	}
 	// The manifest and its MD5 in one synced batch: a manifest whose bytes
 	// change at rest is caught on read even for kept versions, which no
@@ -503,6 +532,42 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 		return nil, fmt.Errorf("delete manifests of %s slot %d: %w", job, slot, err)
 	}
 	s.logger.Info("deleted checkpoint manifests", "job", job, "slot", slot, "versions", deleted, "keep", keep)
+	return deleted, nil
+}
+
+// deleteVersionList deletes the manifests of (job, slot) at the given
+// versions that are stored (others are skipped), synced; it returns the
+// versions deleted. Blobs are left to GC.
+func (s *Store) deleteVersionList(job string, slot int32, versions []int64) ([]int64, error) {
+	if err := validJob(job); err != nil {
+		return nil, err
+	}
+	db, err := s.getDB()
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	var deleted []int64
+	for _, v := range versions {
+		k := ManifestKey(job, v, slot)
+		_, closer, err := db.Get([]byte(k))
+		if errors.Is(err, pebble.ErrNotFound) || slices.Contains(deleted, v) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("delete manifest %s: %w", k, err)
+		}
+		closer.Close()
+		keys = append(keys, k)
+		deleted = append(deleted, v)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if _, err := s.deleteManifestKeys(keys); err != nil {
+		return nil, err
+	}
+	s.logger.Info("deleted checkpoint manifests", "job", job, "slot", slot, "versions", deleted)
 	return deleted, nil
 }
 

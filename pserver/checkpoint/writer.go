@@ -297,6 +297,7 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 			Uuid: man.UUID, Md5: manMD5, Version: req.Version, Step: req.Step,
 			TimestampUnixNano: man.TimestampUnixNano, Bytes: total, Replicas: got,
 			NumPservers: req.NumPservers, Incarnation: req.Incarnation, KeptVersions: kept,
+			KeptMd5S: keptMD5s(prev, kept),
 		}
 		val, err := EncodePointer(ptr)
 		if err != nil {
@@ -332,6 +333,16 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 		if _, err := m.cfg.Store.GC(); err != nil {
 			log.Warn("blob gc failed (orphans are harmless)", "err", err)
 		}
+		// The replicas delete the versions the previous pointer named and
+		// this one does not; each checks that against the pointer it reads.
+		var dropped []int64
+		if prev != nil {
+			for _, v := range append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...) {
+				if !slices.Contains(keep, v) && !slices.Contains(dropped, v) {
+					dropped = append(dropped, v)
+				}
+			}
+		}
 		remote := map[string]string{}
 		for _, p := range targets {
 			remote[p.ID] = p.Addr
@@ -344,7 +355,10 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 			}
 		}
 		for id, addr := range remote {
-			if err := m.client.deleteVersions(ctx, addr, req.Job, req.Slot, keep); err != nil {
+			if len(dropped) == 0 {
+				break
+			}
+			if _, err := m.client.DeleteVersions(ctx, addr, req.Job, req.Slot, dropped); err != nil {
 				log.Warn("deleting old versions on replica failed (orphans are harmless)", "peer", id, "err", err)
 			}
 		}
@@ -513,8 +527,40 @@ func (m *Manager) commitPointer(ctx context.Context, req WriteRequest, psKV, ptr
 	return errOthersMoved
 }
 
+// keptMD5s returns the manifest md5 of each kept version (aligned with
+// kept; "" where prev does not tell it), from the previous pointer.
+func keptMD5s(prev *pb.CheckpointPointer, kept []int64) []string {
+	if len(kept) == 0 {
+		return nil
+	}
+	out := make([]string, len(kept))
+	for i, v := range kept {
+		out[i] = pointerMD5(prev, v)
+	}
+	return out
+}
+
+// pointerMD5 is the manifest md5 p records for version v ("" if none).
+func pointerMD5(p *pb.CheckpointPointer, v int64) string {
+	if p == nil {
+		return ""
+	}
+	if p.GetVersion() == v {
+		return p.GetMd5()
+	}
+	if i := slices.Index(p.GetKeptVersions(), v); i >= 0 && i < len(p.GetKeptMd5S()) {
+		return p.GetKeptMd5S()[i]
+	}
+	return ""
+}
+
 func (m *Manager) get(ctx context.Context, key string) (*pb.KeyValue, error) {
-	resp, err := m.cfg.Meta.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
+	return getKV(ctx, m.cfg.Meta, key)
+}
+
+// getKV reads one key (nil if absent).
+func getKV(ctx context.Context, meta Meta, key string) (*pb.KeyValue, error) {
+	resp, err := meta.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
