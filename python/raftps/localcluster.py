@@ -1,0 +1,145 @@
+"""Local raftps clusters of `raftps node` child processes on loopback, for
+tests, examples and benchmarks (the Python twin of Go's
+internal/localcluster).
+
+    nodes = localcluster.start(bin_path, workdir, 3, roles="server,pserver")
+    client = raftps.Client([n.grpc for n in nodes])
+    nodes[0].kill(); nodes[0].start()                # SIGKILL, restart
+    localcluster.stop(nodes)
+
+Each node logs to <workdir>/<id>.log (appended across restarts).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from typing import Sequence
+
+from raftps import errors
+from raftps.client import Client
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP+UDP ports on 127.0.0.1 (gossip uses both)."""
+    out, held = [], []
+    try:
+        while len(out) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+            p = s.getsockname()[1]
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                u.bind(("127.0.0.1", p))
+                out.append(p)
+            except OSError:
+                pass
+            finally:
+                u.close()
+    finally:
+        for s in held:
+            s.close()
+    return out
+
+
+class Node:
+    """One `raftps node` process; ``args`` is the same on every start."""
+
+    def __init__(self, bin_path: str, workdir: str, node_id: str):
+        p = free_ports(4)
+        self.id, self.bin = node_id, bin_path
+        self.data_dir = os.path.join(workdir, node_id)
+        self.log_path = os.path.join(workdir, node_id + ".log")
+        self.grpc, self.raft, self.gossip, self.http = (f"127.0.0.1:{x}" for x in p)
+        self.args: list[str] = []
+        self.proc: subprocess.Popen | None = None
+
+    def set_args(self, others: Sequence["Node"], expect: int, extra: Sequence[str]) -> None:
+        self.args = ["node", "--id", self.id, "--data-dir", self.data_dir, "--grpc-addr", self.grpc,
+                     "--raft-addr", self.raft, "--gossip-addr", self.gossip, "--http-addr", self.http]
+        join = [o.gossip for o in others if o is not self]
+        if join:
+            self.args += ["--join", ",".join(join)]
+        if expect:
+            self.args += ["--bootstrap-expect", str(expect)]
+        self.args += list(extra)
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([self.bin, *self.args], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL and wait."""
+        if self.running():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, wait: float = 10.0) -> None:
+        """SIGTERM, wait up to ``wait`` seconds, then SIGKILL."""
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver",
+          extra: Sequence[str] = (), timeout: float = 60.0) -> list[Node]:
+    """Starts n nodes n1..nN that join each other (--bootstrap-expect n)
+    and waits until they have a leader and n voters."""
+    os.makedirs(workdir, exist_ok=True)
+    nodes = [Node(bin_path, workdir, f"n{i + 1}") for i in range(n)]
+    for nd in nodes:
+        nd.set_args(nodes, n, ["--roles", roles, *extra])
+    for nd in nodes:
+        nd.start()
+    wait_ready(nodes, n, timeout)
+    return nodes
+
+
+def add(bin_path: str, workdir: str, existing: Sequence[Node], roles: str, extra: Sequence[str] = ()) -> Node:
+    """Starts a node n<len+1> that joins the existing ones."""
+    nd = Node(bin_path, workdir, f"n{len(existing) + 1}")
+    nd.set_args(existing, 0, ["--roles", roles, *extra])
+    nd.start()
+    return nd
+
+
+def wait_ready(nodes: Sequence[Node], voters: int, timeout: float = 60.0) -> None:
+    """Waits until every running node reports a leader, ``voters`` voters
+    and answers a linearizable read."""
+    deadline = time.monotonic() + timeout
+    last = None
+    for nd in nodes:
+        if not nd.running():
+            continue
+        with Client([nd.grpc], timeout=2.0) as c:
+            while True:
+                try:
+                    st = c.status()
+                    if st.leader and len(st.voters) >= voters:
+                        c.range_pb("/", count_only=True)
+                        break
+                    last = f"{nd.id}: leader {st.leader!r}, voters {list(st.voters)}"
+                except errors.RaftpsError as e:
+                    last = f"{nd.id}: {e}"
+                if any(n.proc is not None and n.proc.poll() is not None and n is nd for n in nodes):
+                    raise RuntimeError(f"node {nd.id} exited; see {nd.log_path}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cluster not ready after {timeout:.0f}s ({last})")
+                time.sleep(0.2)
+
+
+def stop(nodes: Sequence[Node]) -> None:
+    for nd in nodes:
+        nd.stop(5.0)

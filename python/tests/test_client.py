@@ -1,0 +1,184 @@
+"""raftps.Client against a real 3-node cluster: KV, Txn, leases, watches
+(across a leader SIGKILL), status and error mapping."""
+
+import threading
+import time
+import uuid
+
+import pytest
+
+import raftps
+import raftps.jobs
+from raftps import errors
+
+from conftest import DATASET
+
+
+def uniq(p: str) -> str:
+    return f"/t/{p}/{uuid.uuid4().hex[:8]}"
+
+
+def test_put_get_range_delete(client):
+    k = uniq("kv")
+    r1 = client.put(k + "/a", b"1")
+    r2 = client.put(k + "/b", "2")
+    assert r2 > r1
+    kv = client.get(k + "/a")
+    assert kv.value == b"1" and kv.mod_revision == r1 and kv.create_revision == r1 and kv.version == 1
+    client.put(k + "/a", b"1b")
+    kv = client.get(k + "/a", serializable=False)
+    assert kv.value == b"1b" and kv.version == 2 and kv.create_revision == r1
+    assert [x.key for x in client.range(k + "/", prefix=True)] == [(k + "/a").encode(), (k + "/b").encode()]
+    assert len(client.range(k + "/", prefix=True, limit=1)) == 1
+    assert client.get(k + "/missing") is None
+    assert client.delete(k + "/", prefix=True) == 2
+    assert client.range(k + "/", prefix=True) == []
+
+
+def test_txn_compare_and_swap(client):
+    k = uniq("txn")
+    assert client.cas(k, None, b"v1")           # create if absent
+    assert not client.cas(k, None, b"other")    # exists now
+    assert client.cas(k, b"v1", b"v2")
+    assert not client.cas(k, b"v1", b"v3")
+    assert client.get(k).value == b"v2"
+    mod = client.get(k).mod_revision
+    r = client.txn([client.cmp_mod_revision(k, "==", mod)], [client.op_put(k, b"v4"), client.op_get(k)],
+                   [client.op_get(k)])
+    assert r.succeeded and r.responses[1].response_range.kvs[0].value == b"v4"
+    r = client.txn([client.cmp_mod_revision(k, "==", mod)], [client.op_put(k, b"no")], [client.op_get(k)])
+    assert not r.succeeded and r.responses[0].response_range.kvs[0].value == b"v4"
+
+
+def test_concurrent_cas_counter_is_exact(client):
+    """Four threads increment one counter with CAS; no increment is lost."""
+    k = uniq("ctr")
+    client.put(k, b"0")
+    per = 10
+
+    def worker():
+        done = 0
+        while done < per:
+            cur = client.get(k).value
+            if client.cas(k, cur, str(int(cur) + 1).encode()):
+                done += 1
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert client.get(k).value == str(4 * per).encode()
+
+
+def test_lease_keepalive_and_expiry(client):
+    k = uniq("lease")
+    with client.lease(ttl=2) as lease:
+        client.put(k, b"x", lease=lease.id)
+        time.sleep(4)  # twice the TTL: alive only thanks to keepalives
+        assert client.get(k) is not None
+        assert not lease.lost.is_set()
+        ttl = client.lease_ttl(lease.id, keys=True)
+        assert ttl.granted_ttl == 2 and k.encode() in list(ttl.keys)
+    # revoked by the with block
+    assert client.get(k) is None
+    # a lease without keepalive expires and takes its key with it
+    l2 = client.lease(ttl=1, keepalive=False)
+    client.put(k, b"y", lease=l2.id)
+    deadline = time.monotonic() + 10
+    while client.get(k) is not None:
+        assert time.monotonic() < deadline, "key of an expired lease still there"
+        time.sleep(0.2)
+    with pytest.raises(errors.NotFound):
+        client.lease_keepalive_once(l2.id)
+
+
+def test_error_mapping(client):
+    with pytest.raises(errors.NotFound) as ei:
+        client.lease_revoke(987654321)
+    assert ei.value.code.name == "NOT_FOUND" and ei.value.message
+    with pytest.raises(errors.InvalidArgument):
+        client.put(b"", b"x")
+    with pytest.raises(errors.NotFound):
+        raftps.jobs.status(client, "no-such-job-" + uuid.uuid4().hex[:6])
+    with pytest.raises(errors.InvalidArgument) as ei:
+        raftps.jobs.submit(client, {"name": "bad", "model": {"name": "mlp"}, "dataset": {"path": DATASET, "records": 10},
+                                    "records_per_task": 5, "batch_size": 0, "passes": 1,
+                                    "optimizer": {"name": "sgd", "learning_rate": 0.1}, "num_pservers": 1})
+    assert "batch_size" in ei.value.message
+    with pytest.raises(errors.InvalidArgument):
+        raftps.jobs.submit(client, {"name": "x", "no_such_field": 1})
+    # Unavailable from an endpoint nobody listens on, within the timeout
+    with raftps.Client(["127.0.0.1:1"], timeout=1.0) as dead:
+        t0 = time.monotonic()
+        with pytest.raises(errors.Unavailable):
+            dead.get("/x")
+        assert time.monotonic() - t0 < 5
+
+
+def test_status_and_members(client, cluster):
+    st = client.status()
+    assert st.leader in {n.id for n in cluster} and len(st.voters) == 3 and st.term >= 1
+    ms = client.members()
+    assert {m.id for m in ms} >= {n.id for n in cluster}
+
+
+def test_watch_survives_leader_sigkill(client, cluster):
+    """A watch of a prefix while a writer writes 200 keys and the Raft leader
+    (which may be the node serving the watch) is SIGKILLed in the middle: the
+    watcher sees every revision once, in order."""
+    k = uniq("watch")
+    start = client.put(k + "/start", b"")
+    # Watch through the leader so that killing it breaks the stream.
+    leader = client.status().leader
+    order = sorted(cluster, key=lambda n: n.id != leader)
+    wc = raftps.Client([n.grpc for n in order], timeout=10.0)
+    w = wc.watch(k + "/", prefix=True, start_revision=start + 1)
+    written = []
+    n = 200
+
+    def writer():
+        for i in range(n):
+            while True:
+                try:
+                    written.append(client.put(f"{k}/{i:04d}", str(i)))
+                    break
+                except errors.Unavailable:
+                    time.sleep(0.05)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    got = []
+    killed = None
+    deadline = time.monotonic() + 90
+    while len(got) < n:
+        assert time.monotonic() < deadline, f"watch got {len(got)} of {n} events"
+        ev = w.get(timeout=1.0)
+        if ev is None:
+            continue
+        got.append(ev)
+        if len(got) == n // 3 and killed is None:
+            killed = next(nd for nd in cluster if nd.id == leader)
+            killed.kill()
+    t.join(60)
+    w.cancel()
+    wc.close()
+    revs = [e.revision for e in got]
+    assert revs == sorted(set(revs)), "duplicate or out-of-order revisions"
+    assert revs == written, "the watch missed or invented writes"
+    assert [e.kv.key.decode() for e in got] == [f"{k}/{i:04d}" for i in range(n)]
+    assert w.reconnects >= 1, "the watch never had to reconnect (the kill did not hit it)"
+    assert client.status().leader != leader
+    killed.start()
+
+
+def test_watch_from_compacted_or_now(client):
+    k = uniq("w2")
+    with client.watch(k, prev_kv=True) as w:
+        r1 = client.put(k, b"a")
+        r2 = client.put(k, b"b")
+        client.delete(k)
+        evs = [w.get(timeout=10) for _ in range(3)]
+    assert [e.type for e in evs] == ["PUT", "PUT", "DELETE"]
+    assert evs[0].revision == r1 and evs[1].revision == r2
+    assert evs[1].prev_kv.value == b"a"
