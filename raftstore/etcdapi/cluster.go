@@ -1,0 +1,68 @@
+package etcdapi
+
+import (
+	"context"
+	"slices"
+
+	"github.com/hashicorp/raft"
+	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+type clusterServer struct {
+	etcdpb.UnimplementedClusterServer
+	s *Server
+}
+
+// membershipHint is where raftps' membership changes are made instead.
+const membershipHint = "raftps changes membership itself: a node joins with `raftps node --join` and a server node that leaves or stays dead is removed by the leader"
+
+// MemberList lists the Raft configuration: voters as members, non-voters
+// as learners, sorted by member id as etcd sorts them.
+func (c clusterServer) MemberList(ctx context.Context, _ *etcdpb.MemberListRequest) (*etcdpb.MemberListResponse, error) {
+	servers, err := c.s.store.Configuration()
+	if err != nil {
+		return nil, ToStatus(ctx, err)
+	}
+	out := &etcdpb.MemberListResponse{Header: c.s.header(0)}
+	for _, srv := range servers {
+		id := string(srv.ID)
+		m := &etcdpb.Member{ID: MemberID(id), Name: id, PeerURLs: []string{"http://" + string(srv.Address)},
+			IsLearner: srv.Suffrage != raft.Voter}
+		if c.s.members != nil {
+			if gm, ok := c.s.members.Member(id); ok && gm.Meta.GRPCAddr != "" {
+				m.ClientURLs = []string{"http://" + gm.Meta.GRPCAddr}
+			}
+		}
+		out.Members = append(out.Members, m)
+	}
+	slices.SortFunc(out.Members, func(a, b *etcdpb.Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// MemberAdd is not served (membershipHint).
+func (clusterServer) MemberAdd(ctx context.Context, _ *etcdpb.MemberAddRequest) (*etcdpb.MemberAddResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("MemberAdd: %s", membershipHint))
+}
+
+// MemberRemove is not served (membershipHint).
+func (clusterServer) MemberRemove(ctx context.Context, _ *etcdpb.MemberRemoveRequest) (*etcdpb.MemberRemoveResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("MemberRemove: %s", membershipHint))
+}
+
+// MemberUpdate is not served (membershipHint).
+func (clusterServer) MemberUpdate(ctx context.Context, _ *etcdpb.MemberUpdateRequest) (*etcdpb.MemberUpdateResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("MemberUpdate: %s", membershipHint))
+}
+
+// MemberPromote is not served (membershipHint).
+func (clusterServer) MemberPromote(ctx context.Context, _ *etcdpb.MemberPromoteRequest) (*etcdpb.MemberPromoteResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("MemberPromote: %s", membershipHint))
+}

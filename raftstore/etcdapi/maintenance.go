@@ -1,0 +1,133 @@
+package etcdapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash/crc32"
+
+	"github.com/hashicorp/raft"
+	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// snapshotChunk is the blob size of one Snapshot response (etcd's).
+const snapshotChunk = 32 << 10
+
+type maintenanceServer struct {
+	etcdpb.UnimplementedMaintenanceServer
+	s *Server
+}
+
+// Status reports this node's Raft state in etcd's terms. With no known
+// leader, Errors holds "etcdserver: no leader", as etcd's does.
+func (m maintenanceServer) Status(ctx context.Context, _ *etcdpb.StatusRequest) (*etcdpb.StatusResponse, error) {
+	st := m.s.store.Stats()
+	out := &etcdpb.StatusResponse{Header: m.s.header(st.Revision), Version: Version, Leader: MemberID(st.LeaderID),
+		RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}
+	if servers, err := m.s.store.Configuration(); err == nil {
+		for _, srv := range servers {
+			if string(srv.ID) == st.ID {
+				out.IsLearner = srv.Suffrage != raft.Voter
+			}
+		}
+	}
+	if st.LeaderID == "" {
+		out.Errors = append(out.Errors, rpctypes.ErrGRPCNoLeader.Error())
+	}
+	return out, nil
+}
+
+// Alarm answers GET with no alarms (raftps raises none); activating or
+// deactivating alarms is not served.
+func (m maintenanceServer) Alarm(ctx context.Context, r *etcdpb.AlarmRequest) (*etcdpb.AlarmResponse, error) {
+	if r.Action != etcdpb.AlarmRequest_GET {
+		return nil, ToStatus(ctx, unimplemented("alarm %v: raftps raises no alarms", r.Action))
+	}
+	return &etcdpb.AlarmResponse{Header: m.s.header(0)}, nil
+}
+
+// HashKV hashes the key/value state at r.Revision (0: the current one):
+// CRC-32 (Castagnoli) over every key in key order with its value,
+// create and mod revision, version and lease. Two nodes at the same
+// revision give the same hash. It is not etcd's hash (which covers its
+// MVCC history), so compare it only between raftps nodes.
+func (m maintenanceServer) HashKV(ctx context.Context, r *etcdpb.HashKVRequest) (*etcdpb.HashKVResponse, error) {
+	all := &etcdpb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: r.Revision}
+	resp, err := m.s.rangeKV(ctx, all)
+	if err != nil {
+		return nil, ToStatus(ctx, err)
+	}
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	var buf []byte
+	for _, kv := range resp.Kvs {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(kv.Key)))
+		buf = append(buf, kv.Key...)
+		buf = binary.AppendUvarint(buf, uint64(len(kv.Value)))
+		buf = append(buf, kv.Value...)
+		for _, v := range []int64{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease} {
+			buf = binary.AppendVarint(buf, v)
+		}
+		_, _ = h.Write(buf)
+	}
+	rev := r.Revision
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	return &etcdpb.HashKVResponse{Header: m.s.header(resp.Header.Revision), Hash: h.Sum32(),
+		CompactRevision: m.s.store.FSM().CompactRevision(), HashRevision: rev}, nil
+}
+
+// Snapshot streams this node's FSM snapshot (the bytes raftps' Raft
+// snapshots hold: keys, leases, watch history, jobs) in 32 KiB blobs,
+// followed by its SHA-256 like etcd's stream. It is raftps' format, not a
+// bolt database.
+func (m maintenanceServer) Snapshot(_ *etcdpb.SnapshotRequest, stream etcdpb.Maintenance_SnapshotServer) error {
+	ctx := stream.Context()
+	snap, err := m.s.store.FSM().Snapshot()
+	if err != nil {
+		return ToStatus(ctx, err)
+	}
+	defer snap.Release()
+	sink := &bufferSink{}
+	if err := snap.Persist(sink); err != nil {
+		return ToStatus(ctx, err)
+	}
+	sum := sha256.Sum256(sink.Bytes())
+	data := append(sink.Bytes(), sum[:]...)
+	hdr := m.s.header(0)
+	for len(data) > 0 {
+		n := min(len(data), snapshotChunk)
+		resp := &etcdpb.SnapshotResponse{Header: hdr, RemainingBytes: uint64(len(data) - n), Blob: data[:n], Version: Version}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// bufferSink is a raft.SnapshotSink in memory.
+type bufferSink struct{ bytes.Buffer }
+
+func (*bufferSink) ID() string    { return "etcdapi" }
+func (*bufferSink) Cancel() error { return nil }
+func (*bufferSink) Close() error  { return nil }
+
+var _ raft.SnapshotSink = (*bufferSink)(nil)
+
+// Hash is not served (etcd deprecated it); HashKV is.
+func (maintenanceServer) Hash(ctx context.Context, _ *etcdpb.HashRequest) (*etcdpb.HashResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("Hash; use HashKV"))
+}
+
+// Defragment is not served: raftps has no bolt database to defragment.
+func (maintenanceServer) Defragment(ctx context.Context, _ *etcdpb.DefragmentRequest) (*etcdpb.DefragmentResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("Defragment: raftps keeps its keyspace in memory and Raft snapshots; there is no database file to defragment"))
+}
+
+// MoveLeader is not served.
+func (maintenanceServer) MoveLeader(ctx context.Context, _ *etcdpb.MoveLeaderRequest) (*etcdpb.MoveLeaderResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("MoveLeader: stopping the leader node (SIGTERM) hands leadership over"))
+}
