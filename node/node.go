@@ -19,6 +19,7 @@ import (
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
 )
 
@@ -191,6 +192,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	n.grpc = newGRPCServer()
 	service.New(n.store).Register(n.grpc)
 	master.NewService(n.store, n.gossip).Register(n.grpc)
+	// etcd's v3 API (etcdserverpb) over the same store, for etcdctl and
+	// etcd's clients.
+	etcdapi.New(n.store, n.gossip).Register(n.grpc)
 	if err := n.openRoles(runCtx); err != nil {
 		return err
 	}
