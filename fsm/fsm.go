@@ -65,6 +65,8 @@ type FSM struct {
 
 	obsMu    sync.Mutex // serialises SetObserver against notify
 	observer Observer
+
+	sessions clientSessions // exactly-once: session.go
 }
 
 // Observer is told about every applied log entry. Applied is called
@@ -256,7 +258,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.mu.Lock()
 	c.now = f.clock.tick(l.Term, entry.NowUnixNano, entry.MonoNano)
 	for i, cmd := range entry.Commands {
-		res.Results[i] = f.applyCommand(c, l.Index, i, cmd)
+		res.Results[i] = f.applyOnce(c, l.Index, i, cmd)
 	}
 	f.advance(l.Index)
 	note.Revision = f.rev

@@ -29,7 +29,8 @@ import (
 //	         the end tag included; then EOF.
 //
 // Records come in tag order: one meta, leases by id, key/values by key,
-// events by revision, then the jobs: one record per job, by name. Every
+// events by revision, then the jobs: one record per job, by name, then the
+// client sessions (session.go: a header and one record per kept Result). Every
 // record is bounded (maxRecord), so no state, however large, needs one
 // unbounded record. Older snapshots hold a 4-varint meta (no clock) and
 // one whole-queue blob (tagJobs) instead; Restore reads both forms.
@@ -45,7 +46,10 @@ const (
 	tagEvent = 4 // pb.Event (revision = kv.mod_revision)
 	tagJobs  = 5 // JobQueue.MarshalBinary: the whole queue (older snapshots; read only)
 	tagJob   = 6 // one record of JobQueue.MarshalJobs
-	tagEnd   = 0xff
+	// tagSession: one record of clientSessions.marshal (session.go);
+	// absent in older snapshots.
+	tagSession = 7
+	tagEnd     = 0xff
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -65,6 +69,7 @@ type snapshot struct {
 	hist       []revEvents
 	clock      clock
 	jobs       [][]byte
+	sessions   [][]byte
 }
 
 // Snapshot captures the state under the lock; the returned FSMSnapshot's
@@ -85,6 +90,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		hist:       slices.Clone(f.hist),
 		clock:      f.clock,
 		jobs:       jobs,
+		sessions:   f.sessions.marshal(),
 	}
 	for _, id := range slices.Sorted(maps.Keys(f.leases)) {
 		s.leases = append(s.leases, leaseRec{id, f.leases[id].ttl})
@@ -167,6 +173,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 			return err
 		}
 	}
+	for _, b := range s.sessions {
+		if err := rec(tagSession, b); err != nil {
+			return err
+		}
+	}
 	if err := bw.WriteByte(tagEnd); err != nil {
 		return err
 	}
@@ -203,6 +214,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.histSize = st.histSize
 	f.jobs = st.jobs
 	f.clock = st.clock
+	f.sessions = st.sessions
 	n := Notification{Index: f.applied, Revision: f.rev, Restored: true}
 	f.mu.Unlock()
 	f.logger.Info("fsm: restored snapshot", "index", n.Index, "revision", n.Revision, "keys", st.kvs.Len(), "leases", len(st.leases))
@@ -221,6 +233,7 @@ type restored struct {
 	histSize   int64
 	clock      clock
 	jobs       JobQueue
+	sessions   clientSessions
 }
 
 func (st *restored) addHist(rev int64, events []*pb.Event) {
@@ -277,6 +290,8 @@ func maxRecord(tag byte) uint64 {
 		return 1 << 31
 	case tagJob:
 		return jobq.MaxJobRecordBytes + 16
+	case tagSession:
+		return maxSessionRecord
 	}
 	return 0
 }
@@ -298,6 +313,7 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		haveMeta bool
 		events   []*pb.Event
 		jobRecs  [][]byte
+		sessRecs [][]byte
 	)
 	for {
 		tag, err := cr.ReadByte()
@@ -328,7 +344,7 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 			}
 			break
 		}
-		if tag < lastTag || tag > tagJob || tag == 0 || (tag == lastTag && (tag == tagMeta || tag == tagJobs)) ||
+		if tag < lastTag || tag > tagSession || tag == 0 || (tag == lastTag && (tag == tagMeta || tag == tagJobs)) ||
 			(tag == tagJob && lastTag == tagJobs) {
 			return nil, malformed("record tag %d after %d", tag, lastTag)
 		}
@@ -441,6 +457,8 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 			st.jobs = q
 		case tagJob:
 			jobRecs = append(jobRecs, body)
+		case tagSession:
+			sessRecs = append(sessRecs, body)
 		}
 	}
 	if !haveMeta {
@@ -462,6 +480,11 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 	if st.jobs == nil {
 		st.jobs = newJobs()
 	}
+	sessions, err := unmarshalSessions(sessRecs)
+	if err != nil {
+		return nil, err
+	}
+	st.sessions = sessions
 	return st, nil
 }
 
