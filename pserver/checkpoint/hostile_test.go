@@ -6,6 +6,7 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -526,5 +527,23 @@ func TestManifestSizeSumOverflow(t *testing.T) {
 		if _, err := DecodeManifest(raw); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
+	}
+}
+
+// An export file's preamble announcing a 1 GiB header, followed by 10
+// bytes: the reader allocates as the header arrives. Before, it allocated
+// the announced size at once.
+func TestReadExportHeaderAllocatesWithData(t *testing.T) {
+	pre := []byte(ExportMagic)
+	pre = binary.LittleEndian.AppendUint32(pre, ExportFormatVersion)
+	pre = binary.LittleEndian.AppendUint32(pre, 1<<30-1)
+	in := append(pre, []byte(`{"job":"x"`)...)
+	var err error
+	n := allocated(func() { _, err = ReadExportHeader(bytes.NewReader(in)) })
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated header: %v, want ErrCorrupt", err)
+	}
+	if n > 1<<20 {
+		t.Fatalf("a 26-byte file announcing a 1 GiB header allocated %d MiB", n>>20)
 	}
 }

@@ -479,6 +479,10 @@ func writeParams(buf []byte, names []string, params map[string]*exportParam, fn 
 	return flush()
 }
 
+// MaxExportHeader bounds an export file's JSON header (64 MiB: about a
+// million parameters).
+const MaxExportHeader = 64 << 20
+
 // ReadExportHeader reads the magic, format version and header of an exported
 // file from r, leaving r at the start of the data section.
 func ReadExportHeader(r io.Reader) (*ExportHeader, error) {
@@ -493,12 +497,14 @@ func ReadExportHeader(r io.Reader) (*ExportHeader, error) {
 		return nil, fmt.Errorf("%w: export format %d, want %d", ErrCorrupt, f, ExportFormatVersion)
 	}
 	n := binary.LittleEndian.Uint32(pre[12:])
-	if n > 1<<30 {
-		return nil, fmt.Errorf("%w: export header of %d bytes", ErrCorrupt, n)
+	if n > MaxExportHeader {
+		return nil, fmt.Errorf("%w: export header of %d bytes (at most %d)", ErrCorrupt, n, MaxExportHeader)
 	}
-	hdr := make([]byte, n)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return nil, fmt.Errorf("%w: export header: %v", ErrCorrupt, err)
+	// Read as the bytes arrive: a preamble announcing a big header costs
+	// nothing until the header is really there.
+	hdr, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil || len(hdr) != int(n) {
+		return nil, fmt.Errorf("%w: export header: %d of %d bytes (%v)", ErrCorrupt, len(hdr), n, err)
 	}
 	var h ExportHeader
 	if err := json.Unmarshal(hdr, &h); err != nil {
