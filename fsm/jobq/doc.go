@@ -93,7 +93,9 @@
 // # Specs, bounds and retention
 //
 // ValidateSpec is the one validation of a job spec (Submit uses it; a
-// service may call it before proposing): every numeric field has a bound
+// service may call it before proposing). The model is one raftps's
+// trainers implement or ModelExternal, whose spec must list its params; a
+// bad param is named by index and name. Every numeric field has a bound
 // (MaxRecords, MaxPasses, MaxPservers, MaxVirtualShards, MaxKeepMax, ...),
 // the task count (NumTasks), parameter element counts (ParamElements) and
 // state bytes (StateBytes: elements x 4 x OptimizerStateFactor, sgd 1,

@@ -45,8 +45,15 @@ const (
 	msNs           = int64(1_000_000) // ns per ms
 )
 
+// ModelExternal is the model kind of a job whose model raftps does not
+// implement (a PyTorch trainer's, say): its spec must list every parameter
+// (params: name, shape, dense or embedding, initializer). The pservers,
+// checkpoints, restore, repartition and rollback work on the parameter list
+// alone; raftps's own trainers do not serve such a job.
+const ModelExternal = "external"
+
 var (
-	knownModels     = []string{"hashed_lr", "mlp", "softmax"}
+	knownModels     = []string{ModelExternal, "hashed_lr", "mlp", "softmax"}
 	knownOptimizers = []string{"adagrad", "adam", "momentum", "sgd"}
 )
 

@@ -206,6 +206,9 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 	if s.Model == nil || !slices.Contains(knownModels, s.Model.Name) {
 		return nil, invalid("model.name", "%q unknown (known: %s)", s.GetModel().GetName(), strings.Join(knownModels, ", "))
 	}
+	if s.Model.Name == ModelExternal && len(s.Params) == 0 {
+		return nil, invalid("params", "model %q needs its parameter list (name, shape, embedding, init)", ModelExternal)
+	}
 	if len(s.Model.Hidden) > MaxHiddenLayers {
 		return nil, invalid("model.hidden", "has %d layers, more than %d", len(s.Model.Hidden), MaxHiddenLayers)
 	}
@@ -350,23 +353,31 @@ func validParams(ps []*pb.ParamSpec) error {
 	names := make(map[string]bool, len(ps))
 	for i, p := range ps {
 		field := fmt.Sprintf("params[%d]", i)
+		// bad names the parameter in the message (an external model's
+		// author knows it by name, not by index).
+		bad := func(f, format string, args ...any) error {
+			if p.Name == "" || len(p.Name) > MaxParamNameLen {
+				return invalid(f, format, args...)
+			}
+			return invalid(f, "(param %q) "+format, append([]any{p.Name}, args...)...)
+		}
 		switch {
 		case p.Name == "" || len(p.Name) > MaxParamNameLen:
-			return invalid(field+".name", "must be 1 to %d bytes, got %d", MaxParamNameLen, len(p.Name))
+			return bad(field+".name", "must be 1 to %d bytes, got %d", MaxParamNameLen, len(p.Name))
 		case names[p.Name]:
-			return invalid(field+".name", "%q appears twice", p.Name)
+			return bad(field+".name", "%q appears twice", p.Name)
 		case len(p.Shape) == 0 || len(p.Shape) > MaxParamRank:
-			return invalid(field+".shape", "must have 1 to %d dimensions, got %d", MaxParamRank, len(p.Shape))
+			return bad(field+".shape", "must have 1 to %d dimensions, got %d", MaxParamRank, len(p.Shape))
 		case p.Embedding && len(p.Shape) != 2:
-			return invalid(field+".shape", "of an embedding table must be [rows, dim], got %v", p.Shape)
+			return bad(field+".shape", "of an embedding table must be [rows, dim], got %v", p.Shape)
 		case !finite(p.Scale) || p.Scale < 0:
-			return invalid(field+".scale", "must be a finite number >= 0, got %v", p.Scale)
+			return bad(field+".scale", "must be a finite number >= 0, got %v", p.Scale)
 		}
 		if _, ok := pb.Initializer_name[int32(p.Init)]; !ok {
-			return invalid(field+".init", "unknown value %d", p.Init)
+			return bad(field+".init", "unknown value %d", p.Init)
 		}
 		if _, ok := ParamElements(p.Shape); !ok {
-			return invalid(field+".shape", "%v: every dimension must be >= 1 and the product at most 2^48 elements", p.Shape)
+			return bad(field+".shape", "%v: every dimension must be >= 1 and the product at most 2^48 elements", p.Shape)
 		}
 		names[p.Name] = true
 	}

@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/errs"
+	"google.golang.org/protobuf/proto"
 )
 
 // roundTrip checks the invariant every accepted command must keep: the
@@ -106,5 +107,43 @@ func TestSubmitExtremeSpecs(t *testing.T) {
 			}
 			roundTrip(t, q)
 		})
+	}
+}
+
+// TestExternalModelSpec: a model raftps does not implement is accepted
+// with its parameter list; without one, or with a bad parameter, it is
+// ErrInvalid naming the field and the parameter.
+func TestExternalModelSpec(t *testing.T) {
+	ok := testSpec("ext", 100, 10)
+	ok.Model = &pb.ModelSpec{Name: ModelExternal}
+	ok.Params = []*pb.ParamSpec{
+		{Name: "conv1.weight", Shape: []int64{8, 1, 3, 3}, Init: pb.Initializer_INIT_GLOROT},
+		{Name: "conv1.bias", Shape: []int64{8}},
+		{Name: "emb", Shape: []int64{100, 4}, Embedding: true, Init: pb.Initializer_INIT_NORMAL, Scale: 0.1},
+	}
+	if _, err := ValidateSpec(ok); err != nil {
+		t.Fatalf("external spec refused: %v", err)
+	}
+	none := proto.Clone(ok).(*pb.JobSpec)
+	none.Params = nil
+	if _, err := ValidateSpec(none); !errors.Is(err, errs.ErrInvalid) || !strings.Contains(err.Error(), "params") {
+		t.Errorf("external without params: %v, want ErrInvalid naming params", err)
+	}
+	for _, tc := range []struct {
+		name, field string
+		edit        func(p []*pb.ParamSpec)
+	}{
+		{"zero dim", "params[1].shape", func(p []*pb.ParamSpec) { p[1].Shape = []int64{0} }},
+		{"embedding rank 3", "params[2].shape", func(p []*pb.ParamSpec) { p[2].Shape = []int64{1, 2, 3} }},
+		{"negative scale", "params[0].scale", func(p []*pb.ParamSpec) { p[0].Scale = -1 }},
+		{"unknown init", "params[1].init", func(p []*pb.ParamSpec) { p[1].Init = 99 }},
+		{"duplicate", "params[1].name", func(p []*pb.ParamSpec) { p[1].Name = "conv1.weight" }},
+	} {
+		s := proto.Clone(ok).(*pb.JobSpec)
+		tc.edit(s.Params)
+		_, err := ValidateSpec(s)
+		if !errors.Is(err, errs.ErrInvalid) || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), `(param "`) {
+			t.Errorf("%s: %v, want ErrInvalid naming %s and the param", tc.name, err, tc.field)
+		}
 	}
 }
