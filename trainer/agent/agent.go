@@ -1,5 +1,6 @@
 // Package agent runs the trainer role of a node: for every running job whose
-// dataset is on this node it registers a trainer under the node's lease
+// model raftps implements (not jobq.ModelExternal, which its own trainers
+// serve) and whose dataset is on this node it registers a trainer under the node's lease
 // (schema.TrainerKey, a schema.TrainerRecord) and runs a trainer.Trainer
 // against the master and the job's pservers until the job ends. It reaches
 // the cluster through client interfaces only: Meta (a node's in-process
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/schema"
@@ -160,6 +162,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 	for _, j := range jobs {
 		if j.State != pb.JobState_JOB_RUNNING || j.Spec == nil {
 			continue
+		}
+		if j.Spec.GetModel().GetName() == jobq.ModelExternal {
+			continue // served by the job's own (e.g. PyTorch) trainers
 		}
 		for k := 0; k < a.cfg.Trainers; k++ {
 			id := a.cfg.NodeID + "-" + a.cfg.Incarnation
