@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -106,6 +108,7 @@ type Client struct {
 	blocks   [][]blockRef // dense blocks per slot
 
 	stopWatch context.CancelFunc
+	pushID    atomic.Uint64 // last push id used (starts at a random value)
 
 	mu       sync.Mutex
 	addrs    map[int32]string
@@ -135,6 +138,8 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 	for _, o := range opts {
 		o(&c.cfg)
 	}
+	// Random start: a restarted trainer reusing its id does not reuse push ids.
+	c.pushID.Store(rand.Uint64() >> 1)
 	if w, ok := r.(SlotWatcher); ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		ch, err := w.WatchSlots(ctx, c.job)
@@ -416,9 +421,12 @@ type Grads struct {
 // completed). Errors wrap ErrStale (re-pull and recompute), ErrInvalid, or
 // the last Unavailable after retries.
 //
-// Retried pushes after Unavailable are exactly-once in sync mode (a slot
-// ignores a second push of a trainer in a step) but may apply twice in
-// async mode if the first attempt was applied before the connection broke.
+// Every Push carries a fresh push id, the same on each retry; a slot
+// applies a push id at most once (sync and async), so retries after
+// Unavailable (a lost reply, a broken connection) never apply a gradient
+// twice on a slot that stays put. A slot that moved to another node
+// forgets the ids: there a retry applies unless the restored checkpoint
+// already held the push.
 func (c *Client) Push(ctx context.Context, g *Grads) error {
 	for name, d := range g.Dense {
 		p, ok := c.layout.Param(name)
@@ -468,6 +476,10 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 			}
 		}
 	}
+	id := c.pushID.Add(1)
+	if id == 0 {
+		id = c.pushID.Add(1)
+	}
 	return c.parallel(func(slot int32) error {
 		var ts []*pb.Tensor
 		for _, br := range c.blocks[slot] {
@@ -479,7 +491,7 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 		}
 		ts = append(ts, sparse[slot]...)
 		v := c.version(slot)
-		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples}
+		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id}
 		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			var resp *pb.PushResponse
 			var err error
@@ -507,7 +519,7 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 	for i, chunk := range chunkTensors(req.Grads, StreamChunkBytes) {
 		m := &pb.PushRequest{Grads: chunk}
 		if i == 0 {
-			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, Grads: chunk}
+			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, PushId: req.PushId, Grads: chunk}
 		}
 		if err := st.Send(m); err != nil {
 			if errors.Is(err, io.EOF) {

@@ -64,6 +64,7 @@ func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 		w.varintField(4, uint64(m.Version))
 		w.varintField(5, uint64(m.Step))
 		w.varintField(7, uint64(m.Examples))
+		w.varintField(8, m.PushId)
 		for _, t := range m.Grads {
 			w.tensor(6, t)
 		}
@@ -375,6 +376,8 @@ func (r *wireReader) pushRequest(m *pb.PushRequest) error {
 				m.Step = int64(v)
 			case 7:
 				m.Examples = int64(v)
+			case 8:
+				m.PushId = v
 			}
 			continue
 		}

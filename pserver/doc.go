@@ -39,6 +39,24 @@
 // average Σ nᵢgᵢ / Σ nᵢ: k trainers are exactly one process on the
 // concatenated batch. Push blocks until the step completes.
 //
+// Retries: every Client.Push carries a push id (PushRequest.push_id, the
+// same on each retry); a slot applies a push id at most once and answers a
+// retry with the version the first attempt produced, keeping the last 64
+// ids of up to 4096 trainers. The memory is the slot's: a slot restored on
+// another node has forgotten it.
+//
+// # Hostile input
+//
+// Nothing a trainer sends is trusted (DESIGN.md, "Validation before
+// mutation"): pushes are validated tensor by tensor (also per message of
+// PushStream) with |g| <= MaxGradient, examples <= MaxExamples and no
+// block or row twice, and an update is committed only if every resulting
+// value and optimizer state is finite (else InvalidArgument, slot
+// unchanged). Named pulls are sized before allocating, refuse duplicates
+// and are capped at MaxPullBytes; pulls never create rows. RestoreSlot
+// refuses non-finite or negative-step state. The Client refuses pull
+// responses carrying blocks of another slot.
+//
 // # Fencing
 //
 // A pserver claims slot i of a job with ClaimSlot: a Txn that creates

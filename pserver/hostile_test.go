@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -526,5 +528,87 @@ func TestSyncAwaySurvivesMembershipFlap(t *testing.T) {
 	}
 	if err := <-errs; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPushRetryAppliedOnce: the first reply of every Push is lost after
+// the slot applied it (the server answers Unavailable, as a broken
+// connection would); the Client retries with the same push id and the
+// gradient is applied once, in async and in sync mode.
+func TestPushRetryAppliedOnce(t *testing.T) {
+	for _, mode := range []pb.UpdateMode{pb.UpdateMode_UPDATE_MODE_ASYNC, pb.UpdateMode_UPDATE_MODE_SYNC} {
+		t.Run(mode.String(), func(t *testing.T) {
+			spec := &pb.JobSpec{Name: "j", Mode: mode, Seed: 1, DenseBlockSize: 4, NumVirtualShards: 4, NumPservers: 1,
+				Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 1},
+				Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{8}, Init: pb.Initializer_INIT_ZEROS}}}
+			var calls atomic.Int32
+			lose := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				resp, err := h(ctx, req)
+				if info.FullMethod == pb.PServer_Push_FullMethodName && calls.Add(1) == 1 {
+					return nil, status.Error(codes.Unavailable, "reply lost")
+				}
+				return resp, err
+			}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs := grpc.NewServer(append(ServerOptions(), grpc.UnaryInterceptor(lose))...)
+			srv := NewServer()
+			s := mustSlot(t, spec, 0, 1)
+			s.SetTrainers([]string{"t"})
+			srv.Host("j", 0, s)
+			pb.RegisterPServerServer(gs, srv)
+			go gs.Serve(lis)
+			defer gs.Stop()
+			c, err := NewClient(spec, "t", StaticResolver{0: lis.Addr().String()}, WithRetries(3, time.Millisecond), WithStreamThreshold(-1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.Pull(ctx, c.NewParams()); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Push(ctx, &Grads{Dense: map[string][]float32{"w": ones(8, 1)}, Examples: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("%d push calls, want 2 (the lost one and its retry)", n)
+			}
+			if s.Version() != 1 {
+				t.Fatalf("version %d after one push retried once, want 1", s.Version())
+			}
+			for i, v := range pullAll(t, s)["w"] {
+				if v != -1 {
+					t.Fatalf("w[%d] = %v, want -1 (applied once)", i, v)
+				}
+			}
+		})
+	}
+}
+
+// TestPushIDsBounded: the push-id memory keeps pushIDWindow ids per trainer
+// and maxPushIDTrainers trainers, whatever the number of pushes.
+func TestPushIDsBounded(t *testing.T) {
+	var p pushIDs
+	for i := range uint64(3 * maxPushIDTrainers) {
+		p.record(fmt.Sprint(i%(2*maxPushIDTrainers)), i+1, int64(i))
+	}
+	if n := len(p.by); n > maxPushIDTrainers || n < maxPushIDTrainers/2 {
+		t.Fatalf("%d trainers remembered, want (%d, %d]", n, maxPushIDTrainers/2, maxPushIDTrainers)
+	}
+	if _, ok := p.lookup(fmt.Sprint((3*maxPushIDTrainers-1)%(2*maxPushIDTrainers)), 3*maxPushIDTrainers); !ok {
+		t.Fatal("a recent trainer was forgotten")
+	}
+	for i := range uint64(10 * pushIDWindow) {
+		p.record("x", 1_000_000+i, int64(i))
+	}
+	if _, ok := p.lookup("x", 1_000_000); ok {
+		t.Fatal("oldest id still remembered past the window")
+	}
+	if v, ok := p.lookup("x", 1_000_000+10*pushIDWindow-1); !ok || v != 10*pushIDWindow-1 {
+		t.Fatalf("newest id: %d, %v", v, ok)
 	}
 }

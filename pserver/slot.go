@@ -1,6 +1,7 @@
 package pserver
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -51,6 +52,7 @@ type syncStep struct {
 	open     bool            // the step's membership is fixed (first push seen)
 	expect   map[string]bool // members that have neither pushed nor left
 	pushed   map[string]bool
+	ids      map[string]uint64 // push id of each push counted (0: none)
 	acc      map[key][]float64 // Σ examples_i · g_i, in float64
 	examples int64
 	trainers int
@@ -60,7 +62,7 @@ type syncStep struct {
 }
 
 func newSyncStep() *syncStep {
-	return &syncStep{pushed: map[string]bool{}, acc: map[key][]float64{}, done: make(chan struct{})}
+	return &syncStep{pushed: map[string]bool{}, ids: map[string]uint64{}, acc: map[key][]float64{}, done: make(chan struct{})}
 }
 
 // Slot holds the virtual shards of one pserver slot of one job: parameter
@@ -98,6 +100,7 @@ type Slot struct {
 	step        int64
 	incarnation int64
 
+	pushIDs   pushIDs // push ids applied, per trainer (at most once per id)
 	members   map[string]bool
 	away      map[string]bool // left sync steps (LeaveStep) until they push again
 	membersCh chan struct{}   // closed and replaced whenever members change
@@ -629,6 +632,9 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 	if err := s.checkFence(); err != nil {
 		return nil, err
 	}
+	if v, ok := s.pushIDs.lookup(req.GetTrainer(), req.GetPushId()); ok {
+		return &pb.PushResponse{Version: v}, nil // a retry of an applied push
+	}
 	if s.staleness > 0 && req.GetVersion() < s.version-s.staleness {
 		return nil, errorf(ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
 			req.GetVersion(), s.slot, s.version, s.staleness)
@@ -642,7 +648,76 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 	}
 	s.version++
 	s.step++
+	s.pushIDs.record(req.GetTrainer(), req.GetPushId(), s.version)
 	return &pb.PushResponse{Version: s.version}, nil
+}
+
+// Push ids (PushRequest.push_id) make retried pushes apply at most once:
+// each trainer's last pushIDWindow applied ids are remembered with the
+// version they produced, for at most maxPushIDTrainers trainers (when full,
+// the least recently pushing half is forgotten). The memory is the slot's, not the
+// checkpoint's: after the slot moves to another node a retry is applied
+// again if the push was not in the checkpoint the new owner restored.
+const (
+	pushIDWindow      = 64
+	maxPushIDTrainers = 4096
+)
+
+// pushIDs is the per-trainer memory of applied push ids (guarded by Slot.mu).
+type pushIDs struct {
+	by    map[string]*pushIDRing
+	clock int64
+}
+
+type pushIDRing struct {
+	ids      [pushIDWindow]uint64
+	versions [pushIDWindow]int64
+	next     int
+	used     int64 // clock of the last record
+}
+
+// lookup returns the version an applied push id produced (id 0: never).
+func (p *pushIDs) lookup(trainer string, id uint64) (int64, bool) {
+	r := p.by[trainer]
+	if id == 0 || r == nil {
+		return 0, false
+	}
+	for i, x := range r.ids {
+		if x == id {
+			return r.versions[i], true
+		}
+	}
+	return 0, false
+}
+
+// record remembers that push id of trainer produced version.
+func (p *pushIDs) record(trainer string, id uint64, version int64) {
+	if id == 0 {
+		return
+	}
+	if p.by == nil {
+		p.by = map[string]*pushIDRing{}
+	}
+	r := p.by[trainer]
+	if r == nil {
+		if len(p.by) >= maxPushIDTrainers {
+			// Forget the least recently pushing half at once (amortized
+			// O(log n) per new trainer, not a scan per push).
+			ts := make([]string, 0, len(p.by))
+			for t := range p.by {
+				ts = append(ts, t)
+			}
+			slices.SortFunc(ts, func(a, b string) int { return cmp.Compare(p.by[a].used, p.by[b].used) })
+			for _, t := range ts[:len(ts)/2] {
+				delete(p.by, t)
+			}
+		}
+		r = &pushIDRing{}
+		p.by[trainer] = r
+	}
+	p.clock++
+	r.ids[r.next], r.versions[r.next], r.used = id, version, p.clock
+	r.next = (r.next + 1) % pushIDWindow
 }
 
 // MemberWait bounds how long a sync push from a trainer that is not (yet)
@@ -687,6 +762,10 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		s.mu.Unlock()
 		return nil, err
 	}
+	if v, ok := s.pushIDs.lookup(trainer, req.GetPushId()); ok {
+		s.mu.Unlock()
+		return &pb.PushResponse{Version: v}, nil // a retry after its step completed
+	}
 	if step != s.step {
 		cur := s.step
 		s.mu.Unlock()
@@ -723,6 +802,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		}
 	}
 	st.pushed[trainer] = true
+	st.ids[trainer] = req.GetPushId()
 	delete(st.expect, trainer)
 	st.examples += n
 	st.trainers++
@@ -785,6 +865,9 @@ func (s *Slot) maybeCompleteLocked() {
 		if st.err = s.applyLocked(items, scale); st.err == nil {
 			s.version++
 			s.step++
+			for t, id := range st.ids {
+				s.pushIDs.record(t, id, s.version)
+			}
 			s.stepSnapshotLocked()
 		}
 	}
