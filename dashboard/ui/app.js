@@ -1,0 +1,394 @@
+// raftps dashboard: three views over the node's JSON API and one job's
+// server-sent event stream (see the dashboard package's doc.go). Charts are
+// uPlot's (vendored); this file only feeds them data.
+"use strict";
+
+// window.raftps is the page's state, read by the browser test: the charts,
+// the job events received, and the event-to-page latencies (ms) of events
+// that arrived live.
+const raftps = (window.raftps = {
+  view: "",
+  charts: {},
+  events: [],
+  cluster: null,
+  job: null,
+  latencies: [],
+  clusterEvents: [],
+});
+
+const $ = (sel, root) => (root || document).querySelector(sel);
+const esc = (s) =>
+  String(s === undefined || s === null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+const pct = (x) => (x === undefined || x === null ? "–" : (100 * x).toFixed(2) + "%");
+const pill = (s) => `<span class="pill ${esc(s)}">${esc(s)}</span>`;
+const fmtTime = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "–");
+
+async function api(path, opts) {
+  const r = await fetch(path, opts);
+  const body = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+function post(path) {
+  return api(path, { method: "POST", headers: { "X-Raftps-Request": "1" } });
+}
+
+// ---- routing ----
+
+let stopView = () => {};
+
+function route() {
+  stopView();
+  stopView = () => {};
+  const h = location.hash || "#/cluster";
+  document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", h.startsWith(a.getAttribute("href"))));
+  const m = h.match(/^#\/jobs\/(.+)$/);
+  if (m) return jobView(decodeURIComponent(m[1]));
+  if (h.startsWith("#/jobs")) return jobsView();
+  return clusterView();
+}
+window.addEventListener("hashchange", route);
+
+// poll runs fn now and again interval ms after each run ends, until stopped.
+function poll(fn, interval) {
+  let stopped = false, timer = null;
+  const run = async () => {
+    try { await fn(); } catch (e) { setConn("error: " + e.message); }
+    if (!stopped) timer = setTimeout(run, interval);
+  };
+  run();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+function setConn(text) { $("#conn").textContent = text; }
+
+// ---- cluster ----
+
+function clusterView() {
+  raftps.view = "cluster";
+  $("#main").innerHTML = `<h1>Cluster</h1>
+    <div class="cards" id="cl-cards"></div>
+    <section><h2>Members</h2><table id="members"></table></section>
+    <section><h2>pserver slots</h2><table id="slots"></table></section>
+    <section><h2>Recent changes seen by this node</h2><table id="cl-events"></table></section>`;
+  stopView = poll(async () => {
+    const c = await api("api/cluster");
+    raftps.cluster = c;
+    renderCluster(c);
+    setConn(`answered by ${c.node} at ${fmtTime(c.time)}`);
+  }, 400);
+}
+
+function renderCluster(c) {
+  const alive = c.members.filter((m) => m.status === "alive").length;
+  $("#cl-cards").innerHTML = `
+    <div class="card"><div class="k">leader</div><div class="v" id="leader" data-leader="${esc(c.leader)}">${esc(c.leader || "none")}</div></div>
+    <div class="card"><div class="k">term</div><div class="v">${c.term}</div></div>
+    <div class="card"><div class="k">members alive</div><div class="v">${alive} / ${c.members.length}</div></div>
+    <div class="card"><div class="k">slots</div><div class="v">${c.slots.length}</div></div>`;
+  $("#members").innerHTML =
+    `<tr><th>node</th><th>roles</th><th>gossip</th><th>suffrage</th><th>raft state</th><th>term</th><th>leader (its view)</th><th>commit</th><th>applied</th><th>last log</th><th>health</th><th>http</th></tr>` +
+    c.members.map((m) => {
+      const r = m.raft;
+      const health = !r ? pill("down") : r.leader && r.applied_index >= r.commit_index ? pill("ok") : pill("pending");
+      return `<tr data-node="${esc(m.id)}"><td>${esc(m.id)}</td><td>${esc((m.roles || []).join(","))}</td><td>${pill(m.status)}</td><td>${esc(m.suffrage)}</td>
+        <td>${r ? pill(r.state.toLowerCase()) : `<span class="err" title="${esc(m.error)}">no answer</span>`}</td>
+        <td>${r ? r.term : "–"}</td><td>${r ? esc(r.leader) : "–"}</td><td>${r ? r.commit_index : "–"}</td><td>${r ? r.applied_index : "–"}</td>
+        <td>${r ? r.last_log_index : "–"}</td><td>${health}</td><td>${m.http_addr ? `<a href="http://${esc(m.http_addr)}/">${esc(m.http_addr)}</a>` : ""}</td></tr>`;
+    }).join("");
+  $("#slots").innerHTML =
+    `<tr><th>job</th><th>slot</th><th>node</th><th>address</th><th>incarnation</th><th>lease</th><th>TTL (s)</th></tr>` +
+    c.slots.map((s) => `<tr><td><a href="#/jobs/${encodeURIComponent(s.job)}">${esc(s.job)}</a></td><td>${s.slot}</td><td>${esc(s.node)}</td><td>${esc(s.addr)}</td>
+      <td>${s.incarnation}</td><td>${s.lease ? s.lease.toString(16) : "–"}</td><td>${s.ttl >= 0 ? s.ttl : "expired"}</td></tr>`).join("");
+  $("#cl-events").innerHTML =
+    `<tr><th>time</th><th>change</th></tr>` +
+    c.events.slice(-15).reverse().map((e) => `<tr><td>${fmtTime(e.time)}</td><td>${esc(e.message)}</td></tr>`).join("");
+}
+
+// ---- jobs ----
+
+function jobsView() {
+  raftps.view = "jobs";
+  $("#main").innerHTML = `<h1>Jobs</h1><section><table id="jobs"></table><p id="jobs-msg" class="err"></p></section>`;
+  stopView = poll(async () => {
+    const jobs = await api("api/jobs");
+    renderJobs(jobs);
+    setConn(`${jobs.length} jobs at ${new Date().toLocaleTimeString()}`);
+  }, 2000);
+}
+
+function renderJobs(jobs) {
+  $("#jobs").innerHTML =
+    `<tr><th>job</th><th>state</th><th>pass</th><th>progress</th><th>accuracy</th><th>model</th><th>trainers</th><th>submitted</th><th></th></tr>` +
+    jobs.map((j) => `<tr data-job="${esc(j.name)}"><td><a href="#/jobs/${encodeURIComponent(j.name)}">${esc(j.name)}</a></td><td>${pill(j.state)}</td>
+      <td>${Math.min(j.pass + 1, j.passes)} / ${j.passes}</td><td><span class="bar"><span style="width:${(100 * j.progress).toFixed(1)}%"></span></span> ${(100 * j.progress).toFixed(0)}%</td>
+      <td>${pct(j.accuracy)}</td><td>${esc(j.model)}</td><td>${j.trainers.length}</td><td>${fmtTime(j.submitted)}</td>
+      <td>${j.state === "running" || j.state === "pending" ? `<button class="danger" data-act="cancel">cancel</button>` : `<button class="danger" data-act="delete">delete</button>`}</td></tr>`).join("");
+  $("#jobs").querySelectorAll("button[data-act]").forEach((b) => {
+    b.onclick = async () => {
+      const name = b.closest("tr").dataset.job, act = b.dataset.act;
+      if (!confirm(`${act} job ${name}?`)) return;
+      try { await post(`api/jobs/${encodeURIComponent(name)}/${act}`); $("#jobs-msg").textContent = ""; }
+      catch (e) { $("#jobs-msg").textContent = `${act} ${name}: ${e.message}`; }
+    };
+  });
+}
+
+// ---- one job ----
+
+// Timeline categories (y values of the timeline chart).
+const TL = [
+  { name: "node down/up", color: "#c0392b" },
+  { name: "leader change", color: "#8e44ad" },
+  { name: "requeue / task failed", color: "#d35400" },
+  { name: "pserver restore", color: "#2b6cb0" },
+  { name: "rollback", color: "#16a085" },
+  { name: "checkpoint", color: "#7f8c8d" },
+];
+
+function newJobState(name) {
+  return {
+    name,
+    t0: 0, t1: 0, // x range (Unix s)
+    loss: [[], []],
+    acc: [[], []],
+    rate: [[], []],
+    queue: [[], [], [], [], []],
+    timeline: [], // {t, cat, label}
+    recent: [], // examples in the rate window: {t, n}
+    log: [], // notable events, newest last
+    status: null,
+    pending: [], // live events waiting for a render, for latency
+    dirty: false,
+    opened: Date.now(),
+  };
+}
+
+function jobView(name) {
+  raftps.view = "job";
+  const st = newJobState(name);
+  raftps.job = st;
+  raftps.events = [];
+  $("#main").innerHTML = `<h1>Job <span id="job-name">${esc(name)}</span> <span id="job-state"></span></h1>
+    <div class="cards" id="job-cards"></div>
+    <div class="grid charts">
+      <section><h2>Training loss (per task)</h2><div id="ch-loss"></div></section>
+      <section><h2>Test accuracy (per pass)</h2><div id="ch-acc"></div></section>
+      <section><h2>Examples / s</h2><div id="ch-rate"></div></section>
+      <section><h2>Task queue</h2><div id="ch-queue"></div></section>
+    </div>
+    <section><h2>Faults and recovery (same time axis)</h2><div id="ch-timeline"></div></section>
+    <div class="grid">
+      <section><h2>pservers</h2><table id="pservers"></table><h2 style="margin-top:10px">trainers</h2><div id="trainers"></div></section>
+      <section><h2>Restores</h2><table id="restores"></table></section>
+    </div>
+    <section><h2>Checkpoints</h2><table id="checkpoints"></table></section>
+    <section><h2>Events</h2><table id="log"></table></section>`;
+  makeJobCharts(st);
+  const es = new EventSource(`api/jobs/${encodeURIComponent(name)}/events`);
+  es.addEventListener("status", (m) => { st.status = JSON.parse(m.data); onStatus(st); schedule(st); });
+  es.addEventListener("job", (m) => { onJobEvent(st, JSON.parse(m.data)); schedule(st); });
+  es.addEventListener("cluster", (m) => { onClusterEvent(st, JSON.parse(m.data)); schedule(st); });
+  es.addEventListener("gone", () => { setConn("job deleted"); es.close(); });
+  es.onopen = () => setConn("live");
+  es.onerror = () => setConn("reconnecting…");
+  const tick = setInterval(() => { st.dirty = true; schedule(st); }, 1000); // the x range follows the clock
+  const onResize = () => sizeCharts();
+  window.addEventListener("resize", onResize);
+  stopView = () => {
+    es.close();
+    clearInterval(tick);
+    window.removeEventListener("resize", onResize);
+    for (const k in raftps.charts) raftps.charts[k].destroy();
+    raftps.charts = {};
+  };
+}
+
+function chartWidth(id) {
+  const el = document.getElementById(id);
+  return Math.max(300, (el && el.clientWidth) || 600);
+}
+
+function sizeCharts() {
+  for (const [id, u] of Object.entries(raftps.charts)) u.setSize({ width: chartWidth("ch-" + id), height: u.height });
+}
+
+function makeJobCharts(st) {
+  const xr = () => [st.t0 || null, st.t1 || null];
+  const sync = { key: "job", setSeries: false };
+  const base = (id, height, extra) =>
+    Object.assign({ width: chartWidth(id), height, cursor: { sync }, scales: { x: { time: true, range: (u, min, max) => (st.t0 ? xr() : [min, max]) } }, legend: { live: true } }, extra);
+  const mk = (key, opts, data) => (raftps.charts[key] = new uPlot(opts, data, document.getElementById("ch-" + key)));
+  mk("loss", base("ch-loss", 220, { series: [{}, { label: "loss", stroke: "#2b6cb0", width: 1, points: { show: false } }] }), st.loss);
+  mk("acc", base("ch-acc", 220, {
+    scales: { x: { time: true, range: () => xr() }, y: { range: [0, 1] } },
+    series: [{}, { label: "test accuracy", stroke: "#1f8a4c", width: 2, points: { show: true, size: 8 }, value: (u, v) => pct(v) }],
+    axes: [{}, { values: (u, vals) => vals.map((v) => (100 * v).toFixed(0) + "%") }],
+  }), st.acc);
+  mk("rate", base("ch-rate", 180, { series: [{}, { label: "examples/s", stroke: "#b7791f", width: 1, points: { show: false } }] }), st.rate);
+  mk("queue", base("ch-queue", 180, {
+    series: [{}, { label: "todo", stroke: "#7f8c8d" }, { label: "pending", stroke: "#d35400" }, { label: "done", stroke: "#1f8a4c" }, { label: "failed", stroke: "#c0392b" }],
+  }), st.queue);
+  const tlSeries = [{}].concat(TL.map((c) => ({ label: c.name, stroke: c.color, fill: c.color, width: 0, paths: () => null, points: { show: true, size: 10, fill: c.color } })));
+  mk("timeline", base("ch-timeline", 200, {
+    scales: { x: { time: true, range: () => xr() }, y: { range: [0.5, TL.length + 0.5] } },
+    series: tlSeries,
+    axes: [{}, { size: 140, splits: () => TL.map((_, i) => i + 1), values: (u, vals) => vals.map((v) => (TL[v - 1] ? TL[v - 1].name : "")) }],
+  }), timelineData(st));
+}
+
+// timelineData aligns the timeline's events on one x array (uPlot's data
+// layout), one series per category.
+function timelineData(st) {
+  const evs = st.timeline.slice().sort((a, b) => a.t - b.t);
+  const xs = [], ys = TL.map(() => []);
+  for (const e of evs) {
+    xs.push(e.t);
+    TL.forEach((_, i) => ys[i].push(i === e.cat ? i + 1 : null));
+  }
+  return [xs].concat(ys);
+}
+
+function addTimeline(st, t, cat, label) {
+  st.timeline.push({ t, cat, label });
+  st.log.push({ t, label, cat });
+}
+
+function onStatus(st) {
+  const s = st.status;
+  if (!st.t0 && s.submitted) st.t0 = s.submitted / 1000;
+  const now = Date.now() / 1000;
+  st.queue[0].push(now); st.queue[1].push(s.todo); st.queue[2].push(s.pending); st.queue[3].push(s.done); st.queue[4].push(s.failed);
+  st.dirty = true;
+}
+
+function onJobEvent(st, e) {
+  raftps.events.push(e);
+  const t = e.time / 1000;
+  const live = e.time >= st.opened - 100;
+  if (live) st.pending.push(e);
+  switch (e.type) {
+    case "job_submitted":
+      if (!st.t0) st.t0 = t;
+      break;
+    case "task_done":
+      if (e.loss || e.loss === 0) { st.loss[0].push(t); st.loss[1].push(e.loss); }
+      st.recent.push({ t, n: e.examples || 0 });
+      while (st.recent.length && st.recent[0].t < t - 5) st.recent.shift();
+      if (st.recent.length > 1) {
+        const span = Math.max(t - st.recent[0].t, 1);
+        st.rate[0].push(t); st.rate[1].push(st.recent.reduce((a, r) => a + r.n, 0) / span);
+      }
+      break;
+    case "eval_reported":
+      st.acc[0].push(t); st.acc[1].push(e.accuracy);
+      st.log.push({ t, label: `pass ${e.pass} test accuracy ${pct(e.accuracy)}` });
+      break;
+    case "task_requeued":
+    case "task_failed":
+      addTimeline(st, t, 2, `${e.type.replace("_", " ")}: task ${e.task}${e.trainer ? " (" + e.trainer + ")" : ""} ${e.message || ""}`);
+      break;
+    case "pserver_restored":
+      if (/rolled back/.test(e.message)) addTimeline(st, t, 4, `rollback: ${e.message}`);
+      else addTimeline(st, t, 3, `restore: ${e.message}`);
+      break;
+    case "checkpoint_committed":
+      st.timeline.push({ t, cat: 5, label: e.message });
+      break;
+    case "trainer_left":
+      st.log.push({ t, label: `trainer ${e.trainer} left ${e.message || ""}` });
+      break;
+    case "trainer_joined":
+      st.log.push({ t, label: `trainer ${e.trainer} joined` });
+      break;
+    case "pass_ended":
+      st.log.push({ t, label: `pass ${e.pass} ended` });
+      break;
+    case "job_ended":
+      st.log.push({ t, label: `job ended ${e.message || ""}` });
+      break;
+  }
+  st.dirty = true;
+}
+
+function onClusterEvent(st, e) {
+  raftps.clusterEvents.push(e);
+  const t = e.time / 1000;
+  if (st.t0 && t < st.t0) return;
+  if (e.kind === "member") addTimeline(st, t, 0, e.message);
+  else if (e.kind === "leader") addTimeline(st, t, 1, e.message);
+  if (e.time >= st.opened) st.pending.push(e);
+  st.dirty = true;
+}
+
+// schedule coalesces renders into one per animation frame.
+function schedule(st) {
+  if (st.frame) return;
+  st.frame = requestAnimationFrame(() => {
+    st.frame = 0;
+    renderJob(st);
+  });
+}
+
+function renderJob(st) {
+  if (raftps.job !== st || !raftps.charts.loss) return;
+  const s = st.status;
+  const ended = s && s.finished;
+  st.t1 = ended ? Math.max(s.finished / 1000, lastX(st)) : Math.max(Date.now() / 1000, lastX(st));
+  if (st.dirty) {
+    raftps.charts.loss.setData(st.loss);
+    raftps.charts.acc.setData(st.acc);
+    raftps.charts.rate.setData(st.rate);
+    raftps.charts.queue.setData(st.queue);
+    raftps.charts.timeline.setData(timelineData(st));
+    st.dirty = false;
+  }
+  if (s) renderJobTables(st);
+  const now = Date.now();
+  for (const e of st.pending) raftps.latencies.push(now - e.time);
+  st.pending = [];
+}
+
+function lastX(st) {
+  return Math.max(st.loss[0].length ? st.loss[0][st.loss[0].length - 1] : 0, st.timeline.length ? st.timeline[st.timeline.length - 1].t : 0);
+}
+
+function renderJobTables(st) {
+  const s = st.status;
+  $("#job-state").innerHTML = pill(s.state);
+  $("#job-cards").innerHTML = `
+    <div class="card"><div class="k">pass</div><div class="v">${Math.min(s.pass + 1, s.passes)} / ${s.passes}</div></div>
+    <div class="card"><div class="k">progress</div><div class="v">${(100 * s.progress).toFixed(0)}%</div></div>
+    <div class="card"><div class="k">test accuracy</div><div class="v" id="job-acc">${pct(s.accuracy)}</div></div>
+    <div class="card"><div class="k">tasks todo / pending / done / failed</div><div class="v">${s.todo} / ${s.pending} / ${s.done} / ${s.failed}</div></div>
+    <div class="card"><div class="k">requeued / timeouts</div><div class="v">${s.requeued} / ${s.timeouts}</div></div>
+    <div class="card"><div class="k">model</div><div class="v" style="font-size:14px">${esc(s.model)}<br>${esc(s.mode)}, ${s.num_pservers} pservers</div></div>` +
+    (s.message ? `<div class="card"><div class="k">message</div><div class="v" style="font-size:13px">${esc(s.message)}</div></div>` : "");
+  $("#pservers").innerHTML = `<tr><th>slot</th><th>node</th><th>address</th><th>incarnation</th></tr>` +
+    s.pservers.map((p) => `<tr><td>${p.slot}</td><td>${esc(p.node)}</td><td>${esc(p.addr)}</td><td>${p.incarnation}</td></tr>`).join("");
+  $("#trainers").textContent = s.trainers.length ? s.trainers.join(", ") : "none";
+  $("#restores").innerHTML = `<tr><th>time</th><th>slot</th><th>version</th><th>md5</th><th>source</th><th>reason</th></tr>` +
+    s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${r.version}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
+  const table = $("#checkpoints");
+  const keep = {};
+  table.querySelectorAll("td[data-verify]").forEach((td) => (keep[td.dataset.verify] = td.innerHTML));
+  table.innerHTML = `<tr><th>version</th><th>step</th><th>time</th><th>slots</th><th>md5 (per slot)</th><th>replicas</th><th>bytes</th><th>accuracy</th><th>best</th><th></th></tr>` +
+    s.checkpoints.map((c) => `<tr><td>${c.version}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
+      <td class="md5 wrap">${c.md5s.map(esc).join("<br>")}</td><td>${esc(c.replicas.join(","))}</td><td>${c.bytes || "–"}</td><td>${pct(c.accuracy)}</td>
+      <td>${c.best ? "★" : ""}</td><td data-verify="${c.version}">${keep[c.version] || `<button data-v="${c.version}">verify</button>`}</td></tr>`).join("");
+  table.querySelectorAll("button[data-v]").forEach((b) => {
+    b.onclick = async () => {
+      const td = b.parentElement;
+      td.textContent = "verifying…";
+      try {
+        const r = await post(`api/jobs/${encodeURIComponent(st.name)}/checkpoints/${b.dataset.v}/verify`);
+        td.innerHTML = r.ok ? pill("ok") + ` ${r.took_ms} ms` : `<span class="err">${r.mismatches.length} mismatches: ${esc(r.mismatches.map((m) => `${m.node} slot ${m.slot} ${m.problem}`).join("; "))}</span>`;
+      } catch (e) { td.innerHTML = `<span class="err">${esc(e.message)}</span>`; }
+    };
+  });
+  $("#log").innerHTML = `<tr><th>time</th><th>event</th></tr>` +
+    st.log.slice(-40).reverse().map((l) => `<tr><td>${fmtTime(l.t * 1000)}</td><td class="wrap">${esc(l.label)}</td></tr>`).join("");
+}
+
+route();
