@@ -30,5 +30,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(n.store.Collector())
 	reg.MustRegister(newNodeCollector(n))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	n.registerTrainingMetrics(reg)
+	mux.Handle("/", n.dashboardHandler()) // the web dashboard (package dashboard)
 	return mux
 }

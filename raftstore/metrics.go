@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -34,7 +35,7 @@ func newStoreMetrics(s *Store) *storeMetrics {
 			Name: "raftps_raft_batch_commands", Help: "Commands per proposed Raft log entry.",
 			ConstLabels: c, Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
-		state:        d("state", "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown."),
+		state:        prometheus.NewDesc("raftps_raft_state", "Raft state of this server: 1 for its state (follower, candidate, leader, shutdown), 0 for the others.", []string{"state"}, c),
 		term:         d("term", "Current Raft term."),
 		commit:       d("commit_index", "Raft commit index."),
 		applied:      d("applied_index", "Last log index applied to the FSM."),
@@ -67,12 +68,18 @@ func (m *storeMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 func (m *storeMetrics) Collect(ch chan<- prometheus.Metric) {
 	st := m.s.Stats()
-	state := float64(raft.Shutdown)
+	state := raft.Shutdown
 	if m.s.raft != nil {
-		state = float64(m.s.raft.State())
+		state = m.s.raft.State()
+	}
+	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, v, strings.ToLower(s.String()))
 	}
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	g(m.state, state)
 	g(m.term, float64(st.Term))
 	g(m.commit, float64(st.CommitIndex))
 	g(m.applied, float64(st.AppliedIndex))

@@ -83,6 +83,8 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	h.lastCkptTime = time.Now()
 	h.lastVersion = version
 	h.ckptMu.Unlock()
+	checkpointSeconds.Observe(time.Since(start).Seconds())
+	checkpointBytes.Add(float64(ptr.Bytes))
 	a.log.Info("checkpoint committed", "job", h.key.job, "slot", h.key.slot, "version", ptr.Version, "md5", ptr.Md5,
 		"bytes", ptr.Bytes, "replicas", ptr.Replicas, "took", time.Since(start).Round(time.Millisecond))
 	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
