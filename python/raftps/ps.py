@@ -1,0 +1,591 @@
+"""raftps.ps: a trainer's client of one job's parameter servers, the
+Python twin of Go's pserver.Client.
+
+    ps = raftps.ps.ParamClient(client, "mnist", trainer="py-1")
+    params = ps.new_params()          # name -> np.float32 array of its shape
+    ps.pull(params)                   # fills them in place; records each slot's version
+    ps.push({"fc.weight": g_w, "fc.bias": g_b}, examples=64)   # sync: returns after the step
+    rows = ps.pull_rows("emb", [3, 7, 3])                        # len(rows) x dim
+    ps.push({}, sparse={"emb": ([3, 7], grads)}, examples=64)
+
+How it finds and follows the pservers, exactly as the Go client does:
+
+- Parameters are cut as pserver/layout.go cuts them: dense tensors into
+  blocks of ``dense_block_size`` float32s, block b of parameter p in
+  virtual shard (FNV-1a-32(p) + b) mod num_virtual_shards, embedding row r
+  in FNV-1a-64(p || r as 8 bytes LE) mod num_virtual_shards, and vshard v
+  served by slot v mod num_pservers.
+- A slot's address comes from its record under /jobs/<job>/ps/<slot>
+  (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
+- A slot answering Unavailable (not hosted here, or fenced after its
+  holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
+  to 1 s, up to ``retries`` times; then :class:`raftps.errors.Unavailable`.
+- Every push goes to every slot (an empty one if it holds none of the
+  gradients) with the version that slot returned on the last pull, as
+  the sync step. A stale push (FailedPrecondition: the sync step moved on,
+  or the async staleness bound) raises :class:`raftps.errors.StalePush`:
+  pull again and recompute the batch. A retried sync push after
+  Unavailable is applied once (the slot ignores a second push of a trainer
+  in a step).
+
+Tensor data moves as packed little-endian float32 (api pserver.proto
+Tensor.data). Pulled blocks are copied once, from the received message
+straight into the destination arrays (which may be numpy views of torch
+tensors); pushed gradients are copied once, into the request.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import struct
+import sys
+import threading
+import time
+from typing import Mapping, Sequence
+
+import grpc
+import numpy as np
+
+from raftps import errors
+from raftps.client import CHANNEL_OPTIONS, Client
+from raftps.v1 import job_pb2, pserver_pb2
+
+DEFAULT_NUM_VIRTUAL_SHARDS = 64
+DEFAULT_DENSE_BLOCK_SIZE = 65536
+
+_LE = sys.byteorder == "little"
+_F32 = np.dtype("<f4")
+
+
+def fnv1a32(data: bytes) -> int:
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+class Param:
+    """How one parameter is cut (pserver.ParamLayout)."""
+
+    def __init__(self, spec: job_pb2.ParamSpec, index: int, block_size: int):
+        self.spec, self.index = spec, index
+        self.name = spec.name
+        self.shape = tuple(int(d) for d in spec.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        self.embedding = spec.embedding
+        self.hash = fnv1a32(self.name.encode())
+        self._name_bytes = self.name.encode()
+        if self.embedding:
+            if len(self.shape) != 2:
+                raise errors.InvalidArgument(f"embedding {self.name!r}: shape {self.shape}, want [buckets, dim]")
+            self.buckets, self.dim = self.shape
+            self.blocks = 0
+        else:
+            self.buckets = self.dim = 0
+            self.blocks = -(-self.size // block_size)
+
+
+class Layout:
+    """The sharding of a job's parameters over its pserver slots
+    (pserver.Layout): immutable."""
+
+    def __init__(self, spec: job_pb2.JobSpec):
+        self.num_vshards = spec.num_virtual_shards or DEFAULT_NUM_VIRTUAL_SHARDS
+        self.num_pservers = spec.num_pservers or 1
+        self.block_size = spec.dense_block_size or DEFAULT_DENSE_BLOCK_SIZE
+        self.params = [Param(p, i, self.block_size) for i, p in enumerate(spec.params)]
+        self.by_name = {p.name: p for p in self.params}
+        if len(self.by_name) != len(self.params):
+            raise errors.InvalidArgument("job spec: duplicate param names")
+
+    def block_range(self, p: Param, b: int) -> tuple[int, int]:
+        lo = b * self.block_size
+        return lo, min(lo + self.block_size, p.size)
+
+    def vshard_of_block(self, p: Param, b: int) -> int:
+        return (p.hash + b) % self.num_vshards
+
+    def slot_of_block(self, p: Param, b: int) -> int:
+        return self.vshard_of_block(p, b) % self.num_pservers
+
+    def vshard_of_row(self, p: Param, row: int) -> int:
+        return fnv1a64(p._name_bytes + struct.pack("<q", row)) % self.num_vshards
+
+    def slot_of_row(self, p: Param, row: int) -> int:
+        return self.vshard_of_row(p, row) % self.num_pservers
+
+
+# --- the wire format of PullResponse / PushRequest, without extra copies ---
+
+def _varint(b, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        x = b[i]
+        i += 1
+        result |= (x & 0x7F) << shift
+        if x < 0x80:
+            return result, i
+        shift += 7
+
+
+def _enc_varint(v: int) -> bytes:
+    if v < 0:
+        v += 1 << 64
+    out = bytearray()
+    while True:
+        x = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(x | 0x80)
+        else:
+            out.append(x)
+            return bytes(out)
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class _RawTensor:
+    __slots__ = ("name", "block", "rows", "buf", "off", "n")
+
+    def __init__(self):
+        self.name, self.block, self.rows, self.buf, self.off, self.n = "", 0, [], None, 0, 0
+
+    def floats(self) -> np.ndarray:
+        """A zero-copy float32 view of the data in the received message."""
+        return np.frombuffer(self.buf, dtype=_F32, count=self.n // 4, offset=self.off)
+
+
+class _RawPull:
+    __slots__ = ("version", "incarnation", "tensors")
+
+
+def _decode_tensor(b, i: int, end: int) -> _RawTensor:
+    t = _RawTensor()
+    t.buf = b
+    while i < end:
+        tag, i = _varint(b, i)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+            if num == 2:
+                t.block = _signed(v)
+            elif num == 3:
+                t.rows.append(_signed(v))
+        elif wt == 2:
+            n, i = _varint(b, i)
+            if num == 1:
+                t.name = bytes(b[i:i + n]).decode()
+            elif num == 3:
+                j = i
+                while j < i + n:
+                    v, j = _varint(b, j)
+                    t.rows.append(_signed(v))
+            elif num == 4:
+                t.off, t.n = i, n
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise errors.Internal("pull: malformed tensor in the response")
+    return t
+
+
+def _decode_pull(data: bytes) -> _RawPull:
+    m = _RawPull()
+    m.version = m.incarnation = 0
+    m.tensors = []
+    b = memoryview(data)
+    i, end = 0, len(data)
+    while i < end:
+        tag, i = _varint(b, i)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+            if num == 1:
+                m.version = _signed(v)
+            elif num == 3:
+                m.incarnation = _signed(v)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            if num == 2:
+                m.tensors.append(_decode_tensor(data, i, i + n))
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise errors.Internal("pull: malformed response")
+    return m
+
+
+def _tag(num: int, wt: int) -> bytes:
+    return _enc_varint((num << 3) | wt)
+
+
+def _enc_tensor(name: str, block: int, rows, data) -> list:
+    """Field parts of one Tensor; ``data`` is a C-contiguous float32 array."""
+    head = bytearray()
+    nb = name.encode()
+    head += _tag(1, 2) + _enc_varint(len(nb)) + nb
+    if block:
+        head += _tag(2, 0) + _enc_varint(block)
+    if rows is not None and len(rows):
+        packed = b"".join(_enc_varint(int(r)) for r in rows)
+        head += _tag(3, 2) + _enc_varint(len(packed)) + packed
+    nbytes = data.size * 4
+    if nbytes:
+        head += _tag(4, 2) + _enc_varint(nbytes)
+    body = [bytes(head)]
+    if nbytes:
+        body.append(memoryview(data if _LE else data.astype(_F32)).cast("B"))
+    size = sum(len(x) for x in body)
+    return [_tag(6, 2) + _enc_varint(size), *body]
+
+
+def _encode_push(req: "_Push") -> bytes:
+    parts = []
+    jb, tb = req.job.encode(), req.trainer.encode()
+    hdr = bytearray()
+    hdr += _tag(1, 2) + _enc_varint(len(jb)) + jb
+    if req.slot:
+        hdr += _tag(2, 0) + _enc_varint(req.slot)
+    hdr += _tag(3, 2) + _enc_varint(len(tb)) + tb
+    if req.version:
+        hdr += _tag(4, 0) + _enc_varint(req.version)
+    if req.version:
+        hdr += _tag(5, 0) + _enc_varint(req.version)
+    if req.examples:
+        hdr += _tag(7, 0) + _enc_varint(req.examples)
+    parts.append(bytes(hdr))
+    for t in req.tensors:
+        parts.extend(_enc_tensor(*t))
+    return b"".join(parts)
+
+
+class _Push:
+    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors")
+
+    def __init__(self, job, slot, trainer, version, examples, tensors):
+        self.job, self.slot, self.trainer = job, slot, trainer
+        self.version, self.examples, self.tensors = version, examples, tensors
+
+
+class _SlotConn:
+    def __init__(self, addr: str):
+        self.addr = addr
+        self.channel = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS + [
+            ("grpc.http2.lookahead_bytes", 64 << 20),
+        ])
+        self.pull = self.channel.unary_unary("/raftps.v1.PServer/Pull",
+                                             request_serializer=pserver_pb2.PullRequest.SerializeToString,
+                                             response_deserializer=_decode_pull)
+        self.push = self.channel.unary_unary("/raftps.v1.PServer/Push", request_serializer=_encode_push,
+                                             response_deserializer=pserver_pb2.PushResponse.FromString)
+        self.leave = self.channel.unary_unary("/raftps.v1.PServer/LeaveStep",
+                                              request_serializer=pserver_pb2.LeaveStepRequest.SerializeToString,
+                                              response_deserializer=pserver_pb2.LeaveStepResponse.FromString)
+
+
+def _slot_prefix(job: str) -> str:
+    # schema.SlotPrefix
+    return f"/jobs/{job}/ps/"
+
+
+class ParamClient:
+    """A trainer's view of a job's pservers (see the module doc).
+
+    Args:
+        client: a :class:`raftps.Client` of the cluster (slot records, job spec).
+        job: the job's name.
+        trainer: this trainer's id (sync steps count trainers by id; it must
+            be registered under /jobs/<job>/trainers/ to be waited for, see
+            :class:`raftps.tasks.TrainerSession`).
+        spec: the JobSpec (default: read with GetJob).
+        retries: Unavailable retries per call (re-resolving the slot each time).
+        timeout: seconds per pserver call (a sync push waits for the step).
+        watch: follow slot moves with a watch (default True).
+    """
+
+    def __init__(self, client: Client, job: str, trainer: str, spec: job_pb2.JobSpec | None = None,
+                 retries: int = 20, timeout: float = 60.0, watch: bool = True):
+        self.client, self.job, self.trainer = client, job, trainer
+        if spec is None:
+            from raftps import jobs
+            spec = jobs.status(client, job).spec
+        self.spec = spec
+        self.layout = Layout(spec)
+        self.retries, self.timeout = retries, timeout
+        n = self.layout.num_pservers
+        self.versions = [0] * n
+        self._mu = threading.Lock()
+        self._addrs: dict[int, str] = {}
+        self._conns: dict[str, _SlotConn] = {}
+        self._blocks: list[list[tuple[Param, int, int, int]]] = [[] for _ in range(n)]
+        for p in self.layout.params:
+            for b in range(p.blocks):
+                lo, hi = self.layout.block_range(p, b)
+                self._blocks[self.layout.slot_of_block(p, b)].append((p, b, lo, hi))
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="raftps-ps")
+        self.retried = 0
+        self._watcher = None
+        if watch:
+            self._watcher = client.watch(_slot_prefix(job), prefix=True)
+            self._resolve()
+            threading.Thread(target=self._follow, name="raftps-ps-slots", daemon=True).start()
+
+    # -- slots ------------------------------------------------------------
+
+    def _follow(self) -> None:
+        try:
+            for _ in self._watcher:
+                try:
+                    self._resolve()
+                except errors.RaftpsError:
+                    pass
+        except errors.RaftpsError:
+            pass
+
+    def _resolve(self) -> dict[int, str]:
+        kvs = self.client.range(_slot_prefix(self.job), prefix=True, serializable=True)
+        m = {}
+        for kv in kvs:
+            try:
+                slot = int(kv.key.decode().rsplit("/", 1)[1])
+                addr = json.loads(kv.value).get("addr", "")
+            except (ValueError, IndexError):
+                continue
+            if addr:
+                m[slot] = addr
+        with self._mu:
+            self._addrs = m
+        return m
+
+    def slots(self) -> dict[int, str]:
+        """The slot -> pserver address map as last resolved."""
+        with self._mu:
+            return dict(self._addrs)
+
+    def _conn(self, slot: int) -> _SlotConn:
+        with self._mu:
+            addr = self._addrs.get(slot)
+        if addr is None:
+            addr = self._resolve().get(slot)
+            if addr is None:
+                raise errors.Unavailable(f"job {self.job!r} slot {slot} has no pserver yet")
+        with self._mu:
+            c = self._conns.get(addr)
+            if c is None:
+                c = self._conns[addr] = _SlotConn(addr)
+            return c
+
+    def _invalidate(self, slot: int) -> None:
+        with self._mu:
+            self._addrs.pop(slot, None)
+
+    def _do(self, slot: int, fn):
+        backoff = 0.02
+        attempt = 0
+        while True:
+            try:
+                return fn(self._conn(slot))
+            except grpc.RpcError as e:
+                err = errors.from_grpc(e)
+                if isinstance(err, errors.FailedPrecondition):
+                    raise errors.StalePush(err.message, err.code) from e
+                if isinstance(err, errors.Unavailable) and err.message.startswith("pserver: slot lost its lease"):
+                    err = errors.Fenced(err.message, err.code)
+                if not isinstance(err, (errors.Unavailable, errors.DeadlineExceeded)):
+                    raise err
+            except errors.Unavailable as e:
+                err = e
+            if attempt >= self.retries:
+                raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code)
+            attempt += 1
+            self.retried += 1
+            self._invalidate(slot)
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 1.0)
+
+    def _parallel(self, fn) -> list:
+        futs = [self._pool.submit(fn, s) for s in range(self.layout.num_pservers)]
+        out, first = [], None
+        for f in futs:
+            try:
+                out.append(f.result())
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                out.append(None)
+                first = first or e
+        if first is not None:
+            raise first
+        return out
+
+    # -- dense ------------------------------------------------------------
+
+    def new_params(self) -> dict[str, np.ndarray]:
+        """One zeroed float32 array of its shape per dense parameter."""
+        return {p.name: np.zeros(p.shape, dtype=np.float32) for p in self.layout.params if not p.embedding}
+
+    def pull(self, dst: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Pulls every dense parameter into ``dst`` (C-contiguous float32
+        arrays of the parameter's size, e.g. numpy views of torch tensors;
+        missing ones are allocated) and records each slot's version for the
+        next push. Returns dst."""
+        dst = dict(dst) if dst is not None else {}
+        flat = {}
+        for p in self.layout.params:
+            if p.embedding:
+                continue
+            a = dst.get(p.name)
+            if a is None:
+                a = dst[p.name] = np.zeros(p.shape, dtype=np.float32)
+            if a.dtype != np.float32 or a.size != p.size or not a.flags.c_contiguous:
+                raise errors.InvalidArgument(
+                    f"pull: destination of {p.name!r} must be C-contiguous float32 with {p.size} elements")
+            flat[p.name] = a.reshape(-1)
+
+        def one(slot):
+            req = pserver_pb2.PullRequest(job=self.job, slot=slot)
+            resp = self._do(slot, lambda c: c.pull(req, timeout=self.timeout))
+            for t in resp.tensors:
+                p = self.layout.by_name.get(t.name)
+                if p is None or p.embedding or not 0 <= t.block < p.blocks:
+                    raise errors.Internal(f"pull: unexpected tensor {t.name!r} block {t.block} from slot {slot}")
+                lo, hi = self.layout.block_range(p, t.block)
+                if t.n != (hi - lo) * 4:
+                    raise errors.Internal(f"pull: tensor {t.name!r} block {t.block} has {t.n} bytes, want {(hi - lo) * 4}")
+                flat[p.name][lo:hi] = t.floats()
+            self.versions[slot] = resp.version
+
+        self._parallel(one)
+        return dst
+
+    def push(self, dense: Mapping[str, np.ndarray], sparse: Mapping[str, tuple[Sequence[int], np.ndarray]] | None = None,
+             examples: int = 1) -> list[int]:
+        """Pushes one mini-batch's gradients to every slot in parallel, with
+        the versions of the last pull; returns the slots' new versions. In
+        sync mode it returns after the step completed on every slot.
+
+        Args:
+            dense: name -> gradient (float32, the parameter's size); a
+                missing parameter sends no gradient.
+            sparse: embedding name -> (rows, values of len(rows) x dim);
+                repeated rows are summed.
+            examples: examples in the batch (weights the sync average).
+
+        Raises StalePush (pull and recompute), InvalidArgument, Unavailable.
+        """
+        flat = {}
+        for name, g in dense.items():
+            p = self.layout.by_name.get(name)
+            if p is None or p.embedding:
+                raise errors.InvalidArgument(f"push: {name!r} is not a dense param")
+            g = np.ascontiguousarray(g, dtype=np.float32).reshape(-1)
+            if g.size != p.size:
+                raise errors.InvalidArgument(f"push: param {name!r} has {g.size} values, want {p.size}")
+            flat[name] = g
+        per_slot_sparse: list[list] = [[] for _ in range(self.layout.num_pservers)]
+        for name, (rows, values) in (sparse or {}).items():
+            p = self.layout.by_name.get(name)
+            if p is None or not p.embedding:
+                raise errors.InvalidArgument(f"push: {name!r} is not an embedding")
+            values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1, p.dim)
+            if len(values) != len(rows):
+                raise errors.InvalidArgument(f"push: param {name!r}: {values.size} values for {len(rows)} rows of dim {p.dim}")
+            acc: dict[int, dict[int, np.ndarray]] = {}
+            for j, r in enumerate(rows):
+                r = int(r)
+                if not 0 <= r < p.buckets:
+                    raise errors.InvalidArgument(f"push: param {name!r} row {r} out of range")
+                s = self.layout.slot_of_row(p, r)
+                d = acc.setdefault(s, {})
+                d[r] = d[r] + values[j] if r in d else values[j].copy()
+            for s, d in acc.items():
+                rs = list(d.keys())
+                per_slot_sparse[s].append((name, 0, rs, np.ascontiguousarray(np.stack([d[r] for r in rs]))))
+        examples = max(int(examples), 1)
+
+        def one(slot):
+            ts = [(p.name, b, None, flat[p.name][lo:hi]) for (p, b, lo, hi) in self._blocks[slot] if p.name in flat]
+            ts += per_slot_sparse[slot]
+            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts)
+            resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
+            self.versions[slot] = resp.version
+            return resp.version
+
+        return self._parallel(one)
+
+    # -- embeddings -------------------------------------------------------
+
+    def pull_rows(self, name: str, rows: Sequence[int]) -> np.ndarray:
+        """Rows of embedding ``name`` as a (len(rows), dim) float32 array; a
+        row never pushed comes back as its initial value; repeated rows are
+        fetched once."""
+        p = self.layout.by_name.get(name)
+        if p is None or not p.embedding:
+            raise errors.InvalidArgument(f"pull rows: {name!r} is not an embedding")
+        per: list[list[int]] = [[] for _ in range(self.layout.num_pservers)]
+        at: dict[int, tuple[int, int]] = {}
+        for r in rows:
+            r = int(r)
+            if not 0 <= r < p.buckets:
+                raise errors.InvalidArgument(f"pull rows: param {name!r} row {r} out of range [0, {p.buckets})")
+            if r not in at:
+                s = self.layout.slot_of_row(p, r)
+                at[r] = (s, len(per[s]))
+                per[s].append(r)
+        got: list = [None] * self.layout.num_pservers
+
+        def one(slot):
+            if not per[slot]:
+                return
+            req = pserver_pb2.PullRequest(job=self.job, slot=slot, tensors=[pserver_pb2.Tensor(name=name, rows=per[slot])])
+            resp = self._do(slot, lambda c: c.pull(req, timeout=self.timeout))
+            if len(resp.tensors) != 1 or resp.tensors[0].n != 4 * p.dim * len(per[slot]):
+                raise errors.Internal(f"pull rows: slot {slot} sent a bad response for {name!r}")
+            got[slot] = resp.tensors[0].floats().reshape(-1, p.dim)
+            self.versions[slot] = resp.version
+
+        self._parallel(one)
+        out = np.empty((len(rows), p.dim), dtype=np.float32)
+        for j, r in enumerate(rows):
+            s, i = at[int(r)]
+            out[j] = got[s][i]
+        return out
+
+    # -- sync membership --------------------------------------------------
+
+    def leave_step(self) -> None:
+        """Tells every slot this trainer leaves sync steps until it pushes
+        again (out of data, between tasks, or leaving)."""
+        def one(slot):
+            req = pserver_pb2.LeaveStepRequest(job=self.job, slot=slot, trainer=self.trainer)
+            self._do(slot, lambda c: c.leave(req, timeout=self.timeout))
+        self._parallel(one)
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self._pool.shutdown(wait=False)
+        with self._mu:
+            for c in self._conns.values():
+                c.channel.close()
+            self._conns.clear()
+
+    def __enter__(self) -> "ParamClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,177 @@
+"""raftps.ps against a real cluster: bit-exact push/pull, layout parity
+with Go, embeddings, stale pushes, and two sync trainers equal to one
+process of SGD."""
+
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import raftps
+import raftps.jobs
+from raftps import errors
+from raftps.ps import Layout, ParamClient, fnv1a32, fnv1a64
+from raftps.tasks import TrainerSession, permutation
+
+from conftest import external_spec, wait_slots
+
+
+def name(p):
+    return f"{p}-{uuid.uuid4().hex[:6]}"
+
+
+def test_hashes_and_permutation_match_go():
+    # FNV-1a test vectors and values computed by Go's hash/fnv.
+    assert fnv1a32(b"") == 0x811C9DC5 and fnv1a32(b"a") == 0xE40C292C
+    assert fnv1a64(b"") == 0xCBF29CE484222325 and fnv1a64(b"a") == 0xAF63DC4C8601EC8C
+    p = permutation(1000, 7, 2)
+    assert sorted(p.tolist()) == list(range(1000)) and p.tolist() != list(range(1000))
+    assert (permutation(1000, 7, 2) == p).all() and not (permutation(1000, 7, 3) == p).all()
+
+
+def test_push_pull_bit_exact(client):
+    job = name("bitexact")
+    params = [{"name": "w", "shape": [3, 700], "init": "INIT_ZEROS"},     # 3 blocks of 1000 (last short)
+              {"name": "b", "shape": [7], "init": "INIT_ZEROS"},
+              {"name": "emb", "shape": [50, 4], "embedding": True, "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=1.0, block=1000))
+    wait_slots(client, job, 2)
+    with ParamClient(client, job, "t0") as ps:
+        # w spans blocks on both slots: the layout must match the pservers' or they refuse the push.
+        cur = ps.pull()
+        assert all((a == 0).all() for a in cur.values())
+        rng = np.random.default_rng(1)
+        g = {"w": (rng.standard_normal((3, 700)) * 10.0 ** rng.integers(-30, 11, (3, 700))).astype(np.float32),
+             "b": np.array([0, -0.0, 1e-38, 9.9e11, -1.5, 2 ** -20, 7], np.float32)}
+        rows = [3, 49, 3, 0]
+        gr = rng.standard_normal((4, 4)).astype(np.float32)
+        ps.push(g, sparse={"emb": (rows, gr)}, examples=5)
+        got = ps.pull()
+        # SGD with lr 1 from zeros: exactly 0 - g in float32, bit for bit.
+        for k in g:
+            want = np.float32(0) - g[k]
+            assert got[k].shape == g[k].shape
+            assert (got[k].view(np.uint32) == want.view(np.uint32)).all(), k
+        want = {3: -(gr[0] + gr[2]), 49: -gr[1], 0: -gr[3]}
+        er = ps.pull_rows("emb", [0, 3, 49, 3, 10])
+        assert er.shape == (5, 4)
+        assert (er[0] == want[0]).all() and (er[1] == want[3]).all() and (er[2] == want[49]).all()
+        assert (er[3] == want[3]).all() and (er[4] == 0).all()
+        # Pulling into caller-owned buffers (e.g. torch tensors' memory) fills them in place.
+        dst = {"w": np.full((3, 700), 5, np.float32), "b": np.zeros(7, np.float32)}
+        out = ps.pull(dst)
+        assert out["w"] is dst["w"] and (dst["w"] == got["w"]).all()
+        with pytest.raises(errors.InvalidArgument):
+            ps.push({"w": np.zeros(5, np.float32)})
+        with pytest.raises(errors.InvalidArgument):
+            ps.push({"nope": np.zeros(5, np.float32)})
+        with pytest.raises(errors.InvalidArgument) as ei:
+            ps.push({"b": np.array([np.nan] * 7, np.float32)})
+        assert "NaN" in ei.value.message
+    raftps.jobs.cancel(client, job)
+
+
+def test_layout_matches_go_default_block():
+    from raftps.v1 import job_pb2
+    spec = job_pb2.JobSpec(num_pservers=3, params=[job_pb2.ParamSpec(name="fc1.weight", shape=[784, 128])])
+    l = Layout(spec)
+    p = l.params[0]
+    assert p.blocks == 2 and l.block_range(p, 1) == (65536, 784 * 128)
+    assert l.vshard_of_block(p, 0) == fnv1a32(b"fc1.weight") % 64
+
+
+def softmax_grad(W, b, x, y):
+    """Mean cross-entropy gradient of softmax regression (float64 math)."""
+    z = x @ W.astype(np.float64) + b
+    z -= z.max(1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1
+    p /= len(y)
+    return (x.T @ p).astype(np.float32), p.sum(0).astype(np.float32)
+
+
+def test_two_sync_trainers_equal_single_process_sgd(client):
+    """Two trainers push gradients of their halves of each batch in sync
+    mode; the pservers' example-weighted average makes every step one SGD
+    step on the whole batch. After 15 steps the parameters equal a local
+    float32 SGD within 1e-5."""
+    job = name("sync2")
+    d, k, steps, half = 20, 3, 15, 8
+    params = [{"name": "W", "shape": [d, k], "init": "INIT_UNIFORM", "scale": 0.1},
+              {"name": "bias", "shape": [k], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, lr=0.5, block=16))
+    wait_slots(client, job, 2)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((steps, 2 * half, d)).astype(np.float32)
+    Y = rng.integers(0, k, (steps, 2 * half))
+    sessions = [TrainerSession(client, job, f"t{i}", ttl=3) for i in range(2)]
+    sessions[0].wait_members(2, 10)
+    clients = [ParamClient(client, job, f"t{i}") for i in range(2)]
+    init = clients[0].pull()
+    # The pservers learn the trainer set from the registrations (their
+    # agents reconcile every 300 ms): let them see both before the first
+    # push, or the first step could close with one trainer (the versions
+    # check below would then fail, not pass by luck).
+    time.sleep(1.5)
+    versions = [[], []]
+    errs = []
+
+    def run(i):
+        try:
+            ps = clients[i]
+            for s in range(steps):
+                cur = ps.pull()
+                x, y = X[s, i * half:(i + 1) * half], Y[s, i * half:(i + 1) * half]
+                gW, gb = softmax_grad(cur["W"], cur["bias"], x, y)
+                versions[i].append(ps.push({"W": gW, "bias": gb}, examples=half))
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errs, errs
+    # Every step had both trainers: each push completed one step per slot.
+    assert versions[0] == versions[1] == [[s + 1, s + 1] for s in range(steps)]
+    final = clients[0].pull()
+    W, b = init["W"].copy(), init["bias"].copy()
+    lr = np.float32(0.5)
+    for s in range(steps):
+        gW, gb = softmax_grad(W, b, X[s], Y[s])
+        W -= lr * gW
+        b -= lr * gb
+    assert np.abs(final["W"] - W).max() < 1e-5
+    assert np.abs(final["bias"] - b).max() < 1e-5
+    assert np.abs(final["W"] - init["W"]).max() > 1e-2  # it trained
+    for c in clients:
+        c.close()
+    for s in sessions:
+        s.close()
+    raftps.jobs.cancel(client, job)
+
+
+def test_stale_push_after_step_moved(client):
+    """Async with staleness 1: a push on a version two behind is refused
+    with StalePush (FailedPrecondition) and nothing is applied."""
+    job = name("stale")
+    params = [{"name": "w", "shape": [4], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=1.0, pservers=1, staleness=1))
+    wait_slots(client, job, 1)
+    a, b = ParamClient(client, job, "a"), ParamClient(client, job, "b")
+    a.pull()
+    b.pull()
+    one = np.ones(4, np.float32)
+    b.push({"w": one})
+    b.push({"w": one})
+    with pytest.raises(errors.StalePush):
+        a.push({"w": one})
+    assert isinstance(errors.StalePush("x"), errors.FailedPrecondition)
+    assert (b.pull()["w"] == -2).all()
+    a.close()
+    b.close()
+    raftps.jobs.cancel(client, job)
