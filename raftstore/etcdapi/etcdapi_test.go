@@ -432,8 +432,20 @@ func TestClusterAndMaintenance(t *testing.T) {
 	if _, err := buf.ReadFrom(rc); err != nil || buf.Len() < 32 {
 		t.Fatalf("snapshot: %d bytes, %v", buf.Len(), err)
 	}
+	if (buf.Len()-32)%512 != 0 {
+		t.Fatalf("snapshot of %d bytes: body not a multiple of 512 (etcdctl 3.4 refuses it)", buf.Len())
+	}
+	body, err := etcdapi.ParseSnapshot(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(buf.Bytes())
+	bad[10] ^= 1
+	if _, err := etcdapi.ParseSnapshot(bad); !errors.Is(err, etcdapi.ErrBadSnapshot) {
+		t.Fatalf("corrupt snapshot: %v, want ErrBadSnapshot", err)
+	}
 	restored := fsm.New(slog.New(slog.DiscardHandler))
-	if err := restored.Restore(nopCloser{bytes.NewReader(buf.Bytes()[:buf.Len()-32])}); err != nil {
+	if err := restored.Restore(nopCloser{bytes.NewReader(body)}); err != nil {
 		t.Fatalf("the snapshot (less its SHA-256) restores an FSM: %v", err)
 	}
 	if rr, err := restored.Range(&pb.RangeRequest{Key: []byte("/m/a")}); err != nil || string(rr.Kvs[0].Value) != "2" {

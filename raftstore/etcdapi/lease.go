@@ -64,6 +64,11 @@ func (l leaseServer) LeaseKeepAlive(stream etcdpb.Lease_LeaseKeepAliveServer) er
 // timer), granted TTL and, with r.Keys, its keys. A lease that does not
 // exist answers TTL -1, as etcd does.
 func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *etcdpb.LeaseTimeToLiveRequest) (*etcdpb.LeaseTimeToLiveResponse, error) {
+	// The keys come from this node's FSM: read linearizably, so a key
+	// attached by a write this client saw is there on a follower too.
+	if err := l.s.store.LinearizableRead(ctx); err != nil {
+		return nil, ToStatus(ctx, err)
+	}
 	ttl, err := l.s.store.LeaseTimeToLive(ctx, r.ID)
 	if errors.Is(err, fsm.ErrLeaseNotFound) {
 		return &etcdpb.LeaseTimeToLiveResponse{Header: l.s.header(0), ID: r.ID, TTL: -1}, nil
