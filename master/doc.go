@@ -43,7 +43,9 @@
 // Every Master RPC is a Raft command applied through the store's typed
 // methods (raftstore.Store.SubmitJob, GetTask, ...), which forward to the
 // leader, so any node serves any call; errors leave through
-// rpctypes.ToStatus, the one table. Reads (GetJob, ListJobs, WatchJob) are
+// rpctypes.ToStatus, the one table. Writes are exactly-once for a client
+// that sends a request id (raftstore/client does): a retried GetTask gets
+// the same task, a retried SubmitJob its first answer. Reads (GetJob, ListJobs, WatchJob) are
 // linearizable and assemble trainers, pserver slots, checkpoint pointers
 // and restore records from the job's keys with package schema's parsers. WatchJob streams a
 // job's events gap-free from any sequence number and resumes on another

@@ -72,6 +72,10 @@ func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
 	out, err := s.store.SubmitJob(ctx, req)
 	if errors.Is(err, fsm.ErrExists) {
 		// A spec naming an existing job is a bad spec: its name field.
@@ -146,6 +150,10 @@ func (s *Service) fillMembership(j *pb.JobStatus) {
 
 // CancelJob cancels a job; its trainers get JOB_OVER.
 func (s *Service) CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
 	out, err := s.store.CancelJob(ctx, req)
 	return out, rpctypes.ToStatus(err)
 }
@@ -157,7 +165,13 @@ func (s *Service) DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.
 	if req.GetName() == "" {
 		return nil, rpctypes.ToStatus(fmt.Errorf("%w: name is empty", fsm.ErrInvalid))
 	}
-	out, err := s.store.DeleteJob(ctx, req)
+	// The request id (exactly-once) is the DeleteJob command's only: the
+	// key deletion below is a command of its own.
+	wctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
+	out, err := s.store.DeleteJob(wctx, req)
 	if err != nil && !errors.Is(err, fsm.ErrNotFound) {
 		return nil, rpctypes.ToStatus(err)
 	}
@@ -175,18 +189,30 @@ func (s *Service) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetT
 	if req.Trainer == "" {
 		return nil, status.Error(codes.InvalidArgument, "trainer is empty")
 	}
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
 	out, err := s.store.GetTask(ctx, req)
 	return out, rpctypes.ToStatus(err)
 }
 
 // TaskFinished reports a finished task; stale finishes are accepted=false.
 func (s *Service) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
 	out, err := s.store.TaskFinished(ctx, req)
 	return out, rpctypes.ToStatus(err)
 }
 
 // TaskFailed reports a failed task.
 func (s *Service) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, rpctypes.ToStatus(err)
+	}
 	out, err := s.store.TaskFailed(ctx, req)
 	return out, rpctypes.ToStatus(err)
 }

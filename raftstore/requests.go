@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 )
 
@@ -19,6 +20,10 @@ import (
 //
 // Responses that carry a header get Header.Revision = the store's revision
 // after the command; callers fill the rest (term, member).
+//
+// A ctx with an rpctypes.RequestID (a client's id and sequence number)
+// makes the command exactly-once: the FSM applies it once and answers a
+// retry of the same id with the first result (fsm/session.go).
 
 // raftRequest proposes req as a command of type t and decodes the result
 // into a new R. It returns the revision after the command.
@@ -29,6 +34,9 @@ func raftRequest[R any, PR interface {
 	cmd, err := fsm.NewCommand(t, req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", fsm.ErrMalformed, err)
+	}
+	if id, ok := rpctypes.RequestIDFrom(ctx); ok {
+		cmd.ClientId, cmd.Seq, cmd.Acked = id.Client, id.Seq, id.Acked
 	}
 	res, err := s.Apply(ctx, cmd)
 	if err != nil {

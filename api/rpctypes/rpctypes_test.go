@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftps/raftps/fsm/errs"
@@ -121,5 +122,42 @@ func TestPassThrough(t *testing.T) {
 	}
 	if err := FromCode(codes.Internal, ""); err == nil || err.Error() != "Internal" {
 		t.Fatalf("FromCode with no message: %v", err)
+	}
+}
+
+// TestIncomingRequestID: a request id in the metadata reaches the ctx; a
+// call without one has none; a malformed one is ErrInvalid.
+func TestIncomingRequestID(t *testing.T) {
+	in := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	ctx, err := IncomingRequestID(in(MetadataClientID, "c", MetadataSeq, "7", MetadataAcked, "5"))
+	if id, ok := RequestIDFrom(ctx); err != nil || !ok || id != (RequestID{Client: "c", Seq: 7, Acked: 5}) {
+		t.Fatalf("well-formed: %+v %v %v", id, ok, err)
+	}
+	ctx, err = IncomingRequestID(in("other", "x"))
+	if _, ok := RequestIDFrom(ctx); err != nil || ok {
+		t.Fatalf("no request id: %v %v", ok, err)
+	}
+	if _, ok := RequestIDFrom(context.Background()); ok {
+		t.Fatal("a bare context has a request id")
+	}
+	for _, kv := range [][]string{
+		{MetadataClientID, "c", MetadataSeq, "x"},
+		{MetadataClientID, "c", MetadataSeq, "0"},
+		{MetadataSeq, "3"},
+		{MetadataClientID, "c", MetadataSeq, "3", MetadataAcked, "-1"},
+		{MetadataClientID, "c", MetadataClientID, "d", MetadataSeq, "3"},
+	} {
+		if _, err := IncomingRequestID(in(kv...)); !errors.Is(err, errs.ErrInvalid) {
+			t.Errorf("%v: %v, want ErrInvalid", kv, err)
+		}
+	}
+	// The outgoing side round-trips.
+	out := AppendRequestID(context.Background(), RequestID{Client: "c", Seq: 9, Acked: 2})
+	md, _ := metadata.FromOutgoingContext(out)
+	ctx, err = IncomingRequestID(metadata.NewIncomingContext(context.Background(), md))
+	if id, ok := RequestIDFrom(ctx); err != nil || !ok || id.Seq != 9 || id.Acked != 2 {
+		t.Fatalf("round trip: %+v %v", id, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
@@ -76,6 +77,9 @@ func startGRPCCluster(t *testing.T, n int) *grpcCluster {
 		}
 		g := grpc.NewServer()
 		New(s).Register(g)
+		ms := master.NewService(s, nil)
+		ms.CheckDataset = nil
+		ms.Register(g)
 		go g.Serve(lis)
 		t.Cleanup(func() { g.Stop(); s.Close() })
 		c.stores = append(c.stores, s)

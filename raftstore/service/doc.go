@@ -23,6 +23,11 @@
 // LeaseGrant, ...), so the service, Local and the master share one write
 // path.
 //
+// A write that carries a request id in its metadata (rpctypes.RequestID:
+// raftps-client-id, raftps-seq, raftps-acked; raftstore/client sends one
+// on every call) is applied exactly once: a retry with the same id after
+// an unknown outcome gets the first answer (fsm/session.go).
+//
 // Errors cross the boundary through api/rpctypes, one table each way
 // (etcd's rpctypes): ToStatus maps raftps' sentinels to gRPC codes (invalid
 // input is InvalidArgument, a missing lease NotFound, a compacted revision

@@ -96,6 +96,10 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 
 // Put writes one key through Raft.
 func (s *Service) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	out, err := s.store.Put(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -106,6 +110,10 @@ func (s *Service) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse,
 
 // DeleteRange deletes a key or range through Raft.
 func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	out, err := s.store.DeleteRange(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -117,6 +125,10 @@ func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 // Txn runs a transaction through Raft. A Txn that only reads still goes
 // through the log, so it is linearizable.
 func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	out, err := s.store.Txn(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -127,6 +139,10 @@ func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 
 // LeaseGrant creates a lease through Raft.
 func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	out, err := s.store.LeaseGrant(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -137,6 +153,10 @@ func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 
 // LeaseRevoke revokes a lease and deletes its keys through Raft.
 func (s *Service) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	ctx, err := rpctypes.IncomingRequestID(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	out, err := s.store.LeaseRevoke(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
