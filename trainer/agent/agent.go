@@ -17,14 +17,21 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
+	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
@@ -218,7 +225,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		return
 	}
 	tr, err := trainer.New(trainer.Config{ID: id, Job: spec.Name, DataDir: a.cfg.DataDir, Logger: a.cfg.Logger.With("trainer", id)},
-		masterAdapter{a.master}, &psAdapter{c: ps})
+		newMasterAdapter(a.master), &psAdapter{c: ps})
 	if err != nil {
 		a.log.Error("trainer", "job", spec.Name, "err", err)
 		ps.Close()
@@ -291,17 +298,110 @@ func (r *resolver) Slots(ctx context.Context, job string) (map[int32]string, err
 	return out, nil
 }
 
-// masterAdapter fits MasterAPI to trainer.Master.
-type masterAdapter struct{ m MasterAPI }
+// masterAdapter fits MasterAPI to trainer.Master, and makes the trainer's
+// writes exactly-once: each call carries a request id (rpctypes.RequestID)
+// that the FSM applies once. A call that failed without a definite answer
+// (the outcome is unknown: a leader change, a timeout) leaves its id
+// pending, and the next call of the same method with an equal request is
+// taken for its retry and reuses the id, so a GetTask that was applied but
+// whose answer was lost hands the trainer the same task instead of a
+// second one (issue 12 item 6).
+type masterAdapter struct {
+	m   MasterAPI
+	ids *requestIDs
+}
+
+func newMasterAdapter(m MasterAPI) masterAdapter {
+	return masterAdapter{m: m, ids: &requestIDs{client: "trainer-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(adapterSeq.Add(1), 36),
+		pending: map[string][]pendingCall{}}}
+}
+
+var adapterSeq atomic.Uint64
+
+// requestIDs numbers one adapter's calls.
+type requestIDs struct {
+	client  string
+	mu      sync.Mutex
+	seq     uint64
+	pending map[string][]pendingCall // by method: calls whose outcome is unknown, oldest first
+}
+
+type pendingCall struct {
+	seq uint64
+	req proto.Message
+}
+
+// maxPending bounds the unknown-outcome calls kept per method; beyond it
+// the oldest is forgotten (a later equal call is then a new request).
+const maxPending = 16
+
+// begin returns the request id of a call of method with req: a pending
+// equal call's, else a new one (pending until end settles it).
+func (r *requestIDs) begin(method string, req proto.Message) rpctypes.RequestID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := rpctypes.RequestID{Client: r.client}
+	for _, p := range r.pending[method] {
+		if proto.Equal(p.req, req) {
+			id.Seq = p.seq
+		}
+	}
+	if id.Seq == 0 {
+		r.seq++
+		id.Seq = r.seq
+		ps := append(r.pending[method], pendingCall{seq: id.Seq, req: proto.Clone(req)})
+		if len(ps) > maxPending {
+			ps = ps[1:]
+		}
+		r.pending[method] = ps
+	}
+	id.Acked = r.seq + 1
+	for _, ps := range r.pending {
+		for _, p := range ps {
+			id.Acked = min(id.Acked, p.seq)
+		}
+	}
+	return id
+}
+
+// end settles the call unless its outcome is unknown (an error that is not
+// the state machine's answer).
+func (r *requestIDs) end(method string, id rpctypes.RequestID, err error) {
+	if err != nil && !definite(err) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending[method] = slices.DeleteFunc(r.pending[method], func(p pendingCall) bool { return p.seq == id.Seq })
+}
+
+// definite reports an error that is the state machine's answer (the
+// command was applied and rejected, or refused before it was proposed).
+func definite(err error) bool {
+	for _, s := range []error{errs.ErrInvalid, errs.ErrMalformed, errs.ErrNotFound, errs.ErrExists,
+		errs.ErrFailedPrecondition, errs.ErrTooLarge, errs.ErrUnknownCommand} {
+		if errors.Is(rpctypes.FromStatus(err), s) {
+			return true
+		}
+	}
+	return false
+}
+
+func call[Req proto.Message, Resp any](ctx context.Context, m masterAdapter, method string, req Req, fn func(context.Context, Req) (Resp, error)) (Resp, error) {
+	id := m.ids.begin(method, req)
+	resp, err := fn(rpctypes.WithRequestID(ctx, id), req)
+	m.ids.end(method, id, err)
+	return resp, err
+}
 
 func (m masterAdapter) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
-	return m.m.GetTask(ctx, req)
+	return call(ctx, m, "GetTask", req, m.m.GetTask)
 }
 func (m masterAdapter) TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error) {
-	return m.m.TaskFinished(ctx, req)
+	return call(ctx, m, "TaskFinished", req, m.m.TaskFinished)
 }
 func (m masterAdapter) TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error) {
-	return m.m.TaskFailed(ctx, req)
+	return call(ctx, m, "TaskFailed", req, m.m.TaskFailed)
 }
 func (m masterAdapter) GetJob(ctx context.Context, name string) (*pb.JobStatus, error) {
 	resp, err := m.m.GetJob(ctx, &pb.GetJobRequest{Name: name})

@@ -87,7 +87,7 @@ func rpcRun(tb testing.TB, spec *pb.JobSpec) float64 {
 		tb.Fatal(err)
 	}
 	defer c.Close()
-	tr, err := trainer.New(trainer.Config{ID: "t1", Job: spec.Name}, masterAdapter{&queueMaster{spec: spec}}, &psAdapter{c: c})
+	tr, err := trainer.New(trainer.Config{ID: "t1", Job: spec.Name}, newMasterAdapter(&queueMaster{spec: spec}), &psAdapter{c: c})
 	if err != nil {
 		tb.Fatal(err)
 	}
