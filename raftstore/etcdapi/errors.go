@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/hashicorp/raft"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,6 +48,8 @@ var table = []struct {
 	{raftpsrpc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotOpen, rpctypes.ErrGRPCStopped},
+	{raft.ErrLeadershipLost, rpctypes.ErrGRPCLeaderChanged},
+	{raft.ErrLeadershipTransferInProgress, rpctypes.ErrGRPCLeaderChanged},
 }
 
 // ToStatus maps err to the gRPC status etcd's server would answer: the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -487,4 +488,37 @@ func TestClusterAndMaintenance(t *testing.T) {
 func isEtcdUnimplemented(err error) bool {
 	var ee rpctypes.EtcdError
 	return errors.As(err, &ee) && ee.Code() == codes.Unimplemented && ee.Error() != ""
+}
+
+// TestToStatus: raftps' sentinels leave as etcd's statuses (code and
+// message), which etcd's client turns into its own error values.
+func TestToStatus(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{
+		{fmt.Errorf("put: %w", fsm.ErrLeaseNotFound), rpctypes.ErrLeaseNotFound},
+		{fmt.Errorf("x: %w", fsm.ErrCompacted), rpctypes.ErrCompacted},
+		{fmt.Errorf("x: %w", fsm.ErrFutureRevision), rpctypes.ErrFutureRev},
+		{fmt.Errorf("x: %w", fsm.ErrLeaseExists), rpctypes.ErrLeaseExist},
+		{fmt.Errorf("x: %w", fsm.ErrTooLarge), rpctypes.ErrRequestTooLarge},
+		{fmt.Errorf("x: %w", raftstore.ErrNoLeader), rpctypes.ErrNoLeader},
+		{fmt.Errorf("x: %w", raftstore.ErrNotLeader), rpctypes.ErrNoLeader},
+		{fmt.Errorf("apply: %w", raft.ErrLeadershipLost), rpctypes.ErrLeaderChanged},
+		{context.DeadlineExceeded, rpctypes.ErrTimeout},
+	} {
+		got := rpctypes.Error(etcdapi.ToStatus(ctx, tc.err))
+		if !errors.Is(got, tc.want) {
+			t.Errorf("ToStatus(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	if got := status.Code(etcdapi.ToStatus(ctx, fmt.Errorf("x: %w", fsm.ErrInvalid))); got != codes.InvalidArgument {
+		t.Errorf("invalid argument: %v", got)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if got := status.Code(etcdapi.ToStatus(cctx, context.Canceled)); got != codes.Canceled {
+		t.Errorf("canceled caller: %v", got)
+	}
 }
