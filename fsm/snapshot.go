@@ -52,6 +52,10 @@ const (
 	tagEnd     = 0xff
 )
 
+// ErrNewerFormat: a snapshot was written by a newer raftps, in a format
+// this build does not know; Restore refuses it and changes nothing.
+var ErrNewerFormat = errors.New("fsm: snapshot written by a newer raftps")
+
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 type leaseRec struct{ id, ttl int64 }
@@ -303,6 +307,10 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		return nil, readErr("header", err)
 	}
 	if string(magic) != snapMagic {
+		if string(magic[:len(snapMagic)-1]) == snapMagic[:len(snapMagic)-1] && magic[len(snapMagic)-1] > snapMagic[len(snapMagic)-1] {
+			return nil, fmt.Errorf("%w: snapshot format %d, this build reads formats up to %d; upgrade raftps on this node (`raftps version`) first",
+				ErrNewerFormat, magic[len(snapMagic)-1], snapMagic[len(snapMagic)-1])
+		}
 		return nil, malformed("bad magic %q", magic)
 	}
 	st := &restored{kvs: newTree(), leases: map[int64]*lease{}}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -287,6 +288,10 @@ const ExportMagic = "RAFTPSCK"
 // ExportFormatVersion is the format version written after the magic.
 const ExportFormatVersion = 1
 
+// ErrNewerFormat: an export was written by a newer raftps in a format this
+// build does not know.
+var ErrNewerFormat = errors.New("checkpoint: export written by a newer raftps")
+
 // ExportHeader is the JSON header of an exported file (FORMAT.md).
 type ExportHeader struct {
 	Format  int           `json:"format"`
@@ -493,7 +498,9 @@ func ReadExportHeader(r io.Reader) (*ExportHeader, error) {
 	if string(pre[:8]) != ExportMagic {
 		return nil, fmt.Errorf("%w: not a raftps export (magic %q)", ErrCorrupt, pre[:8])
 	}
-	if f := binary.LittleEndian.Uint32(pre[8:]); f != ExportFormatVersion {
+	if f := binary.LittleEndian.Uint32(pre[8:]); f > ExportFormatVersion {
+		return nil, fmt.Errorf("%w: export format %d, this build reads formats up to %d; import it with a newer raftps (`raftps version`)", ErrNewerFormat, f, ExportFormatVersion)
+	} else if f != ExportFormatVersion {
 		return nil, fmt.Errorf("%w: export format %d, want %d", ErrCorrupt, f, ExportFormatVersion)
 	}
 	n := binary.LittleEndian.Uint32(pre[12:])
