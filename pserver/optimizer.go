@@ -27,11 +27,16 @@ const (
 // entry (entry.t, stored in checkpoints), so a restored model continues the
 // exact same schedule and Adam bias correction.
 //
-// Updates are computed per element in float64 and stored in float32. An
-// update runs twice: once with commit false, which only checks that every
-// new value and state element is finite and fits a float32, then (if every
-// entry of the push or step passed) with commit true, which stores them.
-// A refused update leaves the slot byte-identical.
+// Updates are computed per element in float64 and stored in float32, and
+// only committed if every result is finite in float32: an update is first
+// checked without storing anything, and committed only if every entry of
+// the push or step passed, so a refused update leaves the slot
+// byte-identical. The check is usually free: each entry keeps amax, a bound
+// on |value| and |state| (maintained by the commit pass), and bound()
+// gives, from amax and max|g|, a bound on every new value and state; when
+// that is far below the float32 range no element can overflow and the dry
+// run is skipped. Only entries near the range (huge values, gradients or
+// learning rates) pay for an exact dry run.
 type optimizer interface {
 	name() string
 	stateSlots() []string
@@ -39,9 +44,19 @@ type optimizer interface {
 	// len(e.values)), weight decay wd, learning rate lr and t = e.t+1 (the
 	// update's number, 1 on the first). With commit it stores the new
 	// values and state; without, it stores nothing. It reports whether
-	// every new value and state element is finite in float32.
-	step(e *entry, g []float32, wd, lr float64, t int64, commit bool) bool
+	// every new value and state element is finite in float32 and, on
+	// commit, the largest magnitude among them.
+	step(e *entry, g []float32, wd, lr float64, t int64, commit bool) (ok bool, amax float64)
+	// bound returns an upper bound on the magnitude of every value and
+	// state element after one update with max|g| = gmax, given that every
+	// value and state element is at most amax in magnitude now (and
+	// second-moment state is >= 0).
+	bound(amax, gmax, wd, lr float64, t int64) float64
 }
+
+// safeBound: below it, a bound computed in float64 leaves a margin of 2^64
+// for rounding before float32 overflows (MaxFloat32 ≈ 3.4e38).
+const safeBound = 1e19
 
 // fits reports whether x is finite and does not round to ±Inf in float32.
 func fits(x float64) bool { return math.Abs(x) <= math.MaxFloat32 }
@@ -100,19 +115,59 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 }
 
 // update checks (commit false) or applies (commit true) one optimizer step
-// on e with gradient g (len(g) == len(e.values)); g is never modified.
-// lrScale multiplies the learning rate (Horovod's "scale the learning rate
-// by the number of workers"). It reports whether the result is finite; on
-// commit it also counts the update in e.t.
-func (c *optConfig) update(e *entry, g []float32, lrScale float64, commit bool) bool {
+// on e with gradient g (len(g) == len(e.values), max|g| <= gmax); g is
+// never modified. lrScale multiplies the learning rate (Horovod's "scale
+// the learning rate by the number of workers"). It reports whether the
+// result is finite; on commit it also counts the update in e.t and
+// records the new magnitude bound.
+func (c *optConfig) update(e *entry, g []float32, gmax, lrScale float64, commit bool) bool {
 	lr := c.lr * lrScale / (1 + c.lrDecay*float64(e.t))
-	if !c.opt.step(e, g, c.weightDecay, lr, e.t+1, commit) {
-		return false
+	t := e.t + 1
+	if !commit {
+		if c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, t) < safeBound {
+			return true // no element can leave the float32 range
+		}
+		ok, _ := c.opt.step(e, g, c.weightDecay, lr, t, false)
+		return ok
 	}
-	if commit {
+	ok, amax := c.opt.step(e, g, c.weightDecay, lr, t, true)
+	if ok {
 		e.t++
+		// The maximum was taken before rounding to float32: widen it by
+		// more than float32's relative rounding error (2^-24).
+		e.amax, e.amaxKnown = amax*(1+1e-6), true
 	}
-	return true
+	return ok
+}
+
+// magnitude returns the largest |value| or |state| of e (computed once,
+// then maintained by committed updates).
+func (e *entry) magnitude() float64 {
+	if !e.amaxKnown {
+		m := maxAbs(e.values)
+		for _, st := range e.state {
+			m = max(m, maxAbs(st))
+		}
+		e.amax, e.amaxKnown = m, true
+	}
+	return e.amax
+}
+
+// maxAbs returns max |x| over f (+Inf if f holds NaN).
+func maxAbs(f []float32) float64 {
+	var m float32
+	for _, x := range f {
+		if x < 0 {
+			x = -x
+		}
+		if !(x <= m) { // also true for NaN
+			m = x
+		}
+	}
+	if m != m {
+		return math.Inf(1)
+	}
+	return float64(m)
 }
 
 // MaxUpdates bounds an entry's update count t restored from a checkpoint
@@ -180,19 +235,28 @@ type sgd struct{}
 
 func (sgd) name() string         { return OptSGD }
 func (sgd) stateSlots() []string { return nil }
-func (sgd) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
+func (sgd) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
 	w := e.values
+	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
 		nw := wi - lr*(float64(gi)+wd*wi)
-		if !fits(nw) {
-			return false
+		a := math.Abs(nw)
+		if !(a <= math.MaxFloat32) {
+			return false, 0
 		}
 		if commit {
 			w[i] = float32(nw)
+			if a > amax {
+				amax = a
+			}
 		}
 	}
-	return true
+	return true, amax
+}
+
+func (sgd) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+	return amax + lr*(gmax+wd*amax)
 }
 
 // momentum is heavy-ball momentum (Polyak 1964) in the form of Sutskever et
@@ -209,8 +273,9 @@ type momentum struct {
 
 func (m momentum) name() string         { return OptMomentum }
 func (m momentum) stateSlots() []string { return []string{"velocity"} }
-func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
+func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
 	v, w := e.state[0], e.values
+	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
 		gf := float64(gi) + wd*wi
@@ -222,13 +287,20 @@ func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bo
 			nw = wi - lr*vi
 		}
 		if !fits(vi) || !fits(nw) {
-			return false
+			return false, 0
 		}
 		if commit {
 			v[i], w[i] = float32(vi), float32(nw)
+			amax = max(amax, math.Abs(vi), math.Abs(nw))
 		}
 	}
-	return true
+	return true, amax
+}
+
+func (m momentum) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+	g := gmax + wd*amax
+	v := m.mu*amax + g
+	return max(v, amax+lr*(g+v))
 }
 
 // adam is Kingma & Ba 2015, "Adam: A method for stochastic optimization",
@@ -241,10 +313,11 @@ type adam struct{ beta1, beta2, eps float64 }
 
 func (a adam) name() string         { return OptAdam }
 func (a adam) stateSlots() []string { return []string{"m", "v"} }
-func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) bool {
+func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) (bool, float64) {
 	m, v, w := e.state[0], e.state[1], e.values
 	c1 := 1 - math.Pow(a.beta1, float64(t))
 	c2 := 1 - math.Pow(a.beta2, float64(t))
+	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
 		gf := float64(gi) + wd*wi
@@ -252,13 +325,26 @@ func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) 
 		vi := a.beta2*float64(v[i]) + (1-a.beta2)*gf*gf
 		nw := wi - lr*(mi/c1)/(math.Sqrt(vi/c2)+a.eps)
 		if !fits(mi) || !fits(vi) || !fits(nw) {
-			return false
+			return false, 0
 		}
 		if commit {
 			m[i], v[i], w[i] = float32(mi), float32(vi), float32(nw)
+			amax = max(amax, math.Abs(mi), vi, math.Abs(nw))
 		}
 	}
-	return true
+	return true, amax
+}
+
+// bound: m and v are convex combinations, so |m'| <= max(amax, g) and
+// v' <= max(amax, g²); the step is at most lr·|m'|/(c1·ε) (v' >= 0).
+func (a adam) bound(amax, gmax, wd, lr float64, t int64) float64 {
+	g := gmax + wd*amax
+	mb := max(amax, g)
+	c1 := 1 - math.Pow(a.beta1, float64(t))
+	if c1 <= 0 || a.eps <= 0 {
+		return math.Inf(1) // no cheap bound: dry run
+	}
+	return max(mb, g*g, amax+lr*mb/(c1*a.eps))
 }
 
 // adagrad is Duchi, Hazan & Singer 2011, "Adaptive subgradient methods for
@@ -270,19 +356,28 @@ type adagrad struct{ eps float64 }
 
 func (a adagrad) name() string         { return OptAdagrad }
 func (a adagrad) stateSlots() []string { return []string{"accumulator"} }
-func (a adagrad) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) bool {
+func (a adagrad) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
 	acc, w := e.state[0], e.values
+	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
 		gf := float64(gi) + wd*wi
 		ai := float64(acc[i]) + gf*gf
 		nw := wi - lr*gf/(math.Sqrt(ai)+a.eps)
 		if !fits(ai) || !fits(nw) {
-			return false
+			return false, 0
 		}
 		if commit {
 			acc[i], w[i] = float32(ai), float32(nw)
+			amax = max(amax, ai, math.Abs(nw))
 		}
 	}
-	return true
+	return true, amax
+}
+
+// bound: G' <= amax + g²; |g|/(√G' + ε) <= 1 because G' >= g², so the
+// step is at most lr.
+func (a adagrad) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+	g := gmax + wd*amax
+	return max(amax+g*g, amax+lr)
 }

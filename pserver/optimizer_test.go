@@ -3,7 +3,10 @@ package pserver
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -88,5 +91,65 @@ func TestOptimizersMatchReference(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOptimizerBoundsHold: the magnitude bound that lets an update skip
+// its dry run is never below what the update actually produces (random
+// values, state, gradients and learning rates over many magnitudes).
+func TestOptimizerBoundsHold(t *testing.T) {
+	specs := []*pb.OptimizerSpec{
+		{Name: "sgd", WeightDecay: 0.5},
+		{Name: "momentum", Momentum: 0.99, WeightDecay: 0.1},
+		{Name: "momentum", Momentum: 0.5, Nesterov: true},
+		{Name: "adam", WeightDecay: 0.01},
+		{Name: "adam", Beta1: 0.5, Beta2: 0.5, Epsilon: 1e-3},
+		{Name: "adagrad", WeightDecay: 1},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, os := range specs {
+		for trial := range 500 {
+			o := proto.Clone(os).(*pb.OptimizerSpec)
+			o.LearningRate = math.Pow(10, r.Float64()*12-9)
+			c, err := newOptConfig(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 16
+			scale := math.Pow(10, r.Float64()*20-5)
+			gscale := math.Pow(10, r.Float64()*12)
+			e := newEntry(n, len(c.opt.stateSlots()))
+			e.t = int64(r.IntN(1000))
+			g := make([]float32, n)
+			for i := range n {
+				e.values[i] = float32((2*r.Float64() - 1) * scale)
+				g[i] = float32((2*r.Float64() - 1) * gscale)
+				for j, name := range c.opt.stateSlots() {
+					v := (2*r.Float64() - 1) * scale
+					if name == "v" || name == "accumulator" {
+						v = math.Abs(v)
+					}
+					e.state[j][i] = float32(v)
+				}
+			}
+			gmax := 0.0
+			for _, x := range g {
+				gmax = max(gmax, math.Abs(float64(x)))
+			}
+			lr := c.lr / (1 + c.lrDecay*float64(e.t))
+			b := c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, e.t+1)
+			if !c.update(e, g, gmax, 1, true) {
+				continue // out of float32 range: refused, nothing to bound
+			}
+			got := maxAbs(e.values)
+			for _, st := range e.state {
+				got = max(got, maxAbs(st))
+			}
+			// Stored values are rounded to float32: allow its rounding
+			// (the production margin, safeBound, is 2^64).
+			if got > b*(1+1e-6) || got > e.amax || e.amax > b*(1+2e-6) {
+				t.Fatalf("%s trial %d: produced %g, tracked %g, bound %g", o.Name, trial, got, e.amax, b)
+			}
+		}
 	}
 }

@@ -37,6 +37,9 @@ type entry struct {
 	values []float32
 	state  [][]float32 // one per optimizer state slot, len(values) each
 	t      int64       // updates applied (Adam's t, the lr schedule's step)
+	// amax bounds |values| and |state| when amaxKnown (see optimizer).
+	amax      float64
+	amaxKnown bool
 }
 
 func newEntry(n, nstate int) *entry {
@@ -437,10 +440,11 @@ const (
 
 // gradItem is one validated gradient for one entry.
 type gradItem struct {
-	k   key
-	p   *ParamLayout
-	g   []float32
-	row bool
+	k    key
+	p    *ParamLayout
+	g    []float32
+	gmax float64 // max |g|
+	row  bool
 }
 
 // pushParser validates the tensors of one push, which may arrive in several
@@ -479,7 +483,8 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
 			g := viewFloat32s(t.GetData())
-			if err := checkGrad(p, g); err != nil {
+			gmax, err := checkGrad(p, g)
+			if err != nil {
 				return err
 			}
 			d := int(p.Dim)
@@ -492,7 +497,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 					return errorf(ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
 				}
 				pp.seen[k] = struct{}{}
-				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], row: true})
+				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], gmax: gmax, row: true})
 			}
 			continue
 		}
@@ -513,22 +518,31 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 		}
 		pp.seen[k] = struct{}{}
 		g := viewFloat32s(t.GetData())
-		if err := checkGrad(p, g); err != nil {
+		gmax, err := checkGrad(p, g)
+		if err != nil {
 			return err
 		}
-		pp.items = append(pp.items, gradItem{k: k, p: p, g: g})
+		pp.items = append(pp.items, gradItem{k: k, p: p, g: g, gmax: gmax})
 	}
 	return nil
 }
 
-// checkGrad refuses NaN, ±Inf and |g| > MaxGradient.
-func checkGrad(p *ParamLayout, g []float32) error {
+// checkGrad refuses NaN, ±Inf and |g| > MaxGradient; it returns max |g|.
+func checkGrad(p *ParamLayout, g []float32) (float64, error) {
+	var m float32
 	for _, v := range g {
-		if !(v >= -MaxGradient && v <= MaxGradient) { // false for NaN too
-			return errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+		a := v
+		if a < 0 {
+			a = -a
+		}
+		if !(a <= MaxGradient) { // true for NaN too
+			return 0, errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+		}
+		if a > m {
+			m = a
 		}
 	}
-	return nil
+	return float64(m), nil
 }
 
 // parseGrads validates every tensor of a one-message push (see pushParser).
@@ -557,7 +571,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 				fresh = append(fresh, i)
 			}
 		}
-		if !s.opt.update(e, it.g, lrScale, false) {
+		if !s.opt.update(e, it.g, it.gmax, lrScale, false) {
 			what := "block"
 			if it.row {
 				what = "row"
@@ -571,7 +585,9 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 		s.rows[items[i].k] = es[i]
 	}
 	for i, it := range items {
-		s.opt.update(es[i], it.g, lrScale, true)
+		// The check above passed for this entry, so the commit does too
+		// (and a commit never stores a value that does not fit).
+		s.opt.update(es[i], it.g, it.gmax, lrScale, true)
 	}
 	return nil
 }
@@ -856,11 +872,13 @@ func (s *Slot) maybeCompleteLocked() {
 			// bounded too: it fits a float32.
 			a := st.acc[k]
 			g := make([]float32, len(a))
+			var gmax float32
 			for i, v := range a {
 				g[i] = float32(v * inv)
+				gmax = max(gmax, g[i], -g[i])
 			}
 			p := s.layout.Params[k.p]
-			items[j] = gradItem{k: k, p: p, g: g, row: p.Embedding}
+			items[j] = gradItem{k: k, p: p, g: g, gmax: float64(gmax), row: p.Embedding}
 		}
 		if st.err = s.applyLocked(items, scale); st.err == nil {
 			s.version++
