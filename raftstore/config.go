@@ -31,6 +31,11 @@ type Config struct {
 	Bootstrap bool
 	// BootstrapServers is the optional initial configuration (bootstrap-expect).
 	BootstrapServers []raft.Server
+	// ForceNewCluster, with existing Raft state, makes this server a
+	// cluster of one voter, itself, keeping everything in its log and
+	// snapshots (etcd's --force-new-cluster): the recovery when a majority
+	// is gone for good. See recover.go; remove it after one start.
+	ForceNewCluster bool
 	// Transport, if set, replaces the TCP transport (RaftAddr and
 	// AdvertiseAddr are then ignored; Addr reports Transport.LocalAddr).
 	// Tests use hashicorp/raft's InmemTransport to partition servers in

@@ -197,6 +197,11 @@ func (s *Store) Open() (err error) {
 	s.clusterID.Store(&cid)
 	rc := s.cfg.raftConfig(s.notifyCh)
 	rc.Logger = hcl
+	if s.cfg.ForceNewCluster && hasState {
+		if err := s.forceNewCluster(rc, bolt, bolt, snaps, trans); err != nil {
+			return err
+		}
+	}
 	r, err := raft.NewRaft(rc, s.fsm, bolt, bolt, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
