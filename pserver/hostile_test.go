@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -610,5 +611,40 @@ func TestPushIDsBounded(t *testing.T) {
 	}
 	if v, ok := p.lookup("x", 1_000_000+10*pushIDWindow-1); !ok || v != 10*pushIDWindow-1 {
 		t.Fatalf("newest id: %d, %v", v, ok)
+	}
+}
+
+// TestCodecDecodeAllocationsBounded: whatever a push or pull message
+// announces (a 1 GiB data field, 64k rows, thousands of empty tensors),
+// decoding allocates at most a fixed multiple of its bytes: 128×, the cost
+// of a 2-byte empty tensor entry decoded into a ~112-byte pb.Tensor (as
+// proto.Unmarshal would).
+func TestCodecDecodeAllocationsBounded(t *testing.T) {
+	huge := protowire.AppendTag(nil, 6, protowire.BytesType) // grads
+	huge = protowire.AppendVarint(huge, 20)
+	huge = protowire.AppendTag(huge, 4, protowire.BytesType) // data
+	huge = protowire.AppendVarint(huge, 1<<30)
+	huge = append(huge, make([]byte, 16)...)
+	rows := make([]byte, 0, 64<<10)
+	for range 64 << 10 {
+		rows = protowire.AppendVarint(rows, 1)
+	}
+	packedRows := protowire.AppendTag(nil, 6, protowire.BytesType)
+	tensor := protowire.AppendTag(nil, 3, protowire.BytesType)
+	tensor = protowire.AppendBytes(tensor, rows)
+	packedRows = protowire.AppendBytes(packedRows, tensor)
+	var empties []byte
+	for range 4096 {
+		empties = protowire.AppendTag(empties, 6, protowire.BytesType)
+		empties = protowire.AppendVarint(empties, 0)
+	}
+	c := tensorCodec{}
+	for name, in := range map[string][]byte{"1 GiB data field": huge, "64k packed rows": packedRows, "4096 empty tensors": empties} {
+		for _, m := range []any{&pb.PushRequest{}, &pb.PullResponse{}} {
+			n := heapAlloc(func() { _ = c.Unmarshal(wireOf(in), m) })
+			if lim := 128*uint64(len(in)) + 64<<10; n > lim {
+				t.Errorf("%s into %T: %d bytes allocated for %d input bytes (limit %d)", name, m, n, len(in), lim)
+			}
+		}
 	}
 }
