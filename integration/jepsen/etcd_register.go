@@ -1,0 +1,293 @@
+package jepsen
+
+// The register workload through etcd's Go client (go.etcd.io/etcd/client/v3)
+// instead of raftps' own: the same ops, keys, timeouts and checker
+// (CheckRegisters, Porcupine), with the requests built by a client raftps
+// did not write and sent to raftps' etcd API (raftstore/etcdapi).
+// RunEtcdRegisterSuite runs it under the nemesis; TestJepsenEtcdClient is
+// the test (etcd_jepsen_test.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+)
+
+// EtcdConn is etcd's Go client connected to one node only, so that every
+// op of the workload goes to the node it names (as RunRegisters' do).
+type EtcdConn struct {
+	Name   string
+	Client *clientv3.Client
+}
+
+// EtcdConns holds one EtcdConn per node.
+type EtcdConns []*EtcdConn
+
+// DialEtcd makes one etcd client per node (no I/O until first use).
+// Reconnects back off for at most 1 s, like Dial's.
+func DialEtcd(names, addrs []string) (EtcdConns, error) {
+	var cs EtcdConns
+	for i, addr := range addrs {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: time.Second,
+			})}})
+		if err != nil {
+			cs.Close()
+			return nil, fmt.Errorf("jepsen: etcd client for %s: %w", addr, err)
+		}
+		cs = append(cs, &EtcdConn{Name: names[i], Client: cli})
+	}
+	return cs, nil
+}
+
+// Close closes every client.
+func (cs EtcdConns) Close() {
+	for _, c := range cs {
+		_ = c.Client.Close()
+	}
+}
+
+// RunEtcdRegisters is RunRegisters through etcd's Go client: cfg.Clients
+// clients doing get / put / compare-and-swap (a Txn comparing the value)
+// on cfg.Keys keys, each op against a random node, until ctx ends, every
+// op recorded in h. It returns the acknowledged puts.
+func RunEtcdRegisters(ctx context.Context, cfg RegisterConfig, conns EtcdConns, h *History) []AckedPut {
+	cfg = cfg.withDefaults()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		acked   []AckedPut
+		nextPID atomic.Int64
+		nextVal atomic.Int64
+	)
+	nextPID.Store(int64(cfg.Clients))
+	for c := 0; c < cfg.Clients; c++ {
+		wg.Add(1)
+		go func(client int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
+			process := client
+			known := map[string]string{}
+			for ctx.Err() == nil {
+				nc := conns[r.IntN(len(conns))]
+				gen := h.Now() / int64(cfg.KeyLifetime)
+				key := fmt.Sprintf("%s%d-%d", cfg.Prefix, gen, r.IntN(cfg.Keys))
+				op := RegisterOp{Process: process, Client: client, Node: nc.Name, Key: key}
+				switch p := r.IntN(10); {
+				case p < 4:
+					op.Kind = RegRead
+				case p < 7:
+					op.Kind = RegWrite
+					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
+				default:
+					op.Kind = RegCAS
+					if v, ok := known[key]; ok && r.IntN(5) != 0 {
+						op.Expect = v
+					} else {
+						op.Expect = fmt.Sprintf("%d", r.Int64N(max(nextVal.Load(), 1))+1)
+					}
+					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
+				}
+				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+				op.Call = h.Now()
+				err := doEtcdRegisterOp(octx, nc.Client, &op, cfg.Serializable)
+				op.Return = h.Now()
+				cancel()
+				if err != nil {
+					op.Err = err.Error()
+					if op.Kind == RegRead {
+						op.Status = StatusFail
+					} else {
+						op.Status = StatusInfo
+						process = int(nextPID.Add(1))
+					}
+				} else {
+					op.Status = StatusOK
+					switch {
+					case op.Kind == RegRead && op.Result != "":
+						known[key] = op.Result
+					case op.Kind == RegWrite || (op.Kind == RegCAS && op.OK):
+						known[key] = op.Value
+					}
+					if op.Kind == RegWrite || (op.Kind == RegCAS && op.OK) {
+						mu.Lock()
+						acked = append(acked, AckedPut{Key: op.Key, Value: op.Value, Revision: op.Rev})
+						mu.Unlock()
+					}
+				}
+				h.Add(Record{Type: "register", At: op.Call, Register: &op})
+				select {
+				case <-ctx.Done():
+				case <-time.After(cfg.Pause):
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	return acked
+}
+
+func doEtcdRegisterOp(ctx context.Context, cli *clientv3.Client, op *RegisterOp, serializable bool) error {
+	switch op.Kind {
+	case RegRead:
+		var opts []clientv3.OpOption
+		if serializable {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		resp, err := cli.Get(ctx, op.Key, opts...)
+		if err != nil {
+			return err
+		}
+		op.Rev, op.Term = resp.Header.Revision, resp.Header.RaftTerm
+		if len(resp.Kvs) > 0 {
+			op.Result = string(resp.Kvs[0].Value)
+		}
+	case RegWrite:
+		resp, err := cli.Put(ctx, op.Key, op.Value)
+		if err != nil {
+			return err
+		}
+		op.Rev, op.Term = resp.Header.Revision, resp.Header.RaftTerm
+	case RegCAS:
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(op.Key), "=", op.Expect)).
+			Then(clientv3.OpPut(op.Key, op.Value)).Commit()
+		if err != nil {
+			return err
+		}
+		op.Rev, op.Term = resp.Header.Revision, resp.Header.RaftTerm
+		op.OK = resp.Succeeded
+	}
+	return nil
+}
+
+// RunEtcdRegisterSuite is RunSuite with only the register workload, sent
+// through etcd's Go client, under cfg's nemesis schedule: it creates the
+// hosts, starts the cluster, runs RunEtcdRegisters while the faults
+// happen, checks the history with CheckRegisters and writes history.jsonl,
+// linearizability.html, logs/ and summary.* to cfg.OutDir. err is set when
+// the run could not be carried out, not for a violation (Summary.Valid).
+func RunEtcdRegisterSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = time.Minute
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return sum, err
+	}
+	h, err := NewHistory(filepath.Join(cfg.OutDir, "history.jsonl"))
+	if err != nil {
+		return sum, err
+	}
+	defer h.Close()
+	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, Ops: map[string]int{}, Faults: map[string]int{}}
+
+	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs")})
+	if err != nil {
+		return sum, err
+	}
+	defer hs.Close()
+	dataRoot, err := os.MkdirTemp("", fmt.Sprintf("rps-%d-data-", os.Getpid()))
+	if err != nil {
+		return sum, err
+	}
+	unreg := registerCleanup(func() { _ = os.RemoveAll(dataRoot) })
+	defer func() { unreg(); _ = os.RemoveAll(dataRoot) }()
+
+	var names, addrs []string
+	for _, n := range hs.Nodes {
+		if err := n.Start(append([]string{cfg.Binary}, NodeArgs(hs, n, filepath.Join(dataRoot, n.Name), cfg.LogLevel)...)...); err != nil {
+			return sum, err
+		}
+		names = append(names, n.Name)
+		addrs = append(addrs, fmt.Sprintf("%s:%d", n.IP, portGRPC))
+	}
+	defer func() {
+		for _, n := range hs.Nodes {
+			n.Stop(5 * time.Second)
+		}
+	}()
+	conns, err := Dial(names, addrs) // raftps' own client: the nemesis finds the leader with it
+	if err != nil {
+		return sum, err
+	}
+	defer conns.Close()
+	etcd, err := DialEtcd(names, addrs)
+	if err != nil {
+		return sum, err
+	}
+	defer etcd.Close()
+
+	formCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	leader, err := conns.WaitLeader(formCtx)
+	if err == nil {
+		_, err = conns.PutFence(formCtx, "/jepsen/fence", "start")
+	}
+	cancel()
+	if err != nil {
+		return sum, fmt.Errorf("jepsen: cluster did not form (see %s): %w", hs.LogDir, err)
+	}
+	cfg.Logf("cluster formed; leader %s; registers through etcd's Go client", leader)
+	h.Notef("cluster formed; leader %s; registers through etcd's Go client", leader)
+
+	hold := cfg.Hold
+	if hold == 0 {
+		hold = 4 * time.Second
+	}
+	quiet := max(cfg.Workload/time.Duration(len(cfg.Faults)+1)-hold, 2*time.Second)
+	nem := NewNemesis(NemesisConfig{Faults: cfg.Faults, Hold: hold, Quiet: quiet, Seed: cfg.Seed}, hs, conns, h)
+	wctx, wcancel := context.WithTimeout(ctx, cfg.Workload)
+	defer wcancel()
+	var (
+		wg     sync.WaitGroup
+		faults []Fault
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		RunEtcdRegisters(wctx, RegisterConfig{Clients: 5, Keys: 3, Serializable: cfg.Serializable}, etcd, h)
+	}()
+	go func() { defer wg.Done(); faults = nem.Run(wctx) }()
+	cfg.Logf("workload running for %s with %d faults (hold %s, quiet %s)", cfg.Workload, len(cfg.Faults), hold, quiet)
+	wg.Wait()
+	_ = hs.Heal()
+
+	regOps := h.RegisterOps()
+	regRes, info := CheckRegisters(regOps, cfg.CheckTimeout)
+	regRes.Checker = "linearizable-registers (etcd client)"
+	sum.Results = []Result{regRes}
+	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
+		h.Notef("visualization: %v", err)
+	}
+	sum.Ops["register"] = len(regOps)
+	for _, f := range faults {
+		sum.Faults[f.Type]++
+	}
+	sum.FaultList = faults
+	sum.Duration = time.Since(h.Start()).Round(time.Second).String()
+	if err := h.Close(); err != nil {
+		cfg.Logf("history: %v", err)
+	}
+	if err := WriteSummary(cfg.OutDir, sum); err != nil {
+		return sum, errors.Join(err)
+	}
+	sum.Valid = Valid(sum.Results)
+	return sum, nil
+}
