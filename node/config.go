@@ -39,6 +39,12 @@ type Config struct {
 	// nodes in gossip and bootstrap them together (Consul's bootstrap_expect).
 	// 0 or 1 with no Join bootstraps a single-node cluster (default 0).
 	BootstrapExpect int
+	// ForceNewCluster restarts a server as a new cluster of one voter,
+	// itself, from its own data dir, keeping everything it had (etcd's
+	// --force-new-cluster; raftstore.Config.ForceNewCluster): the recovery
+	// when a majority is gone for good. New nodes then --join it. Remove
+	// it after one start.
+	ForceNewCluster bool
 	// Roles are gossip.RoleServer, RolePServer and RoleTrainer (default:
 	// all three). A node without RoleServer joins as a Raft non-voter and
 	// must Join a cluster.

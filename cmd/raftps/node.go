@@ -9,9 +9,10 @@ import (
 
 func newNodeCmd(g *globals) *cobra.Command {
 	var (
-		cfg      = node.DefaultConfig()
-		logLevel string
-		key      string
+		cfg        = node.DefaultConfig()
+		logLevel   string
+		key        string
+		configFile string
 	)
 	c := &cobra.Command{
 		Use:   "node",
@@ -22,6 +23,11 @@ with an existing data dir, and for a node added to a running cluster:
   raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+					return err
+				}
+			}
 			logger, err := newLogger(g.err, logLevel)
 			if err != nil {
 				return err
@@ -38,6 +44,8 @@ with an existing data dir, and for a node added to a running cluster:
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&configFile, "config-file", "", "YAML file of flag values (keys are flag names: id, data-dir, join, ...); flags given on the command line win")
+	f.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "start this server as a new cluster of one voter from its own data dir (when a majority is gone for good); remove it after one start")
 	f.StringVar(&cfg.ID, "id", "", "node id, unique in the cluster (required)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory (required)")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC API and node-to-node RPC address")

@@ -316,10 +316,19 @@ class TaskBatches:
     def state_dict(self) -> dict:
         t = self.task
         return {"task": None if t is None else (t.id, t.epoch), "cursor": self.cursor,
+                "len": 0 if t is None else len(t.records),
                 "loss_sum": 0.0 if t is None else t.loss_sum, "examples": 0 if t is None else t.examples}
 
     def load_state_dict(self, d: dict) -> None:
+        """Goes back to the position of ``d`` in the current task; a ``d``
+        taken at the end of the task before the current one means the
+        current task's start."""
         t = self.task
-        if t is not None and d.get("task") == (t.id, t.epoch):
+        if t is None:
+            return
+        if d.get("task") == (t.id, t.epoch):
             self.cursor = d["cursor"]
             t.loss_sum, t.examples = d["loss_sum"], d["examples"]
+        elif d.get("task") is not None and d["cursor"] >= d["len"]:
+            self.cursor = 0
+            t.loss_sum, t.examples = 0.0, 0

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "raftps.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The file sets flags; a flag on the command line wins.
+func TestConfigFileFlagsOverride(t *testing.T) {
+	c := newNodeCmd(&globals{out: io.Discard, err: io.Discard})
+	fs := c.Flags()
+	if err := fs.Parse([]string{"--id", "from-cli"}); err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, "id: from-file\ndata-dir: /var/lib/raftps\njoin: [a:7002, b:7002]\nbootstrap-expect: 3\nforce-new-cluster: true\nraft-election-timeout: 2s\n")
+	if err := applyConfigFile(fs, p); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) string { return fs.Lookup(name).Value.String() }
+	if get("id") != "from-cli" || get("data-dir") != "/var/lib/raftps" || get("bootstrap-expect") != "3" ||
+		get("force-new-cluster") != "true" || get("raft-election-timeout") != "2s" {
+		t.Fatalf("id %q data-dir %q bootstrap-expect %q force %q election %q", get("id"), get("data-dir"),
+			get("bootstrap-expect"), get("force-new-cluster"), get("raft-election-timeout"))
+	}
+	join, _ := fs.GetStringSlice("join")
+	if !reflect.DeepEqual(join, []string{"a:7002", "b:7002"}) {
+		t.Fatalf("join %q", join)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown key": "id: n1\nbogus: 1\n",
+		"bad value":   "bootstrap-expect: three\n",
+		"nested map":  "join: {a: b}\n",
+		"not yaml":    "id: [\n",
+		"itself":      "config-file: other.yaml\n",
+	} {
+		c := newNodeCmd(&globals{out: io.Discard, err: io.Discard})
+		if err := applyConfigFile(c.Flags(), writeFile(t, body)); !errors.Is(err, ErrConfigFile) {
+			t.Errorf("%s: %v, want ErrConfigFile", name, err)
+		}
+	}
+}

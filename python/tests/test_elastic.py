@@ -1,0 +1,111 @@
+"""Horovod semantics of raftps.torch.elastic with real trainer processes:
+a trainer joining and one dying mid-pass make every live trainer raise
+HostsUpdatedInterrupt at its next commit and run its reset callbacks
+once per change; an injected failure restores the last commit; training
+goes on and the job completes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import raftps.jobs
+
+from conftest import DATASET, external_spec, wait_slots
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_elastic_join_death_and_restore(client, cluster, tmp_path):
+    job = f"elastic-{uuid.uuid4().hex[:6]}"
+    params = [{"name": "weight", "shape": [10, 784], "init": "INIT_UNIFORM", "scale": 0.03},
+              {"name": "bias", "shape": [10], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, records=6000, rpt=100, batch=20, passes=1, lr=0.1,
+                                             max_task_timeouts=10))
+    wait_slots(client, job, 2)
+    eps = ",".join(n.grpc for n in cluster)
+    procs, logs = {}, {}
+
+    def start(tid, *extra):
+        logs[tid] = str(tmp_path / f"{tid}.log")
+        procs[tid] = subprocess.Popen([sys.executable, os.path.join(HERE, "elastic_worker.py"), "--endpoints", eps,
+                                       "--job", job, "--id", tid, "--log", logs[tid], "--dataset", DATASET,
+                                       "--sleep", "0.05", *extra],
+                                      stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / f"{tid}.err"), "w"))
+
+    def events(tid, ev):
+        return [e for e in read(logs[tid]) if e["ev"] == ev]
+
+    try:
+        start("a", "--fail-at", "6", "--min-trainers", "2")
+        start("b", "--min-trainers", "2")
+        wait_for(lambda: len(events("a", "step")) >= 10 and len(events("b", "step")) >= 10, 120, "a and b training")
+        start("c")
+        wait_for(lambda: all(any(r["members"] == ["a", "b", "c"] for r in events(t, "reset")) for t in "ab"), 60,
+                 "a and b to reset with c")
+        wait_for(lambda: len(events("c", "step")) >= 5, 60, "c training")
+        procs["c"].send_signal(signal.SIGKILL)
+        procs["c"].wait(10)
+        killed = time.time()
+        wait_for(lambda: all(any(r["members"] == ["a", "b"] and r["t"] > killed for r in events(t, "reset"))
+                             for t in "ab"), 60, "a and b to reset after c died")
+        for t in "ab":
+            assert procs[t].wait(180) == 0, open(str(tmp_path / f"{t}.err")).read()[-3000:]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    st = raftps.jobs.status(client, job)
+    assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED", st.message
+    assert st.done == st.total_tasks == 60 and st.failed == 0
+    assert st.requeued >= 0
+    for t in "ab":
+        resets = events(t, "reset")
+        interrupts = events(t, "interrupt")
+        # One interrupt per trainer-set change: c joined, c died.
+        assert [i["members"] for i in interrupts] == [["a", "b", "c"], ["a", "b"]], (t, interrupts)
+        set_resets = [r["members"] for r in resets if r not in restore_resets(t, events)]
+        assert set_resets == [["a", "b", "c"], ["a", "b"]], (t, resets)
+        # The callback rescaled by the trainer count each time.
+        assert [r["grad_scale"] for r in resets if r not in restore_resets(t, events)] == [1 / 3, 1 / 2]
+        done = events(t, "done")[0]
+        assert done["resets"] == len(resets)
+        assert events(t, "step")[-1]["step"] > 20  # training went on after the changes
+    # a's injected failure: state came back from the last commit.
+    inj = events("a", "inject")
+    assert len(inj) == 1 and inj[0]["step"] == 6
+    rr = restore_resets("a", events)
+    assert len(rr) == 1 and rr[0]["restores"] == 1
+    assert rr[0]["step"] == 5, "user state not restored to the last commit"
+    assert rr[0]["cursor"] == inj[0]["cursor"] - 20, "task position not restored to the last commit"
+    steps = [e["step"] for e in events("a", "step")]
+    assert 6 in steps and all(s < 1000 for s in steps)  # the batch was redone, garbage gone
+    assert events("a", "done")[0]["restores"] == 1
+
+
+def restore_resets(t, events):
+    """Resets that followed a restore (the first reset with restores == 1)."""
+    out, seen = [], 0
+    for r in events(t, "reset"):
+        if r["restores"] > seen:
+            out.append(r)
+            seen = r["restores"]
+    return out
