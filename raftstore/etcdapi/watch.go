@@ -135,8 +135,13 @@ func (ws *watchStream) create(cr *etcdpb.WatchCreateRequest) {
 			CancelReason: reasonDuplicateID})
 		return
 	}
+	hdr := ws.s.header(0)
+	start := cr.StartRevision
+	if start <= 0 {
+		start = hdr.Revision + 1
+	}
 	wctx, cancel := context.WithCancel(ws.ctx)
-	w := &watcher{id: id, key: cr.Key, end: cr.RangeEnd, ctx: wctx, cancel: cancel}
+	w := &watcher{id: id, key: cr.Key, end: cr.RangeEnd, ctx: wctx, cancel: cancel, next: start}
 	for _, f := range cr.Filters {
 		switch f {
 		case etcdpb.WatchCreateRequest_NOPUT:
@@ -165,12 +170,6 @@ func (ws *watchStream) create(cr *etcdpb.WatchCreateRequest) {
 		refuse(rpctypes.ErrGRPCEmptyKey.Error(), 0)
 		return
 	}
-	hdr := ws.s.header(0)
-	start := cr.StartRevision
-	if start <= 0 {
-		start = hdr.Revision + 1
-	}
-	w.next = start
 	ch, err := ws.s.store.Watch(wctx, &pb.WatchRequest{Key: cr.Key, RangeEnd: cr.RangeEnd, StartRevision: start, PrevKv: cr.PrevKv})
 	if err != nil {
 		if errors.Is(err, fsm.ErrCompacted) {
