@@ -34,9 +34,25 @@ const MaxMetaSize = memberlist.MetaMaxSize
 type Meta struct {
 	ID       string   // node ID, unique in the cluster; also the memberlist node name
 	Roles    []string // RoleServer, RolePServer, RoleTrainer
-	GRPCAddr string   // host:port of the node's gRPC API
+	GRPCAddr string   // host:port of the node's gRPC client API
 	RaftAddr string   // host:port of the node's Raft transport
 	HTTPAddr string   // host:port of the node's HTTP (metrics, health) server
+	// PeerAddr is the host:port of the node-to-node gRPC services (write
+	// forwarding, checkpoint blobs); empty for a node that serves them on
+	// GRPCAddr (use Meta.Peer).
+	PeerAddr string
+	// PServerAddr is the host:port of the pserver data path (Pull, Push);
+	// empty for a node without it.
+	PServerAddr string
+}
+
+// Peer is the address of m's node-to-node services: PeerAddr, or GRPCAddr
+// for a member that announces none.
+func (m Meta) Peer() string {
+	if m.PeerAddr != "" {
+		return m.PeerAddr
+	}
+	return m.GRPCAddr
 }
 
 // HasRole reports whether m lists role (RoleServer, RolePServer,
@@ -60,13 +76,15 @@ type wireMeta struct {
 	GRPCAddr    string   `json:"g,omitempty"`
 	RaftAddr    string   `json:"ra,omitempty"`
 	HTTPAddr    string   `json:"h,omitempty"`
+	PeerAddr    string   `json:"p,omitempty"`
+	PServerAddr string   `json:"ps,omitempty"`
 	Incarnation uint32   `json:"i,omitempty"`
 }
 
 func encodeMeta(m Meta, incarnation uint32) ([]byte, error) {
 	b, err := json.Marshal(wireMeta{
 		ID: m.ID, Roles: m.Roles, GRPCAddr: m.GRPCAddr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
-		Incarnation: incarnation,
+		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, Incarnation: incarnation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
@@ -84,7 +102,8 @@ func decodeMeta(b []byte) (Meta, uint32, error) {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Meta{}, 0, fmt.Errorf("decode meta: %w", err)
 	}
-	return Meta{ID: w.ID, Roles: w.Roles, GRPCAddr: w.GRPCAddr, RaftAddr: w.RaftAddr, HTTPAddr: w.HTTPAddr}, w.Incarnation, nil
+	return Meta{ID: w.ID, Roles: w.Roles, GRPCAddr: w.GRPCAddr, RaftAddr: w.RaftAddr, HTTPAddr: w.HTTPAddr,
+		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr}, w.Incarnation, nil
 }
 
 // Status is a member's state as seen by this member.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/raftstore"
 )
 
 // Config is the configuration of one node. Build it with DefaultConfig
@@ -19,8 +20,16 @@ type Config struct {
 	// checkpoints/ (the checkpoint blob store) (required).
 	DataDir string
 
-	// GRPCAddr is the bind address of the gRPC API (default 127.0.0.1:7000).
+	// GRPCAddr is the bind address of the gRPC client API (default
+	// 127.0.0.1:7000): KV, Lease, Watch, Cluster, Master, CheckpointStore.
 	GRPCAddr string
+	// PeerAddr is the bind address of the node-to-node gRPC services
+	// (Internal write forwarding, CheckpointStore); PServerAddr that of the
+	// pserver data path (PServer). Empty (the default) binds an ephemeral
+	// port on GRPCAddr's host: other nodes and trainers learn both from
+	// gossip and slot records, never from flags.
+	PeerAddr    string
+	PServerAddr string
 	// RaftAddr is the bind address of the Raft transport (default 127.0.0.1:7001).
 	RaftAddr string
 	// GossipAddr is the bind address of gossip, UDP and TCP (default 127.0.0.1:7002).
@@ -66,6 +75,13 @@ type Config struct {
 	// the master's default).
 	DeadServerTimeout time.Duration
 
+	// DiskReserve is the free space (bytes) the data dir's file system
+	// must keep: below it the node refuses writes with ResourceExhausted
+	// naming the disk, /readyz and `raftps status` say why, and writes
+	// resume by themselves once space is freed (default
+	// raftstore.DefaultDiskReserve, 64 MiB).
+	DiskReserve uint64
+
 	// Logger receives every component's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -83,6 +99,7 @@ func DefaultConfig() Config {
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		DeadServerTimeout:  30 * time.Second,
+		DiskReserve:        raftstore.DefaultDiskReserve,
 	}
 }
 

@@ -12,7 +12,8 @@
 //
 // # What a node runs
 //
-// Open starts, in this order: the listeners (gRPC API, HTTP); gossip
+// Open starts, in this order: the data dir lock; the listeners (the three
+// gRPC service classes below, HTTP); gossip
 // (members and their roles and addresses; the forwarder resolves the
 // leader's gRPC address from it); the Raft store over the FSM
 // (raftstore, fsm) in <DataDir>/raft; the gRPC services (KV, Lease, Watch,
@@ -24,6 +25,44 @@
 // HTTP server (/healthz, /readyz, /metrics). Close undoes it in reverse
 // order: agents release their leases, RPCs stop, leadership is handed over,
 // the node leaves gossip, stores close. Close is safe twice.
+//
+// # gRPC service classes
+//
+// The node serves gRPC on three listeners, one server per service class,
+// each with its own limits (etcd separates client and peer listeners for
+// the same reason): a limit fit for parameter traffic must not let a KV
+// client make the node read 1 GiB, and client streams must not starve the
+// data path. A call to a service of another class is refused with
+// Unimplemented naming the node's three addresses, before its message is
+// read.
+//
+//	class              address (Config)          services                         max recv   max send   streams/conn
+//	client API         GRPCAddr (7000)           KV, Lease, Watch, Cluster,        4 MiB     256 MiB    1000
+//	                                             Master, CheckpointStore
+//	pserver data path  PServerAddr (ephemeral)   PServer                           1 GiB       1 GiB    1000 (+ pserver
+//	                                                                                                          window tuning)
+//	node-to-node       PeerAddr (ephemeral)      Internal, CheckpointStore        64 MiB      64 MiB     256
+//
+// A message over "max recv" is refused by gRPC with ResourceExhausted
+// before it is read into memory or reaches a handler (so a 64 MiB KV put
+// never reaches Raft; the largest legal put is 1.5 MiB of value). Streams
+// beyond the per-connection cap wait for a free one. The client API keeps
+// its well-known port; PeerAddr and PServerAddr default to ephemeral ports
+// on GRPCAddr's host, announced in gossip (Meta.PeerAddr, Meta.PServerAddr)
+// and, for the data path, in the slot records trainers dial. CheckpointStore
+// is on both: peers replicate blobs node-to-node, `raftps checkpoint` reads
+// them on the client port.
+//
+// # Disk space
+//
+// Every write the node starts (client API, forwarded from followers, its
+// agents' and the master's) first asks a raftstore.DiskGuard: while the
+// data dir's file system has less than Config.DiskReserve free (64 MiB by
+// default), it is refused at once with ResourceExhausted naming the data
+// dir and the figures, /readyz answers 503 with the same reason and
+// StatusResponse.errors (`raftps status`) lists it. Reads and lease
+// keepalives go on, the leader keeps leading (nothing meets ENOSPC in its
+// log), and writes resume by themselves within 100 ms of space returning.
 //
 // # Data dir
 //

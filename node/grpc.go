@@ -1,14 +1,126 @@
 package node
 
 import (
-	"google.golang.org/grpc"
+	"context"
+	"fmt"
+	"net"
+	"strings"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/raftstore/etcdapi"
 )
 
-// newGRPCServer is the node's one gRPC server: the pserver's transport
-// tuning (window sizes, socket buffers, a non-zeroing buffer pool) serves
-// every service.
-func newGRPCServer() *grpc.Server {
-	return grpc.NewServer(append(pserver.ServerOptions(), grpcMetricsOptions()...)...) // + gRPC server metrics (metrics_training.go)
+// A serviceClass is one gRPC server of the node with its own listener,
+// message size, stream and concurrency limits (etcd serves clients and
+// peers on separate listeners for the same reason): a limit fit for
+// parameter traffic (1 GiB) must not let a KV client make the node
+// receive 1 GiB, and a flood of client streams must not starve the
+// pserver data path.
+type serviceClass struct {
+	name string
+	// MaxRecvMsgSize bounds one received message: larger ones are refused
+	// with ResourceExhausted by gRPC before they are read into memory.
+	maxRecv int
+	// maxSend bounds one sent message.
+	maxSend int
+	// maxStreams is the per-connection cap of concurrent streams (HTTP/2
+	// MAX_CONCURRENT_STREAMS): further RPCs of that connection wait.
+	maxStreams uint32
+	// services are the gRPC services this class serves; a call to another
+	// service is refused with Unimplemented naming the right port.
+	services []string
+	// tuned: the pserver's transport tuning (64 MiB flow-control windows,
+	// 1 MiB socket buffers, a non-zeroing buffer pool).
+	tuned bool
+}
+
+// The node's three service classes (documented in doc.go).
+var (
+	clientClass = serviceClass{
+		name:       "client API",
+		maxRecv:    4 << 20,
+		maxSend:    256 << 20,
+		maxStreams: 1000,
+		services: append([]string{pb.KV_ServiceDesc.ServiceName, pb.Lease_ServiceDesc.ServiceName,
+			pb.Watch_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName,
+			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName},
+			etcdapi.ServiceNames...),
+	}
+	pserverClass = serviceClass{
+		name:       "pserver data path",
+		maxRecv:    pserver.MaxMessageSize,
+		maxSend:    pserver.MaxMessageSize,
+		maxStreams: 1000,
+		services:   []string{pb.PServer_ServiceDesc.ServiceName},
+		tuned:      true,
+	}
+	peerClass = serviceClass{
+		name:       "node-to-node",
+		maxRecv:    64 << 20,
+		maxSend:    64 << 20,
+		maxStreams: 256,
+		services:   []string{pb.Internal_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName},
+	}
+)
+
+// serves reports whether the class serves the gRPC method full
+// ("/raftps.v1.KV/Put").
+func (c serviceClass) serves(full string) bool {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	for _, s := range c.services {
+		if s == svc {
+			return true
+		}
+	}
+	return false
+}
+
+// newServer returns the class's gRPC server. Calls to services of other
+// classes are refused before their message is read (a tap handle), so a
+// port's limits cannot be used for another class's traffic.
+func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.maxRecv),
+		grpc.MaxSendMsgSize(c.maxSend),
+		grpc.MaxConcurrentStreams(c.maxStreams),
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			if !c.serves(info.FullMethodName) {
+				return nil, status.Errorf(codes.Unimplemented, "%s is not served on the %s port of this node (%s)",
+					info.FullMethodName, c.name, others)
+			}
+			return ctx, nil
+		}),
+	}
+	if c.tuned {
+		// pserver.ServerOptions sets the same message limits; ours come
+		// first and its tuning follows.
+		opts = append(opts, pserver.ServerOptions()...)
+	}
+	opts = append(opts, grpcMetricsOptions()...) // gRPC server metrics (metrics_training.go)
+	return grpc.NewServer(append(opts, extra...)...)
+}
+
+// grpcServers are the node's gRPC servers, one per service class.
+type grpcServers struct {
+	client, pserver, peer          *grpc.Server
+	clientLis, pserverLis, peerLis net.Listener
+}
+
+// listenClass binds addr, or, if addr is empty, an ephemeral port on the
+// host of the client API address (peers learn it from gossip).
+func listenClass(addr, clientAddr string) (net.Listener, error) {
+	if addr == "" {
+		host, _, err := net.SplitHostPort(clientAddr)
+		if err != nil {
+			return nil, fmt.Errorf("client address %q: %w", clientAddr, err)
+		}
+		addr = net.JoinHostPort(host, "0")
+	}
+	return net.Listen("tcp", addr)
 }

@@ -8,15 +8,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpHandler serves /healthz (the process answers), /readyz (a leader is
-// known and the FSM has applied everything committed; 503 with the reason
-// otherwise) and /metrics (Prometheus).
+// httpHandler serves /healthz (the process answers), /readyz (no health
+// error such as a full disk, a leader is known and the FSM has applied
+// everything committed; 503 with the reason otherwise) and /metrics
+// (Prometheus).
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if errs := n.healthErrors(); len(errs) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for _, e := range errs {
+				fmt.Fprintf(w, "not ready: %s\n", e)
+			}
+			return
+		}
 		st := n.store.Stats()
 		if st.LeaderID == "" || st.AppliedIndex < st.CommitIndex {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -17,6 +17,7 @@ import (
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
@@ -31,16 +32,18 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	fsm     *fsm.FSM
-	store   *raftstore.Store
-	gossip  *gossip.Gossip
-	fwd     *service.Forwarder
-	grpc    *grpc.Server
-	grpcLis net.Listener
+	fsm    *fsm.FSM
+	store  *raftstore.Store
+	disk   *raftstore.DiskGuard
+	gated  gatedStore // store behind the disk guard: what services and agents use
+	gossip *gossip.Gossip
+	fwd    *service.Forwarder
+	grpcServers
 	http    *http.Server
 	httpLis net.Listener
 	master  *master.Master
 	ckpt    *checkpoint.Manager
+	ps      *pserver.Server // nil without the pserver role
 
 	lock   *dirLock // <DataDir>/LOCK, held from Open to the end of Close
 	cancel context.CancelFunc
@@ -93,8 +96,14 @@ func (n *Node) fail(err error) {
 	})
 }
 
-// GRPCAddr is the bound address of the gRPC API (valid after Open).
-func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+// GRPCAddr is the bound address of the gRPC client API (valid after Open).
+func (n *Node) GRPCAddr() string { return n.clientLis.Addr().String() }
+
+// PeerAddr is the bound address of the node-to-node services (valid after Open).
+func (n *Node) PeerAddr() string { return n.peerLis.Addr().String() }
+
+// PServerAddr is the bound address of the pserver data path (valid after Open).
+func (n *Node) PServerAddr() string { return n.pserverLis.Addr().String() }
 
 // HTTPAddr is the bound address of the HTTP server (valid after Open).
 func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
@@ -126,11 +135,18 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
+	n.disk = raftstore.NewDiskGuard(n.cfg.DataDir, n.cfg.DiskReserve)
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 
-	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+	if n.clientLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen gRPC %s: %w", n.cfg.GRPCAddr, err)
+	}
+	if n.peerLis, err = listenClass(n.cfg.PeerAddr, n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen node-to-node gRPC %s: %w", n.cfg.PeerAddr, err)
+	}
+	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen pserver gRPC %s: %w", n.cfg.PServerAddr, err)
 	}
 	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("listen HTTP %s: %w", n.cfg.HTTPAddr, err)
@@ -139,7 +155,11 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.
 	gcfg := gossip.DefaultConfig()
 	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.advertised(n.GRPCAddr()),
-		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.HTTPAddr())}
+		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.HTTPAddr()),
+		PeerAddr: n.advertised(n.PeerAddr())}
+	if n.cfg.hasRole(gossip.RolePServer) {
+		gcfg.Meta.PServerAddr = n.advertised(n.PServerAddr())
+	}
 	gcfg.BindAddr = n.cfg.GossipAddr
 	if n.cfg.Advertise != "" {
 		gcfg.AdvertiseAddr = n.advertised(n.cfg.GossipAddr)
@@ -153,7 +173,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 	n.fwd = service.NewForwarder(func(id string) (string, bool) {
 		m, ok := n.gossip.Member(id)
-		return m.Meta.GRPCAddr, ok
+		return m.Meta.Peer(), ok
 	})
 
 	n.fsm = fsm.New(n.log.With("component", "fsm"))
@@ -180,6 +200,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if err := n.store.Open(); err != nil {
 		return err
 	}
+	n.gated = gatedStore{Store: n.store, disk: n.disk}
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
@@ -190,28 +211,41 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		n.watchIDConflict(runCtx)
 	}
 
-	n.grpc = newGRPCServer()
-	service.New(n.store).Register(n.grpc)
-	master.NewService(n.store, n.gossip).Register(n.grpc)
+	ports := fmt.Sprintf("client API %s, node-to-node %s, pserver %s", n.GRPCAddr(), n.PeerAddr(), n.PServerAddr())
+	n.client = clientClass.newServer(ports, grpc.ChainUnaryInterceptor(n.statusErrors))
+	n.peer = peerClass.newServer(ports)
+	n.pserver = pserverClass.newServer(ports)
+	// service.Register registers KV, Lease, Watch and Internal; each
+	// server's tap handle refuses what its class does not serve.
+	svc := service.New(n.gated)
+	svc.Register(n.client)
+	svc.Register(n.peer)
+	master.NewService(n.gated, n.gossip).Register(n.client)
 	// etcd's v3 API (etcdserverpb) over the same store, for etcdctl and
 	// etcd's clients.
-	etcdapi.New(n.store, n.gossip).Register(n.grpc)
+	etcdapi.New(n.gated, n.gossip).Register(n.client)
 	if err := n.openRoles(runCtx); err != nil {
 		return err
 	}
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		if err := n.grpc.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			n.log.Error("gRPC server", "err", err)
-		}
-	}()
+	for _, s := range []struct {
+		srv *grpc.Server
+		lis net.Listener
+		cls serviceClass
+	}{{n.client, n.clientLis, clientClass}, {n.peer, n.peerLis, peerClass}, {n.pserver, n.pserverLis, pserverClass}} {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := s.srv.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				n.log.Error("gRPC server", "class", s.cls.name, "err", err)
+			}
+		}()
+	}
 
 	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
-		Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
+		Logger: n.cfg.Logger.With("component", "master")}, n.gated, n.gossip)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -233,7 +267,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.log.Error("HTTP server", "err", err)
 		}
 	}()
-	n.log.Info("node started", "grpc", n.GRPCAddr(), "raft", n.cfg.RaftAddr,
+	n.log.Info("node started", "grpc", n.GRPCAddr(), "peer", n.PeerAddr(), "pserver", n.PServerAddr(), "raft", n.cfg.RaftAddr,
 		"gossip", n.gossip.LocalAddr(), "http", n.HTTPAddr(), "roles", n.cfg.Roles)
 	return nil
 }
@@ -299,11 +333,7 @@ func (n *Node) Close() error {
 		} else if n.httpLis != nil {
 			n.httpLis.Close()
 		}
-		if n.grpc != nil {
-			stopGRPC(n.grpc, 3*time.Second)
-		} else if n.grpcLis != nil {
-			n.grpcLis.Close()
-		}
+		n.grpcServers.stop(3 * time.Second)
 		if n.store != nil {
 			if err := n.store.Close(); err != nil && !errors.Is(err, raftstore.ErrNotOpen) {
 				errs = append(errs, fmt.Errorf("close raft store: %w", err))
@@ -327,15 +357,32 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// stopGRPC stops s gracefully, or at once after timeout.
-func stopGRPC(s *grpc.Server, timeout time.Duration) {
-	stopped := make(chan struct{})
-	go func() { s.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(timeout):
-		s.Stop()
+// stop stops the servers gracefully, in parallel, or at once after
+// timeout; it closes the listeners of servers never started.
+func (g *grpcServers) stop(timeout time.Duration) {
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		srv *grpc.Server
+		lis net.Listener
+	}{{g.client, g.clientLis}, {g.peer, g.peerLis}, {g.pserver, g.pserverLis}} {
+		switch {
+		case s.srv != nil:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stopped := make(chan struct{})
+				go func() { s.srv.GracefulStop(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-time.After(timeout):
+					s.srv.Stop()
+				}
+			}()
+		case s.lis != nil:
+			s.lis.Close()
+		}
 	}
+	wg.Wait()
 }
 
 // dataDirOf is where role agents keep their files.

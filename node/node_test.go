@@ -93,6 +93,15 @@ func TestNodeOpenReadyClose(t *testing.T) {
 	if st := n.Store().Stats(); st.LeaderID != "n1" {
 		t.Fatalf("leader %q, want n1", st.LeaderID)
 	}
+	// Ready once the FSM has applied what is committed (just after the
+	// election it may not have yet).
+	deadline := time.Now().Add(10 * time.Second)
+	for !ready(n.HTTPAddr()) {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz not 200 within 10 s of leading")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get("http://" + n.HTTPAddr() + path)
 		if err != nil {

@@ -44,8 +44,8 @@ func (p gossipPeers) Peers() []checkpoint.Peer {
 		if m.Meta.ID == p.self || m.Status != gossip.StatusAlive {
 			continue
 		}
-		host, _, _ := net.SplitHostPort(m.Meta.GRPCAddr)
-		out = append(out, checkpoint.Peer{ID: m.Meta.ID, Addr: m.Meta.GRPCAddr, Host: host})
+		host, _, _ := net.SplitHostPort(m.Meta.Peer())
+		out = append(out, checkpoint.Peer{ID: m.Meta.ID, Addr: m.Meta.Peer(), Host: host})
 	}
 	return out
 }
@@ -54,13 +54,17 @@ func (p gossipPeers) Peers() []checkpoint.Peer {
 // any node can hold replicas) and the pserver and trainer agents of its
 // roles.
 func (n *Node) openRoles(ctx context.Context) error {
-	local := service.Local{Store: n.store}
+	local := service.Local{Store: n.gated}
 	store, err := checkpoint.Open(n.dataDirOf("checkpoints"), n.log.With("component", "checkpoint"))
 	if err != nil {
 		return err
 	}
 	n.onClose = append(n.onClose, store.Close)
-	pb.RegisterCheckpointStoreServer(n.grpc, checkpoint.NewService(store, n.log))
+	// Peers fetch and store replicas on the node-to-node port; the CLI
+	// reads and verifies them on the client port.
+	ckptSvc := checkpoint.NewService(store, n.log).WithMeta(local) // deletes and manifest replacements are checked against pointers
+	pb.RegisterCheckpointStoreServer(n.peer, ckptSvc)
+	pb.RegisterCheckpointStoreServer(n.client, ckptSvc)
 	host, _, _ := net.SplitHostPort(n.GRPCAddr())
 	peers := gossipPeers{g: n.gossip, self: n.cfg.ID}
 	mgr, err := checkpoint.New(checkpoint.Config{NodeID: n.cfg.ID, Host: host, Store: store, Meta: local, Peers: peers, Logger: n.log})
@@ -88,13 +92,15 @@ func (n *Node) openRoles(ctx context.Context) error {
 
 	if n.cfg.hasRole(gossip.RolePServer) {
 		srv := pserver.NewServer()
-		pb.RegisterPServerServer(n.grpc, srv)
-		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), Logger: n.log}, local, srv, mgr, peers)
+		n.ps = srv
+		pb.RegisterPServerServer(n.pserver, srv)
+		// Slot records carry the data path's address: trainers dial it.
+		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), Logger: n.log}, local, srv, mgr, peers)
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {
 		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, Logger: n.log},
-			local, master.NewService(n.store, n.gossip))
+			local, master.NewService(n.gated, n.gossip))
 		n.goAgent(ctx, a.Run)
 	}
 	return nil

@@ -74,7 +74,7 @@ func TestNodeAndCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status json: %v\n%s", err, out)
 	}
-	for _, k := range []string{"id", "leader", "term", "commit_index", "applied_index", "voters"} {
+	for _, k := range []string{"id", "leader", "term", "commit_index", "applied_index", "voters", "errors"} {
 		if _, ok := st[k]; !ok {
 			t.Errorf("status -o json lacks %q: %s", k, out)
 		}

@@ -13,6 +13,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 		logLevel   string
 		key        string
 		configFile string
+		reserve    uint64
 	)
 	c := &cobra.Command{
 		Use:   "node",
@@ -36,6 +37,7 @@ with an existing data dir, and for a node added to a running cluster:
 			if key != "" {
 				cfg.GossipKey = []byte(key)
 			}
+			cfg.DiskReserve = reserve << 20
 			n, err := node.New(cfg)
 			if err != nil {
 				return err
@@ -48,7 +50,9 @@ with an existing data dir, and for a node added to a running cluster:
 	f.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "start this server as a new cluster of one voter from its own data dir (when a majority is gone for good); remove it after one start")
 	f.StringVar(&cfg.ID, "id", "", "node id, unique in the cluster (required)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory (required)")
-	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC API and node-to-node RPC address")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC client API address")
+	f.StringVar(&cfg.PeerAddr, "peer-addr", "", "node-to-node gRPC address (default: an ephemeral port on the --grpc-addr host; announced in gossip)")
+	f.StringVar(&cfg.PServerAddr, "pserver-addr", "", "pserver data path gRPC address (default: an ephemeral port on the --grpc-addr host; announced in slot records)")
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "Raft transport address")
 	f.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip address (UDP and TCP)")
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP address (/healthz, /readyz, /metrics)")
@@ -62,6 +66,7 @@ with an existing data dir, and for a node added to a running cluster:
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "raft-leader-lease-timeout", cfg.LeaderLeaseTimeout, "Raft leader lease timeout")
+	f.Uint64Var(&reserve, "disk-reserve-mib", cfg.DiskReserve>>20, "free space (MiB) the data dir's disk must keep; below it writes are refused with ResourceExhausted")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	return c
 }

@@ -25,10 +25,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 					"id": st.Id, "leader": st.Leader, "leader_addr": st.LeaderAddr, "term": st.Term,
 					"commit_index": st.CommitIndex, "applied_index": st.AppliedIndex, "last_log_index": st.LastLogIndex,
 					"raft_state": st.RaftState, "voters": nonNil(st.Voters), "nonvoters": nonNil(st.Nonvoters), "revision": st.Revision,
+					"errors": nonNil(st.Errors),
 				}, func(w io.Writer) {
 					fmt.Fprintf(w, "id: %s\nstate: %s\nleader: %s (%s)\nterm: %d\ncommit index: %d\napplied index: %d\nvoters: %s\nnonvoters: %s\nrevision: %d\n",
 						st.Id, st.RaftState, st.Leader, st.LeaderAddr, st.Term, st.CommitIndex, st.AppliedIndex,
 						strings.Join(st.Voters, ","), strings.Join(st.Nonvoters, ","), st.Revision)
+					for _, e := range st.Errors {
+						fmt.Fprintf(w, "error: %s\n", e)
+					}
 				})
 			})
 		},
