@@ -139,11 +139,8 @@ func mustCluster(tb testing.TB, n int) *cluster {
 			cancel()
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := c.leader(ctx).Join(ctx, id, s.Addr(), true); err != nil {
-			cancel()
-			tb.Fatalf("join %s: %v", id, err)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		join(ctx, tb, c.leader, id, s.Addr())
 		cancel()
 	}
 	// Every store knows the leader and has caught up.
@@ -290,4 +287,22 @@ func ctxT(tb testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	tb.Cleanup(cancel)
 	return ctx
+}
+
+// join adds id as a voter through the current leader, again after a
+// leader change (Join is idempotent): on the shared, loaded test machine a
+// leader can lose its term while committing the configuration change.
+func join(ctx context.Context, tb testing.TB, leader func(context.Context) *Store, id, addr string) {
+	tb.Helper()
+	for {
+		err := leader(ctx).Join(ctx, id, addr, true)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || ctx.Err() != nil {
+			tb.Fatalf("join %s: %v", id, err)
+		}
+		tb.Logf("join %s: %v; retrying through the next leader", id, err)
+		time.Sleep(50 * time.Millisecond)
+	}
 }
