@@ -648,3 +648,29 @@ func TestCodecDecodeAllocationsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotMemoryOfTrainersBounded: LeaveStep with ever new trainer names
+// (the away set) and pushes with ever new trainer ids (push ids) cannot
+// grow a slot without bound, and a huge trainer id is refused.
+func TestSlotMemoryOfTrainersBounded(t *testing.T) {
+	s := mustSlot(t, syncSpec(), 0, 1)
+	s.SetTrainers([]string{"a"})
+	for i := range 3 * maxAway {
+		s.LeaveStep(fmt.Sprint("ghost-", i))
+	}
+	s.mu.RLock()
+	n := len(s.away)
+	s.mu.RUnlock()
+	if n > maxAway+1 {
+		t.Fatalf("%d trainers remembered as away, want at most %d", n, maxAway+1)
+	}
+	long := string(make([]byte, MaxTrainerIDLen+1))
+	if _, err := pushW(context.Background(), s, long, 0, ones(10, 1), 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("push with a %d-byte trainer id: %v", len(long), err)
+	}
+	srv := NewServer()
+	srv.Host("job", 0, s)
+	if _, err := srv.LeaveStep(context.Background(), &pb.LeaveStepRequest{Job: "job", Trainer: long}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("LeaveStep with a %d-byte trainer id: %v", len(long), err)
+	}
+}

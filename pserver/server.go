@@ -130,6 +130,9 @@ func (srv *Server) LeaveStep(ctx context.Context, req *pb.LeaveStepRequest) (*pb
 	if err := s.checkFence(); err != nil {
 		return nil, err
 	}
+	if n := len(req.GetTrainer()); n == 0 || n > MaxTrainerIDLen {
+		return nil, errorf(ErrInvalid, "leave step: trainer id of %d bytes, want 1 to %d", n, MaxTrainerIDLen)
+	}
 	s.LeaveStep(req.GetTrainer())
 	return &pb.LeaveStepResponse{}, nil
 }

@@ -433,6 +433,9 @@ const (
 	// MaxGradient bounds |g| of every gradient element; a larger, NaN or
 	// Inf element is ErrInvalid.
 	MaxGradient = 1e12
+	// MaxTrainerIDLen bounds the trainer id of a push or LeaveStep (slots
+	// remember ids: push ids, trainers away); a longer one is ErrInvalid.
+	MaxTrainerIDLen = 256
 	// MaxExamples bounds PushRequest.examples (the weight of a push in the
 	// sync average); a larger or negative value is ErrInvalid.
 	MaxExamples = 1 << 32
@@ -633,6 +636,9 @@ func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse,
 
 // push applies a validated push (see Push).
 func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
+	if len(req.GetTrainer()) > MaxTrainerIDLen {
+		return nil, errorf(ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
+	}
 	if n := req.GetExamples(); n < 0 || n > MaxExamples {
 		return nil, errorf(ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
 	}
@@ -898,6 +904,19 @@ func (s *Slot) maybeCompleteLocked() {
 // longer in the trainer set; beyond it those are forgotten.
 const maxAway = 4096
 
+// pruneAwayLocked forgets away trainers that are not members once more
+// than maxAway are remembered (write lock held).
+func (s *Slot) pruneAwayLocked() {
+	if len(s.away) <= maxAway {
+		return
+	}
+	for t := range s.away {
+		if !s.members[t] {
+			delete(s.away, t)
+		}
+	}
+}
+
 // SetTrainers sets the live trainers of the job (the node calls it whenever
 // /jobs/<job>/trainers/ changes). Trainers no longer listed leave the
 // current sync step, which completes with the others; new ones join from
@@ -911,13 +930,7 @@ func (s *Slot) SetTrainers(ids []string) {
 		m[id] = true
 	}
 	s.members = m
-	if len(s.away) > maxAway {
-		for t := range s.away {
-			if !m[t] {
-				delete(s.away, t)
-			}
-		}
-	}
+	s.pruneAwayLocked()
 	if s.cur.open {
 		for t := range s.cur.expect {
 			if !m[t] {
@@ -939,6 +952,7 @@ func (s *Slot) LeaveStep(trainer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.away[trainer] = true
+	s.pruneAwayLocked()
 	if s.cur.open {
 		delete(s.cur.expect, trainer)
 		s.maybeCompleteLocked()
