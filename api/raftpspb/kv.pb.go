@@ -2081,7 +2081,13 @@ type StatusResponse struct {
 	// errors are the node's conditions that refuse or impede service, e.g.
 	// "disk full: data dir ... has 3.0 MiB free, below the reserve of 64.0
 	// MiB" (etcd's StatusResponse.errors); empty when healthy.
-	Errors        []string `protobuf:"bytes,13,rep,name=errors,proto3" json:"errors,omitempty"`
+	Errors []string `protobuf:"bytes,13,rep,name=errors,proto3" json:"errors,omitempty"`
+	// version is the node's raftps version (internal/version: the release
+	// stamp, or the module version and VCS revision).
+	Version string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
+	// db_size is the bytes of the node's Raft data (log store and
+	// snapshots) on disk.
+	DbSize        int64 `protobuf:"varint,15,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2205,6 +2211,20 @@ func (x *StatusResponse) GetErrors() []string {
 		return x.Errors
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetDbSize() int64 {
+	if x != nil {
+		return x.DbSize
+	}
+	return 0
 }
 
 // Internal is node-to-node: a follower forwards writes and read-index
@@ -2625,7 +2645,7 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0fMembersResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"\x0f\n" +
-	"\rStatusRequest\"\x97\x03\n" +
+	"\rStatusRequest\"\xca\x03\n" +
 	"\x0eStatusResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -2642,7 +2662,9 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	" \x03(\tR\tnonvoters\x12\x1a\n" +
 	"\brevision\x18\v \x01(\x03R\brevision\x12$\n" +
 	"\x0elast_log_index\x18\f \x01(\x04R\flastLogIndex\x12\x16\n" +
-	"\x06errors\x18\r \x03(\tR\x06errors\"/\n" +
+	"\x06errors\x18\r \x03(\tR\x06errors\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\tR\aversion\x12\x17\n" +
+	"\adb_size\x18\x0f \x01(\x03R\x06dbSize\"/\n" +
 	"\x13ForwardApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\".\n" +
 	"\x14ForwardApplyResponse\x12\x16\n" +
