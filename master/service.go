@@ -16,6 +16,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/internal/version"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -296,7 +297,10 @@ func (s *Service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	st := s.store.Stats()
 	out := &pb.StatusResponse{Header: s.header(), Id: st.ID, Leader: st.LeaderID, LeaderAddr: st.Leader,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
-		RaftState: st.State, Revision: st.Revision, LastLogIndex: st.LastLogIndex}
+		RaftState: st.State, Revision: st.Revision, LastLogIndex: st.LastLogIndex, Version: version.Get().Version}
+	if d, ok := s.store.(interface{ DBSize() int64 }); ok {
+		out.DbSize = d.DBSize()
+	}
 	if servers, err := s.store.Configuration(); err == nil {
 		for _, srv := range servers {
 			if srv.Suffrage == 0 {

@@ -142,3 +142,18 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 	}
 	return info, syncFile(dir)
 }
+
+// DBSize is the bytes on disk of this server's Raft data: the log store
+// and the snapshots under <DataDir>/raft (etcd's db size).
+func (s *Store) DBSize() int64 {
+	var n int64
+	_ = filepath.WalkDir(filepath.Join(s.cfg.DataDir, "raft"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
