@@ -482,7 +482,9 @@ class Watcher:
                 err = errors.from_grpc(e)
             except errors.RaftpsError as e:
                 err = e
-            if self._cancelled.is_set():
+            except ValueError:  # the client was closed under the watch
+                break
+            if self._cancelled.is_set() or c._closed:
                 break
             if not isinstance(err, (errors.Unavailable, errors.DeadlineExceeded, errors.Aborted,
                                     errors.Cancelled, errors.Unknown, errors.Internal)):

@@ -140,7 +140,9 @@ class Events:
                 err: errors.RaftpsError = errors.Unavailable("job event stream ended")
             except grpc.RpcError as e:
                 err = errors.from_grpc(e)
-            if self._cancelled.is_set():
+            except ValueError:  # the client was closed under the stream
+                break
+            if self._cancelled.is_set() or c._closed:
                 break
             if not isinstance(err, (errors.Unavailable, errors.DeadlineExceeded, errors.Aborted,
                                     errors.Cancelled, errors.Unknown, errors.Internal)):
