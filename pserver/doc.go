@@ -49,10 +49,11 @@
 //
 // Nothing a trainer sends is trusted (DESIGN.md, "Validation before
 // mutation"): pushes are validated tensor by tensor (also per message of
-// PushStream) with |g| <= MaxGradient, examples <= MaxExamples and no
-// block or row twice, and an update is committed only if every resulting
-// value and optimizer state is finite (else InvalidArgument, slot
-// unchanged). Named pulls are sized before allocating, refuse duplicates
+// PushStream) with |g| <= MaxGradient, examples <= MaxExamples, trainer ids
+// of at most MaxTrainerIDLen bytes and no block or row twice, and an update
+// is committed only if every resulting value and optimizer state is finite
+// (else InvalidArgument, slot unchanged). A sync push from a trainer not in
+// the trainer set waits at most MemberWait. Named pulls are sized before allocating, refuse duplicates
 // and are capped at MaxPullBytes; pulls never create rows. RestoreSlot
 // refuses non-finite or negative-step state. The Client refuses pull
 // responses carrying blocks of another slot.
