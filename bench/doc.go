@@ -16,6 +16,9 @@
 //     loopback, each with its default fsync durability, driven by the same
 //     load generator (Store) for puts with 1, 16 and 256 clients,
 //     linearizable gets, compare-and-swap Txns and lease grant+keepalive;
+//   - etcd client: the same put, get, CAS and lease workloads sent with
+//     etcd's Go client (go.etcd.io/etcd/client/v3) to raftps' etcd API and
+//     to etcd;
 //   - failover: SIGKILL of the leader to the first successful write, both;
 //   - recovery in training (raftps only): a trainer, the node of pserver
 //     slot 0 and the leader SIGKILLed under a running job, timed from the

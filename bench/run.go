@@ -24,7 +24,7 @@ type Config struct {
 	Dataset string
 	// Quick shortens the run (2 s per workload, 3 recovery trials, 1x Go benchmarks).
 	Quick bool
-	// Skip names sections not to run: "kv", "failover", "training", "gobench", "profile".
+	// Skip names sections not to run: "kv", "etcdclient", "failover", "training", "gobench", "profile".
 	Skip []string
 	// KeepData keeps the temp dir of the clusters' data and logs (its
 	// path is logged) instead of removing it.
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	etcdBin := ""
-	needClusters := !r.skipped("kv") || !r.skipped("failover")
+	needClusters := !r.skipped("kv") || !r.skipped("etcdclient") || !r.skipped("failover")
 	if needClusters {
 		etcdBin, err = ensureEtcd(ctx, r.logf)
 		if err != nil {
@@ -161,6 +161,9 @@ func (r *runner) storeSections(ctx context.Context, tmp, etcdBin string) {
 	r.logf("clusters up: %d", len(clusters))
 	if !r.skipped("kv") {
 		r.kvSection(ctx, clusters)
+	}
+	if !r.skipped("etcdclient") {
+		r.etcdClientSection(ctx, clusters)
 	}
 	if !r.skipped("failover") {
 		r.failoverSection(ctx, clusters)

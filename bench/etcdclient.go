@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdClientStore is Store over etcd's Go client (go.etcd.io/etcd/client/v3),
+// the client PaddlePaddle's master and pserver were written against: the
+// "etcd client" section drives raftps' etcd API (raftstore/etcdapi) and
+// etcd with it, so the two columns differ only in the server.
+type etcdClientStore struct{ c *clientv3.Client }
+
+var _ Store = (*etcdClientStore)(nil)
+
+func newEtcdClientStore(endpoints []string) (Store, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client %v: %w", endpoints, err)
+	}
+	return &etcdClientStore{c}, nil
+}
+
+func (s *etcdClientStore) Put(ctx context.Context, key string, val []byte) error {
+	_, err := s.c.Put(ctx, key, string(val))
+	return err
+}
+
+func (s *etcdClientStore) Get(ctx context.Context, key string) error {
+	_, err := s.c.Get(ctx, key)
+	return err
+}
+
+func (s *etcdClientStore) Version(ctx context.Context, key string) (int64, error) {
+	r, err := s.c.Get(ctx, key)
+	if err != nil || len(r.Kvs) == 0 {
+		return 0, err
+	}
+	return r.Kvs[0].Version, nil
+}
+
+func (s *etcdClientStore) CAS(ctx context.Context, key string, version int64, val []byte) (bool, error) {
+	r, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", version)).
+		Then(clientv3.OpPut(key, string(val))).Commit()
+	if err != nil {
+		return false, err
+	}
+	return r.Succeeded, nil
+}
+
+func (s *etcdClientStore) LeaseGrantKeepAlive(ctx context.Context, ttl int64) (int64, error) {
+	g, err := s.c.Grant(ctx, ttl)
+	if err != nil {
+		return 0, err
+	}
+	k, err := s.c.KeepAliveOnce(ctx, g.ID)
+	if err != nil {
+		return int64(g.ID), err
+	}
+	if k.TTL <= 0 {
+		return int64(g.ID), errKeepAlive
+	}
+	return int64(g.ID), nil
+}
+
+func (s *etcdClientStore) Revoke(ctx context.Context, id int64) error {
+	_, err := s.c.Revoke(ctx, clientv3.LeaseID(id))
+	return err
+}
+
+func (s *etcdClientStore) Close() error { return s.c.Close() }
+
+// etcdClientSection runs put, get, CAS and lease workloads with etcd's Go
+// client against raftps (clusters[0]) and etcd (clusters[1]), interleaved
+// workload by workload like kvSection, into the "etcd client" rows.
+func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
+	dur, maxOps := 5*time.Second, int64(50000)
+	if r.cfg.Quick {
+		dur, maxOps = 2*time.Second, 20000
+	}
+	pools := make([][]Store, len(clusters))
+	defer func() {
+		for _, p := range pools {
+			for _, s := range p {
+				s.Close()
+			}
+		}
+	}()
+	for i, c := range clusters {
+		for range 8 { // 8 clients (connections) per system, as kvSection
+			s, err := newEtcdClientStore(c.Endpoints())
+			if err != nil {
+				r.note(fmt.Sprintf("etcd client section: %s: %v", c.Name(), err))
+				return
+			}
+			pools[i] = append(pools[i], s)
+		}
+	}
+	leases := make([]*sync.Map, len(clusters))
+	for i := range leases {
+		leases[i] = &sync.Map{}
+	}
+	wls := []func(i int) Workload{
+		func(int) Workload { return PutWorkload(1) },
+		func(int) Workload { return PutWorkload(16) },
+		func(int) Workload { return GetWorkload(16) },
+		func(int) Workload { return CASWorkload(16) },
+		func(i int) Workload { return LeaseWorkload(16, leases[i]) },
+	}
+	for k, mk := range wls {
+		res := make([]float64, 2)
+		p99 := make([]float64, 2)
+		res[0], res[1], p99[0], p99[1] = NA, NA, NA, NA
+		var name string
+		errs := make([]int64, 2)
+		for i, c := range clusters {
+			w := mk(i)
+			name = w.Name
+			_, _ = RunLoad(ctx, pools[i], w, 300*time.Millisecond, 1000)
+			lr, err := RunLoad(ctx, pools[i], w, dur, maxOps)
+			if k == len(wls)-1 {
+				revokeAll(ctx, leases[i])
+			}
+			if err != nil {
+				r.logf("etcd client → %s %s: %v", c.Name(), w.Name, err)
+				continue
+			}
+			r.logf("etcd client → %-7s %-36s %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", c.Name(), w.Name,
+				lr.Throughput(), ms(lr.P50), ms(lr.P99), lr.Ops, lr.Errors)
+			res[i], p99[i], errs[i] = lr.Throughput(), ms(lr.P99), lr.Errors
+			r.raw[fmt.Sprintf("etcdclient/%s/%s", c.Name(), name)] = lr
+		}
+		note := ""
+		if errs[0] > 0 || errs[1] > 0 {
+			note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
+		}
+		r.add(Row{Section: "etcd client", Metric: name + " throughput", Unit: "ops/s", Ours: res[0], BaseName: "etcd", Base: res[1], Note: note})
+		r.add(Row{Section: "etcd client", Metric: name + " p99", Unit: "ms", Ours: p99[0], BaseName: "etcd", Base: p99[1]})
+	}
+}
