@@ -47,14 +47,18 @@
 //     and in Raft snapshots, see its metrics), Alarm GET
 //     (no alarms), HashKV (CRC-32 over the key/value state at a revision),
 //     Snapshot (raftps' FSM snapshot, the bytes raftps' Raft snapshots
-//     hold, followed by their SHA-256 like etcd's stream; it is not a bolt
-//     database: `etcdctl snapshot status/restore` cannot read it).
+//     hold, zero-padded to a multiple of 512 bytes with its length at the
+//     end, then its SHA-256, the shape etcdctl 3.4 checks; it is not a bolt
+//     database: `etcdctl snapshot status/restore` cannot read it,
+//     ParseSnapshot gives the FSM snapshot back for fsm.FSM.Restore).
 //
 // Everything else (Compact, RangeStream, member add/remove/update/promote,
 // Defragment, MoveLeader, Downgrade, Auth, nested Txns, Compare with
 // range_end, Put with ignore_value/ignore_lease, a revision inside a Txn)
 // answers codes.Unimplemented with a message naming what to use instead,
-// never a wrong answer.
+// never a wrong answer. The client's "hasleader" metadata
+// (clientv3.WithRequireLeader) is not checked: a watch on a node that lost
+// its leader goes on serving what that node applies.
 //
 // # Ids
 //
