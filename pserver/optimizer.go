@@ -221,14 +221,6 @@ func axpy(a float32, x, y []float32) {
 	blas32.Axpy(a, blas32.Vector{N: len(x), Inc: 1, Data: x}, blas32.Vector{N: len(y), Inc: 1, Data: y})
 }
 
-// scal computes x *= a with gonum's BLAS level 1.
-func scal(a float32, x []float32) {
-	if len(x) == 0 {
-		return
-	}
-	blas32.Scal(a, blas32.Vector{N: len(x), Inc: 1, Data: x})
-}
-
 // sgd is plain stochastic gradient descent: w ← w − lr·g
 // (Robbins & Monro 1951; Bottou 2010, "Large-scale machine learning with SGD").
 type sgd struct{}
