@@ -1,10 +1,31 @@
 GO ?= go
 PROTOS := $(wildcard api/raftps/v1/*.proto)
 
-.PHONY: build test generate bench demo jepsen tools vet
+.PHONY: build test generate bench demo jepsen tools vet release
+
+# VERSION is stamped into release binaries (internal/version.Version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+LDFLAGS := -s -w -X github.com/raftps/raftps/internal/version.Version=$(VERSION)
 
 build:
 	$(GO) build -o bin/raftps ./cmd/raftps
+
+# release builds static binaries (CGO_ENABLED=0: every dependency is pure
+# Go) of raftps and raftps-bench for each of RELEASE_PLATFORMS into
+# dist/<VERSION>/, with -trimpath and the version stamped in, and a
+# SHA256SUMS file (check with: cd dist/<VERSION> && sha256sum -c SHA256SUMS).
+release:
+	@rm -rf dist/$(VERSION) && mkdir -p dist/$(VERSION)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  for cmd in raftps raftps-bench; do \
+	    echo "build $$cmd $$os/$$arch $(VERSION)"; \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+	      -o dist/$(VERSION)/$$cmd-$(VERSION)-$$os-$$arch ./cmd/$$cmd; \
+	  done; \
+	done
+	@cd dist/$(VERSION) && sha256sum raftps* > SHA256SUMS && cat SHA256SUMS
 
 # tools installs what the tests need from Debian's packages (protoc is only
 # needed by generate; iproute2 and nftables by the Jepsen suite).
@@ -31,8 +52,12 @@ test: build
 demo: build
 	./bin/raftps demo
 
+# bench runs raftps-bench (not part of the product binary) against
+# bin/raftps; scripts/install-etcd.sh installs etcd for the etcd baseline.
 bench: build
-	./bin/raftps bench
+	$(GO) build -o bin/raftps-bench ./cmd/raftps-bench
+	./scripts/install-etcd.sh
+	./bin/raftps-bench --bin bin/raftps
 
 jepsen: build
 	$(GO) test -count=1 -timeout 30m -v -run TestJepsen ./integration/jepsen -jepsen.long

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/raftps/raftps/internal/localcluster"
 	"path/filepath"
@@ -271,21 +272,16 @@ func (c *etcdCluster) Close() {
 	}
 }
 
-// ensureEtcd returns the path of etcd, installing Debian's etcd-server
-// with apt-get when it is missing.
-func ensureEtcd(ctx context.Context, logf func(string, ...any)) (string, error) {
-	if p, err := lookPath("etcd"); err == nil {
-		return p, nil
+// ErrNoEtcd: the etcd baseline needs an etcd binary on PATH.
+var ErrNoEtcd = errors.New("bench: etcd not found on PATH")
+
+// ensureEtcd returns the path of etcd. The benchmark installs nothing:
+// scripts/install-etcd.sh (run by `make bench`) installs Debian's
+// etcd-server.
+func ensureEtcd(_ context.Context, _ func(string, ...any)) (string, error) {
+	p, err := lookPath("etcd")
+	if err != nil {
+		return "", fmt.Errorf("%w: run scripts/install-etcd.sh (as root) or put etcd on PATH, or --skip kv,failover", ErrNoEtcd)
 	}
-	logf("etcd not found: apt-get install -y etcd-server")
-	if _, err := runLogged(ctx, "apt-get", "install", "-y", "etcd-server"); err != nil {
-		logf("apt-get install failed (%v); apt-get update and retry", err)
-		if out, err := runLogged(ctx, "apt-get", "update"); err != nil {
-			return "", fmt.Errorf("apt-get update: %w\n%s", err, out)
-		}
-		if out, err := runLogged(ctx, "apt-get", "install", "-y", "etcd-server"); err != nil {
-			return "", fmt.Errorf("apt-get install etcd-server: %w\n%s", err, out)
-		}
-	}
-	return lookPath("etcd")
+	return p, nil
 }

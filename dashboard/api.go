@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/schema"
 )
@@ -101,7 +103,12 @@ func (d *Dashboard) cluster(ctx context.Context) (*clusterView, error) {
 			mv.Raft = rv
 		}(&v.Members[i])
 	}
-	slots, err := d.slots(ctx)
+	// Slots are read from this node's replica (serializable) so that the
+	// page keeps refreshing while there is no leader; lease TTLs need the
+	// leader and are left unknown (-1) if it does not answer in time.
+	sctx, scancel := context.WithTimeout(ctx, memberTimeout)
+	slots, err := d.slots(sctx)
+	scancel()
 	wg.Wait()
 	if err != nil {
 		return nil, err
@@ -118,7 +125,9 @@ func (d *Dashboard) memberStatus(ctx context.Context, addr string) (*raftView, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, memberTimeout)
 	defer cancel()
-	st, err := c.Cluster.Status(ctx, &pb.StatusRequest{})
+	// Fail fast on a member whose connection is down (the client's
+	// default waits for it to come back).
+	st, err := c.Cluster.Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 	if err != nil {
 		return nil, fmt.Errorf("no answer from %s: %w", addr, err)
 	}
@@ -130,7 +139,7 @@ func (d *Dashboard) memberStatus(ctx context.Context, addr string) (*raftView, e
 // the leases that hold them.
 func (d *Dashboard) slots(ctx context.Context) ([]slotView, error) {
 	key, end := schema.PrefixRange(schema.JobsPrefix)
-	resp, err := d.cl.KV.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end})
+	resp, err := d.cl.KV.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end, Serializable: true})
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +163,7 @@ func (d *Dashboard) slots(ctx context.Context) ([]slotView, error) {
 			ttl, seen := ttls[kv.Lease]
 			if !seen {
 				ttl = -1
-				if lr, err := d.cl.Lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: kv.Lease}); err == nil {
+				if lr, err := d.cl.Lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: kv.Lease}, grpc.WaitForReady(false)); err == nil {
 					ttl = lr.Ttl
 				}
 				ttls[kv.Lease] = ttl

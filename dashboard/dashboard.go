@@ -39,10 +39,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Request timeouts: an API call, one member's Status, the cluster watcher's poll.
+// Request timeouts: an API call; one member's Status and the slot read of
+// the cluster view; the cluster watcher's poll interval.
 const (
 	callTimeout   = 5 * time.Second
-	memberTimeout = 500 * time.Millisecond
+	memberTimeout = 300 * time.Millisecond
 	watchInterval = 250 * time.Millisecond
 )
 
@@ -114,6 +115,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /{$}", d.serveIndex)
 	m.Handle("GET /ui/", http.StripPrefix("/ui/", http.HandlerFunc(d.serveAsset)))
 	m.HandleFunc("GET /api/cluster", d.handleCluster)
+	m.HandleFunc("GET /api/cluster/events", d.handleClusterEvents)
 	m.HandleFunc("GET /api/jobs", d.handleJobs)
 	m.HandleFunc("GET /api/jobs/{job}", d.handleJob)
 	m.HandleFunc("GET /api/jobs/{job}/events", d.handleEvents)

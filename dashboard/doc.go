@@ -15,13 +15,14 @@
 // slot keys and Lease.LeaseTimeToLive. Any node answers: those RPCs follow
 // the leader on the server side (linearizable reads, forwarded writes).
 // The Raft state of every member is asked of that member (Cluster.Status
-// on its gRPC address, 500 ms bound). Node deaths and leader changes are
+// on its gRPC address, failing fast, 300 ms bound). Node deaths and leader changes are
 // not job events: a cluster watcher polls Members and Status every 250 ms
 // and keeps the last 512 changes in memory (lost when the node restarts).
 //
 // # HTTP API (JSON; times are Unix milliseconds)
 //
 //	GET  /api/cluster                          members, Raft state per member, slot placement with leases
+//	GET  /api/cluster/events                   server-sent events: "cluster" (a node or leader change)
 //	GET  /api/jobs                             every job
 //	GET  /api/jobs/{job}                       one job with its checkpoints and restores
 //	GET  /api/jobs/{job}/events                server-sent events: "job" (a JobEvent), "status"

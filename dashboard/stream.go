@@ -163,6 +163,55 @@ func (d *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// handleClusterEvents streams the cluster's changes (node status, leader)
+// as server-sent "cluster" events as the cluster watcher sees them, so the
+// cluster page shows a new leader without waiting for its next poll.
+func (d *Dashboard) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(d.ctx, cancel)
+	defer stop()
+	var after int64
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		after, _ = strconv.ParseInt(id, 10, 64)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	out := sse{w: w, rc: http.NewResponseController(w)}
+	if _, err := fmt.Fprintf(w, "retry: %d\n\n", retryMS); err != nil {
+		return
+	}
+	past, ch, unsubscribe := d.events.subscribe()
+	defer unsubscribe()
+	for _, ev := range past {
+		if ev.Seq > after && out.send("cluster", strconv.FormatInt(ev.Seq, 10), ev) != nil {
+			return
+		}
+	}
+	if out.comment("live") != nil {
+		return
+	}
+	heartbeat := time.NewTicker(heartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-ch:
+			err = out.send("cluster", strconv.FormatInt(ev.Seq, 10), ev)
+		case <-heartbeat.C:
+			err = out.comment("keep-alive")
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // followJob sends the job's events from seq from to ch, gap-free, and
 // re-opens WatchJob (with backoff) when it breaks, until ctx ends or the
 // job ends (JOB_ENDED; ch is then closed) or is deleted.

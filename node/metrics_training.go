@@ -152,8 +152,8 @@ func (m *leaderMetrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // trainingCollector exports each job's training progress from this node's
-// FSM replica (every node exports the same values; the job label tells
-// them apart), read at scrape time. Counters over events (examples, task
+// FSM replica (every node exports the same values; the job_name label
+// tells the jobs apart), read at scrape time. Counters over events (examples, task
 // results, restores) are summed from the job's retained events as the
 // scrapes see them: a job whose events were pruned between two scrapes
 // undercounts.
@@ -176,7 +176,9 @@ type jobTally struct {
 
 func newTrainingCollector(n *Node) *trainingCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append([]string{"job"}, labels...), nil)
+		// "job_name", not "job": Prometheus gives every scraped series
+		// its target's job label and would rename ours to exported_job.
+		return prometheus.NewDesc(name, help, append([]string{"job_name"}, labels...), nil)
 	}
 	return &trainingCollector{n: n, jobs: map[string]*jobTally{},
 		tasks:       d("raftps_job_tasks", "Tasks of the job's current pass by state (todo, pending, done, failed).", "state"),

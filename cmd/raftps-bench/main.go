@@ -1,10 +1,19 @@
+// Command raftps-bench measures raftps against etcd and its own baselines
+// (package bench). It is not part of the product binary: `make bench`
+// builds both, installs etcd with scripts/install-etcd.sh and runs
+//
+//	raftps-bench --bin bin/raftps
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +21,16 @@ import (
 	"github.com/raftps/raftps/internal/testutil"
 )
 
-func newBenchCmd(g *globals) *cobra.Command {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newBenchCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "raftps-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
 		quick      bool
 		root, out  string
@@ -22,10 +40,11 @@ func newBenchCmd(g *globals) *cobra.Command {
 		keep       bool
 	)
 	c := &cobra.Command{
-		Use:   "bench",
-		Short: "measure raftps against etcd and its own baselines; write bench/results/<UTC time>.md",
-		Long: `Start a 3-node raftps cluster and a 3-node etcd cluster (Debian's etcd-server,
-installed with apt-get if missing) on loopback and drive both with the same load
+		Use:          "raftps-bench",
+		SilenceUsage: true,
+		Short:        "measure raftps against etcd and its own baselines; write bench/results/<UTC time>.md",
+		Long: `Start a 3-node raftps cluster and a 3-node etcd cluster (etcd on PATH: Debian's
+etcd-server, installed by scripts/install-etcd.sh) on loopback and drive both with the same load
 (puts of 256 B with 1, 16 and 256 clients, linearizable gets, CAS txns, lease
 grant+keepalive), time leader failover on both, time recovery of a running
 training job after a trainer, a pserver node and the leader are SIGKILLed, run
@@ -44,22 +63,18 @@ shortens every measurement.`,
 				root = r
 			}
 			if binaryPath == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				binaryPath = exe
+				binaryPath = filepath.Join(root, "bin", "raftps")
 			}
 			if out == "" {
 				out = filepath.Join(root, "bench", "results")
 			}
 			rep, err := bench.Run(cmd.Context(), bench.Config{Bin: binaryPath, Root: root, Dataset: dataset,
-				Quick: quick, Skip: skip, KeepData: keep, Log: g.err})
+				Quick: quick, Skip: skip, KeepData: keep, Log: stderr})
 			if rep == nil {
 				return err
 			}
-			fmt.Fprintln(g.out)
-			if werr := rep.WriteText(g.out); werr != nil {
+			fmt.Fprintln(stdout)
+			if werr := rep.WriteText(stdout); werr != nil {
 				return werr
 			}
 			paths, serr := rep.Save(out)
@@ -67,7 +82,7 @@ shortens every measurement.`,
 				return errors.Join(err, serr)
 			}
 			for _, p := range paths {
-				fmt.Fprintf(g.out, "wrote %s\n", p)
+				fmt.Fprintf(stdout, "wrote %s\n", p)
 			}
 			return err
 		},
@@ -79,6 +94,6 @@ shortens every measurement.`,
 	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, failover, training, gobench, profile")
 	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
 	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
-	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default: this executable)")
+	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default <root>/bin/raftps, built by make build)")
 	return c
 }

@@ -23,7 +23,10 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		Short:         "raftps: fault-tolerant parameter-server training on an embedded Raft cluster",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagsFromEnv(cmd.Root().PersistentFlags()); err != nil {
+				return err
+			}
 			p, err := newPrinter(g.output, g.out)
 			g.printer = p
 			return err
@@ -33,22 +36,29 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	root.SetErr(errOut)
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:7000"}, "gRPC endpoints of cluster nodes (host:port,...)")
-	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "timeout of one client command")
+	pf.DurationVar(&g.timeout, "command-timeout", 10*time.Second, "timeout of one client command (dialing included)")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "alias of --command-timeout")
+	_ = pf.MarkHidden("timeout")
+	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "time to wait for a connection to any endpoint")
 	pf.StringVarP(&g.output, "output", "o", outputSimple, "output format: simple, json or table")
 	pf.StringVarP(&g.output, "write-out", "w", outputSimple, "alias of --output")
 
 	root.AddCommand(
 		newNodeCmd(g),
 		newKVCmd(g),
-		newLeaseCmd(g),
-		newMembersCmd(g),
+		withLeaseListing(newLeaseCmd(g), g),
+		hiddenAlias(newMembersCmd(g), "member list"),
+		newMemberCmd(g),
+		newEndpointCmd(g),
 		newStatusCmd(g),
 		newJobCmd(g),
 		newTrainCmd(g),
 		newCheckpointCmd(g),
 		newDemoCmd(g),
-		newBenchCmd(g),
+		newSnapshotCmd(g),
+		newVersionCmd(g),
 	)
+	refuseUnknownSubcommands(root)
 	return root
 }
 
@@ -57,9 +67,11 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 type globals struct {
 	endpoints []string
 	timeout   time.Duration
-	output    string
-	printer   printer
-	out, err  io.Writer
+	// dialTimeout bounds the wait for a connection (--dial-timeout).
+	dialTimeout time.Duration
+	output      string
+	printer     printer
+	out, err    io.Writer
 }
 
 func (g *globals) client() (*client.Client, error) { return client.New(g.endpoints) }
@@ -73,6 +85,9 @@ func (g *globals) call(parent context.Context, fn func(ctx context.Context, cl *
 	defer cl.Close()
 	ctx, cancel := g.ctx(parent)
 	defer cancel()
+	if err := g.dial(ctx, cl); err != nil {
+		return err
+	}
 	return fn(ctx, cl)
 }
 

@@ -60,9 +60,7 @@ func newKVCmd(g *globals) *cobra.Command {
 				for _, kv := range resp.Kvs {
 					out.KVs = append(out.KVs, kvj{string(kv.Key), string(kv.Value), kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease})
 				}
-				if len(resp.Kvs) == 0 && g.output != outputJSON {
-					return &exitError{code: 1, err: fmt.Errorf("key %q not found", args[0])}
-				}
+				// A missing key is no error and prints nothing (etcdctl's).
 				if g.output == outputTable {
 					rows := make([][]string, 0, len(out.KVs))
 					for _, kv := range out.KVs {

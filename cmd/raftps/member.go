@@ -28,3 +28,16 @@ func newMembersCmd(g *globals) *cobra.Command {
 		},
 	}
 }
+
+// newMemberCmd is `raftps member list` (etcdctl's member list): the
+// cluster's members as gossip and the Raft configuration see them.
+// raftps changes membership itself (a node joins with `raftps node
+// --join`; the leader adds it, and removes a server dead longer than
+// --dead-server-timeout), so there is no member add or remove.
+func newMemberCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "member", Short: "cluster membership"}
+	list := newMembersCmd(g)
+	list.Use, list.Short = "list", "list the cluster's members: id, gossip status, Raft suffrage, addresses, roles"
+	c.AddCommand(list)
+	return c
+}

@@ -4,15 +4,16 @@
 "use strict";
 
 // window.raftps is the page's state, read by the browser test: the charts,
-// the job events received, and the event-to-page latencies (ms) of events
-// that arrived live.
+// the job events received, and when each job event (by seq) arrived and
+// was drawn (Date.now(), ms).
 const raftps = (window.raftps = {
   view: "",
   charts: {},
   events: [],
   cluster: null,
   job: null,
-  latencies: [],
+  arrived: {},
+  rendered: {},
   clusterEvents: [],
 });
 
@@ -72,12 +73,26 @@ function clusterView() {
     <section><h2>Members</h2><table id="members"></table></section>
     <section><h2>pserver slots</h2><table id="slots"></table></section>
     <section><h2>Recent changes seen by this node</h2><table id="cl-events"></table></section>`;
-  stopView = poll(async () => {
+  let pushed = null; // the newest leader event pushed by the server
+  const stopPoll = poll(async () => {
     const c = await api("api/cluster");
+    // A snapshot taken before the newest pushed leader change is stale on that point.
+    if (pushed && pushed.time > c.time) { c.leader = pushed.node; c.term = pushed.term; }
     raftps.cluster = c;
     renderCluster(c);
     setConn(`answered by ${c.node} at ${fmtTime(c.time)}`);
-  }, 400);
+  }, 250);
+  // A leader change is pushed as soon as this node sees it: show it at once.
+  const es = new EventSource("api/cluster/events");
+  es.addEventListener("cluster", (m) => {
+    const e = JSON.parse(m.data);
+    if (e.kind !== "leader") return;
+    pushed = e;
+    if (raftps.cluster) { raftps.cluster.leader = e.node; raftps.cluster.term = e.term; }
+    const el = $("#leader");
+    if (el) { el.dataset.leader = e.node; el.textContent = e.node || "none"; }
+  });
+  stopView = () => { stopPoll(); es.close(); };
 }
 
 function renderCluster(c) {
@@ -95,7 +110,7 @@ function renderCluster(c) {
       return `<tr data-node="${esc(m.id)}"><td>${esc(m.id)}</td><td>${esc((m.roles || []).join(","))}</td><td>${pill(m.status)}</td><td>${esc(m.suffrage)}</td>
         <td>${r ? pill(r.state.toLowerCase()) : `<span class="err" title="${esc(m.error)}">no answer</span>`}</td>
         <td>${r ? r.term : "–"}</td><td>${r ? esc(r.leader) : "–"}</td><td>${r ? r.commit_index : "–"}</td><td>${r ? r.applied_index : "–"}</td>
-        <td>${r ? r.last_log_index : "–"}</td><td>${health}</td><td>${m.http_addr ? `<a href="http://${esc(m.http_addr)}/">${esc(m.http_addr)}</a>` : ""}</td></tr>`;
+        <td>${r ? r.last_log_index : "–"}</td><td>${health}</td><td>${m.http_addr ? `<a href="${esc(location.protocol + "//" + m.http_addr + "/")}">${esc(m.http_addr)}</a>` : ""}</td></tr>`;
     }).join("");
   $("#slots").innerHTML =
     `<tr><th>job</th><th>slot</th><th>node</th><th>address</th><th>incarnation</th><th>lease</th><th>TTL (s)</th></tr>` +
@@ -155,7 +170,13 @@ function newJobState(name) {
     acc: [[], []],
     rate: [[], []],
     queue: [[], [], [], [], []],
-    timeline: [], // {t, cat, label}
+    timeline: [], // job events: {t (cluster time, s), cat, label}
+    clusterTL: [], // node and leader changes: {wall (ms, this node's clock), cat, label}
+    // lag estimates how far cluster time (job events' clock, see fsm's
+    // replicated clock) is behind this node's wall clock: the smallest
+    // arrival - event time seen. Node and leader changes, stamped with the
+    // wall clock, are drawn at wall - lag to share the job's time axis.
+    lag: null,
     recent: [], // examples in the rate window: {t, n}
     log: [], // notable events, newest last
     status: null,
@@ -241,7 +262,8 @@ function makeJobCharts(st) {
 // timelineData aligns the timeline's events on one x array (uPlot's data
 // layout), one series per category.
 function timelineData(st) {
-  const evs = st.timeline.slice().sort((a, b) => a.t - b.t);
+  const lag = st.lag || 0;
+  const evs = st.timeline.concat(st.clusterTL.map((c) => ({ t: (c.wall - lag) / 1000, cat: c.cat, label: c.label }))).sort((a, b) => a.t - b.t);
   const xs = [], ys = TL.map(() => []);
   for (const e of evs) {
     xs.push(e.t);
@@ -250,7 +272,7 @@ function timelineData(st) {
   return [xs].concat(ys);
 }
 
-function addTimeline(st, t, cat, label) {
+function addTimeline(st, t, cat, label) { // t: cluster time (s)
   st.timeline.push({ t, cat, label });
   st.log.push({ t, label, cat });
 }
@@ -265,9 +287,11 @@ function onStatus(st) {
 
 function onJobEvent(st, e) {
   raftps.events.push(e);
+  const now = Date.now();
+  raftps.arrived[e.seq] = now;
+  st.pending.push(e);
+  if (e.time && (st.lag === null || now - e.time < st.lag)) st.lag = now - e.time;
   const t = e.time / 1000;
-  const live = e.time >= st.opened - 100;
-  if (live) st.pending.push(e);
   switch (e.type) {
     case "job_submitted":
       if (!st.t0) st.t0 = t;
@@ -314,11 +338,10 @@ function onJobEvent(st, e) {
 
 function onClusterEvent(st, e) {
   raftps.clusterEvents.push(e);
-  const t = e.time / 1000;
-  if (st.t0 && t < st.t0) return;
-  if (e.kind === "member") addTimeline(st, t, 0, e.message);
-  else if (e.kind === "leader") addTimeline(st, t, 1, e.message);
-  if (e.time >= st.opened) st.pending.push(e);
+  if (st.status && e.time < st.status.submitted) return; // before the job (roughly: cluster time lags)
+  const cat = e.kind === "member" ? 0 : 1;
+  st.clusterTL.push({ wall: e.time, cat, label: e.message });
+  st.log.push({ wall: e.time, label: e.message });
   st.dirty = true;
 }
 
@@ -335,7 +358,7 @@ function renderJob(st) {
   if (raftps.job !== st || !raftps.charts.loss) return;
   const s = st.status;
   const ended = s && s.finished;
-  st.t1 = ended ? Math.max(s.finished / 1000, lastX(st)) : Math.max(Date.now() / 1000, lastX(st));
+  st.t1 = ended ? Math.max(s.finished / 1000, lastX(st)) : Math.max((Date.now() - (st.lag || 0)) / 1000, lastX(st));
   if (st.dirty) {
     raftps.charts.loss.setData(st.loss);
     raftps.charts.acc.setData(st.acc);
@@ -346,12 +369,18 @@ function renderJob(st) {
   }
   if (s) renderJobTables(st);
   const now = Date.now();
-  for (const e of st.pending) raftps.latencies.push(now - e.time);
+  for (const e of st.pending) raftps.rendered[e.seq] = now;
   st.pending = [];
 }
 
+// logTime is a log entry's time on the job's (cluster time) axis, in ms.
+function logTime(st, l) {
+  return l.wall ? l.wall - (st.lag || 0) : l.t * 1000;
+}
+
 function lastX(st) {
-  return Math.max(st.loss[0].length ? st.loss[0][st.loss[0].length - 1] : 0, st.timeline.length ? st.timeline[st.timeline.length - 1].t : 0);
+  const lastWall = st.clusterTL.length ? (st.clusterTL[st.clusterTL.length - 1].wall - (st.lag || 0)) / 1000 : 0;
+  return Math.max(st.loss[0].length ? st.loss[0][st.loss[0].length - 1] : 0, st.timeline.length ? st.timeline[st.timeline.length - 1].t : 0, lastWall);
 }
 
 function renderJobTables(st) {
@@ -388,7 +417,7 @@ function renderJobTables(st) {
     };
   });
   $("#log").innerHTML = `<tr><th>time</th><th>event</th></tr>` +
-    st.log.slice(-40).reverse().map((l) => `<tr><td>${fmtTime(l.t * 1000)}</td><td class="wrap">${esc(l.label)}</td></tr>`).join("");
+    st.log.slice().sort((a, b) => logTime(st, a) - logTime(st, b)).slice(-40).reverse().map((l) => `<tr><td>${fmtTime(logTime(st, l))}</td><td class="wrap">${esc(l.label)}</td></tr>`).join("");
 }
 
 route();
