@@ -474,6 +474,15 @@ func TestWriteExportHostileBlocks(t *testing.T) {
 	if _, err := export(Block{Name: "p", Shape: []int64{8}, Data: []float32{1, 2}}, Block{Name: "p", Shape: []int64{8}, Offset: 1, Data: []float32{3}}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("overlapping blocks: %v, want ErrCorrupt", err)
 	}
+	// A decoder that indexes a rank-0 embedding's last dimension (as
+	// cmd/raftps's did) panics: the export fails, the process does not.
+	rank0 := DecoderFunc(func([]byte) ([]Block, error) {
+		var shape []int64
+		return []Block{{Name: "e", Shape: shape, Offset: 3 * shape[len(shape)-1]}}, nil
+	})
+	if err := WriteExport(io.Discard, ExportHeader{Job: "h", Version: 1}, map[int32][]byte{0: nil}, rank0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a decoder panicking on a rank-0 embedding: %v, want ErrCorrupt", err)
+	}
 	// A rank-0 parameter is one value.
 	if n, err := export(Block{Name: "s", Data: []float32{7}}); err != nil || n <= 4 {
 		t.Errorf("rank 0: %d bytes, %v", n, err)

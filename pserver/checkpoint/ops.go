@@ -370,7 +370,7 @@ func WriteExport(w io.Writer, h ExportHeader, blobs map[int32][]byte, dec Decode
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		blocks, err := dec.DecodeVShard(blobs[id])
+		blocks, err := decodeSafe(dec, blobs[id])
 		if err != nil {
 			return fmt.Errorf("export: decode vshard %d: %w", id, err)
 		}
@@ -434,6 +434,18 @@ func WriteExport(w io.Writer, h ExportHeader, blobs map[int32][]byte, dec Decode
 		return err
 	}
 	return writeParams(buf, names, params, func(b []byte) error { _, err := w.Write(b); return err })
+}
+
+// decodeSafe runs dec on a blob, turning a panic of the decoder (a crafted
+// blob reaching a bug, e.g. a rank-0 embedding's Shape[len-1]) into an
+// ErrCorrupt error.
+func decodeSafe(dec Decoder, blob []byte) (blocks []Block, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			blocks, err = nil, fmt.Errorf("%w: decoder panicked: %v", ErrCorrupt, r)
+		}
+	}()
+	return dec.DecodeVShard(blob)
 }
 
 // writeParams streams the data section through fn in 64 KiB pieces:
