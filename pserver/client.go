@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/shape"
 )
 
 // Resolver maps a job's slots to pserver gRPC addresses (from
@@ -443,7 +444,7 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 		if !ok || !p.Embedding {
 			return errorf(ErrInvalid, "push: %q is not an embedding", name)
 		}
-		if int64(len(sg.Values)) != int64(len(sg.Rows))*p.Dim {
+		if n, ok := shape.Mul(int64(len(sg.Rows)), p.Dim); !ok || int64(len(sg.Values)) != n {
 			return errorf(ErrInvalid, "push: param %q: %d values for %d rows of dim %d", name, len(sg.Values), len(sg.Rows), p.Dim)
 		}
 		// The pservers refuse a row named twice: repeated rows are summed
@@ -560,7 +561,11 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 		}
 		pos[j] = i
 	}
-	out := make([]float32, int64(len(rows))*p.Dim)
+	n, ok := shape.Mul(int64(len(rows)), p.Dim)
+	if !ok || n > MaxPullBytes/4 {
+		return nil, errorf(ErrInvalid, "pull rows: %d rows of dim %d of param %q are too many for one pull", len(rows), p.Dim, name)
+	}
+	out := make([]float32, n)
 	d := int(p.Dim)
 	data := make([][]byte, c.layout.NumPservers)
 	err := c.parallel(func(slot int32) error {

@@ -674,3 +674,27 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 		t.Fatalf("LeaveStep with a %d-byte trainer id: %v", len(long), err)
 	}
 }
+
+// TestPushRowsLengthOverflow: len(rows)·dim overflowing int64 (2^18 rows of
+// an embedding of dim 2^46) made the length check pass on empty data and
+// the slicing of the gradient panic; now it is InvalidArgument.
+func TestPushRowsLengthOverflow(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
+		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{4, 1 << 46}, Embedding: true}}}
+	s := mustSlot(t, spec, 0, 1)
+	rows := make([]int64, 1<<18)
+	_, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "e", Rows: rows}}})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("push of 2^18 rows of dim 2^46 with no data: %v, want ErrInvalid", err)
+	}
+	c, err := NewClient(spec, "t", StaticResolver{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(context.Background(), &Grads{Sparse: map[string]SparseGrad{"e": {Rows: rows}}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("client push: %v, want ErrInvalid", err)
+	}
+	if _, err := c.PullRows(context.Background(), "e", rows); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("client pull rows: %v, want ErrInvalid", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/shape"
 )
 
 // key names one entry of a slot: a dense block or an embedding row of the
@@ -482,7 +483,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 		}
 		if p.Embedding {
 			rows := t.GetRows()
-			if int64(len(t.GetData())/4) != int64(len(rows))*p.Dim {
+			if n, ok := shape.Mul(int64(len(rows)), p.Dim); !ok || int64(len(t.GetData())/4) != n {
 				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
 			g := viewFloat32s(t.GetData())
