@@ -170,13 +170,16 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	var out string
+	var out, format string
 	export := &cobra.Command{
 		Use: "export JOB [VERSION] --out FILE", Short: "write every parameter of a version to one portable file (pserver/checkpoint/FORMAT.md)",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required")
+			}
+			if format != "raftps" && format != "safetensors" {
+				return fmt.Errorf("--format %q: want raftps or safetensors", format)
 			}
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
 				v, err := versionArg(ctx, mgr, args)
@@ -187,7 +190,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := mgr.Export(ctx, args[0], v, vshardDecoder, f); err != nil {
+				if err := exportAs(ctx, mgr, args[0], v, format, f); err != nil {
 					f.Close()
 					os.Remove(out)
 					return err
@@ -202,6 +205,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 		},
 	}
 	export.Flags().StringVar(&out, "out", "", "output file")
+	export.Flags().StringVar(&format, "format", "raftps", "file format: raftps (pserver/checkpoint/FORMAT.md) or safetensors (F32 tensors named and shaped as the job's params; PyTorch's load_state_dict takes them)")
 	best := &cobra.Command{
 		Use: "best JOB", Short: "the complete version with the best test accuracy", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -263,4 +267,18 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 		}
 	}
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
+}
+
+// exportAs writes version v of job to w in format "raftps" or
+// "safetensors" (the raftps export streamed through
+// checkpoint.ExportSafetensors).
+func exportAs(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format string, w io.Writer) error {
+	if format != "safetensors" {
+		return mgr.Export(ctx, job, v, vshardDecoder, w)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(mgr.Export(ctx, job, v, vshardDecoder, pw)) }()
+	err := checkpoint.ExportSafetensors(pr, w)
+	pr.CloseWithError(err)
+	return err
 }
