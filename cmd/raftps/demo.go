@@ -46,6 +46,15 @@ func (c *demoCluster) node(id string) *localcluster.Node {
 	return nil
 }
 
+// httpAddrs lists the nodes' HTTP addresses (each serves the dashboard).
+func (c *demoCluster) httpAddrs() string {
+	var a []string
+	for _, d := range c.nodes {
+		a = append(a, d.HTTP)
+	}
+	return strings.Join(a, ", ")
+}
+
 func (c *demoCluster) endpoints() []string {
 	var eps []string
 	for _, d := range c.nodes {
@@ -123,7 +132,7 @@ accuracy misses its target or a fault was not survived.`,
 	}
 	sf.register(c)
 	c.Flags().StringVar(&dataDir, "data-dir", "", "where the nodes keep their data (default: a temporary directory, removed at the end)")
-	c.Flags().BoolVar(&keep, "keep", false, "keep the data and logs of the nodes")
+	c.Flags().BoolVar(&keep, "keep", false, "leave the cluster running after the summary (Ctrl-C stops it) and keep the data and logs of the nodes")
 	c.Flags().BoolVar(&noFaults, "no-faults", false, "train without killing nodes (the baseline run)")
 	return c
 }
@@ -156,6 +165,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		}
 	}
 	fmt.Fprintf(w, "started 3 nodes (logs in %s)\n", dataDir)
+	fmt.Fprintf(w, "dashboard: http://%s/ (every node serves it: %s)\n", cluster.nodes[0].HTTP, cluster.httpAddrs())
 	cl, err := client.New(cluster.endpoints())
 	if err != nil {
 		return err
@@ -274,6 +284,11 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		return err
 	}
 	printDemoSummary(g.out, res, faults, spec)
+	if keep {
+		// Leave the cluster up so a person can look at the dashboard.
+		fmt.Fprintf(w, "\n--keep: the cluster stays up; dashboard at http://%s/ ; Ctrl-C stops it (data in %s)\n", cluster.nodes[0].HTTP, dataDir)
+		<-ctx.Done()
+	}
 	if !noFaults && len(faults) < 2 {
 		return &exitError{code: 4, err: fmt.Errorf("only %d of 2 faults were injected", len(faults))}
 	}
