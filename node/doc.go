@@ -22,7 +22,8 @@
 // with its pruning loop; the pserver and trainer agents of the node's
 // roles (gossip.RoleServer, RolePServer, RoleTrainer); the master's leader
 // loop (it acts only while this node leads); bootstrap-expect; and the
-// HTTP server (/healthz, /readyz, /metrics). Close undoes it in reverse
+// HTTP server (/healthz, /readyz, /metrics, and the web dashboard at /:
+// package dashboard). Close undoes it in reverse
 // order: agents release their leases, RPCs stop, leadership is handed over,
 // the node leaves gossip, stores close. Close is safe twice.
 //
