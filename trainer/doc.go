@@ -42,9 +42,11 @@
 // cannot fix (bad shapes, a task outside the dataset) are reported with
 // TaskFailed and the loop goes on.
 //
-// Sync-mode pservers wait for every trainer of the step. The trainer calls
-// LeaveStep whenever it stops pushing: before sleeping on WAIT, before an
-// eval task, at PASS_OVER and JOB_OVER, and when Run returns.
+// Sync-mode pservers wait for every trainer of the step, and a registered
+// trainer counts from the start, pushed or not. The trainer calls
+// LeaveStep whenever it stops pushing: before sleeping on WAIT (also when
+// WAIT is the first answer it gets), before an eval task, at PASS_OVER and
+// JOB_OVER, and when Run returns.
 //
 // # Baseline
 //
