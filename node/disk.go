@@ -16,7 +16,7 @@ import (
 // in the log (which costs the leader its leadership and leaves clients
 // waiting for a leader until their deadline). Reads, watches and lease
 // keepalives (in memory on the leader) pass through. It recovers by
-// itself: the guard re-reads the free space at most every 100 ms.
+// itself: the guard reads the free space afresh on every write.
 type gatedStore struct {
 	*raftstore.Store
 	disk *raftstore.DiskGuard

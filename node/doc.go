@@ -62,8 +62,10 @@
 // default), it is refused at once with ResourceExhausted naming the data
 // dir and the figures, /readyz answers 503 with the same reason and
 // StatusResponse.errors (`raftps status`) lists it. Reads and lease
-// keepalives go on, the leader keeps leading (nothing meets ENOSPC in its
-// log), and writes resume by themselves within 100 ms of space returning.
+// keepalives go on, the leader keeps leading (no write the node starts
+// meets ENOSPC in its log; the store's own revocations of expired leases
+// do not pass the guard, the reserve leaves room for them), and writes resume by themselves as soon as space returns (the
+// guard reads statfs on every write).
 //
 // # Data dir
 //

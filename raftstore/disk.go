@@ -3,9 +3,7 @@ package raftstore
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"syscall"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -24,9 +22,6 @@ var ErrDiskFull = errors.New("disk full")
 // header, so that writes admitted just before the check flips still land.
 const DefaultDiskReserve = 64 << 20
 
-// diskCheckInterval bounds how stale DiskGuard's view of the free space is.
-const diskCheckInterval = 100 * time.Millisecond
-
 // DiskStatus is a point-in-time view of a data dir's space (DiskGuard.Status).
 type DiskStatus struct {
 	Dir     string
@@ -38,18 +33,14 @@ type DiskStatus struct {
 
 // DiskGuard watches the free space of a data dir's file system and turns
 // "almost full" into an immediate, explained refusal of writes (Check),
-// recovering by itself when space returns. It reads statfs(2) at most
-// every 100 ms (on the Check that finds its view stale). Safe for
-// concurrent use.
+// recovering by itself when space returns. Every Check and Status reads
+// statfs(2) afresh (a few microseconds, against the milliseconds of a
+// Raft write): a view cached even for 100 ms let a write through onto a
+// disk that had just filled. Safe for concurrent use.
 type DiskGuard struct {
 	dir     string
 	reserve uint64
 	statfs  func(dir string) (free uint64, err error)
-	now     func() time.Time
-
-	mu      sync.Mutex
-	checked time.Time
-	st      DiskStatus
 }
 
 // NewDiskGuard guards dir with reserve bytes (DefaultDiskReserve if 0).
@@ -57,8 +48,7 @@ func NewDiskGuard(dir string, reserve uint64) *DiskGuard {
 	if reserve == 0 {
 		reserve = DefaultDiskReserve
 	}
-	return &DiskGuard{dir: dir, reserve: reserve, statfs: freeBytes, now: time.Now,
-		st: DiskStatus{Dir: dir, Reserve: reserve}}
+	return &DiskGuard{dir: dir, reserve: reserve, statfs: freeBytes}
 }
 
 func freeBytes(dir string) (uint64, error) {
@@ -69,16 +59,10 @@ func freeBytes(dir string) (uint64, error) {
 	return fs.Bavail * uint64(fs.Bsize), nil
 }
 
-// Status returns the current view, refreshed if stale.
+// Status reads the data dir's free space now.
 func (g *DiskGuard) Status() DiskStatus {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if now := g.now(); now.Sub(g.checked) >= diskCheckInterval || g.checked.IsZero() {
-		g.checked = now
-		free, err := g.statfs(g.dir)
-		g.st = DiskStatus{Dir: g.dir, Free: free, Reserve: g.reserve, Full: err == nil && free < g.reserve, Err: err}
-	}
-	return g.st
+	free, err := g.statfs(g.dir)
+	return DiskStatus{Dir: g.dir, Free: free, Reserve: g.reserve, Full: err == nil && free < g.reserve, Err: err}
 }
 
 // Check returns an error wrapping ErrDiskFull (gRPC ResourceExhausted,

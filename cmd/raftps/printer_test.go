@@ -76,7 +76,7 @@ func TestCommandList(t *testing.T) {
 	for _, c := range root.Commands() {
 		seen[c.Name()]++
 	}
-	for _, name := range []string{"node", "kv", "lease", "members", "status", "job", "train", "checkpoint", "demo", "bench"} {
+	for _, name := range []string{"node", "kv", "lease", "members", "member", "endpoint", "status", "job", "train", "checkpoint", "demo", "snapshot", "version"} {
 		if seen[name] != 1 {
 			t.Errorf("command %q registered %d times", name, seen[name])
 		}
