@@ -19,7 +19,8 @@ How it finds and follows the pservers, exactly as the Go client does:
   (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
 - A slot answering Unavailable (not hosted here, or fenced after its
   holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
-  to 1 s, up to ``retries`` times; then :class:`raftps.errors.Unavailable`.
+  to 250 ms, up to ``retries`` times (60: about 15 s); then
+  :class:`raftps.errors.Unavailable`.
 - Every push goes to every slot (an empty one if it holds none of the
   gradients) with the version that slot returned on the last pull, as
   the sync step. A stale push (FailedPrecondition: the sync step moved on,
@@ -314,13 +315,14 @@ class ParamClient:
             be registered under /jobs/<job>/trainers/ to be waited for, see
             :class:`raftps.tasks.TrainerSession`).
         spec: the JobSpec (default: read with GetJob).
-        retries: Unavailable retries per call (re-resolving the slot each time).
+        retries: Unavailable retries per call (re-resolving the slot each time;
+            backoff 20 ms doubling to 250 ms).
         timeout: seconds per pserver call (a sync push waits for the step).
         watch: follow slot moves with a watch (default True).
     """
 
     def __init__(self, client: Client, job: str, trainer: str, spec: job_pb2.JobSpec | None = None,
-                 retries: int = 20, timeout: float = 60.0, watch: bool = True):
+                 retries: int = 60, timeout: float = 60.0, watch: bool = True):
         self.client, self.job, self.trainer = client, job, trainer
         if spec is None:
             from raftps import jobs
@@ -328,6 +330,9 @@ class ParamClient:
         self.spec = spec
         self.layout = Layout(spec)
         self.retries, self.timeout = retries, timeout
+        # Loopback polls are cheap: a short cap brings a trainer back within
+        # a quarter second of its slot being served again.
+        self.max_backoff = 0.25
         n = self.layout.num_pservers
         self.versions = [0] * n
         self._mu = threading.Lock()
@@ -349,14 +354,22 @@ class ParamClient:
     # -- slots ------------------------------------------------------------
 
     def _follow(self) -> None:
-        try:
-            for _ in self._watcher:
-                try:
-                    self._resolve()
-                except errors.RaftpsError:
-                    pass
-        except errors.RaftpsError:
-            pass
+        while True:
+            try:
+                for _ in self._watcher:
+                    try:
+                        self._resolve()
+                    except errors.RaftpsError:
+                        pass
+                return  # cancelled
+            except errors.RaftpsError:
+                pass
+            # A watch it cannot resume (compacted): list again, watch anew.
+            try:
+                self._resolve()
+                self._watcher = self.client.watch(_slot_prefix(self.job), prefix=True)
+            except errors.RaftpsError:
+                time.sleep(0.2)
 
     def _resolve(self) -> dict[int, str]:
         kvs = self.client.range(_slot_prefix(self.job), prefix=True, serializable=True)
@@ -417,7 +430,7 @@ class ParamClient:
             self.retried += 1
             self._invalidate(slot)
             time.sleep(backoff)
-            backoff = min(2 * backoff, 1.0)
+            backoff = min(2 * backoff, self.max_backoff)
 
     def _parallel(self, fn) -> list:
         futs = [self._pool.submit(fn, s) for s in range(self.layout.num_pservers)]

@@ -75,11 +75,12 @@ class TrainerSession:
         self._cond = threading.Condition(self._mu)
         self._members: frozenset[str] = frozenset()
         self.generation = 0
+        self.rewatches = 0
         self._closed = False
         self._lease: Lease | None = None
         self._register()
-        self._watch = client.watch(trainer_prefix(job), prefix=True)
-        self._refresh()
+        rev = self._refresh()
+        self._watch = client.watch(trainer_prefix(job), prefix=True, start_revision=rev + 1)
         threading.Thread(target=self._follow, name="raftps-trainers", daemon=True).start()
 
     def _register(self) -> None:
@@ -102,9 +103,11 @@ class TrainerSession:
                     time.sleep(0.2)
         threading.Thread(target=again, daemon=True).start()
 
-    def _refresh(self) -> None:
-        kvs = self.client.range(trainer_prefix(self.job), prefix=True, keys_only=True)
-        self._set(frozenset(kv.key.decode()[len(trainer_prefix(self.job)):] for kv in kvs))
+    def _refresh(self) -> int:
+        """Re-lists the trainers; returns the revision read at."""
+        resp = self.client.range_pb(trainer_prefix(self.job), prefix=True, keys_only=True)
+        self._set(frozenset(kv.key.decode()[len(trainer_prefix(self.job)):] for kv in resp.kvs))
+        return resp.header.revision
 
     def _set(self, members: frozenset) -> None:
         with self._cond:
@@ -114,18 +117,32 @@ class TrainerSession:
                 self._cond.notify_all()
 
     def _follow(self) -> None:
-        try:
-            for ev in self._watch:
-                name = ev.kv.key.decode()[len(trainer_prefix(self.job)):]
-                with self._mu:
-                    m = set(self._members)
-                if ev.type == "PUT":
-                    m.add(name)
-                else:
-                    m.discard(name)
-                self._set(frozenset(m))
-        except errors.RaftpsError:
-            pass
+        # A watch that ends with an error it cannot resume from (e.g. its
+        # revision was compacted) is replaced by a fresh listing and a new
+        # watch from the listing's revision: no change is missed.
+        while not self._closed:
+            try:
+                for ev in self._watch:
+                    name = ev.kv.key.decode()[len(trainer_prefix(self.job)):]
+                    with self._mu:
+                        m = set(self._members)
+                    if ev.type == "PUT":
+                        m.add(name)
+                    else:
+                        m.discard(name)
+                    self._set(frozenset(m))
+                if self._closed:
+                    return
+            except errors.RaftpsError:
+                pass
+            self.rewatches += 1
+            while not self._closed:
+                try:
+                    rev = self._refresh()
+                    self._watch = self.client.watch(trainer_prefix(self.job), prefix=True, start_revision=rev + 1)
+                    break
+                except errors.RaftpsError:
+                    time.sleep(0.2)
 
     def members(self) -> frozenset[str]:
         with self._mu:

@@ -1,0 +1,364 @@
+#!/usr/bin/python3
+"""A small CNN in PyTorch trained on the shipped Fashion-MNIST
+(datasets/fashion-mnist, IDX gzip; nothing is downloaded) with raftps's
+parameter servers, task queue and checkpoints.
+
+    fashion_mnist.py demo [--epochs 2] [--no-faults]   # local 3-node cluster, faults, summary (make demo-python)
+    fashion_mnist.py local [--epochs 2]                # plain single-process PyTorch, same hyperparameters
+    fashion_mnist.py train --endpoints H:P,... --job J --id T   # one trainer process
+
+The demo starts three `raftps node` processes (roles server,pserver),
+submits an `external` job (the CNN's parameters, momentum SGD on 2 pserver
+slots, sync mode, checkpoints), runs two trainer processes, SIGKILLs one
+trainer and then the node serving pserver slot 0 (restarted 5 s later),
+adds a trainer, and prints a summary: final test accuracy (the last pass's
+eval task), how long training stood still after each fault, the restores,
+and the test accuracy of the exported safetensors checkpoint loaded into a
+fresh model. It exits 1 if the accuracy misses --target.
+
+Hyperparameters (both modes): batch 64 per trainer (sync averages the two
+trainers' batches: 128 per step; `local` uses 128), momentum SGD, lr 0.05,
+momentum 0.9, PyTorch's default initialization (raftps.torch.param_specs).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import raftps  # noqa: E402
+import raftps.jobs  # noqa: E402
+from raftps.datasets import fashion_mnist  # noqa: E402
+
+DATASET = os.path.join(ROOT, "datasets", "fashion-mnist")
+
+
+class Net(torch.nn.Module):
+    """conv5x5(16) - pool - conv5x5(32) - pool - fc(10): 18,378 parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, 5)
+        self.conv2 = torch.nn.Conv2d(16, 32, 5)
+        self.fc = torch.nn.Linear(512, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def load(split, limit=None):
+    x, y = fashion_mnist(DATASET, split, limit)
+    return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+
+
+@torch.no_grad()
+def evaluate(model, x, y, batch=1000):
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(x), batch):
+        out = model(x[i:i + batch])
+        loss += F.cross_entropy(out, y[i:i + batch], reduction="sum").item()
+        correct += (out.argmax(1) == y[i:i + batch]).sum().item()
+    model.train()
+    return loss / len(x), correct / len(x)
+
+
+# --- plain single-process PyTorch (the baseline) -------------------------
+
+def cmd_local(a):
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    x, y = load("train", a.records)
+    xt, yt = load("test")
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    bs = 2 * a.batch_size
+    t0 = time.time()
+    for epoch in range(a.epochs):
+        perm = torch.randperm(len(x))
+        for i in range(0, len(x), bs):
+            idx = perm[i:i + bs]
+            opt.zero_grad()
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        tl, ta = evaluate(model, xt, yt)
+        print(json.dumps({"ev": "epoch", "epoch": epoch, "test_accuracy": ta, "test_loss": tl,
+                          "elapsed": time.time() - t0}), flush=True)
+    n = a.epochs * len(x)
+    print(json.dumps({"ev": "local_done", "test_accuracy": ta, "seconds": time.time() - t0,
+                      "examples_per_sec": n / (time.time() - t0)}), flush=True)
+
+
+# --- one trainer process --------------------------------------------------
+
+def cmd_train(a):
+    from raftps.ps import ParamClient
+    from raftps.tasks import TaskBatches, TaskSource, TrainerSession
+    from raftps.torch import DistributedOptimizer, elastic
+
+    torch.set_num_threads(1)
+
+    def emit(**kw):
+        kw["t"] = time.time()
+        kw["id"] = a.id
+        print(json.dumps(kw), flush=True)
+
+    c = raftps.Client(a.endpoints)
+    spec = raftps.jobs.status(c, a.job).spec
+    x, y = load("train", spec.dataset.records)
+    xt, yt = load("test")
+    session = TrainerSession(c, a.job, a.id, ttl=2)
+    if a.min_trainers > 1:
+        session.wait_members(a.min_trainers, 120)
+    ps = ParamClient(c, a.job, a.id, spec=spec)
+    model = Net()
+    opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
+
+    def eval_fn(task):
+        opt.pull()
+        loss, acc = evaluate(model, xt, yt)
+        emit(ev="eval", pass_=task.pass_, test_accuracy=acc, test_loss=loss)
+        return loss, acc, len(xt)
+
+    batches = TaskBatches(TaskSource(c, a.job, a.id, ps=ps, spec=spec), eval_fn=eval_fn)
+    state = elastic.TorchState(model, opt, batches=batches, step=0)
+    state.register_reset_callbacks([lambda: emit(ev="reset", members=sorted(state.members()), step=state.step)])
+    emit(ev="start", members=sorted(session.members()))
+
+    @elastic.run
+    def train(state):
+        for idx in state.batches:
+            i = torch.from_numpy(idx)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[i]), y[i])
+            loss.backward()
+            opt.step(examples=len(idx))
+            state.batches.record(loss.item(), len(idx))
+            state.step += 1
+            emit(ev="step", step=state.step, loss=round(loss.item(), 4))
+            try:
+                state.commit()
+            except elastic.HostsUpdatedInterrupt as e:
+                emit(ev="interrupt", members=sorted(e.members), step=state.step)
+                raise
+
+    t0 = time.time()
+    train(state)
+    emit(ev="done", step=state.step, resets=state.resets, restores=state.restores, stale=opt.stale,
+         tasks=batches.source.tasks_done, seconds=time.time() - t0, retried=ps.retried)
+    session.close()
+    ps.close()
+    c.close()
+
+
+# --- the demo -------------------------------------------------------------
+
+def cmd_demo(a):
+    from raftps import localcluster
+    from raftps.torch import param_specs
+
+    bin_path = a.bin or os.path.join(ROOT, "bin", "raftps")
+    if not os.path.exists(bin_path):
+        subprocess.run(["go", "build", "-o", bin_path, "./cmd/raftps"], cwd=ROOT, check=True)
+    work = a.data_dir or tempfile.mkdtemp(prefix="raftps-demo-python-")
+    print(f"data and logs: {work}", flush=True)
+    nodes = localcluster.start(bin_path, work, 3, roles="server,pserver")
+    eps = ",".join(n.grpc for n in nodes)
+    c = raftps.Client(eps)
+    job = a.name or f"fmnist-cnn-{int(time.time()) % 100000}"
+    torch.manual_seed(a.seed)
+    spec = {"name": job, "model": {"name": "external"}, "params": param_specs(Net()),
+            "dataset": {"path": DATASET, "records": a.records}, "records_per_task": a.records_per_task,
+            "batch_size": a.batch_size, "passes": a.epochs,
+            "optimizer": {"name": "momentum", "learning_rate": a.lr, "momentum": a.momentum},
+            "num_pservers": 2, "mode": "UPDATE_MODE_SYNC", "seed": a.seed, "eval_each_pass": True,
+            "checkpoint": {"every_steps": a.checkpoint_steps, "keep_max": 3},
+            "task_timeout_floor_ms": 120000, "max_task_timeouts": 10, "target_accuracy": a.target}
+    raftps.jobs.submit(c, spec)
+    procs, logs = {}, {}
+
+    def start_trainer(tid, min_trainers=1):
+        logs[tid] = os.path.join(work, f"{tid}.log")
+        procs[tid] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "train", "--endpoints", eps,
+                                       "--job", job, "--id", tid, "--min-trainers", str(min_trainers)],
+                                      stdout=open(logs[tid], "w"), stderr=open(logs[tid] + ".err", "w"))
+
+    t_start = time.time()
+    start_trainer("t1", 2)
+    start_trainer("t2", 2)
+    faults = []  # (time, what)
+    plan = [] if a.no_faults else [(0.30, "kill-trainer"), (0.45, "kill-slot0-node"), (0.60, "add-trainer")]
+    restart_at = None
+    killed_node = None
+    total = None
+    last_print = 0
+    while True:
+        try:
+            st = raftps.jobs.status(c, job)
+        except raftps.RaftpsError:
+            time.sleep(0.5)
+            continue
+        if total is None:
+            total = st.total_tasks * a.epochs
+        progress = (getattr(st, "pass") * st.total_tasks + st.done) / max(total, 1)
+        if st.state in raftps.jobs.TERMINAL:
+            break
+        now = time.time()
+        if now - last_print > 10:
+            print(f"  {now - t_start:6.1f}s pass {getattr(st, 'pass')} tasks {st.done}/{st.total_tasks} "
+                  f"trainers {list(st.trainers)}", flush=True)
+            last_print = now
+        while plan and progress >= plan[0][0]:
+            _, what = plan.pop(0)
+            if what == "kill-trainer":
+                procs["t1"].send_signal(signal.SIGKILL)
+                faults.append((time.time(), "SIGKILL trainer t1"))
+            elif what == "kill-slot0-node":
+                slot0 = next((p for p in st.pservers if p.index == 0), None)
+                killed_node = next((n for n in nodes if slot0 is not None and n.id == slot0.node), None)
+                if killed_node is not None:
+                    killed_node.kill()
+                    faults.append((time.time(), f"SIGKILL node {killed_node.id} (pserver slot 0)"))
+                    restart_at = time.time() + 5
+            elif what == "add-trainer":
+                start_trainer("t3")
+                faults.append((time.time(), "trainer t3 added"))
+            print(f"  {time.time() - t_start:6.1f}s {faults[-1][1]} at {100 * progress:.0f}% of the tasks", flush=True)
+        if restart_at is not None and time.time() >= restart_at:
+            killed_node.start()
+            restart_at = None
+        time.sleep(0.2)
+    wall = time.time() - t_start
+    for p in procs.values():
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    st = raftps.jobs.status(c, job)
+
+    # Training progress from the trainers' step logs.
+    steps = []
+    for tid, path in logs.items():
+        for line in open(path):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("ev") == "step":
+                steps.append(e["t"])
+    steps.sort()
+
+    def stall(t0):
+        """Longest gap between finished steps (any trainer) in the 20 s after t0."""
+        ts = [t0] + [t for t in steps if t0 < t <= t0 + 20]
+        return max((b - a_ for a_, b in zip(ts, ts[1:])), default=float("nan"))
+
+    final_acc = st.metrics[-1].test_accuracy if st.metrics else float("nan")
+    print("\nraftps demo-python: PyTorch CNN on Fashion-MNIST, 2 pservers, sync")
+    print(f"job:              {job}: {raftps.jobs.state_name(st)} in {wall:.1f}s "
+          f"({a.epochs} passes of {a.records} records, {len(steps)} trainer steps)")
+    for m in st.metrics:
+        print(f"  pass {m.pass_ if hasattr(m, 'pass_') else getattr(m, 'pass')}:         test accuracy "
+              f"{100 * m.test_accuracy:.2f}%, test loss {m.test_loss:.4f}, train loss {m.train_loss:.4f}")
+    print(f"test accuracy:    {100 * final_acc:.2f}% (target {100 * a.target:.2f}%)")
+    stalls = []
+    for t, what in faults:
+        if what.startswith("SIGKILL"):
+            s = stall(t)
+            stalls.append(s)
+            print(f"fault:            {what}: training stood still {s:.2f}s (longest gap between finished steps)")
+        else:
+            print(f"change:           {what}")
+    for r in st.restores:
+        print(f"restore:          slot {r.slot} version {r.version} from {r.source}: {r.reason}")
+    print(f"tasks requeued:   {st.requeued}, task timeouts {st.timeouts}")
+    for tid, path in sorted(logs.items()):
+        ev = [json.loads(l) for l in open(path) if l.startswith("{")]
+        resets = [e for e in ev if e["ev"] == "reset"]
+        done = [e for e in ev if e["ev"] == "done"]
+        print(f"trainer {tid}:       {sum(1 for e in ev if e['ev'] == 'step')} steps, "
+              f"{len(resets)} resets {[len(r['members']) for r in resets]}"
+              + (f", {done[0]['tasks']} tasks, {done[0]['stale']} stale pushes" if done else " (killed)"))
+    # The final checkpoint, exported as safetensors, in a fresh model.
+    exported_acc = None
+    out = os.path.join(work, job + ".safetensors")
+    # The final state is the complete version with the highest step (a
+    # rollback relabels versions, so the highest version number need not be it).
+    version = []
+    r = subprocess.run([bin_path, "checkpoint", "list", job, "-o", "json", "--endpoints", eps],
+                       capture_output=True, text=True)
+    try:
+        vs = json.loads(r.stdout)
+        vs = vs.get("versions", vs) if isinstance(vs, dict) else vs
+        done = [v for v in vs if v.get("complete")]
+        best = max(done, key=lambda v: (v.get("step", 0), v.get("version", 0)))
+        version = [str(best["version"])]
+        print(f"checkpoints:      {len(vs)} versions; final: version {best['version']} at step {best.get('step')}")
+    except (ValueError, KeyError, TypeError) as e:
+        print(f"checkpoints:      list failed ({e}): {r.stdout.strip()[:200]} {r.stderr.strip()[:200]}")
+    r = subprocess.run([bin_path, "checkpoint", "export", job, *version, "--format", "safetensors", "--out", out,
+                        "--endpoints", eps], capture_output=True, text=True)
+    if r.returncode == 0:
+        from raftps.checkpoint import load_state_dict
+        fresh = Net()
+        load_state_dict(out, fresh)
+        xt, yt = load("test")
+        exported_acc = evaluate(fresh, xt, yt)[1]
+        print(f"exported:         {out}: fresh model test accuracy {100 * exported_acc:.2f}% "
+              f"(reported {100 * final_acc:.2f}%, diff {100 * abs(exported_acc - final_acc):.2f} pp)")
+    else:
+        print(f"exported:         checkpoint export failed: {r.stderr.strip()}")
+    summary = {"job": job, "faults": not a.no_faults, "test_accuracy": final_acc, "exported_accuracy": exported_acc,
+               "stalls": stalls, "seconds": wall, "steps": len(steps), "requeued": st.requeued,
+               "restores": len(st.restores)}
+    print("summary-json: " + json.dumps(summary))
+    c.close()
+    localcluster.stop(nodes)
+    ok = raftps.jobs.state_name(st) == "JOB_SUCCEEDED" and final_acc >= a.target
+    sys.exit(0 if ok else 1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("demo", "local", "train"):
+        p = sub.add_parser(name)
+        p.add_argument("--epochs", type=int, default=2)
+        p.add_argument("--records", type=int, default=60000)
+        p.add_argument("--batch-size", type=int, default=64, help="per trainer (local: twice this)")
+        p.add_argument("--lr", type=float, default=0.05)
+        p.add_argument("--momentum", type=float, default=0.9)
+        p.add_argument("--seed", type=int, default=1)
+    d = sub.choices["demo"]
+    d.add_argument("--no-faults", action="store_true", help="the baseline run without faults")
+    d.add_argument("--target", type=float, default=0.90)
+    d.add_argument("--records-per-task", type=int, default=1000)
+    d.add_argument("--checkpoint-steps", type=int, default=100)
+    d.add_argument("--bin", default="")
+    d.add_argument("--data-dir", default="")
+    d.add_argument("--name", default="")
+    t = sub.choices["train"]
+    t.add_argument("--endpoints", required=True)
+    t.add_argument("--job", required=True)
+    t.add_argument("--id", required=True)
+    t.add_argument("--min-trainers", type=int, default=1)
+    a = ap.parse_args()
+    {"demo": cmd_demo, "local": cmd_local, "train": cmd_train}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""A PyTorch model trained on raftps, exported with `raftps checkpoint
+export --format safetensors`, loads into a fresh model with exactly the
+trained parameters (and so the same test accuracy)."""
+
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+import raftps.jobs
+from raftps import errors
+from raftps.checkpoint import load_state_dict, read_safetensors
+from raftps.datasets import fashion_mnist
+from raftps.ps import ParamClient
+from raftps.tasks import TaskBatches, TaskSource, TrainerSession
+from raftps.torch import DistributedOptimizer, param_specs
+
+from conftest import DATASET, external_spec, wait_slots
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 5, stride=3)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_safetensors_export_reproduces_model(client, cluster, bin_path, tmp_path):
+    torch.set_num_threads(1)
+    job = f"ckpt-{uuid.uuid4().hex[:6]}"
+    spec = external_spec(job, param_specs(Tiny()), records=1200, rpt=200, batch=50, passes=1,
+                         optimizer="momentum", lr=0.05, checkpoint={"every_steps": 5, "keep_max": 2})
+    spec["optimizer"]["momentum"] = 0.9
+    raftps.jobs.submit(client, spec)
+    wait_slots(client, job, 2)
+    x, y = fashion_mnist(DATASET, "train", limit=1200)
+    X, Y = torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+    session = TrainerSession(client, job, "py", ttl=3)
+    ps = ParamClient(client, job, "py")
+    model = Tiny()
+    opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
+    for idx in TaskBatches(TaskSource(client, job, "py", ps=ps)):
+        i = torch.from_numpy(idx)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(X[i]), Y[i]).backward()
+        opt.step(examples=len(idx))
+    assert opt.steps == 24
+    st = raftps.jobs.wait(client, job, 60)
+    assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED"
+    out = str(tmp_path / "m.safetensors")
+    eps = ",".join(n.grpc for n in cluster)
+    # The pservers write a last checkpoint when the job ends: wait for it.
+    deadline = __import__("time").monotonic() + 30
+    while True:
+        r = subprocess.run([bin_path, "checkpoint", "export", job, "--format", "safetensors", "--out", out,
+                            "--endpoints", eps], capture_output=True, text=True)
+        if r.returncode == 0:
+            arrays, meta = read_safetensors(out)
+            if int(meta["step"]) == 24:
+                break
+        assert __import__("time").monotonic() < deadline, (r.stderr, r.returncode)
+        __import__("time").sleep(0.5)
+    assert meta["job"] == job and meta["format"] == "raftps"
+    fresh = Tiny()
+    load_state_dict(out, fresh)
+    for (n, a), (m, b) in zip(model.named_parameters(), fresh.named_parameters()):
+        assert n == m and torch.equal(a, b), n
+    xt, yt = fashion_mnist(DATASET, "test", limit=1000)
+    Xt = torch.from_numpy(xt).unsqueeze(1)
+    with torch.no_grad():
+        acc = (model(Xt).argmax(1).numpy() == yt).mean()
+        acc2 = (fresh(Xt).argmax(1).numpy() == yt).mean()
+    assert acc == acc2 and acc > 0.3
+    # A file that is not safetensors is InvalidArgument, not a crash.
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(errors.InvalidArgument):
+        read_safetensors(str(bad))
+    ps.close()
+    session.close()
