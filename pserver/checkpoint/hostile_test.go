@@ -556,3 +556,34 @@ func TestReadExportHeaderAllocatesWithData(t *testing.T) {
 		t.Fatalf("a 26-byte file announcing a 1 GiB header allocated %d MiB", n>>20)
 	}
 }
+
+// A pointer (any client can write the metadata store) claiming 2^31-1
+// slots: keep_max decisions, List and async restores do not size or loop
+// anything by it.
+func TestHostilePointerSlotCount(t *testing.T) {
+	c := mustCluster(t, 1)
+	nd := c.nodes[0]
+	pol := &pb.CheckpointPolicy{KeepMax: 1, Replicas: 1}
+	c.claim("h", 0, nd, 1)
+	w := nd.mgr.Writer("h", 0)
+	write := func(v int64) {
+		mustCheckpoint(t, w, WriteRequest{Job: "h", Slot: 0, NumPservers: 1, Version: v, Step: v, Incarnation: 1,
+			Blobs: slotBlobs(v, 0, 1, 2, 64), Policy: pol})
+	}
+	write(1)
+	b, _ := EncodePointer(&pb.CheckpointPointer{Version: 1, NumPservers: math.MaxInt32, TimestampUnixNano: math.MaxInt64})
+	c.meta.put(schema.CheckpointKey("h", 1), b)
+	n := allocated(func() {
+		write(2)
+		if _, err := nd.mgr.List(context.Background(), "h", nil); err != nil {
+			t.Error(err)
+		}
+		blobs, rec, err := nd.mgr.Restore(context.Background(), RestoreRequest{Job: "h", Slot: 0, NumPservers: 1, Async: true})
+		if err != nil || blobs != nil || !strings.HasPrefix(rec.GetReason(), "initializer") {
+			t.Errorf("async restore under a pointer claiming 2^31-1 slots: %d blobs, %q, %v", len(blobs), rec.GetReason(), err)
+		}
+	})
+	if n > 64<<20 {
+		t.Fatalf("a pointer claiming 2^31-1 slots cost %d MiB", n>>20)
+	}
+}

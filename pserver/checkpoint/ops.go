@@ -99,9 +99,9 @@ func listFrom(ptrs map[int32]*pb.CheckpointPointer, metrics Metrics, manifest fu
 			vi.Replicas = append(vi.Replicas, r)
 		}
 		sort.Strings(vi.Replicas)
-		if vi.NumPservers > 0 {
+		if vi.NumPservers > 0 && int(vi.NumPservers) <= len(ptrs) {
 			vi.Complete = true
-			for s := int32(0); s < vi.NumPservers; s++ {
+			for s := int32(0); vi.Complete && s < vi.NumPservers; s++ {
 				if !holds(ptrs[s], v) {
 					vi.Complete = false
 				}

@@ -500,8 +500,8 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 		}
 	}
 	oldP := newest.GetNumPservers()
-	if oldP <= 0 {
-		rec.Reason = "initializer: newest pointer has no num_pservers"
+	if oldP <= 0 || int(oldP) > len(ptrs) {
+		rec.Reason = fmt.Sprintf("initializer: newest pointer says %d pservers, %d pointers exist", oldP, len(ptrs))
 		return nil, false
 	}
 	out := map[int32][]byte{}

@@ -408,14 +408,12 @@ func (m *Manager) decideKept(ctx context.Context, req WriteRequest, prev *pb.Che
 		kept = append(kept, vc)
 		m.logger.Info("keeping the newest globally complete version beyond keep_max", "job", req.Job, "slot", req.Slot, "complete_version", vc, "keep_max", keepMax)
 	}
-	// The decision rests on every other slot's pointer as read, present or
-	// not, up to the largest layout any pointer or this write names.
-	n := req.NumPservers
-	for _, p := range ptrs {
-		n = max(n, p.GetNumPservers())
-	}
+	// The decision rests on every other slot's pointer as read: those
+	// present, and the absent ones of this write's layout. (Slot counts in
+	// pointers are not trusted for sizing anything: a hostile one could
+	// name 2^31 slots.)
 	others := map[string]int64{}
-	for s := int32(0); s < n; s++ {
+	for s := int32(0); s < req.NumPservers; s++ {
 		if s != req.Slot {
 			others[schema.CheckpointKey(req.Job, s)] = revs[s]
 		}
@@ -442,8 +440,8 @@ func newestComplete(ptrs map[int32]*pb.CheckpointPointer, req WriteRequest, prev
 				p = q.GetNumPservers()
 			}
 		}
-		complete := true
-		for s := int32(0); s < p; s++ {
+		complete := int(p) <= len(ptrs) // fewer pointers than slots: not complete, and no loop over a hostile count
+		for s := int32(0); complete && s < p; s++ {
 			if !holds(ptrs[s], v) {
 				complete = false
 				break
