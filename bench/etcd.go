@@ -17,9 +17,9 @@ import (
 
 // etcdStore speaks etcd's v3 gRPC API (etcdserverpb) directly.
 //
-// It does not link go.etcd.io/etcd/client/v3: etcd's generated packages
-// register a proto file named "kv.proto", as raftps' api/raftpspb does, and
-// protobuf-go panics at init on the duplicate. raftps' KV and Lease
+// It sends raftps' own request messages, so that the kv section's two
+// columns differ only in the server (the "etcd client" section drives both
+// with etcd's Go client instead, etcdclient.go). raftps' KV and Lease
 // messages were modelled on etcd's and have the same field numbers for
 // everything sent here (PutRequest, RangeRequest without serializable,
 // TxnRequest/Compare/RequestOp, LeaseGrant/KeepAlive/Revoke) and read here
