@@ -17,10 +17,9 @@ import (
 
 // etcdStore speaks etcd's v3 gRPC API (etcdserverpb) directly.
 //
-// It sends raftps' own request messages, so that the kv section's two
-// columns differ only in the server (the "etcd client" section drives both
-// with etcd's Go client instead, etcdclient.go). raftps' KV and Lease
-// messages were modelled on etcd's and have the same field numbers for
+// It sends raftps' own request messages (the "etcd client" section drives
+// both systems with etcd's Go client instead, etcdclient.go). raftps' KV
+// and Lease messages were modelled on etcd's and have the same field numbers for
 // everything sent here (PutRequest, RangeRequest without serializable,
 // TxnRequest/Compare/RequestOp, LeaseGrant/KeepAlive/Revoke) and read here
 // (RangeResponse.kvs with version, TxnResponse.succeeded, lease id and TTL),
