@@ -2,7 +2,6 @@ package node
 
 import (
 	"net/http"
-	"runtime/debug"
 	"sync"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -14,6 +13,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/internal/version"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/schema"
 )
@@ -59,20 +59,9 @@ func (n *Node) dashboardHandler() http.Handler {
 
 // buildInfo is raftps_build_info{version, revision, go_version} 1.
 func buildInfo() prometheus.Collector {
-	version, revision, goVersion := "(devel)", "unknown", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
-			}
-		}
-	}
+	in := version.Get() // the release stamp, else the module version and VCS revision
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "raftps_build_info", Help: "Build information; the value is 1.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go_version": goVersion}})
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision, "go_version": in.GoVersion}})
 	g.Set(1)
 	return g
 }
