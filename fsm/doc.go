@@ -90,6 +90,11 @@
 //     deletes finished jobs past a count or age (judged in cluster time);
 //     at most jobq.MaxJobs jobs are kept (a submit beyond deletes the oldest
 //     finished). The job's keys under /jobs/<name>/ are the caller's.
+//   - Retries: a command with Command.client_id and seq is applied once; the
+//     same (client_id, seq) proposed again gets the first Result
+//     (session.go, Raft thesis §6.3; bounded, in the snapshot). A proposer
+//     that retries after an unknown outcome reuses the id; acked lets the
+//     FSM forget answered Results.
 //   - Leases: the FSM stores only the granted TTL and the attached keys.
 //     Timers, keepalives, the minimum TTL and expiry belong to the leader
 //     (raftstore), which revokes an expired lease through Raft.
