@@ -125,7 +125,7 @@
 //
 // A snapshot is a magic header, typed length-prefixed records (meta with
 // the replicated clock, leases, key/values, events, one record per job,
-// each bounded) and a CRC-32C trailer; see snapshot.go. Whatever Apply
+// client sessions, each bounded) and a CRC-32C trailer; see snapshot.go. Whatever Apply
 // accepts, Snapshot and Restore reproduce byte for byte (FuzzAPISequence
 // checks it after every step of random API call sequences). Restore decodes and validates everything into a new state and
 // only then swaps it in, so a truncated or corrupt snapshot (ErrMalformed)
