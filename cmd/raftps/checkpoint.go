@@ -96,20 +96,17 @@ func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []
 	return out
 }
 
-// vshardDecoder decodes pserver vshard blobs for export.
+// vshardDecoder decodes pserver vshard blobs for export
+// (pserver.DecodeVShardValues: shapes and offsets checked, errors wrap
+// pserver.ErrCorrupt).
 var vshardDecoder = checkpoint.DecoderFunc(func(blob []byte) ([]checkpoint.Block, error) {
-	vs, err := pserver.DecodeVShard(blob)
+	runs, err := pserver.DecodeVShardValues(blob)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]checkpoint.Block, 0, len(vs.Entries))
-	for _, e := range vs.Entries {
-		p := vs.Params[e.Param]
-		off := e.Index * vs.BlockSize
-		if p.Embedding {
-			off = e.Index * p.Shape[len(p.Shape)-1]
-		}
-		out = append(out, checkpoint.Block{Name: p.Name, Shape: p.Shape, Offset: off, Data: e.Values})
+	out := make([]checkpoint.Block, len(runs))
+	for i, r := range runs {
+		out[i] = checkpoint.Block{Name: r.Name, Shape: r.Shape, Offset: r.Offset, Data: r.Data}
 	}
 	return out, nil
 })
