@@ -2227,6 +2227,106 @@ func (x *StatusResponse) GetDbSize() int64 {
 	return 0
 }
 
+// MemberRemoveRequest removes a server that is gone for good from the
+// Raft configuration (Consul's `operator raft remove-peer`): the leader
+// never removes a dead voter by itself when that would leave fewer than 3.
+type MemberRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRemoveRequest) Reset() {
+	*x = MemberRemoveRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRemoveRequest) ProtoMessage() {}
+
+func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
+func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MemberRemoveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type MemberRemoveResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// members is the Raft configuration after the removal.
+	Members       []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRemoveResponse) Reset() {
+	*x = MemberRemoveResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRemoveResponse) ProtoMessage() {}
+
+func (x *MemberRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRemoveResponse.ProtoReflect.Descriptor instead.
+func (*MemberRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MemberRemoveResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MemberRemoveResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // Internal is node-to-node: a follower forwards writes and read-index
 // requests to the leader through it. Clients do not call it.
 type ForwardApplyRequest struct {
@@ -2239,7 +2339,7 @@ type ForwardApplyRequest struct {
 
 func (x *ForwardApplyRequest) Reset() {
 	*x = ForwardApplyRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[29]
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2351,7 @@ func (x *ForwardApplyRequest) String() string {
 func (*ForwardApplyRequest) ProtoMessage() {}
 
 func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[29]
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2364,7 @@ func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyRequest.ProtoReflect.Descriptor instead.
 func (*ForwardApplyRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{29}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ForwardApplyRequest) GetCommand() []byte {
@@ -2284,7 +2384,7 @@ type ForwardApplyResponse struct {
 
 func (x *ForwardApplyResponse) Reset() {
 	*x = ForwardApplyResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[30]
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2396,7 @@ func (x *ForwardApplyResponse) String() string {
 func (*ForwardApplyResponse) ProtoMessage() {}
 
 func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[30]
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2409,7 @@ func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyResponse.ProtoReflect.Descriptor instead.
 func (*ForwardApplyResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{30}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardApplyResponse) GetResult() []byte {
@@ -2327,7 +2427,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2439,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2452,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{31}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{33}
 }
 
 type ReadIndexResponse struct {
@@ -2364,7 +2464,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2476,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2489,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{32}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2410,7 +2510,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2522,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2535,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{33}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2467,7 +2567,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2579,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2592,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{34}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{36}
 }
 
 var File_raftps_v1_kv_proto protoreflect.FileDescriptor
@@ -2664,7 +2764,12 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\f \x01(\x04R\flastLogIndex\x12\x16\n" +
 	"\x06errors\x18\r \x03(\tR\x06errors\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\tR\aversion\x12\x17\n" +
-	"\adb_size\x18\x0f \x01(\x03R\x06dbSize\"/\n" +
+	"\adb_size\x18\x0f \x01(\x03R\x06dbSize\"%\n" +
+	"\x13MemberRemoveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"v\n" +
+	"\x14MemberRemoveResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
+	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"/\n" +
 	"\x13ForwardApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\".\n" +
 	"\x14ForwardApplyResponse\x12\x16\n" +
@@ -2689,10 +2794,11 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0eLeaseKeepAlive\x12 .raftps.v1.LeaseKeepAliveRequest\x1a!.raftps.v1.LeaseKeepAliveResponse(\x010\x01\x12X\n" +
 	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponse2E\n" +
 	"\x05Watch\x12<\n" +
-	"\x05Watch\x12\x17.raftps.v1.WatchRequest\x1a\x18.raftps.v1.WatchResponse0\x012\x8a\x01\n" +
+	"\x05Watch\x12\x17.raftps.v1.WatchRequest\x1a\x18.raftps.v1.WatchResponse0\x012\xdb\x01\n" +
 	"\aCluster\x12@\n" +
 	"\aMembers\x12\x19.raftps.v1.MembersRequest\x1a\x1a.raftps.v1.MembersResponse\x12=\n" +
-	"\x06Status\x12\x18.raftps.v1.StatusRequest\x1a\x19.raftps.v1.StatusResponse2\xd8\x02\n" +
+	"\x06Status\x12\x18.raftps.v1.StatusRequest\x1a\x19.raftps.v1.StatusResponse\x12O\n" +
+	"\fMemberRemove\x12\x1e.raftps.v1.MemberRemoveRequest\x1a\x1f.raftps.v1.MemberRemoveResponse2\xd8\x02\n" +
 	"\bInternal\x12O\n" +
 	"\fForwardApply\x12\x1e.raftps.v1.ForwardApplyRequest\x1a\x1f.raftps.v1.ForwardApplyResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.raftps.v1.ReadIndexRequest\x1a\x1c.raftps.v1.ReadIndexResponse\x12Y\n" +
@@ -2712,7 +2818,7 @@ func file_raftps_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_raftps_v1_kv_proto_goTypes = []any{
 	(Compare_CompareResult)(0),      // 0: raftps.v1.Compare.CompareResult
 	(Compare_CompareTarget)(0),      // 1: raftps.v1.Compare.CompareTarget
@@ -2746,12 +2852,14 @@ var file_raftps_v1_kv_proto_goTypes = []any{
 	(*MembersResponse)(nil),         // 29: raftps.v1.MembersResponse
 	(*StatusRequest)(nil),           // 30: raftps.v1.StatusRequest
 	(*StatusResponse)(nil),          // 31: raftps.v1.StatusResponse
-	(*ForwardApplyRequest)(nil),     // 32: raftps.v1.ForwardApplyRequest
-	(*ForwardApplyResponse)(nil),    // 33: raftps.v1.ForwardApplyResponse
-	(*ReadIndexRequest)(nil),        // 34: raftps.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 35: raftps.v1.ReadIndexResponse
-	(*JoinRequest)(nil),             // 36: raftps.v1.JoinRequest
-	(*JoinResponse)(nil),            // 37: raftps.v1.JoinResponse
+	(*MemberRemoveRequest)(nil),     // 32: raftps.v1.MemberRemoveRequest
+	(*MemberRemoveResponse)(nil),    // 33: raftps.v1.MemberRemoveResponse
+	(*ForwardApplyRequest)(nil),     // 34: raftps.v1.ForwardApplyRequest
+	(*ForwardApplyResponse)(nil),    // 35: raftps.v1.ForwardApplyResponse
+	(*ReadIndexRequest)(nil),        // 36: raftps.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 37: raftps.v1.ReadIndexResponse
+	(*JoinRequest)(nil),             // 38: raftps.v1.JoinRequest
+	(*JoinResponse)(nil),            // 39: raftps.v1.JoinResponse
 }
 var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 0: raftps.v1.RangeResponse.header:type_name -> raftps.v1.ResponseHeader
@@ -2785,41 +2893,45 @@ var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 28: raftps.v1.MembersResponse.header:type_name -> raftps.v1.ResponseHeader
 	27, // 29: raftps.v1.MembersResponse.members:type_name -> raftps.v1.Member
 	3,  // 30: raftps.v1.StatusResponse.header:type_name -> raftps.v1.ResponseHeader
-	5,  // 31: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
-	7,  // 32: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
-	9,  // 33: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
-	14, // 34: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
-	16, // 35: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
-	18, // 36: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
-	20, // 37: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 38: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	25, // 39: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
-	28, // 40: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
-	30, // 41: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
-	32, // 42: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
-	34, // 43: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
-	20, // 44: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 45: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	6,  // 46: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
-	8,  // 47: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
-	10, // 48: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
-	15, // 49: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
-	17, // 50: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
-	19, // 51: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
-	21, // 52: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 53: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	26, // 54: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
-	29, // 55: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
-	31, // 56: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
-	33, // 57: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
-	35, // 58: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
-	21, // 59: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 60: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	3,  // 31: raftps.v1.MemberRemoveResponse.header:type_name -> raftps.v1.ResponseHeader
+	27, // 32: raftps.v1.MemberRemoveResponse.members:type_name -> raftps.v1.Member
+	5,  // 33: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
+	7,  // 34: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
+	9,  // 35: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
+	14, // 36: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
+	16, // 37: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
+	18, // 38: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
+	20, // 39: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 40: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	25, // 41: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
+	28, // 42: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
+	30, // 43: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
+	32, // 44: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
+	34, // 45: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
+	36, // 46: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
+	20, // 47: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 48: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	6,  // 49: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
+	8,  // 50: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
+	10, // 51: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
+	15, // 52: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
+	17, // 53: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
+	19, // 54: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
+	21, // 55: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 56: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	26, // 57: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
+	29, // 58: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
+	31, // 59: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
+	33, // 60: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
+	35, // 61: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
+	37, // 62: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
+	21, // 63: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 64: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	49, // [49:65] is the sub-list for method output_type
+	33, // [33:49] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_kv_proto_init() }
@@ -2850,7 +2962,7 @@ func file_raftps_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

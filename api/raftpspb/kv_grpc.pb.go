@@ -558,8 +558,9 @@ var Watch_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Members_FullMethodName = "/raftps.v1.Cluster/Members"
-	Cluster_Status_FullMethodName  = "/raftps.v1.Cluster/Status"
+	Cluster_Members_FullMethodName      = "/raftps.v1.Cluster/Members"
+	Cluster_Status_FullMethodName       = "/raftps.v1.Cluster/Status"
+	Cluster_MemberRemove_FullMethodName = "/raftps.v1.Cluster/MemberRemove"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -568,6 +569,10 @@ const (
 type ClusterClient interface {
 	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// MemberRemove must reach the leader (else Unavailable, reason
+	// NOT_LEADER); a member alive in gossip is refused (FailedPrecondition):
+	// stop it instead, or the leader adds it back.
+	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error)
 }
 
 type clusterClient struct {
@@ -598,12 +603,26 @@ func (c *clusterClient) Status(ctx context.Context, in *StatusRequest, opts ...g
 	return out, nil
 }
 
+func (c *clusterClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberRemoveResponse)
+	err := c.cc.Invoke(ctx, Cluster_MemberRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
 type ClusterServer interface {
 	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// MemberRemove must reach the leader (else Unavailable, reason
+	// NOT_LEADER); a member alive in gossip is refused (FailedPrecondition):
+	// stop it instead, or the leader adds it back.
+	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -619,6 +638,9 @@ func (UnimplementedClusterServer) Members(context.Context, *MembersRequest) (*Me
 }
 func (UnimplementedClusterServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedClusterServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -677,6 +699,24 @@ func _Cluster_Status_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_MemberRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).MemberRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_MemberRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).MemberRemove(ctx, req.(*MemberRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -691,6 +731,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Cluster_Status_Handler,
+		},
+		{
+			MethodName: "MemberRemove",
+			Handler:    _Cluster_MemberRemove_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
