@@ -72,8 +72,12 @@
 //
 // # Checkpoints
 //
-// Slot.Snapshot copies values, optimizer state and update counts under the
-// slot's read lock (a memory copy, nothing more); EncodeVShard writes one
+// Slot.Snapshot and the step snapshots of Slot.SnapshotEvery take values,
+// optimizer state and update counts copy-on-write: under the slot's lock
+// they only freeze the current buffers, and the copy is made outside it
+// while updates go on (an update copies only a block it reaches first);
+// the slot keeps at most one extra copy of itself (snapshot.go).
+// EncodeVShard writes one
 // vshard in a versioned, self-describing, CRC-checked binary format
 // (documented in snapshot.go); RestoreSlot rebuilds a slot from the blobs of
 // the vshards it owns, whichever slots wrote them, so restoring with another

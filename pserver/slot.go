@@ -41,6 +41,13 @@ type entry struct {
 	// amax bounds |values| and |state| when amaxKnown (see optimizer).
 	amax      float64
 	amaxKnown bool
+	// hold is the snapshot whose freeze shares values and state and that
+	// has not copied them away yet (nil: the slot's own; see ownLocked),
+	// holdIdx the entry's index in it; spare is a buffer set of the same shape a released snapshot gave
+	// back, for the next copy.
+	hold    *snapHold
+	holdIdx int
+	spare   *bufs
 }
 
 func newEntry(n, nstate int) *entry {
@@ -80,6 +87,14 @@ type Slot struct {
 	// snapEvery and snapFn are the SnapshotEvery hook (guarded by mu).
 	snapEvery int64
 	snapFn    func(*SlotSnapshot)
+	// hold is the freeze being copied away, if any (guarded by mu; at most
+	// one at a time). For benchmarks: freezes counts freezes, freezeNanos
+	// the time step snapshots held the lock, cowNanos the time updates
+	// spent copying frozen entries (ownLocked).
+	hold        *snapHold
+	freezes     atomic.Int64
+	freezeNanos atomic.Int64
+	cowNanos    atomic.Int64
 
 	spec      *pb.JobSpec
 	layout    *Layout
@@ -591,6 +606,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 	for i, it := range items {
 		// The check above passed for this entry, so the commit does too
 		// (and a commit never stores a value that does not fit).
+		s.ownLocked(es[i])
 		s.opt.update(es[i], it.g, it.gmax, lrScale, true)
 	}
 	return nil

@@ -129,6 +129,7 @@ func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot
 				h.checkpointing = true
 				h.ckptMu.Unlock()
 				_, _ = a.checkpoint(ctx, h, snap)
+				snap.Release() // its buffers become the next snapshot's
 				h.ckptMu.Lock()
 				h.checkpointing = false
 				h.ckptMu.Unlock()
@@ -152,6 +153,7 @@ func (a *Agent) installHook(h *hosted, s *pserver.Slot) {
 			select { // the writer lags: drop the older pending snapshot
 			case old := <-h.snaps:
 				a.log.Warn("checkpoint writer lags: skipping a version", "job", h.key.job, "slot", h.key.slot, "skipped", old.Step)
+				old.Release()
 			default:
 			}
 		}
