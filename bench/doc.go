@@ -1,4 +1,4 @@
-// Package bench is the harness behind `raftps bench` (and `make bench`): it
+// Package bench is the harness behind `raftps-bench` (and `make bench`): it
 // measures raftps next to a baseline in the same run, on the same machine,
 // and writes one table to bench/results/<UTC timestamp>.{md,json}.
 //
@@ -12,7 +12,7 @@
 // number to read, not the absolute value:
 //
 //   - metadata store: a 3-node raftps cluster and a 3-node etcd cluster
-//     (Debian's etcd-server, installed with apt-get when missing) on
+//     (Debian's etcd-server on PATH; scripts/install-etcd.sh installs it) on
 //     loopback, each with its default fsync durability, driven by the same
 //     load generator (Store) for puts with 1, 16 and 256 clients,
 //     linearizable gets, compare-and-swap Txns and lease grant+keepalive;

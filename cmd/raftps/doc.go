@@ -5,16 +5,19 @@
 // pserver and trainer agents of the node's roles). Every other subcommand
 // is a client of the gRPC API over --endpoints, laid out like etcdctl:
 // ctl.go holds the root command with the one list of subcommands, one
-// file per command group (kv.go, lease.go, member.go, status.go, job.go,
-// train.go, checkpoint.go, demo.go, bench.go), and printer.go the output
-// formats of --output/-o (alias --write-out/-w): simple (default), json
-// (indented, proto field names) or table; any other value is an error.
+// file per command group (kv.go, lease.go and lease_list.go, member.go,
+// endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
+// version.go, demo.go), globals.go the client flags (--endpoints,
+// --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
+// printer.go the output formats of --output/-o (alias --write-out/-w):
+// simple (default), json (one object, snake_case keys) or table; any other
+// value is an error. configfile.go reads `raftps node --config-file`.
 // demo starts a local 3-node cluster as child processes and trains on
-// Fashion-MNIST while killing nodes; bench measures raftps against etcd.
+// Fashion-MNIST while killing nodes; the benchmark is cmd/raftps-bench.
 //
 //	raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3
 //	raftps kv put /hello world
-//	raftps members -o table
+//	raftps endpoint status --cluster -w table
 //	raftps train --model mlp --pservers 2 --mode sync
 //
 // Signals become a context: SIGINT/SIGTERM close the node in reverse order

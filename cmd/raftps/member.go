@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -29,15 +32,61 @@ func newMembersCmd(g *globals) *cobra.Command {
 	}
 }
 
-// newMemberCmd is `raftps member list` (etcdctl's member list): the
-// cluster's members as gossip and the Raft configuration see them.
-// raftps changes membership itself (a node joins with `raftps node
-// --join`; the leader adds it, and removes a server dead longer than
-// --dead-server-timeout), so there is no member add or remove.
+// newMemberCmd is `raftps member list|remove` (etcdctl's member
+// commands). raftps changes membership itself: a node joins with `raftps
+// node --join` and the leader adds it (as a voter up to 5) and promotes
+// non-voters; it removes a server dead longer than --dead-server-timeout,
+// but never below 3 voters. `member remove` is for that last case: a
+// server gone for good (Consul's operator raft remove-peer). There is no
+// member add or promote: joining does both.
 func newMemberCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "member", Short: "cluster membership"}
 	list := newMembersCmd(g)
 	list.Use, list.Short = "list", "list the cluster's members: id, gossip status, Raft suffrage, addresses, roles"
-	c.AddCommand(list)
+	remove := &cobra.Command{
+		Use: "remove ID", Short: "remove a server that is gone for good from the Raft configuration", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var leaderAddr string
+			err := g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{})
+				if err != nil {
+					return rpcError(err)
+				}
+				if st.Leader == "" {
+					return errors.New("no leader: a server can be removed only by a leader (with a majority gone for good, see `raftps node --force-new-cluster`)")
+				}
+				ms, err := cl.Cluster.Members(ctx, &pb.MembersRequest{})
+				if err != nil {
+					return rpcError(err)
+				}
+				for _, m := range ms.Members {
+					if m.Id == st.Leader {
+						leaderAddr = m.GrpcAddr
+					}
+				}
+				if leaderAddr == "" {
+					return fmt.Errorf("the leader %s announces no gRPC address in gossip yet; retry", st.Leader)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			return g.oneClient(cmd.Context(), leaderAddr, func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Cluster.MemberRemove(ctx, &pb.MemberRemoveRequest{Id: args[0]})
+				if err != nil {
+					return rpcError(err)
+				}
+				return g.printer.Object(resp, func(w io.Writer) {
+					var ids []string
+					for _, m := range resp.Members {
+						ids = append(ids, m.Id+"("+m.Suffrage+")")
+					}
+					fmt.Fprintf(w, "member %s removed; Raft configuration: %s\n", args[0], strings.Join(ids, ", "))
+				})
+			})
+		},
+	}
+	c.AddCommand(list, remove)
 	return c
 }
