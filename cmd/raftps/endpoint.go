@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/raftstore/client"
@@ -160,10 +162,13 @@ func (g *globals) statusOf(ctx context.Context, t target) endpointStatus {
 		r.ID, r.RaftAddr, r.GossipAddr, r.HTTPAddr = m.Id, m.RaftAddr, m.GossipAddr, m.HttpAddr
 	}
 	err := g.oneClient(ctx, t.endpoint, func(ctx context.Context, cl *client.Client) error {
-		st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{})
+		var p peer.Peer
+		st, err := cl.Cluster.Status(ctx, &pb.StatusRequest{}, grpc.Peer(&p))
 		if err != nil {
 			return rpcError(err)
 		}
+		// TLS is what this connection negotiated.
+		r.TLS = p.AuthInfo != nil && p.AuthInfo.AuthType() == "tls"
 		r.ID, r.RaftState, r.Leader, r.Term = st.Id, st.RaftState, st.Leader, st.Term
 		r.CommitIndex, r.AppliedIndex, r.LastLogIndex, r.Revision = st.CommitIndex, st.AppliedIndex, st.LastLogIndex, st.Revision
 		r.DBSize, r.Version = st.DbSize, st.Version
