@@ -370,9 +370,12 @@ class ParamClient:
                 self._watcher = self.client.watch(_slot_prefix(self.job), prefix=True)
             except errors.RaftpsError:
                 time.sleep(0.2)
+            except ValueError:  # the client was closed
+                return
 
     def _resolve(self) -> dict[int, str]:
-        kvs = self.client.range(_slot_prefix(self.job), prefix=True, serializable=True)
+        # Linearizable: a node that just restarted may still be catching up.
+        kvs = self.client.range(_slot_prefix(self.job), prefix=True)
         m = {}
         for kv in kvs:
             try:
@@ -591,6 +594,7 @@ class ParamClient:
     def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+            self._watcher = None
         self._pool.shutdown(wait=False)
         with self._mu:
             for c in self._conns.values():

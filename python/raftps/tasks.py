@@ -143,6 +143,8 @@ class TrainerSession:
                     break
                 except errors.RaftpsError:
                     time.sleep(0.2)
+                except ValueError:  # the client was closed
+                    return
 
     def members(self) -> frozenset[str]:
         with self._mu:

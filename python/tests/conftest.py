@@ -21,7 +21,7 @@ DATASET = os.path.join(ROOT, "datasets", "fashion-mnist")
 
 def raftps_bin() -> str:
     path = os.environ.get("RAFTPS_BIN") or os.path.join(ROOT, "bin", "raftps")
-    if not os.path.exists(path) or os.environ.get("RAFTPS_BUILD", "1") == "1" and not os.environ.get("RAFTPS_BIN"):
+    if not os.environ.get("RAFTPS_BIN"):
         subprocess.run(["go", "build", "-o", path, "./cmd/raftps"], cwd=ROOT, check=True)
     return path
 

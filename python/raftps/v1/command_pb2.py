@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/command.proto\x12\traftps.v1\"@\n\x07\x43ommand\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.raftps.v1.CommandType\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"W\n\x05\x45ntry\x12\x15\n\rnow_unix_nano\x18\x01 \x01(\x03\x12$\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x12.raftps.v1.Command\x12\x11\n\tmono_nano\x18\x03 \x01(\x03\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"M\n\x06Result\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.raftps.v1.Status\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\"\n\x0e\x43ompactRequest\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\x11\n\x0f\x43ompactResponse\"!\n\x12\x45xpireTasksRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"&\n\x13\x45xpireTasksResponse\x12\x0f\n\x07\x65xpired\x18\x01 \x01(\x03\"E\n\x15RequeueTrainerRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07trainer\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x16RequeueTrainerResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"=\n\x10PruneJobsRequest\x12\x12\n\nmax_age_ms\x18\x01 \x01(\x03\x12\x15\n\rkeep_finished\x18\x02 \x01(\x05\"$\n\x11PruneJobsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t*\x9e\x03\n\x0b\x43ommandType\x12\x13\n\x0f\x43OMMAND_UNKNOWN\x10\x00\x12\x0f\n\x0b\x43OMMAND_PUT\x10\x01\x12\x18\n\x14\x43OMMAND_DELETE_RANGE\x10\x02\x12\x0f\n\x0b\x43OMMAND_TXN\x10\x03\x12\x17\n\x13\x43OMMAND_LEASE_GRANT\x10\x04\x12\x18\n\x14\x43OMMAND_LEASE_REVOKE\x10\x05\x12\x13\n\x0f\x43OMMAND_COMPACT\x10\x06\x12\x16\n\x12\x43OMMAND_SUBMIT_JOB\x10\n\x12\x16\n\x12\x43OMMAND_CANCEL_JOB\x10\x0b\x12\x14\n\x10\x43OMMAND_GET_TASK\x10\x0c\x12\x19\n\x15\x43OMMAND_TASK_FINISHED\x10\r\x12\x17\n\x13\x43OMMAND_TASK_FAILED\x10\x0e\x12\x18\n\x14\x43OMMAND_EXPIRE_TASKS\x10\x0f\x12\x1b\n\x17\x43OMMAND_REQUEUE_TRAINER\x10\x10\x12\x15\n\x11\x43OMMAND_JOB_EVENT\x10\x11\x12\x16\n\x12\x43OMMAND_DELETE_JOB\x10\x12\x12\x16\n\x12\x43OMMAND_PRUNE_JOBS\x10\x13\x42\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/command.proto\x12\traftps.v1\"o\n\x07\x43ommand\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.raftps.v1.CommandType\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x0b\n\x03seq\x18\x04 \x01(\x04\x12\r\n\x05\x61\x63ked\x18\x05 \x01(\x04\"W\n\x05\x45ntry\x12\x15\n\rnow_unix_nano\x18\x01 \x01(\x03\x12$\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x12.raftps.v1.Command\x12\x11\n\tmono_nano\x18\x03 \x01(\x03\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"M\n\x06Result\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.raftps.v1.Status\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08revision\x18\x03 \x01(\x03\"\"\n\x0e\x43ompactRequest\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\x11\n\x0f\x43ompactResponse\"!\n\x12\x45xpireTasksRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"&\n\x13\x45xpireTasksResponse\x12\x0f\n\x07\x65xpired\x18\x01 \x01(\x03\"E\n\x15RequeueTrainerRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07trainer\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x16RequeueTrainerResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"=\n\x10PruneJobsRequest\x12\x12\n\nmax_age_ms\x18\x01 \x01(\x03\x12\x15\n\rkeep_finished\x18\x02 \x01(\x05\"$\n\x11PruneJobsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\t*\x9e\x03\n\x0b\x43ommandType\x12\x13\n\x0f\x43OMMAND_UNKNOWN\x10\x00\x12\x0f\n\x0b\x43OMMAND_PUT\x10\x01\x12\x18\n\x14\x43OMMAND_DELETE_RANGE\x10\x02\x12\x0f\n\x0b\x43OMMAND_TXN\x10\x03\x12\x17\n\x13\x43OMMAND_LEASE_GRANT\x10\x04\x12\x18\n\x14\x43OMMAND_LEASE_REVOKE\x10\x05\x12\x13\n\x0f\x43OMMAND_COMPACT\x10\x06\x12\x16\n\x12\x43OMMAND_SUBMIT_JOB\x10\n\x12\x16\n\x12\x43OMMAND_CANCEL_JOB\x10\x0b\x12\x14\n\x10\x43OMMAND_GET_TASK\x10\x0c\x12\x19\n\x15\x43OMMAND_TASK_FINISHED\x10\r\x12\x17\n\x13\x43OMMAND_TASK_FAILED\x10\x0e\x12\x18\n\x14\x43OMMAND_EXPIRE_TASKS\x10\x0f\x12\x1b\n\x17\x43OMMAND_REQUEUE_TRAINER\x10\x10\x12\x15\n\x11\x43OMMAND_JOB_EVENT\x10\x11\x12\x16\n\x12\x43OMMAND_DELETE_JOB\x10\x12\x12\x16\n\x12\x43OMMAND_PRUNE_JOBS\x10\x13\x42\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftps.v1.command_pb2', globals())
@@ -21,30 +21,30 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z%github.com/raftps/raftps/api/raftpspb'
-  _COMMANDTYPE._serialized_start=660
-  _COMMANDTYPE._serialized_end=1074
+  _COMMANDTYPE._serialized_start=707
+  _COMMANDTYPE._serialized_end=1121
   _COMMAND._serialized_start=38
-  _COMMAND._serialized_end=102
-  _ENTRY._serialized_start=104
-  _ENTRY._serialized_end=191
-  _STATUS._serialized_start=193
-  _STATUS._serialized_end=232
-  _RESULT._serialized_start=234
-  _RESULT._serialized_end=311
-  _COMPACTREQUEST._serialized_start=313
-  _COMPACTREQUEST._serialized_end=347
-  _COMPACTRESPONSE._serialized_start=349
-  _COMPACTRESPONSE._serialized_end=366
-  _EXPIRETASKSREQUEST._serialized_start=368
-  _EXPIRETASKSREQUEST._serialized_end=401
-  _EXPIRETASKSRESPONSE._serialized_start=403
-  _EXPIRETASKSRESPONSE._serialized_end=441
-  _REQUEUETRAINERREQUEST._serialized_start=443
-  _REQUEUETRAINERREQUEST._serialized_end=512
-  _REQUEUETRAINERRESPONSE._serialized_start=514
-  _REQUEUETRAINERRESPONSE._serialized_end=556
-  _PRUNEJOBSREQUEST._serialized_start=558
-  _PRUNEJOBSREQUEST._serialized_end=619
-  _PRUNEJOBSRESPONSE._serialized_start=621
-  _PRUNEJOBSRESPONSE._serialized_end=657
+  _COMMAND._serialized_end=149
+  _ENTRY._serialized_start=151
+  _ENTRY._serialized_end=238
+  _STATUS._serialized_start=240
+  _STATUS._serialized_end=279
+  _RESULT._serialized_start=281
+  _RESULT._serialized_end=358
+  _COMPACTREQUEST._serialized_start=360
+  _COMPACTREQUEST._serialized_end=394
+  _COMPACTRESPONSE._serialized_start=396
+  _COMPACTRESPONSE._serialized_end=413
+  _EXPIRETASKSREQUEST._serialized_start=415
+  _EXPIRETASKSREQUEST._serialized_end=448
+  _EXPIRETASKSRESPONSE._serialized_start=450
+  _EXPIRETASKSRESPONSE._serialized_end=488
+  _REQUEUETRAINERREQUEST._serialized_start=490
+  _REQUEUETRAINERREQUEST._serialized_end=559
+  _REQUEUETRAINERRESPONSE._serialized_start=561
+  _REQUEUETRAINERRESPONSE._serialized_end=603
+  _PRUNEJOBSREQUEST._serialized_start=605
+  _PRUNEJOBSREQUEST._serialized_end=666
+  _PRUNEJOBSRESPONSE._serialized_start=668
+  _PRUNEJOBSRESPONSE._serialized_end=704
 # @@protoc_insertion_point(module_scope)

@@ -407,6 +407,11 @@ class ClusterStub(object):
                 request_serializer=raftps_dot_v1_dot_kv__pb2.StatusRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_kv__pb2.StatusResponse.FromString,
                 )
+        self.MemberRemove = channel.unary_unary(
+                '/raftps.v1.Cluster/MemberRemove',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveResponse.FromString,
+                )
 
 
 class ClusterServicer(object):
@@ -424,6 +429,15 @@ class ClusterServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MemberRemove(self, request, context):
+        """MemberRemove must reach the leader (else FailedPrecondition, not
+        leader); a member alive in gossip is refused (FailedPrecondition):
+        stop it instead, or the leader adds it back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -436,6 +450,11 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=raftps_dot_v1_dot_kv__pb2.StatusRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_kv__pb2.StatusResponse.SerializeToString,
+            ),
+            'MemberRemove': grpc.unary_unary_rpc_method_handler(
+                    servicer.MemberRemove,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -478,6 +497,23 @@ class Cluster(object):
         return grpc.experimental.unary_unary(request, target, '/raftps.v1.Cluster/Status',
             raftps_dot_v1_dot_kv__pb2.StatusRequest.SerializeToString,
             raftps_dot_v1_dot_kv__pb2.StatusResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def MemberRemove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Cluster/MemberRemove',
+            raftps_dot_v1_dot_kv__pb2.MemberRemoveRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.MemberRemoveResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

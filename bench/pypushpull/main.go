@@ -1,0 +1,84 @@
+// Command pypushpull measures push+pull throughput of the Go pserver
+// client against a running job's pservers, for bench/python.py, which runs
+// the Python client (raftps.ps) against the same pservers in the same run.
+//
+//	go run ./bench/pypushpull --endpoints 127.0.0.1:7000 --job J --iters 5
+//
+// It reads the job spec (GetJob) and the slot addresses (the job status),
+// pulls once, then times iters rounds of Push (a gradient of zeros for
+// every dense param) + Pull, and prints one JSON line:
+// {"mb_per_s": ..., "params": N, "iters": K, "seconds": S}, where MB counts
+// the float32 bytes pushed and pulled (2 x 4 x params per round).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+)
+
+func main() {
+	endpoints := flag.String("endpoints", "127.0.0.1:7000", "a node's gRPC address")
+	job := flag.String("job", "", "job name")
+	iters := flag.Int("iters", 5, "push+pull rounds timed")
+	flag.Parse()
+	if err := run(strings.Split(*endpoints, ",")[0], *job, *iters); err != nil {
+		fmt.Fprintln(os.Stderr, "pypushpull:", err)
+		os.Exit(1)
+	}
+}
+
+func run(endpoint, job string, iters int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	st, err := pb.NewMasterClient(cc).GetJob(ctx, &pb.GetJobRequest{Name: job})
+	if err != nil {
+		return err
+	}
+	slots := pserver.StaticResolver{}
+	for _, p := range st.GetStatus().GetPservers() {
+		slots[p.GetIndex()] = p.GetAddr()
+	}
+	c, err := pserver.NewClient(st.GetStatus().GetSpec(), "go-bench", slots)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	params := c.NewParams()
+	if err := c.Pull(ctx, params); err != nil {
+		return err
+	}
+	grads := map[string][]float32{}
+	var n int
+	for k, v := range params {
+		grads[k] = make([]float32, len(v))
+		n += len(v)
+	}
+	start := time.Now()
+	for range iters {
+		if err := c.Push(ctx, &pserver.Grads{Dense: grads, Examples: 1}); err != nil {
+			return err
+		}
+		if err := c.Pull(ctx, params); err != nil {
+			return err
+		}
+	}
+	s := time.Since(start).Seconds()
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"mb_per_s": float64(2*4*n*iters) / 1e6 / s, "params": n, "iters": iters, "seconds": s})
+}
