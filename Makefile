@@ -2,6 +2,13 @@ GO ?= go
 PROTOS := $(wildcard api/raftps/v1/*.proto)
 
 .PHONY: build test generate bench demo jepsen tools vet release
+.PHONY: generate-python test-python demo-python
+
+# PYTHON runs the Python client (python/) and its tests: Debian's
+# interpreter with Debian's grpcio, protobuf, numpy, torch and pytest,
+# installed when missing by scripts/install-python.sh (nothing comes from a
+# Python package index).
+PYTHON := /usr/bin/python3
 
 # VERSION is stamped into release binaries (internal/version.Version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -40,6 +47,28 @@ generate:
 	  --go_out=. --go_opt=module=github.com/raftps/raftps \
 	  --go-grpc_out=. --go-grpc_opt=module=github.com/raftps/raftps \
 	  $(patsubst api/%,%,$(PROTOS))
+	$(MAKE) generate-python
+
+# generate-python regenerates python/raftps/v1 (committed) with Debian's
+# protoc and grpc_python_plugin, so the stubs match the Debian runtime.
+generate-python:
+	@./scripts/install-python.sh generate
+	protoc -I api --python_out=python --grpc_python_out=python \
+	  --plugin=protoc-gen-grpc_python="$$(command -v grpc_python_plugin)" \
+	  $(patsubst api/%,%,$(PROTOS))
+
+# test-python runs pytest against real `raftps node` processes (fixtures in
+# python/tests/conftest.py); it fails, never skips, without the packages.
+test-python: build
+	@./scripts/install-python.sh
+	cd python && RAFTPS_BIN=$(CURDIR)/bin/raftps $(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+# demo-python: examples/pytorch/fashion_mnist.py demo (3 nodes, 2 PyTorch
+# trainers in sync mode on 2 pservers, a trainer and the slot-0 node
+# SIGKILLed, a trainer added, summary).
+demo-python: build
+	@./scripts/install-python.sh
+	$(PYTHON) examples/pytorch/fashion_mnist.py demo --bin bin/raftps
 
 vet:
 	$(GO) vet ./...
@@ -48,6 +77,7 @@ test: build
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
+	$(MAKE) test-python
 
 demo: build
 	./bin/raftps demo
@@ -58,6 +88,8 @@ bench: build
 	$(GO) build -o bin/raftps-bench ./cmd/raftps-bench
 	./scripts/install-etcd.sh
 	./bin/raftps-bench --bin bin/raftps
+	@./scripts/install-python.sh
+	$(PYTHON) bench/python.py --bin bin/raftps
 
 jepsen: build
 	$(GO) test -count=1 -timeout 30m -v -run TestJepsen ./integration/jepsen -jepsen.long
