@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftps/raftps/security"
 )
 
 // Config configures a Store. Build it with DefaultConfig and override fields;
@@ -42,6 +44,9 @@ type Config struct {
 	// process (Disconnect/Connect); the store closes it at Close if it
 	// implements raft.WithClose.
 	Transport raft.Transport
+	// TLS, if set, runs the TCP transport over mutual TLS (tls.go): peers
+	// must present a certificate of the cluster CA with the node role.
+	TLS *security.Material
 
 	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms),
 	// LeaderLeaseTimeout (250 ms) and CommitTimeout (50 ms) are hashicorp/raft's

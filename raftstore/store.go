@@ -293,6 +293,13 @@ func (s *Store) openTransport(hcl *hcLogger) (raft.Transport, error) {
 		}
 		adv = a
 	}
+	if s.cfg.TLS != nil {
+		trans, err := newTLSTransport(s.cfg.RaftAddr, adv, s.cfg.TLS, hcl.Named("transport"))
+		if err != nil {
+			return nil, fmt.Errorf("raftstore: raft TLS transport on %q: %w", s.cfg.RaftAddr, err)
+		}
+		return trans, nil
+	}
 	trans, err := raft.NewTCPTransportWithLogger(s.cfg.RaftAddr, adv, 3, 10*time.Second, hcl.Named("transport"))
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: raft transport on %q: %w", s.cfg.RaftAddr, err)
