@@ -31,6 +31,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,13 @@ func New(endpoints []string, opts ...grpc.DialOption) (*Client, error) {
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("raftps%d", schemeSeq.Add(1)))
 	addrs := make([]resolver.Address, len(eps))
 	for i, e := range eps {
-		addrs[i] = resolver.Address{Addr: e}
+		// ServerName: the host a TLS handshake checks the node's
+		// certificate against (the connection's authority is "raftps").
+		host, _, err := net.SplitHostPort(e)
+		if err != nil {
+			host = e
+		}
+		addrs[i] = resolver.Address{Addr: e, ServerName: host}
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
 	id, err := newClientID()

@@ -25,6 +25,7 @@ type AddrResolver func(nodeID string) (grpcAddr string, ok bool)
 // Internal gRPC service. It implements raftstore.Forwarder.
 type Forwarder struct {
 	resolve AddrResolver
+	dial    []grpc.DialOption
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -32,9 +33,11 @@ type Forwarder struct {
 
 var _ raftstore.Forwarder = (*Forwarder)(nil)
 
-// NewForwarder returns a Forwarder that finds the leader's gRPC address with r.
-func NewForwarder(r AddrResolver) *Forwarder {
-	return &Forwarder{resolve: r, conns: map[string]*grpc.ClientConn{}}
+// NewForwarder returns a Forwarder that finds the leader's gRPC address
+// with r; opts are added to its dial options (a node's TLS credentials
+// replace the plaintext default).
+func NewForwarder(r AddrResolver, opts ...grpc.DialOption) *Forwarder {
+	return &Forwarder{resolve: r, dial: opts, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
@@ -47,8 +50,8 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 	cc, ok := f.conns[addr]
 	if !ok {
 		var err error
-		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}, f.dial...)...)
 		if err != nil {
 			return nil, fmt.Errorf("dial leader %s at %s: %w", leaderID, addr, err)
 		}
