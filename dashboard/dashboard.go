@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -37,6 +38,8 @@ type Config struct {
 	ReadOnly bool
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// DialOptions are added to the client's (TLS credentials).
+	DialOptions []grpc.DialOption
 }
 
 // Request timeouts: an API call; one member's Status and the slot read of
@@ -74,7 +77,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cl, err := client.New(cfg.Endpoints)
+	cl, err := client.New(cfg.Endpoints, cfg.DialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -244,7 +247,7 @@ func (d *Dashboard) memberClient(addr string) (*client.Client, error) {
 	if d.ctx.Err() != nil {
 		return nil, d.ctx.Err()
 	}
-	c, err := client.New([]string{addr})
+	c, err := client.New([]string{addr}, d.cfg.DialOptions...)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -79,7 +80,9 @@ type Config struct {
 	Poll time.Duration
 	// DataDir, if set, replaces the jobs' dataset path on this node.
 	DataDir string
-	Logger  *slog.Logger
+	// DialOptions are added to the pserver client's (TLS credentials).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 // Agent runs the trainer role.
@@ -219,7 +222,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		a.log.Warn("dataset not on this node: no trainer here", "job", spec.Name, "dir", dir, "err", err)
 		return
 	}
-	ps, err := pserver.NewClient(spec, id, &resolver{meta: a.meta})
+	ps, err := pserver.NewClient(spec, id, &resolver{meta: a.meta}, pserver.WithDialOptions(a.cfg.DialOptions...))
 	if err != nil {
 		a.log.Error("pserver client", "job", spec.Name, "err", err)
 		return
