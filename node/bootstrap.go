@@ -86,7 +86,7 @@ func (n *Node) peersInCluster(ctx context.Context, servers []raft.Server) bool {
 		if !ok {
 			continue
 		}
-		c, err := client.New([]string{m.Meta.GRPCAddr})
+		c, err := client.New([]string{m.Meta.GRPCAddr}, n.dial...)
 		if err != nil {
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/security"
 )
 
 // Config is the configuration of one node. Build it with DefaultConfig
@@ -63,6 +64,17 @@ type Config struct {
 	DatasetDir string
 	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
 	GossipKey []byte
+
+	// TLS names the cluster CA and this node's certificate and key (PEM;
+	// security.Files): with them every gRPC port, node-to-node dial and
+	// the Raft transport run mutual TLS 1.3, each call is authorised by
+	// the role of the caller's certificate (security.Authorizer), and the
+	// files are reloaded when they change. Empty: plaintext (then
+	// `raftps node` requires --insecure).
+	TLS security.Files
+	// HTTPTLS also serves the HTTP port (/metrics, health, dashboard) over
+	// TLS with the node's certificate (clients need no certificate).
+	HTTPTLS bool
 
 	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms) and
 	// LeaderLeaseTimeout (250 ms) are hashicorp/raft's; 0 means raftstore's
@@ -128,6 +140,12 @@ func (c *Config) Validate() error {
 	}
 	if c.BootstrapExpect < 0 {
 		return bad("--bootstrap-expect must be >= 0")
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return bad("--tls-ca-file, --tls-cert-file and --tls-key-file go together: %v", err)
+	}
+	if c.HTTPTLS && !c.TLS.Enabled() {
+		return bad("--http-tls needs --tls-ca-file, --tls-cert-file and --tls-key-file")
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return bad("--gossip-key: %d bytes, want 16, 24 or 32", n)

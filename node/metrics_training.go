@@ -47,8 +47,10 @@ func (n *Node) registerTrainingMetrics(reg *prometheus.Registry) {
 // dashboardHandler is the web dashboard (package dashboard) over this
 // node's client API; the node closes it first on Close.
 func (n *Node) dashboardHandler() http.Handler {
+	// With TLS the dashboard calls the client API with the node's
+	// certificate, and the HTTP port asks for none: it is read-only then.
 	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: n.ckpt.Verify,
-		Logger: n.log.With("component", "dashboard")})
+		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")})
 	if err != nil {
 		n.log.Error("dashboard", "err", err)
 		return http.NotFoundHandler()

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
+	"github.com/raftps/raftps/security"
 )
 
 // Node is one raftps node: Raft store, gossip, master, gRPC and HTTP
@@ -44,6 +46,10 @@ type Node struct {
 	master  *master.Master
 	ckpt    *checkpoint.Manager
 	ps      *pserver.Server // nil without the pserver role
+	// tls is the node's TLS material (nil: plaintext, --insecure); dial
+	// are the options of every gRPC dial the node makes (its certificate).
+	tls  *security.Material
+	dial []grpc.DialOption
 
 	lock   *dirLock // <DataDir>/LOCK, held from Open to the end of Close
 	cancel context.CancelFunc
@@ -136,6 +142,16 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
 	n.disk = raftstore.NewDiskGuard(n.cfg.DataDir, n.cfg.DiskReserve)
+	if n.cfg.TLS.Enabled() {
+		if n.tls, err = security.Load(n.cfg.TLS, n.log.With("component", "tls")); err != nil {
+			return err
+		}
+		if r := security.RoleOf(n.tls.Leaf()); r != security.RoleNode {
+			return fmt.Errorf("--tls-cert-file %q: %w: role %q (make one with `raftps tls cert create --node %s`)",
+				n.cfg.TLS.Cert, security.ErrNotNode, r, n.cfg.ID)
+		}
+		n.dial = n.tls.DialOptions()
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 
@@ -150,6 +166,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("listen HTTP %s: %w", n.cfg.HTTPAddr, err)
+	}
+	if n.cfg.HTTPTLS {
+		n.httpLis = tls.NewListener(n.httpLis, &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: n.tls.GetCertificate})
 	}
 
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.
@@ -174,7 +193,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	n.fwd = service.NewForwarder(func(id string) (string, bool) {
 		m, ok := n.gossip.Member(id)
 		return m.Meta.Peer(), ok
-	})
+	}, n.dial...)
 
 	n.fsm = fsm.New(n.log.With("component", "fsm"))
 	rcfg := raftstore.DefaultConfig()
@@ -194,6 +213,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		rcfg.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	}
 	rcfg.Logger = n.log
+	rcfg.TLS = n.tls
 	if n.store, err = raftstore.New(rcfg, n.fsm, n.fwd); err != nil {
 		return err
 	}
@@ -212,9 +232,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 
 	ports := fmt.Sprintf("client API %s, node-to-node %s, pserver %s", n.GRPCAddr(), n.PeerAddr(), n.PServerAddr())
-	n.client = clientClass.newServer(ports, grpc.ChainUnaryInterceptor(n.statusErrors))
-	n.peer = peerClass.newServer(ports)
-	n.pserver = pserverClass.newServer(ports)
+	clientOpts, peerOpts, pserverOpts := n.serverSecurity()
+	n.client = clientClass.newServer(ports, append(clientOpts, grpc.ChainUnaryInterceptor(n.statusErrors))...)
+	n.peer = peerClass.newServer(ports, peerOpts...)
+	n.pserver = pserverClass.newServer(ports, pserverOpts...)
 	// service.Register registers KV, Lease, Watch and Internal; each
 	// server's tap handle refuses what its class does not serve.
 	svc := service.New(n.gated)

@@ -67,7 +67,11 @@ func (n *Node) openRoles(ctx context.Context) error {
 	pb.RegisterCheckpointStoreServer(n.client, ckptSvc)
 	host, _, _ := net.SplitHostPort(n.GRPCAddr())
 	peers := gossipPeers{g: n.gossip, self: n.cfg.ID}
-	mgr, err := checkpoint.New(checkpoint.Config{NodeID: n.cfg.ID, Host: host, Store: store, Meta: local, Peers: peers, Logger: n.log})
+	ccfg := checkpoint.Config{NodeID: n.cfg.ID, Host: host, Store: store, Meta: local, Peers: peers, Logger: n.log}
+	if n.dial != nil {
+		ccfg.Client = checkpoint.NewClient(n.dial...) // replicas over mutual TLS
+	}
+	mgr, err := checkpoint.New(ccfg)
 	if err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {
-		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, Logger: n.log},
+		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial, Logger: n.log},
 			local, master.NewService(n.gated, n.gossip))
 		n.goAgent(ctx, a.Run)
 	}
