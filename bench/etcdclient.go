@@ -77,11 +77,11 @@ func (s *etcdClientStore) Close() error { return s.c.Close() }
 
 // etcdClientSection runs put, get, CAS and lease workloads with etcd's Go
 // client against raftps (clusters[0]) and etcd (clusters[1]), interleaved
-// workload by workload like kvSection, into the "etcd client" rows.
+// in Pairs pairs like kvSection, into the "etcd client" rows.
 func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
-	dur, maxOps := 5*time.Second, int64(50000)
+	dur, maxOps := 2*time.Second, int64(20000)
 	if r.cfg.Quick {
-		dur, maxOps = 2*time.Second, 20000
+		dur, maxOps = 1*time.Second, 10000
 	}
 	pools := make([][]Store, len(clusters))
 	defer func() {
@@ -113,33 +113,40 @@ func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
 		func(i int) Workload { return LeaseWorkload(16, leases[i]) },
 	}
 	for k, mk := range wls {
-		res := make([]float64, 2)
-		p99 := make([]float64, 2)
-		res[0], res[1], p99[0], p99[1] = NA, NA, NA, NA
+		// tp[i][p], p99[i][p]: system i in pair p (raftps, etcd, raftps, ...).
+		var tp, p99 [2][]float64
 		var name string
-		errs := make([]int64, 2)
-		for i, c := range clusters {
-			w := mk(i)
-			name = w.Name
-			_, _ = RunLoad(ctx, pools[i], w, 300*time.Millisecond, 1000)
-			lr, err := RunLoad(ctx, pools[i], w, dur, maxOps)
-			if k == len(wls)-1 {
-				revokeAll(ctx, leases[i])
+		var errs [2]int64
+		for i := range clusters {
+			_, _ = RunLoad(ctx, pools[i], mk(i), 300*time.Millisecond, 1000)
+			name = mk(i).Name
+		}
+		for p := 0; p < Pairs; p++ {
+			for i := 0; i < 2; i++ {
+				t, q := NA, NA
+				if i < len(clusters) {
+					c := clusters[i]
+					lr, err := RunLoad(ctx, pools[i], mk(i), dur, maxOps)
+					if k == len(wls)-1 {
+						revokeAll(ctx, leases[i])
+					}
+					if err != nil {
+						r.logf("etcd client → %s %s pair %d: %v", c.Name(), name, p+1, err)
+					} else {
+						r.logf("etcd client → %-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", c.Name(), name, p+1,
+							lr.Throughput(), ms(lr.P50), ms(lr.P99), lr.Ops, lr.Errors)
+						t, q, errs[i] = lr.Throughput(), ms(lr.P99), errs[i]+lr.Errors
+						r.raw[fmt.Sprintf("etcdclient/%s/%s/%d", c.Name(), name, p+1)] = lr
+					}
+				}
+				tp[i], p99[i] = append(tp[i], t), append(p99[i], q)
 			}
-			if err != nil {
-				r.logf("etcd client → %s %s: %v", c.Name(), w.Name, err)
-				continue
-			}
-			r.logf("etcd client → %-7s %-36s %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", c.Name(), w.Name,
-				lr.Throughput(), ms(lr.P50), ms(lr.P99), lr.Ops, lr.Errors)
-			res[i], p99[i], errs[i] = lr.Throughput(), ms(lr.P99), lr.Errors
-			r.raw[fmt.Sprintf("etcdclient/%s/%s", c.Name(), name)] = lr
 		}
 		note := ""
 		if errs[0] > 0 || errs[1] > 0 {
 			note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
 		}
-		r.add(Row{Section: "etcd client", Metric: name + " throughput", Unit: "ops/s", Ours: res[0], BaseName: "etcd", Base: res[1], Note: note})
-		r.add(Row{Section: "etcd client", Metric: name + " p99", Unit: "ms", Ours: p99[0], BaseName: "etcd", Base: p99[1]})
+		r.add(pairRow(Row{Section: "etcd client", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, tp[0], tp[1]))
+		r.add(pairRow(Row{Section: "etcd client", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, p99[0], p99[1]))
 	}
 }

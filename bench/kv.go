@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// kvSection runs every workload on raftps then etcd, interleaved workload
-// by workload so that drifts of the machine's load hit both alike.
+// kvSection runs every workload on raftps and etcd in Pairs interleaved
+// pairs (raftps, etcd, raftps, etcd, ...), so that drifts of the machine's
+// load hit both alike; each row is the median pair ratio with its spread.
 func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
-	dur, maxOps := 5*time.Second, int64(50000)
+	dur, maxOps := 2*time.Second, int64(20000)
 	if r.cfg.Quick {
-		dur, maxOps = 2*time.Second, 20000
+		dur, maxOps = 1*time.Second, 10000
 	}
 	pools := make([][]Store, len(clusters))
 	for i, c := range clusters {
@@ -49,47 +50,50 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 		{func(i int) Workload { return LeaseWorkload(16, leases[i]) }, "lease"},
 	}
 	for _, x := range wls {
-		res := make([]LoadResult, len(clusters))
-		ok := make([]bool, len(clusters))
+		// figures[m][i][p]: metric m (throughput, p50, p99) of system i in pair p.
+		var figures [3][2][]float64
+		var errs [2]int64
 		var name string
-		for i, c := range clusters {
-			w := x.w(i)
-			name = w.Name
-			// A short warm-up, then the measurement.
-			_, _ = RunLoad(ctx, pools[i], w, 300*time.Millisecond, 1000)
-			lr, err := RunLoad(ctx, pools[i], w, dur, maxOps)
-			if err != nil {
-				r.logf("%s %s: %v", c.Name(), w.Name, err)
-			} else {
-				res[i], ok[i] = lr, true
-				r.logf("%-7s %-36s %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, extra %d)", c.Name(), w.Name,
-					lr.Throughput(), ms(lr.P50), ms(lr.P99), lr.Ops, lr.Errors, lr.Extra)
-			}
+		res := make([][]LoadResult, len(clusters))
+		for i := range clusters { // a short warm-up each
+			_, _ = RunLoad(ctx, pools[i], x.w(i), 300*time.Millisecond, 1000)
 			if x.key == "lease" {
 				revokeAll(ctx, leases[i])
 			}
+			name = x.w(i).Name
+		}
+		for p := 0; p < Pairs; p++ {
+			for i := 0; i < 2; i++ {
+				tp, p50, p99 := NA, NA, NA
+				if i < len(clusters) {
+					c := clusters[i]
+					lr, err := RunLoad(ctx, pools[i], x.w(i), dur, maxOps)
+					if x.key == "lease" {
+						revokeAll(ctx, leases[i])
+					}
+					if err != nil {
+						r.logf("%s %s pair %d: %v", c.Name(), name, p+1, err)
+					} else {
+						res[i] = append(res[i], lr)
+						errs[i] += lr.Errors
+						tp, p50, p99 = lr.Throughput(), ms(lr.P50), ms(lr.P99)
+						r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, extra %d)", c.Name(), name, p+1,
+							tp, p50, p99, lr.Ops, lr.Errors, lr.Extra)
+					}
+				}
+				figures[0][i] = append(figures[0][i], tp)
+				figures[1][i] = append(figures[1][i], p50)
+				figures[2][i] = append(figures[2][i], p99)
+			}
 		}
 		r.raw[fmt.Sprintf("kv/%s", name)] = res
-		if len(clusters) < 2 {
-			res = append(res, LoadResult{})
-			ok = append(ok, false)
-		}
-		val := func(i int, f func(LoadResult) float64) float64 {
-			if !ok[i] {
-				return NA
-			}
-			return f(res[i])
-		}
 		note := ""
-		if res[0].Errors > 0 || res[1].Errors > 0 {
-			note = fmt.Sprintf("errors raftps %d, etcd %d", res[0].Errors, res[1].Errors)
+		if errs[0] > 0 || errs[1] > 0 {
+			note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
 		}
-		r.add(Row{Section: "metadata store", Metric: name + " throughput", Unit: "ops/s",
-			Ours: val(0, LoadResult.Throughput), BaseName: "etcd", Base: val(1, LoadResult.Throughput), Note: note})
-		r.add(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms",
-			Ours: val(0, func(l LoadResult) float64 { return ms(l.P50) }), BaseName: "etcd", Base: val(1, func(l LoadResult) float64 { return ms(l.P50) })})
-		r.add(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms",
-			Ours: val(0, func(l LoadResult) float64 { return ms(l.P99) }), BaseName: "etcd", Base: val(1, func(l LoadResult) float64 { return ms(l.P99) })})
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, figures[0][0], figures[0][1]))
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))
 	}
 }
 

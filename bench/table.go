@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,14 +20,55 @@ type Row struct {
 	BaseName string  `json:"baseline_name,omitempty"`
 	Base     float64 `json:"baseline"`
 	Note     string  `json:"note,omitempty"`
+	// Ratios are the ratios of the pairs a side-by-side row was measured
+	// in (the two sides run interleaved, A B A B ...; see pairRow); empty
+	// for a row measured once.
+	Ratios []float64 `json:"ratios,omitempty"`
 }
 
-// Ratio is Ours/Base, NaN when either is missing or Base is zero.
+// Ratio is the median of Ratios if the row was measured in pairs, else
+// Ours/Base; NaN when either is missing or Base is zero.
 func (r Row) Ratio() float64 {
+	if len(r.Ratios) > 0 {
+		return Median(r.Ratios)
+	}
 	if math.IsNaN(r.Ours) || math.IsNaN(r.Base) || r.Base == 0 {
 		return math.NaN()
 	}
 	return r.Ours / r.Base
+}
+
+// Spread returns the smallest and largest pair ratio (NaN, NaN for a row
+// not measured in pairs).
+func (r Row) Spread() (lo, hi float64) {
+	if len(r.Ratios) == 0 {
+		return NA, NA
+	}
+	return slices.Min(r.Ratios), slices.Max(r.Ratios)
+}
+
+// pairRow fills row from figures measured in pairs: ours[i] and base[i]
+// were measured one right after the other, pair after pair (A B A B ...),
+// so that a noisy moment of the machine hits one pair, not a whole side.
+// NaN marks a side that failed; its pair is left out. Ours and Base are
+// the medians of each side, Ratios the per-pair ratios (whose median is
+// the row's ratio).
+func pairRow(row Row, ours, base []float64) Row {
+	var o, b []float64
+	row.Ratios = nil
+	for i := range min(len(ours), len(base)) {
+		if !math.IsNaN(ours[i]) {
+			o = append(o, ours[i])
+		}
+		if !math.IsNaN(base[i]) {
+			b = append(b, base[i])
+		}
+		if !math.IsNaN(ours[i]) && !math.IsNaN(base[i]) && base[i] != 0 {
+			row.Ratios = append(row.Ratios, ours[i]/base[i])
+		}
+	}
+	row.Ours, row.Base = Median(o), Median(b)
+	return row
 }
 
 // LowerIsBetter reports whether the unit is a time (latency, failover).
@@ -46,17 +88,21 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		}
 		return &f
 	}
+	lo, hi := r.Spread()
 	return json.Marshal(struct {
-		Section       string   `json:"section"`
-		Metric        string   `json:"metric"`
-		Unit          string   `json:"unit"`
-		Ours          *float64 `json:"raftps"`
-		BaseName      string   `json:"baseline_name,omitempty"`
-		Base          *float64 `json:"baseline"`
-		Ratio         *float64 `json:"ratio"`
-		LowerIsBetter bool     `json:"lower_is_better"`
-		Note          string   `json:"note,omitempty"`
-	}{r.Section, r.Metric, r.Unit, num(r.Ours), r.BaseName, num(r.Base), num(r.Ratio()), r.LowerIsBetter(), r.Note})
+		Section       string    `json:"section"`
+		Metric        string    `json:"metric"`
+		Unit          string    `json:"unit"`
+		Ours          *float64  `json:"raftps"`
+		BaseName      string    `json:"baseline_name,omitempty"`
+		Base          *float64  `json:"baseline"`
+		Ratio         *float64  `json:"ratio"`
+		RatioMin      *float64  `json:"ratio_min,omitempty"`
+		RatioMax      *float64  `json:"ratio_max,omitempty"`
+		Ratios        []float64 `json:"ratios,omitempty"`
+		LowerIsBetter bool      `json:"lower_is_better"`
+		Note          string    `json:"note,omitempty"`
+	}{r.Section, r.Metric, r.Unit, num(r.Ours), r.BaseName, num(r.Base), num(r.Ratio()), num(lo), num(hi), r.Ratios, r.LowerIsBetter(), r.Note})
 }
 
 // NA is the value of a figure that was not measured.
@@ -93,7 +139,16 @@ func FormatRatio(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64) + "x"
 }
 
-var tableHeader = []string{"SECTION", "METRIC", "UNIT", "RAFTPS", "BASELINE", "VALUE", "RATIO", "NOTE"}
+var tableHeader = []string{"SECTION", "METRIC", "UNIT", "RAFTPS", "BASELINE", "VALUE", "RATIO", "SPREAD (PAIRS)", "NOTE"}
+
+// FormatSpread prints a row's pair ratios as "0.70-0.93x (5)", or "-".
+func (r Row) FormatSpread() string {
+	lo, hi := r.Spread()
+	if math.IsNaN(lo) {
+		return "-"
+	}
+	return fmt.Sprintf("%s-%s (%d)", strconv.FormatFloat(lo, 'f', 2, 64), FormatRatio(hi), len(r.Ratios))
+}
 
 func (r Row) cells() []string {
 	unit := r.Unit
@@ -108,7 +163,7 @@ func (r Row) cells() []string {
 	if r.BaseName == "" && math.IsNaN(r.Base) {
 		bv = "-"
 	}
-	return []string{r.Section, r.Metric, unit, FormatValue(r.Ours), base, bv, FormatRatio(r.Ratio()), r.Note}
+	return []string{r.Section, r.Metric, unit, FormatValue(r.Ours), base, bv, FormatRatio(r.Ratio()), r.FormatSpread(), r.Note}
 }
 
 // WriteTable writes rows as one aligned text table: a header, a rule, and
@@ -124,7 +179,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 			width[i] = max(width[i], len([]rune(s)))
 		}
 	}
-	right := map[int]bool{3: true, 5: true, 6: true}
+	right := map[int]bool{3: true, 5: true, 6: true, 7: true}
 	var b strings.Builder
 	line := func(c []string) {
 		for i, s := range c {
@@ -171,7 +226,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 func WriteMarkdownTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat(" --- |", 3) + strings.Repeat(" ---: |", 1) + " --- |" + strings.Repeat(" ---: |", 2) + " --- |\n")
+	b.WriteString("|" + strings.Repeat(" --- |", 3) + strings.Repeat(" ---: |", 1) + " --- |" + strings.Repeat(" ---: |", 3) + " --- |\n")
 	for _, r := range rows {
 		c := r.cells()
 		for i := range c {
@@ -191,3 +246,7 @@ func fmtSeconds(xs []float64) string {
 	}
 	return fmt.Sprintf("[%s]", strings.Join(s, " "))
 }
+
+// Pairs is the number of interleaved pairs (A B A B ...) every
+// side-by-side row is measured in.
+const Pairs = 5
