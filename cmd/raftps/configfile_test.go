@@ -55,3 +55,14 @@ func TestConfigFileErrors(t *testing.T) {
 		}
 	}
 }
+
+// The config file shipped for systemd applies as it is.
+func TestShippedConfigFile(t *testing.T) {
+	c := newNodeCmd(&globals{out: io.Discard, err: io.Discard})
+	if err := applyConfigFile(c.Flags(), filepath.Join("..", "..", "deploy", "systemd", "raftps.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Flags().Lookup("bootstrap-expect").Value.String(); v != "3" {
+		t.Fatalf("bootstrap-expect %s", v)
+	}
+}
