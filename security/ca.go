@@ -244,7 +244,7 @@ func Dev(dir string, nodes []string) (map[string]Files, Files, error) {
 	}
 	out := map[string]Files{}
 	for _, id := range nodes {
-		f, err := issue(id, CertRequest{Name: id, Role: RoleNode, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNS: []string{"localhost"}})
+		f, err := IssueDev(ca, dir, id)
 		if err != nil {
 			return nil, Files{}, err
 		}
@@ -255,4 +255,19 @@ func Dev(dir string, nodes []string) (map[string]Files, Files, error) {
 		return nil, Files{}, err
 	}
 	return out, admin, nil
+}
+
+// IssueDev issues a loopback node certificate (IP 127.0.0.1 and ::1, DNS
+// localhost) for node id with ca into dir (<id>.pem, <id>-key.pem; the
+// CA's certificate is dir/ca.pem).
+func IssueDev(ca *CA, dir, id string) (Files, error) {
+	c, k, err := ca.Issue(CertRequest{Name: id, Role: RoleNode, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNS: []string{"localhost"}})
+	if err != nil {
+		return Files{}, err
+	}
+	f := Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, id+".pem"), Key: filepath.Join(dir, id+"-key.pem")}
+	if err := WriteFile(f.Key, k, true); err != nil {
+		return Files{}, err
+	}
+	return f, WriteFile(f.Cert, c, true)
 }
