@@ -42,6 +42,9 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "time to wait for a connection to any endpoint")
 	pf.StringVarP(&g.output, "output", "o", outputSimple, "output format: simple, json or table")
 	pf.StringVarP(&g.output, "write-out", "w", outputSimple, "alias of --output")
+	pf.StringVar(&g.tls.files.CA, "cacert", "", "CA certificate of the cluster (PEM; with --cert and --key: mutual TLS)")
+	pf.StringVar(&g.tls.files.Cert, "cert", "", "client certificate (PEM; `raftps tls cert create --client`)")
+	pf.StringVar(&g.tls.files.Key, "key", "", "client certificate's key (PEM)")
 
 	root.AddCommand(
 		newNodeCmd(g),
@@ -57,6 +60,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newDemoCmd(g),
 		newSnapshotCmd(g),
 		newVersionCmd(g),
+		newTLSCmd(g),
 	)
 	refuseUnknownSubcommands(root)
 	return root
@@ -72,9 +76,17 @@ type globals struct {
 	output      string
 	printer     printer
 	out, err    io.Writer
+	// tls: --cacert, --cert, --key.
+	tls clientTLS
 }
 
-func (g *globals) client() (*client.Client, error) { return client.New(g.endpoints) }
+func (g *globals) client() (*client.Client, error) {
+	opts, err := g.tls.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(g.endpoints, opts...)
+}
 
 // call runs fn with a client of --endpoints and a context bounded by --timeout.
 func (g *globals) call(parent context.Context, fn func(ctx context.Context, cl *client.Client) error) error {

@@ -62,7 +62,11 @@ func (g *globals) dial(ctx context.Context, cl *client.Client) error {
 			return nil
 		}
 		if !conn.WaitForStateChange(ctx, s) {
-			return fmt.Errorf("%w: %s within --dial-timeout %s (last state %s)", ErrDial, strings.Join(cl.Endpoints, ","), g.dialTimeout, s)
+			hint := ""
+			if !g.tls.files.Enabled() {
+				hint = "; if the cluster runs TLS, give --cacert, --cert and --key (or RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY)"
+			}
+			return fmt.Errorf("%w: %s within --dial-timeout %s (last state %s%s)", ErrDial, strings.Join(cl.Endpoints, ","), g.dialTimeout, s, hint)
 		}
 	}
 }

@@ -29,6 +29,9 @@ with an existing data dir, and for a node added to a running cluster:
 					return err
 				}
 			}
+			if err := tlsFlagsFromEnv(cmd.Flags()); err != nil {
+				return err
+			}
 			logger, err := newLogger(g.err, logLevel)
 			if err != nil {
 				return err
@@ -67,6 +70,10 @@ with an existing data dir, and for a node added to a running cluster:
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "raft-leader-lease-timeout", cfg.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.Uint64Var(&reserve, "disk-reserve-mib", cfg.DiskReserve>>20, "free space (MiB) the data dir's disk must keep; below it writes are refused with ResourceExhausted")
+	f.StringVar(&cfg.TLS.CA, "tls-ca-file", "", "cluster CA certificate (PEM): with --tls-cert-file and --tls-key-file, mutual TLS on every port and dial")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; `raftps tls cert create --node`), reloaded when it changes")
+	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")
+	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port over TLS too (with the node's certificate)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	return c
 }

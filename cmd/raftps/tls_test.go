@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/raftps/raftps/security"
+)
+
+func runOffline(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd(&out, &errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestTLSCommands: `tls ca create` and `tls cert create` write 0600 PEM
+// files that load as mutual-TLS material with the right role, never
+// overwrite, and refuse flag sets that do not describe one certificate.
+func TestTLSCommands(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := runOffline(t, "tls", "ca", "create", "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	ca, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
+	certArgs := func(a ...string) []string {
+		return append([]string{"tls", "cert", "create", "--ca", ca, "--ca-key", key, "--dir", dir}, a...)
+	}
+	for _, a := range [][]string{
+		{"--node", "n1", "--ip", "10.0.0.1", "--dns", "n1.example"},
+		{"--client", "alice", "--role", "admin"},
+		{"--client", "ci", "--role", "trainer", "--job", "mnist"},
+		{"--client", "bob", "--role", "reader"},
+	} {
+		if out, err := runOffline(t, certArgs(a...)...); err != nil {
+			t.Fatalf("%v: %v %s", a, err, out)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 10 {
+		t.Fatalf("%d files, want 10", len(entries))
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", e.Name(), fi.Mode().Perm())
+		}
+	}
+	for name, role := range map[string]string{"n1": security.RoleNode, "alice": security.RoleAdmin, "ci": security.RoleTrainer, "bob": security.RoleReader} {
+		m, err := security.Load(security.Files{CA: ca, Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		id := security.IdentityOf(m.Leaf())
+		if id.Role != role || id.Name != name {
+			t.Errorf("%s: identity %+v, want role %s", name, id, role)
+		}
+		if name == "n1" && (len(m.Leaf().IPAddresses) != 1 || m.Leaf().DNSNames[0] != "n1.example") {
+			t.Errorf("n1 SANs: %v %v", m.Leaf().IPAddresses, m.Leaf().DNSNames)
+		}
+		if name == "ci" && !id.HasJob("mnist") {
+			t.Errorf("trainer jobs %v", id.Jobs)
+		}
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "alice.pem"))
+	if _, err := runOffline(t, certArgs("--client", "alice", "--role", "reader")...); !errors.Is(err, security.ErrExists) {
+		t.Fatalf("overwrite: %v, want ErrExists", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "alice.pem")); !bytes.Equal(before, after) {
+		t.Fatal("a refused create changed the file")
+	}
+	if _, err := runOffline(t, "tls", "ca", "create", "--dir", dir); !errors.Is(err, security.ErrExists) {
+		t.Fatalf("second CA over the first: %v, want ErrExists", err)
+	}
+	for _, a := range [][]string{
+		{"--client", "x"},                                   // no role
+		{"--client", "x", "--role", "root"},                 // unknown role
+		{"--client", "x", "--role", "node"},                 // node is not a client role
+		{"--node", "n2", "--role", "admin"},                 // a node has no --role
+		{"--node", "n2", "--client", "x"},                   // both
+		{},                                                  // neither
+		{"--node", "n2", "--ip", "not-an-ip"},               // bad IP
+		{"--client", "x", "--role", "reader", "--job", "j"}, // jobs for trainers only
+	} {
+		_, err := runOffline(t, certArgs(a...)...)
+		if !errors.Is(err, ErrCertRequest) {
+			t.Errorf("%v: %v, want ErrCertRequest", a, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--") {
+			t.Errorf("%v: %q names no flag", a, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.pem")); err == nil {
+		t.Fatal("a refused create wrote x.pem")
+	}
+}
