@@ -54,6 +54,11 @@ type Config struct {
 	// AES-GCM; it must be 16, 24 or 32 bytes (AES-128/192/256) and the same
 	// on every member. Members with a different key (or none) cannot join.
 	SecretKey []byte
+	// Keyring, if set, holds the encryption keys instead (memberlist's
+	// Keyring: the primary encrypts, every key decrypts), so keys can be
+	// installed, made primary and removed on a live member. SecretKey, if
+	// also set, is added to it as the primary.
+	Keyring *memberlist.Keyring
 
 	// Label, if set, is stamped on every gossip packet and stream; members
 	// with another label (another cluster, or a test's neighbour that got

@@ -158,7 +158,7 @@ func (g *Gossip) Open(ctx context.Context) error {
 	g.ml = ml
 	g.localAddr = ml.LocalNode().Address()
 	g.state.Store(int32(stateOpen))
-	g.log.Info("gossip started", "addr", g.localAddr, "encrypted", len(g.cfg.SecretKey) > 0)
+	g.log.Info("gossip started", "addr", g.localAddr, "encrypted", len(g.cfg.SecretKey) > 0 || g.cfg.Keyring != nil)
 	if !stateOffsetOK {
 		g.log.Warn("gossip cannot read memberlist's node state (unexpected memberlist version); graceful leaves will be reported as failures")
 	}
@@ -214,6 +214,7 @@ func (g *Gossip) memberlistConfig(ctx context.Context) (*memberlist.Config, erro
 	if len(c.SecretKey) > 0 {
 		mc.SecretKey = c.SecretKey
 	}
+	mc.Keyring = c.Keyring
 	mc.Label = c.Label
 	mc.ProbeInterval = c.ProbeInterval
 	mc.ProbeTimeout = c.ProbeTimeout
