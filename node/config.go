@@ -65,6 +65,12 @@ type Config struct {
 	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
 	GossipKey []byte
 
+	// GossipKeyringFile is a keyring file (security.LoadKeyringFile: a JSON
+	// array of base64 keys, the primary first) that encrypts gossip;
+	// `raftps keyring` changes it on every member and each rewrites its
+	// file. No secret on the command line.
+	GossipKeyringFile string
+
 	// TLS names the cluster CA and this node's certificate and key (PEM;
 	// security.Files): with them every gRPC port, node-to-node dial and
 	// the Raft transport run mutual TLS 1.3, each call is authorised by

@@ -49,7 +49,7 @@ var (
 		maxStreams: 1000,
 		services: append([]string{pb.KV_ServiceDesc.ServiceName, pb.Lease_ServiceDesc.ServiceName,
 			pb.Watch_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName,
-			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName},
+			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
 			etcdapi.ServiceNames...),
 	}
 	pserverClass = serviceClass{
@@ -65,7 +65,7 @@ var (
 		maxRecv:    64 << 20,
 		maxSend:    64 << 20,
 		maxStreams: 256,
-		services:   []string{pb.Internal_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName},
+		services:   []string{pb.Internal_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
 	}
 )
 

@@ -13,8 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
 
+	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
@@ -50,6 +52,8 @@ type Node struct {
 	// are the options of every gRPC dial the node makes (its certificate).
 	tls  *security.Material
 	dial []grpc.DialOption
+	// keyring holds the gossip keys (nil without --gossip-keyring-file).
+	keyring *memberlist.Keyring
 
 	lock   *dirLock // <DataDir>/LOCK, held from Open to the end of Close
 	cancel context.CancelFunc
@@ -186,6 +190,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	gcfg.Join = n.cfg.Join
 	gcfg.JoinRetryMax = 0
 	gcfg.SecretKey = n.cfg.GossipKey
+	if n.keyring, err = n.openKeyring(); err != nil {
+		return err
+	}
+	gcfg.Keyring = n.keyring
 	gcfg.Logger = n.log
 	if n.gossip, err = gossip.New(gcfg); err != nil {
 		return err
@@ -242,6 +250,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	svc.Register(n.client)
 	svc.Register(n.peer)
 	master.NewService(n.gated, n.gossip).Register(n.client)
+	kr := &keyringService{n: n} // `raftps keyring`: admins on the client port, the fan-out on the peer port
+	pb.RegisterKeyringServer(n.client, kr)
+	pb.RegisterKeyringServer(n.peer, kr)
 	// etcd's v3 API (etcdserverpb) over the same store, for etcdctl and
 	// etcd's clients.
 	etcdapi.New(n.gated, n.gossip).Register(n.client)
