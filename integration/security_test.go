@@ -38,6 +38,12 @@ type secureCluster struct {
 // newSecureCluster starts n nodes with mutual TLS (certificates made by
 // localcluster.Secure) and waits for a leader.
 func newSecureCluster(t *testing.T, n int, extra ...string) *secureCluster {
+	return newSecureClusterKeyring(t, n, nil, extra...)
+}
+
+// newSecureClusterKeyring is newSecureCluster with gossip encrypted by
+// keyring (each node its own copy of the file <id>.keyring); nil: none.
+func newSecureClusterKeyring(t *testing.T, n int, keyring [][]byte, extra ...string) *secureCluster {
 	t.Helper()
 	c := NewCluster(t, binPath, n, extra...)
 	sc := &secureCluster{Cluster: c, pki: filepath.Join(c.Dir, "pki"), peer: map[string]string{}, pserver: map[string]string{}}
@@ -58,6 +64,13 @@ func newSecureCluster(t *testing.T, n int, extra ...string) *secureCluster {
 		}
 		sc.peer[p.ID], sc.pserver[p.ID] = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 		p.Args = append(p.Args, "--peer-addr", sc.peer[p.ID], "--pserver-addr", sc.pserver[p.ID])
+		if keyring != nil {
+			f := filepath.Join(c.Dir, p.ID+".keyring")
+			if err := security.SaveKeyringFile(f, keyring); err != nil {
+				t.Fatal(err)
+			}
+			p.Args = append(p.Args, "--gossip-keyring-file", f)
+		}
 	}
 	c.StartAll()
 	sc.waitLeader(t, 60*time.Second)

@@ -61,6 +61,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newSnapshotCmd(g),
 		newVersionCmd(g),
 		newTLSCmd(g),
+		newKeyringCmd(g),
 	)
 	refuseUnknownSubcommands(root)
 	return root

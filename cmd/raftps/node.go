@@ -70,6 +70,7 @@ with an existing data dir, and for a node added to a running cluster:
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "raft-leader-lease-timeout", cfg.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.Uint64Var(&reserve, "disk-reserve-mib", cfg.DiskReserve>>20, "free space (MiB) the data dir's disk must keep; below it writes are refused with ResourceExhausted")
+	f.StringVar(&cfg.GossipKeyringFile, "gossip-keyring-file", "", "gossip encryption keyring: a JSON array of base64 keys, the primary first (raftps keyring rotates it)")
 	f.StringVar(&cfg.TLS.CA, "tls-ca-file", "", "cluster CA certificate (PEM): with --tls-cert-file and --tls-key-file, mutual TLS on every port and dial")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; `raftps tls cert create --node`), reloaded when it changes")
 	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")
