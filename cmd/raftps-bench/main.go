@@ -49,8 +49,9 @@ etcd-server, installed by scripts/install-etcd.sh) on loopback and drive both wi
 grant+keepalive), time leader failover on both, time recovery of a running
 training job after a trainer, a pserver node and the leader are SIGKILLed, run
 the Go benchmarks of pserver, checkpoint and trainer, and, where raftps' puts
-are behind etcd's, profile raftstore's puts. Prints one table of raftps next to
-its baseline with the ratio, and writes it with the machine's description to
+are behind etcd's, profile raftstore's puts. Every side-by-side row runs its two
+sides interleaved in 5 pairs (A B A B ...) and shows the median pair ratio with
+its min-max spread. Prints one table of raftps next to its baseline, and writes it with the machine's description to
 --out as <UTC timestamp>.md and .json. A full run takes a few minutes; --quick
 shortens every measurement.`,
 		Args: cobra.NoArgs,
