@@ -84,9 +84,12 @@
 //
 // Blobs live under blob/<md5hex> in Pebble, one value per vshard (MBs to
 // hundreds of MBs). A checkpoint of at least DefaultIngestThreshold bytes is
-// written as one uncompressed external sstable, fsynced and ingested (the
-// bytes are written once, like a plain file; through the WAL they would be
-// written twice); smaller ones go through the WAL with one sync. Bloom
+// hashed and written in one pipeline: MD5s many blobs at once in the SIMD
+// lanes of minio/md5-simd, each blob written as soon as its MD5 is known
+// as an uncompressed one-key external sstable, fsynced, and all of them
+// ingested at once (the bytes are written once, like a plain file; through
+// the WAL they would be written twice); smaller ones go through the WAL
+// with one sync. Bloom
 // filters keep presence checks of missing blobs from reading multi-MB
 // blocks. Readers re-hash every blob (GetBlob, VerifyBlob): a flipped byte
 // is ErrCorrupt naming the md5, never silently restored. Each manifest is
