@@ -22,6 +22,9 @@ from typing import Sequence
 from raftps import errors
 from raftps.client import Client
 
+# The repository's datasets/ directory (python/raftps/../../datasets).
+DATASET_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "datasets"))
+
 
 def free_ports(n: int) -> list[int]:
     """n distinct free TCP+UDP ports on 127.0.0.1 (gossip uses both)."""
@@ -66,6 +69,10 @@ class Node:
             self.args += ["--join", ",".join(join)]
         if expect:
             self.args += ["--bootstrap-expect", str(expect)]
+        if os.path.isdir(DATASET_ROOT):
+            # Nodes confine jobs' dataset paths to their --dataset-root
+            # directories; jobs here name datasets/fashion-mnist.
+            self.args += ["--dataset-root", DATASET_ROOT]
         self.args += list(extra)
 
     def start(self) -> None:

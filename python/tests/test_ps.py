@@ -175,3 +175,18 @@ def test_stale_push_after_step_moved(client):
     a.close()
     b.close()
     raftps.jobs.cancel(client, job)
+
+
+def test_external_spec_validation_names_the_param(client):
+    """An external job's bad parameter is InvalidArgument naming it; an
+    external job without parameters is refused; nothing is created."""
+    job = name("extbad")
+    params = [{"name": "conv1.weight", "shape": [8, 1, 3, 3]}, {"name": "conv1.bias", "shape": [0]}]
+    with pytest.raises(errors.InvalidArgument) as ei:
+        raftps.jobs.submit(client, external_spec(job, params))
+    assert "params[1].shape" in ei.value.message and '"conv1.bias"' in ei.value.message
+    with pytest.raises(errors.InvalidArgument) as ei:
+        raftps.jobs.submit(client, external_spec(job, []))
+    assert "params" in ei.value.message and "external" in ei.value.message
+    with pytest.raises(errors.NotFound):
+        raftps.jobs.status(client, job)
