@@ -80,6 +80,9 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	if cmd == nil {
 		return nil, fmt.Errorf("%w: nil command", fsm.ErrInvalid)
 	}
+	if n := len(cmd.GetPayload()); n > fsm.MaxCommandSize {
+		return nil, fmt.Errorf("%w: %v command of %d bytes (max %d)", fsm.ErrTooLarge, cmd.GetType(), n, fsm.MaxCommandSize)
+	}
 	if !s.IsLeader() {
 		return nil, ErrNotLeader
 	}

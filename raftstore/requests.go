@@ -31,6 +31,9 @@ func raftRequest[R any, PR interface {
 	*R
 	proto.Message
 }](ctx context.Context, s *Store, t pb.CommandType, req proto.Message) (PR, int64, error) {
+	if err := fsm.Precheck(t, req); err != nil {
+		return nil, 0, err // refused before it reaches the log
+	}
 	cmd, err := fsm.NewCommand(t, req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", fsm.ErrMalformed, err)

@@ -1,0 +1,75 @@
+package raftstore
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// Writes that Apply would refuse whatever the state are refused before
+// they reach the Raft log (issue 19 item 8): nothing is appended,
+// replicated or fsynced for them.
+func TestOversizedWritesNeverReachTheLog(t *testing.T) {
+	c := mustCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	f := c.follower(ctx)
+	l := c.leader(ctx)
+	last := l.Raft().LastIndex()
+	big := bytes.Repeat([]byte("v"), fsm.MaxValueSize+1)
+	put := func(k string, v []byte) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: v}}}
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"value over MaxValueSize", func() error {
+			_, err := f.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: big})
+			return err
+		}, fsm.ErrTooLarge},
+		{"key over MaxKeySize", func() error {
+			_, err := f.Put(ctx, &pb.PutRequest{Key: bytes.Repeat([]byte("k"), fsm.MaxKeySize+1), Value: []byte("v")})
+			return err
+		}, fsm.ErrTooLarge},
+		{"empty key", func() error {
+			_, err := l.Put(ctx, &pb.PutRequest{Value: []byte("v")})
+			return err
+		}, fsm.ErrInvalid},
+		{"txn over MaxCommandSize", func() error {
+			half := bytes.Repeat([]byte("v"), fsm.MaxValueSize)
+			_, err := f.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{put("a", half), put("b", half), put("c", half)}})
+			return err
+		}, fsm.ErrTooLarge},
+		{"oversized put in the failure branch", func() error {
+			_, err := f.Txn(ctx, &pb.TxnRequest{Failure: []*pb.RequestOp{put("a", big)}})
+			return err
+		}, fsm.ErrTooLarge},
+		{"empty txn op", func() error {
+			_, err := f.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{}}})
+			return err
+		}, fsm.ErrInvalid},
+		{"invalid job spec", func() error {
+			_, err := f.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: &pb.JobSpec{Name: "j"}})
+			return err
+		}, fsm.ErrInvalid},
+	} {
+		if err := tc.call(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	cmd := &pb.Command{Type: pb.CommandType_COMMAND_PUT, Payload: make([]byte, fsm.MaxCommandSize+1)}
+	if _, err := l.ApplyLocal(ctx, cmd); !errors.Is(err, fsm.ErrTooLarge) {
+		t.Errorf("raw oversized command: %v, want ErrTooLarge", err)
+	}
+	if got := l.Raft().LastIndex(); got != last {
+		t.Fatalf("refused writes were proposed: last index %d -> %d", last, got)
+	}
+	if _, err := f.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), fsm.MaxValueSize)}); err != nil {
+		t.Fatalf("a maximal value was refused: %v", err)
+	}
+}
