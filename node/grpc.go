@@ -35,6 +35,11 @@ type serviceClass struct {
 	// services are the gRPC services this class serves; a call to another
 	// service is refused with Unimplemented naming the right port.
 	services []string
+	// notServed are methods of those services this class refuses (full
+	// names, "/raftps.v1.CheckpointStore/DeleteVersions"), each with the
+	// class that serves it: a method-level rule where a service is shared
+	// between classes but one of its methods is not.
+	notServed map[string]string
 	// tuned: the pserver's transport tuning (64 MiB flow-control windows,
 	// 1 MiB socket buffers, a non-zeroing buffer pool).
 	tuned bool
@@ -51,6 +56,9 @@ var (
 			pb.Watch_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName,
 			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
 			etcdapi.ServiceNames...),
+		// Replicas delete checkpoint versions node to node (issue 19 item
+		// 7); `raftps checkpoint` only reads, so a client may not delete.
+		notServed: map[string]string{pb.CheckpointStore_DeleteVersions_FullMethodName: "node-to-node"},
 	}
 	pserverClass = serviceClass{
 		name:       "pserver data path",
@@ -72,6 +80,9 @@ var (
 // serves reports whether the class serves the gRPC method full
 // ("/raftps.v1.KV/Put").
 func (c serviceClass) serves(full string) bool {
+	if _, ok := c.notServed[full]; ok {
+		return false
+	}
 	svc, _, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
 	for _, s := range c.services {
 		if s == svc {
@@ -90,6 +101,10 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 		grpc.MaxSendMsgSize(c.maxSend),
 		grpc.MaxConcurrentStreams(c.maxStreams),
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			if only, ok := c.notServed[info.FullMethodName]; ok {
+				return nil, status.Errorf(codes.Unimplemented, "%s is served only on the %s port of a node, not on the %s port (%s)",
+					info.FullMethodName, only, c.name, others)
+			}
 			if !c.serves(info.FullMethodName) {
 				return nil, status.Errorf(codes.Unimplemented, "%s is not served on the %s port of this node (%s)",
 					info.FullMethodName, c.name, others)
