@@ -62,6 +62,12 @@ type Config struct {
 	// DatasetDir, if set, replaces the jobs' dataset path for this node's
 	// trainers.
 	DatasetDir string
+	// DatasetRoots are the directories a job's dataset.path may name
+	// (absolute, or relative to a root), resolved without following a
+	// link out of them (security.ConfinePath); the submit check and this
+	// node's trainers refuse anything else with one error that does not
+	// tell what exists. Default: <DataDir>/datasets (and DatasetDir if set).
+	DatasetRoots []string
 	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
 	GossipKey []byte
 
@@ -100,6 +106,14 @@ type Config struct {
 	// raftstore.DefaultDiskReserve, 64 MiB).
 	DiskReserve uint64
 
+	// KeepFinishedJobs and FinishedJobMaxAge are the retention of finished
+	// (succeeded, failed, cancelled) jobs (master.Config): the leader
+	// deletes the oldest beyond the newest KeepFinishedJobs and those
+	// finished longer than FinishedJobMaxAge ago, with their keys. Zero:
+	// no limit of that kind. Defaults: 1000 jobs, no age limit.
+	KeepFinishedJobs  int32
+	FinishedJobMaxAge time.Duration
+
 	// Logger receives every component's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -118,6 +132,7 @@ func DefaultConfig() Config {
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		DeadServerTimeout:  30 * time.Second,
 		DiskReserve:        raftstore.DefaultDiskReserve,
+		KeepFinishedJobs:   1000,
 	}
 }
 
@@ -152,6 +167,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPTLS && !c.TLS.Enabled() {
 		return bad("--http-tls needs --tls-ca-file, --tls-cert-file and --tls-key-file")
+	}
+	if c.KeepFinishedJobs < 0 {
+		return bad("--keep-finished-jobs must be >= 0 (0: no count limit)")
+	}
+	if c.FinishedJobMaxAge < 0 {
+		return bad("--finished-job-max-age must be >= 0 (0: no age limit)")
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return bad("--gossip-key: %d bytes, want 16, 24 or 32", n)

@@ -249,7 +249,9 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	svc := service.New(n.gated)
 	svc.Register(n.client)
 	svc.Register(n.peer)
-	master.NewService(n.gated, n.gossip).Register(n.client)
+	ms := master.NewService(n.gated, n.gossip)
+	ms.CheckDataset = n.checkDataset // confined to the dataset roots (security.go)
+	ms.Register(n.client)
 	kr := &keyringService{n: n} // `raftps keyring`: admins on the client port, the fan-out on the peer port
 	pb.RegisterKeyringServer(n.client, kr)
 	pb.RegisterKeyringServer(n.peer, kr)
@@ -277,6 +279,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 
 	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
+		KeepFinishedJobs: n.cfg.KeepFinishedJobs, FinishedJobMaxAge: n.cfg.FinishedJobMaxAge,
 		Logger: n.cfg.Logger.With("component", "master")}, n.gated, n.gossip)
 	n.wg.Add(1)
 	go func() {

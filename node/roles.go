@@ -103,7 +103,8 @@ func (n *Node) openRoles(ctx context.Context) error {
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {
-		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial, Logger: n.log},
+		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial,
+			ResolveDataset: n.resolveDataset, Logger: n.log},
 			local, master.NewService(n.gated, n.gossip))
 		n.goAgent(ctx, a.Run)
 	}

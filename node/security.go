@@ -1,8 +1,14 @@
 package node
 
 import (
-	"google.golang.org/grpc"
+	"fmt"
+	"path/filepath"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/security"
 )
 
@@ -25,3 +31,39 @@ func (n *Node) serverSecurity() (client, peer, pserver []grpc.ServerOption) {
 
 // TLS reports whether the node runs mutual TLS (false: --insecure).
 func (n *Node) TLS() bool { return n.tls != nil }
+
+// datasetRoots are Config.DatasetRoots, or <DataDir>/datasets and
+// DatasetDir (if set).
+func (n *Node) datasetRoots() []string {
+	if len(n.cfg.DatasetRoots) > 0 {
+		return n.cfg.DatasetRoots
+	}
+	roots := []string{filepath.Join(n.cfg.DataDir, "datasets")}
+	if n.cfg.DatasetDir != "" {
+		roots = append(roots, n.cfg.DatasetDir)
+	}
+	return roots
+}
+
+// resolveDataset confines a job's dataset path to the roots.
+func (n *Node) resolveDataset(p string) (string, error) {
+	return security.ConfinePath(n.datasetRoots(), p)
+}
+
+// checkDataset is the submit check: the path must be a dataset under the
+// roots; a refusal names neither the roots nor what exists.
+func (n *Node) checkDataset(d *pb.DatasetSpec) error {
+	if d == nil || d.Path == "" {
+		return master.CheckFashionMNIST(d)
+	}
+	real, err := n.resolveDataset(d.Path)
+	if err != nil {
+		return err
+	}
+	cp := proto.Clone(d).(*pb.DatasetSpec)
+	cp.Path = real
+	if err := master.CheckFashionMNIST(cp); err != nil {
+		return fmt.Errorf("dataset.path %q: %w (no %s dataset there)", d.Path, security.ErrOutsideRoots, "fashion-mnist")
+	}
+	return nil
+}

@@ -65,6 +65,7 @@ with an existing data dir, and for a node added to a running cluster:
 	f.StringSliceVar(&cfg.Roles, "roles", cfg.Roles, "roles: "+gossip.RoleServer+", "+gossip.RolePServer+", "+gossip.RoleTrainer)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&key, "gossip-key", "", "gossip encryption key (16, 24 or 32 bytes)")
+	f.StringSliceVar(&cfg.DatasetRoots, "dataset-root", nil, "directories a job's dataset.path may name (repeatable; default <data-dir>/datasets and --dataset-dir)")
 	f.StringVar(&cfg.DatasetDir, "dataset-dir", "", "dataset directory of this node's trainers (default: the job's dataset path)")
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "Raft election timeout")
@@ -75,6 +76,8 @@ with an existing data dir, and for a node added to a running cluster:
 	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; `raftps tls cert create --node`), reloaded when it changes")
 	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")
 	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port over TLS too (with the node's certificate)")
+	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
+	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	return c
 }

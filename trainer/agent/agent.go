@@ -82,7 +82,10 @@ type Config struct {
 	DataDir string
 	// DialOptions are added to the pserver client's (TLS credentials).
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// ResolveDataset, if set, maps a job's dataset path to the directory
+	// to read, or refuses it (a node confines datasets to its roots).
+	ResolveDataset func(path string) (string, error)
+	Logger         *slog.Logger
 }
 
 // Agent runs the trainer role.
@@ -217,6 +220,12 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 	dir := spec.GetDataset().GetPath()
 	if a.cfg.DataDir != "" {
 		dir = a.cfg.DataDir
+	} else if a.cfg.ResolveDataset != nil {
+		var err error
+		if dir, err = a.cfg.ResolveDataset(dir); err != nil {
+			a.log.Warn("dataset refused: no trainer here", "job", spec.Name, "err", err)
+			return
+		}
 	}
 	if _, err := dataset.LoadFashionMNIST(dir, "train"); err != nil {
 		a.log.Warn("dataset not on this node: no trainer here", "job", spec.Name, "dir", dir, "err", err)
