@@ -77,6 +77,9 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
 			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--log-level", "info",
 			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
+		if root := localcluster.DatasetRoot(); root != "" {
+			args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
+		}
 		c.procs = append(c.procs, &proc{ID: id, Bin: bin, Args: args, LogPath: filepath.Join(dir, id+".log")})
 		c.grpc = append(c.grpc, a.grpc)
 	}

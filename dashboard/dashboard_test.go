@@ -87,6 +87,7 @@ func openNode(t *testing.T, roles ...string) *node.Node {
 	cfg.ID, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
 	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
 	cfg.Roles = roles
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()} // jobs name datasets/fashion-mnist
 	cfg.Logger = testutil.Logger(t)
 	n, err := node.New(cfg)
 	if err != nil {

@@ -372,3 +372,61 @@ func rawPut(t *testing.T, addr, caFile string, f security.Files) codes.Code {
 }
 
 func mkdir(p string) error { return os.MkdirAll(p, 0o700) }
+
+// TestDatasetRoots: a job naming a dataset outside the node's
+// --dataset-root directories, or reaching out of one through a symbolic
+// link, is refused with InvalidArgument and one message that does not
+// tell whether the path exists; nothing is created. A dataset under a
+// root is accepted.
+func TestDatasetRoots(t *testing.T) {
+	repo := localcluster.DatasetRoot()
+	if repo == "" {
+		t.Fatal("no datasets/ directory above the working directory")
+	}
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// outside/ is a valid dataset (links to the real files); root/escape
+	// links to it.
+	files, err := filepath.Glob(filepath.Join(repo, "fashion-mnist", "*.gz"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("dataset files: %v %v", files, err)
+	}
+	for _, f := range files {
+		if err := os.Symlink(f, filepath.Join(outside, filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	sc := newSecureCluster(t, 1, "--dataset-root", root)
+	before := sc.keys(t)
+	var msgs []string
+	for i, p := range []string{outside, filepath.Join(root, "escape"), "escape", "/nonexistent/fashion", "../outside", "/etc"} {
+		_, errOut, err := sc.cli(sc.admin, "job", "submit", "--name", fmt.Sprintf("bad%d", i), "--dataset", p)
+		if err == nil || !strings.Contains(errOut, "InvalidArgument") || !strings.Contains(errOut, "dataset roots") {
+			t.Fatalf("dataset %q: err %v, stderr %q; want InvalidArgument naming the roots", p, err, errOut)
+		}
+		if strings.Contains(errOut, "no such file") || strings.Contains(errOut, root) && !strings.Contains(p, root) {
+			t.Fatalf("dataset %q: the error reveals the file system: %q", p, errOut)
+		}
+		abs, _ := filepath.Abs(p) // the CLI sends relative paths made absolute
+		msgs = append(msgs, strings.ReplaceAll(strings.ReplaceAll(errOut, abs, "P"), p, "P"))
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Fatalf("refusals differ, so they tell paths apart:\n%q\n%q", msgs[0], m)
+		}
+	}
+	if after := sc.keys(t); !sameKeys(before, after) {
+		t.Fatalf("refused jobs changed the store: %v", after)
+	}
+	if out, errOut, err := sc.cli(sc.admin, "job", "submit", "--name", "good", "--dataset", filepath.Join(repo, "fashion-mnist")); err != nil {
+		t.Fatalf("a dataset under a root: %v %s %s", err, out, errOut)
+	}
+}

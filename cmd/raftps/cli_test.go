@@ -28,6 +28,7 @@ func mustNode(t *testing.T) *node.Node {
 	cfg.ID, cfg.DataDir = "t1", filepath.Join(t.TempDir(), "t1")
 	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
 	cfg.Roles = []string{gossip.RoleServer}
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()} // jobs name datasets/fashion-mnist
 	cfg.Logger = testutil.Logger(t)
 	n, err := node.New(cfg)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/localcluster"
 )
 
 // SuiteConfig is one run of the suite.
@@ -64,7 +65,7 @@ func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
 			join = append(join, fmt.Sprintf("%s:%d", o.IP, portGossip))
 		}
 	}
-	return []string{"node",
+	args := []string{"node",
 		"--id", h.Name,
 		"--data-dir", dataDir,
 		"--grpc-addr", fmt.Sprintf("%s:%d", h.IP, portGRPC),
@@ -75,6 +76,10 @@ func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
 		"--bootstrap-expect", fmt.Sprint(len(hs.Nodes)),
 		"--log-level", logLevel,
 	}
+	if root := localcluster.DatasetRoot(); root != "" {
+		args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
+	}
+	return args
 }
 
 // RunSuite creates the hosts, starts the cluster, runs the workloads under

@@ -89,6 +89,9 @@ func (n *Node) setArgs(others []*Node, expect int, extra []string) {
 	if expect > 0 {
 		n.Args = append(n.Args, "--bootstrap-expect", fmt.Sprint(expect))
 	}
+	if root := DatasetRoot(); root != "" {
+		n.Args = append(n.Args, "--dataset-root", root) // jobs name datasets/fashion-mnist
+	}
 	n.Args = append(n.Args, extra...)
 }
 

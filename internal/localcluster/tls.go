@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/raftps/raftps/security"
@@ -44,4 +45,33 @@ func SecureNode(dir string, n *Node) error {
 	defer n.mu.Unlock()
 	n.Args = append(n.Args, "--tls-ca-file", files.CA, "--tls-cert-file", files.Cert, "--tls-key-file", files.Key)
 	return nil
+}
+
+// DatasetRoot is the repository's datasets/ directory (absolute), found
+// above the working directory or beside the binary's directory (bin/..),
+// or "" if there is none. Nodes confine jobs' dataset paths to their
+// --dataset-root directories; the demo, the tests and the benchmarks
+// submit jobs naming datasets/fashion-mnist, so their nodes get it.
+func DatasetRoot() string {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(filepath.Dir(exe)))
+	}
+	for _, d := range starts {
+		for {
+			cand := filepath.Join(d, "datasets", "fashion-mnist")
+			if fi, err := os.Stat(cand); err == nil && fi.IsDir() {
+				return filepath.Join(d, "datasets")
+			}
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return ""
 }
