@@ -262,7 +262,7 @@ func honestTraining() TrainingHistory {
 	add(pb.JobEvent_JOB_ENDED, 1, 0)
 	return TrainingHistory{
 		Job: "j", Events: evs, TasksPerPass: 3,
-		Pointers: []PointerRecord{{0, 1, "aa"}, {0, 2, "bb"}, {1, 1, "cc"}},
+		Pointers: []PointerRecord{{Slot: 0, Version: 1, MD5: "aa"}, {Slot: 0, Version: 2, MD5: "bb"}, {Slot: 1, Version: 1, MD5: "cc"}},
 		Restores: []*pb.RestoreRecord{
 			{Slot: 0, Version: 2, Md5: "bb", Reason: "newest"},
 			{Slot: 1, Version: 1, Md5: "cc", Reason: "fallback: version 2 md5 mismatch"},

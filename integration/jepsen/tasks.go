@@ -16,6 +16,8 @@ type PointerRecord struct {
 	Slot    int32  `json:"slot"`
 	Version int64  `json:"version"`
 	MD5     string `json:"md5"`
+	// Kept are the older versions the pointer still keeps, newest first.
+	Kept []int64 `json:"kept,omitempty"`
 }
 
 // TrainingHistory is what the training workload saw of one job.
@@ -107,7 +109,7 @@ func FollowJob(ctx context.Context, m pb.MasterClient, w pb.WatchClient, job str
 							continue
 						}
 						mu.Lock()
-						pointers = append(pointers, PointerRecord{Slot: slot, Version: p.GetVersion(), MD5: p.GetMd5()})
+						pointers = append(pointers, PointerRecord{Slot: slot, Version: p.GetVersion(), MD5: p.GetMd5(), Kept: p.GetKeptVersions()})
 						mu.Unlock()
 					}
 				}
