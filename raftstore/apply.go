@@ -252,7 +252,7 @@ func (s *Store) runBatcher() {
 		for i, p := range live {
 			cmds[i] = p.cmd
 		}
-		data, err := fsm.EncodeEntryAt(time.Now().UnixNano(), fsm.Monotonic(), cmds)
+		data, err := fsm.EncodeEntryAt(stampWall(), fsm.Monotonic(), cmds)
 		if err != nil {
 			for _, p := range live {
 				p.done <- proposalResult{err: fmt.Errorf("raftstore: encode entry: %w", err)}
