@@ -283,7 +283,26 @@ func newJobCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.AddCommand(submit, list, st, cancelCmd)
+	del := &cobra.Command{
+		Use: "delete JOB", Short: "delete a job that is not running, with its tasks, events and keys (slots, trainers, checkpoint pointers)",
+		Long: `Delete removes a finished (succeeded, failed or cancelled) job from the
+queue, with its tasks and events, and then its keys. A running job is
+refused with FailedPrecondition: cancel it first. Deleting a job that is
+gone already deletes any keys left behind and reports NotFound.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				resp, err := cl.Master.DeleteJob(ctx, &pb.DeleteJobRequest{Name: args[0]})
+				if err != nil {
+					return rpcError(err)
+				}
+				return g.printer.Object(resp.Status, func(w io.Writer) {
+					fmt.Fprintf(w, "job %s deleted (was %s)\n", args[0], jobState(resp.Status.GetState()))
+				})
+			})
+		},
+	}
+	c.AddCommand(submit, list, st, cancelCmd, del)
 	return c
 }
 
