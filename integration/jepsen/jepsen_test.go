@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,18 +36,38 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
+// built is ./cmd/raftps built once per test process (every test of the
+// package runs the same binary); TestMain removes its directory.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	out  []byte
+}
+
 // raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; it skips the test
 // when the binary does not build yet or lacks the node flags the suite uses.
 func raftpsBinary(t *testing.T) string {
 	t.Helper()
 	bin := *flagBin
 	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "raftps")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/raftps")
-		cmd.Dir = moduleRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Skipf("jepsen: ./cmd/raftps does not build yet; skipped: %v\n%s", err, out)
+		built.once.Do(func() {
+			dir, err := os.MkdirTemp("", fmt.Sprintf("rps-%d-data-bin-", os.Getpid()))
+			if err != nil {
+				built.out = []byte(err.Error())
+				return
+			}
+			built.dir = dir
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "raftps"), "./cmd/raftps")
+			cmd.Dir = moduleRoot(t)
+			if built.out, err = cmd.CombinedOutput(); err == nil {
+				built.bin = filepath.Join(dir, "raftps")
+			}
+		})
+		if built.bin == "" {
+			t.Skipf("jepsen: ./cmd/raftps does not build yet; skipped:\n%s", built.out)
 		}
+		bin = built.bin
 	}
 	var help bytes.Buffer
 	cmd := exec.Command(bin, "node", "--help")

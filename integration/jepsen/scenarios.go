@@ -233,6 +233,10 @@ type SlotServingBounds struct {
 	TTL time.Duration
 	// Overlap tolerated between two claims of one slot (0: none).
 	Overlap time.Duration
+	// ProbeSlack is how late a probe may notice a fence (the probe period
+	// plus a probe's latency): the upper bound of a fence time may exceed
+	// TTL by it, the lower bound may not exceed TTL at all.
+	ProbeSlack time.Duration
 	// Isolated are faults that cut one node (Target) off from the others;
 	// the slots it served when the fault began are checked for the fence.
 	Isolated []Fault
@@ -242,7 +246,7 @@ type SlotServingBounds struct {
 // overlapping time (beyond b.Overlap), and that for each isolating fault
 // the isolated node stopped serving every slot it served within b.TTL of
 // the fault's start: its last answered probe was called before start+TTL
-// and a refused probe returned by start+TTL. Stats: "fence-ms-max" (the
+// and a refused probe returned by start+TTL+ProbeSlack. Stats: "fence-ms-max" (the
 // upper bound of the fence time), "min-gap-ms" (the smallest gap between
 // one claim's end and the next claim's start of a slot, negative if they
 // overlapped).
@@ -309,7 +313,7 @@ func CheckSlotServing(probes []ServeProbe, b SlotServingBounds) Result {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s on %s: slot %s/%d fenced between %s and %s after the fault began (TTL %s)",
 				f.Type, f.Target, sk.job, sk.slot, fmtNs(lo), fmtNs(hi), b.TTL))
 			r.Stats["fence-ms-max"] = max(r.Stats["fence-ms-max"], int(hi/1e6))
-			if lo > int64(b.TTL) || hi > int64(b.TTL) {
+			if lo > int64(b.TTL) || hi > int64(b.TTL+b.ProbeSlack) {
 				r.violate("%s on %s: slot %s/%d still served %s after the fault began (fenced by %s), beyond the lease TTL %s",
 					f.Type, f.Target, sk.job, sk.slot, fmtNs(lo), fmtNs(hi), b.TTL)
 			}
@@ -378,24 +382,25 @@ func SpecMutations(r *rand.Rand, n int) []SpecMutation {
 		{"seed=MinInt64", func(s *pb.JobSpec) { s.Seed = math.MinInt64 }},
 	}
 	setters := []struct {
-		name string
-		set  func(s *pb.JobSpec, v int64)
+		name  string
+		int32 bool // an int32 field: v is truncated to 32 bits
+		set   func(s *pb.JobSpec, v int64)
 	}{
-		{"records", func(s *pb.JobSpec, v int64) { s.Dataset.Records = v }},
-		{"records_per_task", func(s *pb.JobSpec, v int64) { s.RecordsPerTask = v }},
-		{"passes", func(s *pb.JobSpec, v int64) { s.Passes = int32(v) }},
-		{"max_steps", func(s *pb.JobSpec, v int64) { s.MaxSteps = v }},
-		{"batch_size", func(s *pb.JobSpec, v int64) { s.BatchSize = int32(v) }},
-		{"num_pservers", func(s *pb.JobSpec, v int64) { s.NumPservers = int32(v) }},
-		{"staleness", func(s *pb.JobSpec, v int64) { s.Staleness = int32(v) }},
-		{"num_virtual_shards", func(s *pb.JobSpec, v int64) { s.NumVirtualShards = int32(v) }},
-		{"max_task_timeouts", func(s *pb.JobSpec, v int64) { s.MaxTaskTimeouts = int32(v) }},
-		{"task_timeout_floor_ms", func(s *pb.JobSpec, v int64) { s.TaskTimeoutFloorMs = v }},
-		{"dense_block_size", func(s *pb.JobSpec, v int64) { s.DenseBlockSize = v }},
-		{"hidden[0]", func(s *pb.JobSpec, v int64) { s.Model.Hidden = []int32{int32(v)} }},
-		{"checkpoint.every_steps", func(s *pb.JobSpec, v int64) { s.Checkpoint.EverySteps = v }},
-		{"checkpoint.keep_max", func(s *pb.JobSpec, v int64) { s.Checkpoint.KeepMax = int32(v) }},
-		{"checkpoint.replicas", func(s *pb.JobSpec, v int64) { s.Checkpoint.Replicas = int32(v) }},
+		{"records", false, func(s *pb.JobSpec, v int64) { s.Dataset.Records = v }},
+		{"records_per_task", false, func(s *pb.JobSpec, v int64) { s.RecordsPerTask = v }},
+		{"passes", true, func(s *pb.JobSpec, v int64) { s.Passes = int32(v) }},
+		{"max_steps", false, func(s *pb.JobSpec, v int64) { s.MaxSteps = v }},
+		{"batch_size", true, func(s *pb.JobSpec, v int64) { s.BatchSize = int32(v) }},
+		{"num_pservers", true, func(s *pb.JobSpec, v int64) { s.NumPservers = int32(v) }},
+		{"staleness", true, func(s *pb.JobSpec, v int64) { s.Staleness = int32(v) }},
+		{"num_virtual_shards", true, func(s *pb.JobSpec, v int64) { s.NumVirtualShards = int32(v) }},
+		{"max_task_timeouts", true, func(s *pb.JobSpec, v int64) { s.MaxTaskTimeouts = int32(v) }},
+		{"task_timeout_floor_ms", false, func(s *pb.JobSpec, v int64) { s.TaskTimeoutFloorMs = v }},
+		{"dense_block_size", false, func(s *pb.JobSpec, v int64) { s.DenseBlockSize = v }},
+		{"hidden[0]", true, func(s *pb.JobSpec, v int64) { s.Model.Hidden = []int32{int32(v)} }},
+		{"checkpoint.every_steps", false, func(s *pb.JobSpec, v int64) { s.Checkpoint.EverySteps = v }},
+		{"checkpoint.keep_max", true, func(s *pb.JobSpec, v int64) { s.Checkpoint.KeepMax = int32(v) }},
+		{"checkpoint.replicas", true, func(s *pb.JobSpec, v int64) { s.Checkpoint.Replicas = int32(v) }},
 	}
 	out := fixed
 	for i := 0; i < n; i++ {
@@ -405,6 +410,9 @@ func SpecMutations(r *rand.Rand, n int) []SpecMutation {
 		for j := 0; j < k; j++ {
 			st := setters[r.IntN(len(setters))]
 			v := extremeInts[r.IntN(len(extremeInts))]
+			if st.int32 {
+				v = int64(int32(v)) // the value the field holds
+			}
 			names = append(names, fmt.Sprintf("%s=%d", st.name, v))
 			fs = append(fs, func(s *pb.JobSpec) { st.set(s, v) })
 		}
@@ -503,6 +511,35 @@ func CheckCompleteVersions(pointers []PointerRecord, slots int32) Result {
 	if r.Stats["moments"] == 0 {
 		r.Verdict = VerdictUnknown
 		r.Notes = append(r.Notes, "no moment with every slot committed")
+	}
+	return r
+}
+
+// CheckNoTimeouts checks a job's events from a run whose faults left every
+// trainer running and reachable for less than the task timeout (clock
+// steps, a pause shorter than the timeout floor): no task may have been
+// requeued for a timeout (TASK_REQUEUED with message "timeout", jobq's
+// ExpireTasks) or failed, and the job must not have failed.
+func CheckNoTimeouts(evs []*pb.JobEvent) Result {
+	r := newResult("no-early-timeouts")
+	for _, ev := range evs {
+		switch ev.GetType() {
+		case pb.JobEvent_TASK_REQUEUED:
+			r.Stats["requeued"]++
+			if ev.GetMessage() == "timeout" {
+				r.violate("task %d of pass %d (trainer %s) requeued for a timeout at cluster time %d", ev.GetTaskId(), ev.GetPass(), ev.GetTrainer(), ev.GetUnixNano())
+			}
+		case pb.JobEvent_TASK_FAILED:
+			r.violate("task %d of pass %d failed: %s", ev.GetTaskId(), ev.GetPass(), ev.GetMessage())
+		case pb.JobEvent_TASK_DONE:
+			r.Stats["done"]++
+		case pb.JobEvent_JOB_ENDED:
+			r.Notes = append(r.Notes, "job ended: "+ev.GetMessage())
+		}
+	}
+	if r.Stats["done"] == 0 {
+		r.Verdict = VerdictUnknown
+		r.Notes = append(r.Notes, "no task done")
 	}
 	return r
 }

@@ -10,7 +10,6 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
-
 // probeRun makes probes of one slot on node every 100 ms from..to (ms),
 // answered with incarnation inc (0: refused with NotFound).
 func probeRun(node string, inc int64, from, to int64) []ServeProbe {
@@ -34,7 +33,7 @@ func probeRun(node string, inc int64, from, to int64) []ServeProbe {
 // isolated node that never stops serving is a violation.
 func TestCheckSlotServing(t *testing.T) {
 	f := Fault{Type: "partition-follower-3ttl", Target: "n1", Start: 10000 * ms, End: 25000 * ms}
-	b := SlotServingBounds{TTL: 5 * time.Second, Isolated: []Fault{f}}
+	b := SlotServingBounds{TTL: 5 * time.Second, ProbeSlack: 300 * time.Millisecond, Isolated: []Fault{f}}
 	var honest []ServeProbe
 	honest = append(honest, probeRun("n1", 1, 0, 13300)...)
 	honest = append(honest, probeRun("n1", 0, 13400, 30000)...)
@@ -66,6 +65,15 @@ func TestCheckSlotServing(t *testing.T) {
 	late = append(late, probeRun("n2", 2, 17000, 30000)...)
 	if r := CheckSlotServing(late, b); r.Verdict != VerdictViolation {
 		t.Errorf("fenced 6 s after the partition (TTL 5 s): verdict %s, want violation", r.Verdict)
+	}
+
+	// Last answered at 4.9 s but the first refusal only at 5.5 s: the
+	// fence may have come after the TTL and the probes cannot tell.
+	var unsure []ServeProbe
+	unsure = append(unsure, probeRun("n1", 1, 0, 14900)...)
+	unsure = append(unsure, probeRun("n1", 0, 15500, 30000)...)
+	if r := CheckSlotServing(unsure, b); r.Verdict != VerdictViolation {
+		t.Errorf("refused only 5.5 s after the partition: verdict %s, want violation", r.Verdict)
 	}
 
 	never := probeRun("n1", 1, 0, 30000)
@@ -154,5 +162,24 @@ func TestSpecMutations(t *testing.T) {
 	}
 	if base.Dataset.Records != 100 || base.RecordsPerTask != 10 || base.Model.Hidden[0] != 16 || base.Name != "" {
 		t.Fatalf("base spec modified: %v", base)
+	}
+}
+
+// TestCheckNoTimeouts: requeues for other reasons pass; a timeout requeue
+// or a failed task is a violation; no task done is unknown.
+func TestCheckNoTimeouts(t *testing.T) {
+	ev := func(typ pb.JobEvent_Type, msg string) *pb.JobEvent { return &pb.JobEvent{Type: typ, Message: msg} }
+	ok := []*pb.JobEvent{ev(pb.JobEvent_TASK_DONE, ""), ev(pb.JobEvent_TASK_REQUEUED, "trainer left"), ev(pb.JobEvent_TASK_DONE, "")}
+	if r := CheckNoTimeouts(ok); r.Verdict != VerdictOK || r.Stats["done"] != 2 {
+		t.Fatalf("honest: %s %v", r.Verdict, r.Violations)
+	}
+	if r := CheckNoTimeouts(append(ok, ev(pb.JobEvent_TASK_REQUEUED, "timeout"))); r.Verdict != VerdictViolation {
+		t.Errorf("timeout requeue: %s, want violation", r.Verdict)
+	}
+	if r := CheckNoTimeouts(append(ok, ev(pb.JobEvent_TASK_FAILED, "too many timeouts"))); r.Verdict != VerdictViolation {
+		t.Errorf("failed task: %s, want violation", r.Verdict)
+	}
+	if r := CheckNoTimeouts(ok[1:2]); r.Verdict != VerdictUnknown {
+		t.Errorf("nothing done: %s, want unknown", r.Verdict)
 	}
 }

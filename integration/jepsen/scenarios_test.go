@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -333,7 +335,7 @@ func TestJepsenFollowerLeaseLoss(t *testing.T) {
 	if b, err := json.Marshal(all); err == nil {
 		_ = os.WriteFile(filepath.Join(sc.out, "probes.json"), b, 0o644)
 	}
-	res := CheckSlotServing(all, SlotServingBounds{TTL: pserverLeaseTTL, Isolated: []Fault{f}})
+	res := CheckSlotServing(all, SlotServingBounds{TTL: pserverLeaseTTL, ProbeSlack: 300 * time.Millisecond, Isolated: []Fault{f}})
 	for _, at := range fenceLogTimes(target.LogPath(), sc.h.Start(), f.Start) {
 		if at <= f.End {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s's log: slot fenced %s after the partition began", target.Name, fmtNs(at-f.Start)))
@@ -663,4 +665,125 @@ func (sc *scenario) sampleManifests(ctx context.Context, job string, slots int32
 		r.Notes = append(r.Notes, "no manifest fetched")
 	}
 	return r
+}
+
+// TestJepsenLeaderClockStep steps the leader's wall clock (the test-only
+// raftstore.TestClockOffsetEnv file: the wall time stamped into the entries
+// it proposes) while a sync training job, the register workload and the
+// lease workload run (-jepsen.long only): the leader +1h, back by 1h, then
+// every follower +1h and the leader paused 2 s (a failover to a node whose
+// clock is an hour ahead, issue 12 item 9), then the new leader back by
+// 1h. No task may be requeued for a timeout or fail (CheckNoTimeouts: the
+// pause is far below the 10 s task timeout floor), no lease key may vanish
+// while kept alive nor outlive its bound (CheckLeases), the registers must
+// be linearizable and the job's events whole (CheckTraining).
+func TestJepsenLeaderClockStep(t *testing.T) {
+	if !*flagLong {
+		t.Skip("jepsen: -jepsen.long only (a training job under clock steps, about 2 minutes)")
+	}
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Skip("jepsen: needs root and no -short; skipped")
+	}
+	clocks := t.TempDir()
+	clockFile := func(h *Host) string { return filepath.Join(clocks, h.Name) }
+	sc := newScenario(t, "clock-step", 3, func(h *Host) []string {
+		_ = os.WriteFile(clockFile(h), []byte("0s"), 0o644)
+		h.Env = append(h.Env, raftstore.TestClockOffsetEnv+"="+clockFile(h))
+		return nil
+	})
+	job := "clock-step"
+	sc.submit(job, "--pservers", "2", "--mode", "sync", "--passes", "500", "--checkpoint-steps", "50")
+	t.Cleanup(func() { sc.cancelJob(job) })
+	bal, err := DialBalanced(sc.addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bal.Close()
+	follow := make(chan TrainingHistory, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		th, _ := FollowJob(ctx, pb.NewMasterClient(bal), pb.NewWatchClient(bal), job)
+		follow <- th
+	}()
+
+	wctx, wcancel := context.WithTimeout(context.Background(), 75*time.Second)
+	defer wcancel()
+	var (
+		wg        sync.WaitGroup
+		leaseRecs []LeaseRecord
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); RunRegisters(wctx, RegisterConfig{Clients: 4, Keys: 3}, sc.conns, sc.h) }()
+	go func() { defer wg.Done(); leaseRecs = RunLeases(wctx, LeaseConfig{TTL: 4}, sc.conns, sc.h) }()
+
+	var faults []Fault
+	step := func(h *Host, off, why string) {
+		f := Fault{Type: "clock-step", Target: h.Name, Start: sc.h.Now(), Detail: fmt.Sprintf("wall clock offset %s (%s)", off, why)}
+		if err := os.WriteFile(clockFile(h), []byte(off), 0o644); err != nil {
+			f.Err = err.Error()
+		}
+		time.Sleep(10 * time.Second)
+		f.End = sc.h.Now()
+		sc.h.Notef("nemesis: %s on %s: %s", f.Type, f.Target, f.Detail)
+		faults = append(faults, f)
+	}
+	leaderHost := func() *Host {
+		if id := sc.conns.Leader(context.Background(), 2*time.Second); id != "" {
+			return sc.hs.Host(id)
+		}
+		return nil
+	}
+	time.Sleep(12 * time.Second)
+	l1 := leaderHost()
+	if l1 == nil {
+		t.Fatal("jepsen: no leader")
+	}
+	step(l1, "1h", "leader +1h")
+	step(l1, "0s", "leader back by 1h")
+	for _, n := range sc.hs.Nodes {
+		if n != l1 {
+			_ = os.WriteFile(clockFile(n), []byte("1h"), 0o644)
+		}
+	}
+	pf := Fault{Type: FaultPauseLeader, Target: l1.Name, Start: sc.h.Now(), Detail: "every follower's clock +1h: the new leader's clock is ahead"}
+	if err := l1.Pause(); err != nil {
+		pf.Err = err.Error()
+	}
+	time.Sleep(2 * time.Second)
+	if err := l1.Resume(); err != nil && pf.Err == "" {
+		pf.Err = err.Error()
+	}
+	pf.End = sc.h.Now()
+	faults = append(faults, pf)
+	time.Sleep(5 * time.Second)
+	if l2 := leaderHost(); l2 != nil && l2 != l1 {
+		step(l2, "0s", "the new leader (ahead by 1h) back by 1h")
+	} else {
+		sc.h.Notef("no leader change after the pause (leader %v)", l2)
+		time.Sleep(10 * time.Second)
+	}
+	wg.Wait()
+	for _, f := range faults {
+		sc.fault(f)
+	}
+	sc.cancelJob(job)
+	th := <-follow
+
+	ops := sc.h.RegisterOps()
+	regRes, _ := CheckRegisters(ops, time.Minute)
+	terms := TermChanges(ops, leaseRecs)
+	leaseRes := CheckLeases(leaseRecs, LeaseBounds{
+		ElectionTimeout: 500 * time.Millisecond, Slack: 2 * time.Second, Margin: 100 * time.Millisecond,
+		Faults: append(append([]Fault(nil), faults...), terms...),
+	})
+	leaseRes.Stats["term-changes"] = len(terms)
+	tr := CheckTraining(th)
+	if th.Final != nil {
+		tr.Notes = append(tr.Notes, fmt.Sprintf("job %s: state %s, pass %d, done %d, requeued %d", job, th.Final.GetState(), th.Final.GetPass(), th.Final.GetDone(), th.Final.GetRequeued()))
+	}
+	sc.sum.Ops["register"] = len(ops)
+	sc.sum.Ops["lease"] = len(leaseRecs)
+	sc.sum.Ops["job-events"] = len(th.Events)
+	sc.finish(regRes, leaseRes, tr, CheckNoTimeouts(th.Events))
 }
