@@ -43,7 +43,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	pf.StringVarP(&g.output, "output", "o", outputSimple, "output format: simple, json or table")
 	pf.StringVarP(&g.output, "write-out", "w", outputSimple, "alias of --output")
 	pf.StringVar(&g.tls.files.CA, "cacert", "", "CA certificate of the cluster (PEM; with --cert and --key: mutual TLS)")
-	pf.StringVar(&g.tls.files.Cert, "cert", "", "client certificate (PEM; `raftps tls cert create --client`)")
+	pf.StringVar(&g.tls.files.Cert, "cert", "", "client certificate (PEM; made with raftps tls cert create --client)")
 	pf.StringVar(&g.tls.files.Key, "key", "", "client certificate's key (PEM)")
 
 	root.AddCommand(

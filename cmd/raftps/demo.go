@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -15,17 +16,30 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/security"
 )
 
-// demoCluster is the demo's local 3-node cluster of child processes.
-type demoCluster struct{ nodes []*localcluster.Node }
+// demoCluster is the demo's local 3-node cluster of child processes,
+// with mutual TLS: its own CA and certificates in <dir>/pki.
+type demoCluster struct {
+	nodes []*localcluster.Node
+	admin security.Files // the demo's client certificate (role admin)
+}
 
 func newDemoCluster(exe, dir string, n int) (*demoCluster, error) {
 	nodes, err := localcluster.New(exe, dir, n)
 	if err != nil {
 		return nil, err
 	}
-	return &demoCluster{nodes: nodes}, nil
+	pki := filepath.Join(dir, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return nil, err
+	}
+	admin, err := localcluster.Secure(pki, nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &demoCluster{nodes: nodes, admin: admin}, nil
 }
 
 // stopAll stops every node gracefully (SIGTERM, then SIGKILL after 15 s).
@@ -166,7 +180,13 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	}
 	fmt.Fprintf(w, "started 3 nodes (logs in %s)\n", dataDir)
 	fmt.Fprintf(w, "dashboard: http://%s/ (every node serves it: %s)\n", cluster.nodes[0].HTTP, cluster.httpAddrs())
-	cl, err := client.New(cluster.endpoints())
+	fmt.Fprintf(w, "mutual TLS: CA and certificates in %s (raftps --cacert %s --cert %s --key %s ...)\n",
+		filepath.Dir(cluster.admin.CA), cluster.admin.CA, cluster.admin.Cert, cluster.admin.Key)
+	tlsm, err := security.Load(cluster.admin, nil)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(cluster.endpoints(), tlsm.DialOptions()...)
 	if err != nil {
 		return err
 	}

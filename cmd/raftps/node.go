@@ -14,6 +14,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 		key        string
 		configFile string
 		reserve    uint64
+		insecure   bool
 	)
 	c := &cobra.Command{
 		Use:   "node",
@@ -21,7 +22,11 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Long: `Run a raftps node. The same command line works on first start, on restart
 with an existing data dir, and for a node added to a running cluster:
 
-  raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3`,
+  raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3 \
+    --tls-ca-file ca.pem --tls-cert-file n1.pem --tls-key-file n1-key.pem
+
+A node is secure by default (CockroachDB's rule): without --tls-* material it
+refuses to start unless --insecure is given (see raftps tls --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile != "" {
@@ -43,6 +48,9 @@ with an existing data dir, and for a node added to a running cluster:
 			cfg.DiskReserve = reserve << 20
 			n, err := node.New(cfg)
 			if err != nil {
+				return err
+			}
+			if err := checkInsecure(cfg, insecure, logger); err != nil {
 				return err
 			}
 			return n.Run(cmd.Context())
@@ -73,10 +81,13 @@ with an existing data dir, and for a node added to a running cluster:
 	f.Uint64Var(&reserve, "disk-reserve-mib", cfg.DiskReserve>>20, "free space (MiB) the data dir's disk must keep; below it writes are refused with ResourceExhausted")
 	f.StringVar(&cfg.GossipKeyringFile, "gossip-keyring-file", "", "gossip encryption keyring: a JSON array of base64 keys, the primary first (raftps keyring rotates it)")
 	f.StringVar(&cfg.TLS.CA, "tls-ca-file", "", "cluster CA certificate (PEM): with --tls-cert-file and --tls-key-file, mutual TLS on every port and dial")
-	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; `raftps tls cert create --node`), reloaded when it changes")
+	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; made with raftps tls cert create --node), reloaded when it changes")
 	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")
+	f.BoolVar(&insecure, "insecure", false, "run without TLS and without authorisation: any process that reaches a port may do anything (for a throw-away local cluster only)")
 	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port over TLS too (with the node's certificate)")
 	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
+	f.Var(byteSize{&cfg.PServerMemoryBudget}, "pserver-memory-budget", "bytes this node's pserver slots may hold together (512MiB, 8GiB; default half the machine's memory); jobs are admitted against it")
+	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes one of this node's trainers may hold (default a quarter of the machine's memory); jobs are admitted against it")
 	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	return c

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
+	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
 )
 
@@ -202,4 +204,21 @@ func tlsFlagsFromEnv(fs *pflag.FlagSet) error {
 		}
 	}
 	return flagsFromEnv(sub)
+}
+
+// ErrNoTLS: `raftps node` without TLS material and without --insecure.
+var ErrNoTLS = errors.New("no TLS material")
+
+// checkInsecure applies the secure default: a node needs its TLS
+// material, or --insecure said explicitly (then a warning).
+func checkInsecure(cfg node.Config, insecure bool, log *slog.Logger) error {
+	switch {
+	case cfg.TLS.Enabled() && insecure:
+		return fmt.Errorf("--insecure with --tls-* files: give one or the other")
+	case !cfg.TLS.Enabled() && !insecure:
+		return fmt.Errorf("%w: give --tls-ca-file, --tls-cert-file and --tls-key-file (make them with `raftps tls ca create` and `raftps tls cert create --node %s`), or --insecure for a throw-away cluster", ErrNoTLS, cfg.ID)
+	case insecure:
+		log.Warn("running INSECURE (--insecure): no TLS, no authentication, no authorisation; any process that reaches this node's ports can read and change everything")
+	}
+	return nil
 }

@@ -107,3 +107,30 @@ func TestTLSCommands(t *testing.T) {
 		t.Fatal("a refused create wrote x.pem")
 	}
 }
+
+// TestNodeSecureByDefault: `raftps node` without TLS material refuses to
+// start unless --insecure is given (CockroachDB's rule), naming the flags
+// and the command that makes certificates; --insecure with the files is
+// refused too. Neither takes the data dir.
+func TestNodeSecureByDefault(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "n1")
+	_, err := runOffline(t, "node", "--id", "n1", "--data-dir", data)
+	if !errors.Is(err, ErrNoTLS) || !strings.Contains(err.Error(), "--tls-cert-file") || !strings.Contains(err.Error(), "--insecure") ||
+		!strings.Contains(err.Error(), "raftps tls cert create --node n1") {
+		t.Fatalf("no TLS: %v; want ErrNoTLS naming the flags", err)
+	}
+	files, _, err := security.Dev(dir, []string{"n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := files["n1"]
+	_, err = runOffline(t, "node", "--id", "n1", "--data-dir", data, "--insecure",
+		"--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
+	if err == nil || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("--insecure with TLS files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "LOCK")); err == nil {
+		t.Fatal("a refused node took the data dir")
+	}
+}

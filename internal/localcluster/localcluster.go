@@ -92,6 +92,8 @@ func (n *Node) setArgs(others []*Node, expect int, extra []string) {
 	if root := DatasetRoot(); root != "" {
 		n.Args = append(n.Args, "--dataset-root", root) // jobs name datasets/fashion-mnist
 	}
+	// Plaintext unless Secure replaces this with the --tls-* files.
+	n.Args = append(n.Args, "--insecure")
 	n.Args = append(n.Args, extra...)
 }
 

@@ -24,7 +24,7 @@ func Secure(dir string, nodes []*Node) (admin security.Files, err error) {
 	for _, n := range nodes {
 		n.mu.Lock()
 		f := files[n.ID]
-		n.Args = append(n.Args, "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
+		n.Args = append(withoutInsecure(n.Args), "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
 		n.mu.Unlock()
 	}
 	return admin, nil
@@ -43,7 +43,7 @@ func SecureNode(dir string, n *Node) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.Args = append(n.Args, "--tls-ca-file", files.CA, "--tls-cert-file", files.Cert, "--tls-key-file", files.Key)
+	n.Args = append(withoutInsecure(n.Args), "--tls-ca-file", files.CA, "--tls-cert-file", files.Cert, "--tls-key-file", files.Key)
 	return nil
 }
 
@@ -74,4 +74,15 @@ func DatasetRoot() string {
 		}
 	}
 	return ""
+}
+
+// withoutInsecure drops the --insecure New and Add put on every node.
+func withoutInsecure(args []string) []string {
+	out := args[:0:0]
+	for _, a := range args {
+		if a != "--insecure" {
+			out = append(out, a)
+		}
+	}
+	return out
 }

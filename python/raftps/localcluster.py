@@ -69,6 +69,8 @@ class Node:
             self.args += ["--join", ",".join(join)]
         if expect:
             self.args += ["--bootstrap-expect", str(expect)]
+        # Plaintext: nodes refuse to start without TLS material unless told.
+        self.args += ["--insecure"]
         if os.path.isdir(DATASET_ROOT):
             # Nodes confine jobs' dataset paths to their --dataset-root
             # directories; jobs here name datasets/fashion-mnist.
