@@ -17,6 +17,7 @@
 //	go test ./integration/jepsen -run TestJepsen -v -jepsen.training # + a training job under the faults, ~2.5 min
 //	go test ./integration/jepsen -run TestJepsen -v -jepsen.long -timeout 30m  # 5 nodes, every fault kind twice, training, ~10 min
 //	go test ./integration/jepsen -run 'Check|Hosts' -v               # checker tests (no root) and host tests (root)
+//	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v  # the scenarios (see Scenarios)
 //
 // Flags (after the package): -jepsen.bin PATH (default: go build
 // ./cmd/raftps into a temp dir; the test skips, saying why, if that fails or
@@ -109,6 +110,46 @@
 // read, a lost write, a watch gap, a duplicate watch event, a lease key that
 // vanished while kept alive, a task done twice, a missing task; each flips
 // the verdict from ok to violation, and the honest history passes.
+//
+// # Scenarios
+//
+// scenarios_test.go runs one targeted fault each on a fresh 3-node cluster,
+// with checkers of their own (scenarios.go; results under
+// <-jepsen.out>/<name> or integration/results/<UTC>-<name>):
+//
+//   - TestJepsenFollowerLeaseLoss (short and long): every node serves
+//     pservers on IP:7004; probes Pull every slot on every node every
+//     100 ms (a Pull is answered exactly when the slot is hosted, i.e.
+//     accepts pushes). A follower hosting a slot of an async job is
+//     partitioned from the other nodes for 3 x the pserver lease TTL (15 s).
+//     CheckSlotServing: no two claims (node, incarnation) of one slot
+//     served in overlapping time, and the follower stopped serving within
+//     the TTL (the fence time's bounds are in the notes, and the "slot
+//     fenced" time from the node's log). After the heal the same process
+//     must serve a new claim (a second job of 3 slots gets one per node).
+//   - TestJepsenSpecFuzzRestart (short and long): 26 fixed extreme job specs
+//     (MaxInt64 records and records per task, 2^30 hidden units and
+//     virtual shards, huge shapes, NaN learning rate, ...) and 40 random
+//     ones (-jepsen.seed) under the register workload; CheckSpecFuzz:
+//     each refused with InvalidArgument/ResourceExhausted or accepted as a
+//     job with tasks. Then every node's snapshot is streamed and decoded
+//     (raftps snapshot save/status), every node stopped and restarted: the
+//     cluster must form again, serve the accepted jobs unchanged, stream
+//     decodable snapshots, and the registers stay linearizable. Nodes have
+//     the server role only (no accepted model is allocated).
+//   - TestJepsenLeaderClockStep (-jepsen.long): the leader's wall clock is
+//     stepped +1h and back through raftstore.TestClockOffsetEnv (a
+//     test-only file read by the node: the wall stamp of the entries it
+//     proposes), then every follower is set 1h ahead and the leader paused
+//     2 s (a failover to a node ahead); CheckNoTimeouts (no task requeued
+//     for a timeout or failed), leases, registers, training.
+//   - TestJepsenKeepMaxOne (-jepsen.long): a sync job of 3 slots with
+//     keep_max 1 and a checkpoint every 5 steps under kill-pserver,
+//     kill-random, kill-pserver; CheckCompleteVersions (over every
+//     committed pointer in commit order a version named by every slot
+//     exists), a sampler fetching each slot's manifest of the newest
+//     complete version from its replicas every second (md5 must match the
+//     pointer; missing while still named is a violation), CheckTraining.
 //
 // # Results
 //
