@@ -44,6 +44,12 @@ type Meta struct {
 	// PServerAddr is the host:port of the pserver data path (Pull, Push);
 	// empty for a node without it.
 	PServerAddr string
+	// PServerBudget and TrainerBudget are the bytes this node's pserver
+	// slots and trainers may allocate (`raftps node
+	// --pserver-memory-budget`, `--trainer-memory-budget`); the master
+	// admits a job against them. 0: not announced (not counted).
+	PServerBudget uint64
+	TrainerBudget uint64
 }
 
 // Peer is the address of m's node-to-node services: PeerAddr, or GRPCAddr
@@ -78,13 +84,16 @@ type wireMeta struct {
 	HTTPAddr    string   `json:"h,omitempty"`
 	PeerAddr    string   `json:"p,omitempty"`
 	PServerAddr string   `json:"ps,omitempty"`
+	PSBudget    uint64   `json:"pb,omitempty"`
+	TBudget     uint64   `json:"tb,omitempty"`
 	Incarnation uint32   `json:"i,omitempty"`
 }
 
 func encodeMeta(m Meta, incarnation uint32) ([]byte, error) {
 	b, err := json.Marshal(wireMeta{
 		ID: m.ID, Roles: m.Roles, GRPCAddr: m.GRPCAddr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
-		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, Incarnation: incarnation,
+		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, PSBudget: m.PServerBudget, TBudget: m.TrainerBudget,
+		Incarnation: incarnation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
@@ -103,7 +112,7 @@ func decodeMeta(b []byte) (Meta, uint32, error) {
 		return Meta{}, 0, fmt.Errorf("decode meta: %w", err)
 	}
 	return Meta{ID: w.ID, Roles: w.Roles, GRPCAddr: w.GRPCAddr, RaftAddr: w.RaftAddr, HTTPAddr: w.HTTPAddr,
-		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr}, w.Incarnation, nil
+		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr, PServerBudget: w.PSBudget, TrainerBudget: w.TBudget}, w.Incarnation, nil
 }
 
 // Status is a member's state as seen by this member.

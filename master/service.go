@@ -62,8 +62,10 @@ func CheckFashionMNIST(d *pb.DatasetSpec) error {
 	return nil
 }
 
-// SubmitJob validates a job spec and creates the job. Every rejection is
-// InvalidArgument (AlreadyExists for a duplicate name) naming the field.
+// SubmitJob validates a job spec and creates the job. A rejection of the
+// spec is InvalidArgument naming the field (a duplicate name too); a valid
+// job that does not fit in the live nodes' memory budgets is
+// ResourceExhausted naming the need and the capacity (admission.go).
 func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	if req.Spec == nil {
 		return nil, status.Error(codes.InvalidArgument, "spec is missing")
@@ -72,6 +74,9 @@ func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.
 		if err := s.CheckDataset(req.Spec.Dataset); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
+	}
+	if err := s.admit(req.Spec); err != nil { // admission.go
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {

@@ -114,6 +114,15 @@ type Config struct {
 	KeepFinishedJobs  int32
 	FinishedJobMaxAge time.Duration
 
+	// PServerMemoryBudget is the bytes this node's pserver slots may hold
+	// together (parameters and optimizer state); TrainerMemoryBudget the
+	// bytes one of its trainers may hold (the dense model and its
+	// gradients). Announced in gossip; jobs are admitted against them
+	// (budget.go). Defaults: half and a quarter of the machine's memory
+	// (also for 0).
+	PServerMemoryBudget uint64
+	TrainerMemoryBudget uint64
+
 	// Logger receives every component's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -121,7 +130,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config's fields; ID and
 // DataDir still have to be set.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		GRPCAddr:           "127.0.0.1:7000",
 		RaftAddr:           "127.0.0.1:7001",
 		GossipAddr:         "127.0.0.1:7002",
@@ -134,6 +143,8 @@ func DefaultConfig() Config {
 		DiskReserve:        raftstore.DefaultDiskReserve,
 		KeepFinishedJobs:   1000,
 	}
+	c.PServerMemoryBudget, c.TrainerMemoryBudget = defaultBudgets()
+	return c
 }
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.

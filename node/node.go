@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -74,6 +75,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if ps, tr := defaultBudgets(); cfg.PServerMemoryBudget == 0 || cfg.TrainerMemoryBudget == 0 {
+		cfg.PServerMemoryBudget = cmp.Or(cfg.PServerMemoryBudget, ps)
+		cfg.TrainerMemoryBudget = cmp.Or(cfg.TrainerMemoryBudget, tr)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), failed: make(chan error, 1)}, nil
 }
@@ -182,6 +187,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		PeerAddr: n.advertised(n.PeerAddr())}
 	if n.cfg.hasRole(gossip.RolePServer) {
 		gcfg.Meta.PServerAddr = n.advertised(n.PServerAddr())
+		gcfg.Meta.PServerBudget = n.cfg.PServerMemoryBudget // budget.go
+	}
+	if n.cfg.hasRole(gossip.RoleTrainer) {
+		gcfg.Meta.TrainerBudget = n.cfg.TrainerMemoryBudget
 	}
 	gcfg.BindAddr = n.cfg.GossipAddr
 	if n.cfg.Advertise != "" {

@@ -1,0 +1,105 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/gossip"
+)
+
+// ErrNoCapacity: a job does not fit in the memory the cluster's live
+// pserver or trainer nodes announce (gossip.Meta.PServerBudget,
+// TrainerBudget). SubmitJob answers it with ResourceExhausted.
+var ErrNoCapacity = errors.New("job does not fit in the cluster's memory budgets")
+
+// Need is what a job asks of the nodes' memory budgets, in bytes.
+type Need struct {
+	// State is the parameters and optimizer state over all slots
+	// (jobq.StateBytes).
+	State int64
+	// Slot is one slot's share: State / num_pservers, rounded up (blocks
+	// and rows are spread over the slots' virtual shards, so a slot holds
+	// about that).
+	Slot int64
+	// Trainer is one trainer's: the dense model and its gradients, two
+	// float32 per element (an upper bound for embeddings, which trainers
+	// hold only in part).
+	Trainer int64
+}
+
+// JobNeed returns the bytes spec needs (errors wrap the spec's invalid
+// field, as jobq.StateBytes's).
+func JobNeed(spec *pb.JobSpec) (Need, error) {
+	state, err := jobq.StateBytes(spec)
+	if err != nil {
+		return Need{}, err
+	}
+	n := Need{State: state}
+	if p := int64(spec.GetNumPservers()); p > 0 {
+		n.Slot = (state + p - 1) / p
+	}
+	if f := jobq.OptimizerStateFactor(spec.GetOptimizer().GetName()); f > 0 {
+		n.Trainer = state / f * 2
+	}
+	return n, nil
+}
+
+// admit checks a job against the budgets the live (alive or suspect)
+// members announce. The rule:
+//
+//   - pservers: the job's State must fit in the sum of the live pserver
+//     nodes' budgets, and its Slot share in the largest one (a slot is
+//     never split between nodes);
+//   - trainers: its Trainer bytes must fit in the largest live trainer
+//     node's budget (every trainer holds the whole dense model).
+//
+// A kind of node that no live member announces a budget for (none has
+// joined yet, or an older version) is not checked: the agents still claim
+// only what fits their budget when they come. The error wraps ErrNoCapacity
+// and names the need and the capacity.
+func (s *Service) admit(spec *pb.JobSpec) error {
+	if s.members == nil {
+		return nil
+	}
+	v, err := jobq.ValidateSpec(spec)
+	if err != nil {
+		return nil // the FSM refuses it with InvalidArgument naming the field
+	}
+	need, err := JobNeed(v)
+	if err != nil {
+		return nil
+	}
+	var psSum, psMax, trMax uint64
+	var psNodes, trNodes int
+	for _, m := range s.members.Members() {
+		if m.Status != gossip.StatusAlive && m.Status != gossip.StatusSuspect {
+			continue
+		}
+		if b := m.Meta.PServerBudget; b > 0 && m.Meta.HasRole(gossip.RolePServer) {
+			psNodes++
+			psSum += b
+			psMax = max(psMax, b)
+		}
+		if b := m.Meta.TrainerBudget; b > 0 && m.Meta.HasRole(gossip.RoleTrainer) {
+			trNodes++
+			trMax = max(trMax, b)
+		}
+	}
+	if psNodes > 0 {
+		if uint64(need.State) > psSum {
+			return fmt.Errorf("%w: job %q needs %d bytes of parameters and %s optimizer state; the %d live pserver nodes' budgets total %d bytes (--pserver-memory-budget)",
+				ErrNoCapacity, spec.GetName(), need.State, spec.GetOptimizer().GetName(), psNodes, psSum)
+		}
+		if uint64(need.Slot) > psMax {
+			return fmt.Errorf("%w: job %q needs %d bytes per slot (%d bytes over %d slots); the largest pserver budget is %d bytes (--pserver-memory-budget; or raise num_pservers)",
+				ErrNoCapacity, spec.GetName(), need.Slot, need.State, spec.GetNumPservers(), psMax)
+		}
+	}
+	if trNodes > 0 && uint64(need.Trainer) > trMax {
+		return fmt.Errorf("%w: job %q needs %d bytes per trainer (model and gradients); the largest of the %d live trainer nodes' budgets is %d bytes (--trainer-memory-budget)",
+			ErrNoCapacity, spec.GetName(), need.Trainer, trNodes, trMax)
+	}
+	return nil
+}

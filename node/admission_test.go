@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/trainer/model"
+)
+
+// admissionSpec is a sync mlp job on the repository's Fashion-MNIST with
+// the given hidden widths and slots (momentum: parameters x 2 on the
+// pservers).
+func admissionSpec(t *testing.T, name string, pservers int32, hidden ...int32) *pb.JobSpec {
+	t.Helper()
+	ds, err := filepath.Abs(filepath.Join("..", "datasets", "fashion-mnist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &pb.JobSpec{Name: name, Mode: pb.UpdateMode_UPDATE_MODE_SYNC, Seed: 1, Passes: 1, BatchSize: 64,
+		NumPservers: pservers, NumVirtualShards: 64, DenseBlockSize: 1024,
+		Model:   &pb.ModelSpec{Name: "mlp", Hidden: hidden},
+		Dataset: &pb.DatasetSpec{Path: ds, Records: 1000}, RecordsPerTask: 500,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.05, Momentum: 0.9},
+	}
+	m, err := model.Build(spec.Model, 28*28, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Params = m.Params()
+	return spec
+}
+
+func submit(ctx context.Context, t *testing.T, n *Node, spec *pb.JobSpec) error {
+	t.Helper()
+	_, err := pb.NewMasterClient(dial(t, n.GRPCAddr())).SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec})
+	return err
+}
+
+// TestAdmissionAtSubmit (issue 12 item 11): with small memory budgets a
+// job whose state does not fit the live pservers' budgets, whose slot share
+// does not fit the largest one, or whose model does not fit any trainer's
+// is refused at submit with ResourceExhausted naming the need and the
+// capacity, and nothing is created; a job that fits is accepted. Before,
+// nodes had no budgets and all three were accepted (and the nodes would
+// have allocated them).
+func TestAdmissionAtSubmit(t *testing.T) {
+	cfg := testConfig(t, "n1")
+	cfg.Roles = []string{gossip.RoleServer, gossip.RolePServer, gossip.RoleTrainer}
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
+	// mlp 784-128-10: 101770 parameters, 814160 bytes with momentum.
+	cfg.PServerMemoryBudget = 600 << 10
+	cfg.TrainerMemoryBudget = 300 << 10
+	n := mustOpen(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	need, err := master.JobNeed(admissionSpec(t, "x", 1, 128))
+	if err != nil || need.State != 814160 {
+		t.Fatalf("JobNeed(mlp 128) = %+v, %v; want 814160 state bytes", need, err)
+	}
+	for _, tc := range []struct {
+		spec *pb.JobSpec
+		want []string
+	}{
+		// 814160 > 614400, the only pserver's budget.
+		{admissionSpec(t, "total", 1, 128), []string{"814160 bytes", "budgets total 614400 bytes", "--pserver-memory-budget"}},
+		// mlp 784-64-10: 50890 parameters, 407120 bytes: fits the pserver
+		// but not one trainer's 300 KiB (parameters and gradients).
+		{admissionSpec(t, "trainer", 1, 64), []string{"needs 407120 bytes per trainer", "307200 bytes", "--trainer-memory-budget"}},
+	} {
+		err := submit(ctx, t, n, tc.spec)
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("submit %s: %v, want ResourceExhausted", tc.spec.Name, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("submit %s: %v, want it to name %q", tc.spec.Name, err, w)
+			}
+		}
+		t.Logf("%s: %v", tc.spec.Name, err)
+		if _, ok := n.Store().FSM().Jobs().Job(tc.spec.Name); ok {
+			t.Fatalf("job %s exists after a refused submit", tc.spec.Name)
+		}
+	}
+	// mlp 784-8-10: 6370 parameters, 50960 bytes: fits both.
+	if err := submit(ctx, t, n, admissionSpec(t, "fits", 1, 8)); err != nil {
+		t.Fatalf("submit of a job that fits: %v", err)
+	}
+}
