@@ -504,9 +504,10 @@ func errString(err error) string {
 // CheckCompleteVersions over every committed pointer in commit order (a
 // globally complete version always exists); a sampler that every second
 // reads all pointers at one revision, takes the newest version every slot
-// names, and fetches each slot's manifest of it from the pointer's
-// replicas: a manifest missing on every reachable replica while a later
-// read still names that version is a violation, and a fetched manifest
+// names, and fetches each slot's manifest of it from every node (a kept
+// version's replicas are not in the pointer): a manifest that every node
+// answers NotFound for while a later read still names that version is a
+// violation (a node down makes the moment "unreachable"), and a fetched manifest
 // must match the pointer's MD5; CheckTraining (every restore matches its
 // pointer's MD5; tasks exactly once per pass).
 func TestJepsenKeepMaxOne(t *testing.T) {
@@ -566,10 +567,6 @@ func TestJepsenKeepMaxOne(t *testing.T) {
 // sampleManifests is TestJepsenKeepMaxOne's sampler (see there).
 func (sc *scenario) sampleManifests(ctx context.Context, job string, slots int32) Result {
 	r := newResult("complete-manifests")
-	conn := map[string]*NodeConn{}
-	for _, c := range sc.conns {
-		conn[c.Name] = c
-	}
 	readPointers := func() (map[int32]*pb.CheckpointPointer, error) {
 		key, end := schema.PrefixRange(schema.CheckpointPrefix(job))
 		var lastErr error
@@ -633,38 +630,35 @@ func (sc *scenario) sampleManifests(ctx context.Context, job string, slots int32
 		}
 		for s := int32(0); s < slots; s++ {
 			want, _ := names(ptrs[s], newest)
-			found, reachable := false, 0
-			for _, node := range ptrs[s].GetReplicas() {
-				c := conn[node]
-				if c == nil {
-					continue
-				}
+			// A kept version's replicas are not in the pointer (replicas
+			// names the current version's), so every node is asked.
+			found, notFound := false, 0
+			for _, c := range sc.conns {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				resp, err := pb.NewCheckpointStoreClient(c.Conn).GetManifest(cctx, &pb.GetManifestRequest{Key: checkpoint.ManifestKey(job, newest, s)})
 				cancel()
 				if err == nil {
-					reachable++
 					sum := md5.Sum(resp.GetManifest())
 					if got := hex.EncodeToString(sum[:]); got != want {
-						r.violate("slot %d version %d on %s: manifest md5 %s, pointer says %s", s, newest, node, got, want)
+						r.violate("slot %d version %d on %s: manifest md5 %s, pointer says %s", s, newest, c.Name, got, want)
 					}
 					found = true
 					break
 				}
 				if status.Code(err) == codes.NotFound {
-					reachable++
+					notFound++
 				}
 			}
 			switch {
 			case found:
 				r.Stats["manifests"]++
-			case reachable > 0:
-				// Missing on every replica that answered: a violation only
-				// if the pointer still names the version afterwards (a
-				// newer complete version may have retired it meanwhile).
+			case notFound == len(sc.conns):
+				// Missing on every node: a violation only if the pointer
+				// still names the version afterwards (a newer complete
+				// version may have retired it meanwhile).
 				if later, err := readPointers(); err == nil {
 					if _, still := names(later[s], newest); still {
-						r.violate("slot %d: version %d is named by its pointer but its manifest is on none of the replicas %v", s, newest, ptrs[s].GetReplicas())
+						r.violate("slot %d: version %d is named by its pointer but its manifest is on no node", s, newest)
 					} else {
 						r.Stats["retired-meanwhile"]++
 					}
