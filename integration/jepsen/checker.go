@@ -213,8 +213,10 @@ type LeaseBounds struct {
 //     TTL T: promise s+T-margin) lists every key put under that lease and
 //     acknowledged before the read's call;
 //   - abandoned: after the expirer's "stop" at time t (last keepalive sent at
-//     s with TTL T), a read that starts after the deadline max(t, s+T) +
-//     election timeout + slack lists none of that lease's keys; a fault that
+//     s with TTL T; a keepalive that failed or timed out may have renewed
+//     the lease up to its return r, so s+T is at least r+T), a read that
+//     starts after the deadline max(t, s+T) + election timeout + slack
+//     lists none of that lease's keys; a fault that
 //     overlaps [t, deadline] pushes the deadline to its end + T + election
 //     timeout + slack (a new leader extends every lease by its TTL).
 func CheckLeases(recs []LeaseRecord, b LeaseBounds) Result {
@@ -225,9 +227,15 @@ func CheckLeases(recs []LeaseRecord, b LeaseBounds) Result {
 	stops := map[int64]LeaseRecord{}
 	ttls := map[int64]int64{}
 	var reads []LeaseRecord
+	// A keepalive that failed or timed out is indeterminate: it may have
+	// renewed the lease at any moment up to its return.
+	maybeRenewed := map[int64]int64{} // lease -> latest such return
 	for _, r := range recs {
 		res.Stats[r.Role+"-"+r.Kind+"-"+string(r.Status)]++
 		if r.Status != StatusOK {
+			if r.Kind == "keepalive" {
+				maybeRenewed[r.Lease] = max(maybeRenewed[r.Lease], r.Return)
+			}
 			continue
 		}
 		switch r.Kind {
@@ -286,6 +294,9 @@ func CheckLeases(recs []LeaseRecord, b LeaseBounds) Result {
 		var lastPromise int64
 		for _, p := range proms[lease] {
 			lastPromise = max(lastPromise, p.until+int64(b.Margin))
+		}
+		if at, ok := maybeRenewed[lease]; ok {
+			lastPromise = max(lastPromise, at+int64(time.Duration(ttls[lease])*time.Second))
 		}
 		deadline := max(st.Call, lastPromise) + int64(b.ElectionTimeout+b.Slack)
 		for changed := true; changed; {

@@ -230,6 +230,18 @@ func TestCheckLeases(t *testing.T) {
 		recs[len(recs)-1].Keys = []string{"/l/expirer/2/0"} // 9s > 1s+4s+0.5s+2s
 		mustVerdict(t, CheckLeases(recs, bounds), VerdictViolation)
 	})
+	t.Run("a keepalive that timed out may have renewed the lease", func(t *testing.T) {
+		s := int64(time.Second)
+		recs := honestLeases()
+		// Sent at 1.5 s, timed out at 1.9 s: it may have renewed the lease
+		// until 5.9 s, so the key may be there until 5.9+0.5+2 = 8.4 s.
+		recs = append(recs,
+			LeaseRecord{Kind: "keepalive", Role: "expirer", Lease: 2, Status: StatusFail, Call: 1500 * ms, Return: 1900 * ms},
+			LeaseRecord{Kind: "read", Role: "expirer", Keys: []string{"/l/expirer/2/0"}, Status: StatusOK, Call: 8 * s, Return: 8*s + 10*ms})
+		mustVerdict(t, CheckLeases(recs, bounds), VerdictOK)
+		recs[len(honestLeases())-1].Keys = []string{"/l/expirer/2/0"} // at 9 s: beyond 8.4 s
+		mustVerdict(t, CheckLeases(recs, bounds), VerdictViolation)
+	})
 	t.Run("a leader change during the expiry window extends the lease", func(t *testing.T) {
 		recs := honestLeases()
 		recs[len(recs)-1].Keys = []string{"/l/expirer/2/0"}
