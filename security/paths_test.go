@@ -14,7 +14,7 @@ func TestConfinePath(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(root, "mnist"), 0o755))
 	secret := filepath.Join(base, "secret")
 	must(t, os.MkdirAll(secret, 0o755))
-	must(t, os.Symlink(secret, filepath.Join(root, "escape")))                       // a link out of the root
+	must(t, os.Symlink(secret, filepath.Join(root, "escape")))                      // a link out of the root
 	must(t, os.Symlink(filepath.Join(root, "mnist"), filepath.Join(root, "alias"))) // a link inside
 	realRoot, _ := filepath.EvalSymlinks(root)
 	for _, tc := range []struct {
