@@ -14,6 +14,7 @@ import (
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer/model"
 )
 
@@ -96,4 +97,64 @@ func TestAdmissionAtSubmit(t *testing.T) {
 	if err := submit(ctx, t, n, admissionSpec(t, "fits", 1, 8)); err != nil {
 		t.Fatalf("submit of a job that fits: %v", err)
 	}
+}
+
+// TestSlotOverBudgetNotClaimed (issue 12 item 11): a job that passes
+// submit (its state fits the pservers' total budget) but not what this
+// node's budget has left after another job's slot is not claimed: no slot
+// record, and a SLOT_NOT_CLAIMED event on the job names the need, the
+// budget and what is left; once the first job ends, the slot fits and is
+// claimed. Before, the node claimed every slot whatever its memory.
+func TestSlotOverBudgetNotClaimed(t *testing.T) {
+	cfg := testConfig(t, "n1")
+	cfg.Roles = []string{gossip.RoleServer, gossip.RolePServer}
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
+	cfg.PServerMemoryBudget = 600 << 10 // 614400
+	n := mustOpen(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	claimed := func(job string) bool {
+		key := []byte(schema.SlotKey(job, 0))
+		resp, err := n.Store().FSM().Range(&pb.RangeRequest{Key: key})
+		return err == nil && len(resp.Kvs) == 1
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 30 s: %s", what)
+			}
+		}
+	}
+	// mlp 784-64-10 with momentum: 407120 bytes in its one slot.
+	if err := submit(ctx, t, n, admissionSpec(t, "a", 1, 64)); err != nil {
+		t.Fatalf("submit a: %v", err)
+	}
+	waitFor("slot 0 of a claimed", func() bool { return claimed("a") })
+	if err := submit(ctx, t, n, admissionSpec(t, "b", 1, 64)); err != nil {
+		t.Fatalf("submit b (fits the total budget): %v", err)
+	}
+	var msg string
+	waitFor("a SLOT_NOT_CLAIMED event on b", func() bool {
+		evs, err := n.Store().FSM().Jobs().Events("b", 0, 0)
+		for _, e := range evs {
+			if e.Type == pb.JobEvent_SLOT_NOT_CLAIMED {
+				msg = e.Message
+			}
+		}
+		return err == nil && msg != ""
+	})
+	t.Logf("event: %s", msg)
+	for _, w := range []string{"slot 0 not claimed by n1", "needs 407120 bytes", "budget of 614400 bytes has 207280 left"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("event %q does not say %q", msg, w)
+		}
+	}
+	if claimed("b") {
+		t.Fatal("slot 0 of b claimed over the budget")
+	}
+	if _, err := pb.NewMasterClient(dial(t, n.GRPCAddr())).CancelJob(ctx, &pb.CancelJobRequest{Name: "a"}); err != nil {
+		t.Fatalf("cancel a: %v", err)
+	}
+	waitFor("slot 0 of b claimed once a ended", func() bool { return claimed("b") })
 }

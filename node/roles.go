@@ -99,7 +99,8 @@ func (n *Node) openRoles(ctx context.Context) error {
 		n.ps = srv
 		pb.RegisterPServerServer(n.pserver, srv)
 		// Slot records carry the data path's address: trainers dial it.
-		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), Logger: n.log}, local, srv, mgr, peers)
+		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), MemoryBudget: n.cfg.PServerMemoryBudget,
+			Logger: n.log}, local, srv, mgr, peers)
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {

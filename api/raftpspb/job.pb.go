@@ -291,6 +291,9 @@ const (
 	JobEvent_EVAL_REPORTED        JobEvent_Type = 8
 	JobEvent_JOB_SUBMITTED        JobEvent_Type = 9
 	JobEvent_PSERVER_RESTORED     JobEvent_Type = 10
+	// A pserver node did not claim a slot because the slot does not fit in
+	// what its --pserver-memory-budget has left (message: the figures).
+	JobEvent_SLOT_NOT_CLAIMED JobEvent_Type = 11
 )
 
 // Enum value maps for JobEvent_Type.
@@ -307,6 +310,7 @@ var (
 		8:  "EVAL_REPORTED",
 		9:  "JOB_SUBMITTED",
 		10: "PSERVER_RESTORED",
+		11: "SLOT_NOT_CLAIMED",
 	}
 	JobEvent_Type_value = map[string]int32{
 		"TASK_DONE":            0,
@@ -320,6 +324,7 @@ var (
 		"EVAL_REPORTED":        8,
 		"JOB_SUBMITTED":        9,
 		"PSERVER_RESTORED":     10,
+		"SLOT_NOT_CLAIMED":     11,
 	}
 )
 
@@ -2958,7 +2963,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
 	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
-	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xad\x04\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xc3\x04\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -2973,7 +2978,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	" \x01(\x01R\x04loss\x12\x1a\n" +
 	"\baccuracy\x18\v \x01(\x01R\baccuracy\x12\x1a\n" +
 	"\bexamples\x18\f \x01(\x03R\bexamples\x12\x18\n" +
-	"\aversion\x18\r \x01(\x03R\aversion\"\xd4\x01\n" +
+	"\aversion\x18\r \x01(\x03R\aversion\"\xea\x01\n" +
 	"\x04Type\x12\r\n" +
 	"\tTASK_DONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2987,7 +2992,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\rEVAL_REPORTED\x10\b\x12\x11\n" +
 	"\rJOB_SUBMITTED\x10\t\x12\x14\n" +
 	"\x10PSERVER_RESTORED\x10\n" +
-	"\":\n" +
+	"\x12\x14\n" +
+	"\x10SLOT_NOT_CLAIMED\x10\v\":\n" +
 	"\x10SubmitJobRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.raftps.v1.JobSpecR\x04spec\"A\n" +
 	"\x11SubmitJobResponse\x12,\n" +

@@ -37,8 +37,13 @@ type Config struct {
 	LeaseTTL int64
 	// Poll is the interval between reconciliations and between lease
 	// renewal checks (default 300ms).
-	Poll   time.Duration
-	Logger *slog.Logger
+	Poll time.Duration
+	// MemoryBudget is the bytes the node's slots may hold together
+	// (parameters and optimizer state, SlotBytes): a slot that does not
+	// fit in what is left is not claimed, with a SLOT_NOT_CLAIMED event
+	// on its job (budget.go). 0: no limit.
+	MemoryBudget uint64
+	Logger       *slog.Logger
 }
 
 // Agent runs the pserver role.
@@ -54,6 +59,7 @@ type Agent struct {
 	mu      sync.Mutex
 	lease   int64 // the session's lease as of the last renewal; 0 after a fence
 	hosted  map[slotKey]*hosted
+	refused map[slotKey]bool // slots not claimed for the budget, event recorded (budget.go)
 	wg      sync.WaitGroup
 }
 
@@ -98,7 +104,8 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
-		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}}
+		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{},
+		refused: map[slotKey]bool{}}
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx

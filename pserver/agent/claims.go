@@ -29,6 +29,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 			delete(a.hosted, k)
 		}
 	}
+	for k := range a.refused {
+		if running[k.job] == nil {
+			delete(a.refused, k)
+		}
+	}
 	a.mu.Unlock()
 	for _, h := range ended {
 		a.finish(ctx, h)
@@ -97,7 +102,11 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 		}
 		// A free slot, or our own claim that we do not serve (fenced while
 		// its lease lived on: ClaimSlot takes it back if the lease is still
-		// the current one, and leaves it to expire otherwise).
+		// the current one, and leaves it to expire otherwise). Only if it
+		// fits in the node's memory budget (budget.go).
+		if !a.fits(ctx, spec, i) {
+			continue
+		}
 		if err := a.claim(ctx, spec, i, lease); err != nil {
 			a.log.Warn("claim slot", "job", job, "slot", i, "err", err)
 			continue
