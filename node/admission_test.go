@@ -158,3 +158,62 @@ func TestSlotOverBudgetNotClaimed(t *testing.T) {
 	}
 	waitFor("slot 0 of b claimed once a ended", func() bool { return claimed("b") })
 }
+
+// TestTrainerOverBudgetNotStarted (issue 12 item 11): a trainer node
+// whose --trainer-memory-budget holds one trainer of a job starts it, and
+// for a second job of the same size (admitted: one trainer fits the
+// budget) starts none and records a TRAINER_NOT_STARTED event naming the
+// need, the budget and what is left. Before, it started a trainer (and
+// allocated its model) for every running job.
+func TestTrainerOverBudgetNotStarted(t *testing.T) {
+	cfg := testConfig(t, "n1")
+	cfg.Roles = []string{gossip.RoleServer, gossip.RoleTrainer}
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
+	cfg.TrainerMemoryBudget = 500 << 10 // 512000
+	n := mustOpen(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trainers := func(job string) int {
+		key, end := schema.PrefixRange(schema.TrainerPrefix(job))
+		resp, err := n.Store().FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
+		if err != nil {
+			return -1
+		}
+		return len(resp.Kvs)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(40 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 40 s: %s", what)
+			}
+		}
+	}
+	// mlp 784-64-10: 50890 parameters, 407120 bytes per trainer.
+	if err := submit(ctx, t, n, admissionSpec(t, "a", 1, 64)); err != nil {
+		t.Fatalf("submit a: %v", err)
+	}
+	waitFor("a trainer of a registered", func() bool { return trainers("a") == 1 })
+	if err := submit(ctx, t, n, admissionSpec(t, "b", 1, 64)); err != nil {
+		t.Fatalf("submit b (one trainer fits the budget): %v", err)
+	}
+	var msg string
+	waitFor("a TRAINER_NOT_STARTED event on b", func() bool {
+		evs, err := n.Store().FSM().Jobs().Events("b", 0, 0)
+		for _, e := range evs {
+			if e.Type == pb.JobEvent_TRAINER_NOT_STARTED {
+				msg = e.Message
+			}
+		}
+		return err == nil && msg != ""
+	})
+	t.Logf("event: %s", msg)
+	for _, w := range []string{"no trainer started on n1", "needs 407120 bytes", "budget of 512000 bytes has 104880 left"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("event %q does not say %q", msg, w)
+		}
+	}
+	if got := trainers("b"); got != 0 {
+		t.Fatalf("%d trainers of b registered over the budget", got)
+	}
+}

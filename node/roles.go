@@ -105,6 +105,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {
 		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial,
+			MemoryBudget:   n.cfg.TrainerMemoryBudget,
 			ResolveDataset: n.resolveDataset, Logger: n.log},
 			local, master.NewService(n.gated, n.gossip))
 		n.goAgent(ctx, a.Run)

@@ -294,6 +294,9 @@ const (
 	// A pserver node did not claim a slot because the slot does not fit in
 	// what its --pserver-memory-budget has left (message: the figures).
 	JobEvent_SLOT_NOT_CLAIMED JobEvent_Type = 11
+	// A trainer node did not start a trainer for the job because its model
+	// does not fit in what its --trainer-memory-budget has left.
+	JobEvent_TRAINER_NOT_STARTED JobEvent_Type = 12
 )
 
 // Enum value maps for JobEvent_Type.
@@ -311,6 +314,7 @@ var (
 		9:  "JOB_SUBMITTED",
 		10: "PSERVER_RESTORED",
 		11: "SLOT_NOT_CLAIMED",
+		12: "TRAINER_NOT_STARTED",
 	}
 	JobEvent_Type_value = map[string]int32{
 		"TASK_DONE":            0,
@@ -325,6 +329,7 @@ var (
 		"JOB_SUBMITTED":        9,
 		"PSERVER_RESTORED":     10,
 		"SLOT_NOT_CLAIMED":     11,
+		"TRAINER_NOT_STARTED":  12,
 	}
 )
 
@@ -2963,7 +2968,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
 	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
-	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xc3\x04\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xdc\x04\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -2978,7 +2983,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	" \x01(\x01R\x04loss\x12\x1a\n" +
 	"\baccuracy\x18\v \x01(\x01R\baccuracy\x12\x1a\n" +
 	"\bexamples\x18\f \x01(\x03R\bexamples\x12\x18\n" +
-	"\aversion\x18\r \x01(\x03R\aversion\"\xea\x01\n" +
+	"\aversion\x18\r \x01(\x03R\aversion\"\x83\x02\n" +
 	"\x04Type\x12\r\n" +
 	"\tTASK_DONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2993,7 +2998,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\rJOB_SUBMITTED\x10\t\x12\x14\n" +
 	"\x10PSERVER_RESTORED\x10\n" +
 	"\x12\x14\n" +
-	"\x10SLOT_NOT_CLAIMED\x10\v\":\n" +
+	"\x10SLOT_NOT_CLAIMED\x10\v\x12\x17\n" +
+	"\x13TRAINER_NOT_STARTED\x10\f\":\n" +
 	"\x10SubmitJobRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.raftps.v1.JobSpecR\x04spec\"A\n" +
 	"\x11SubmitJobResponse\x12,\n" +

@@ -69,6 +69,7 @@ var externalEvents = map[pb.JobEvent_Type]bool{
 	pb.JobEvent_CHECKPOINT_COMMITTED: true,
 	pb.JobEvent_PSERVER_RESTORED:     true,
 	pb.JobEvent_SLOT_NOT_CLAIMED:     true,
+	pb.JobEvent_TRAINER_NOT_STARTED:  true,
 }
 
 // RecordEvent appends an event reported from outside the queue (a trainer

@@ -85,7 +85,12 @@ type Config struct {
 	// ResolveDataset, if set, maps a job's dataset path to the directory
 	// to read, or refuses it (a node confines datasets to its roots).
 	ResolveDataset func(path string) (string, error)
-	Logger         *slog.Logger
+	// MemoryBudget is the bytes this node's trainers may hold together
+	// (TrainerBytes each): a trainer that does not fit in what is left is
+	// not started, with a TRAINER_NOT_STARTED event on its job
+	// (budget.go). 0: no limit.
+	MemoryBudget uint64
+	Logger       *slog.Logger
 }
 
 // Agent runs the trainer role.
@@ -99,6 +104,7 @@ type Agent struct {
 	mu      sync.Mutex
 	lease   int64           // the session's lease as of the last round
 	running map[string]*run // by trainer key
+	refused map[string]bool // jobs refused for the budget, event recorded (budget.go)
 	wg      sync.WaitGroup
 }
 
@@ -107,6 +113,7 @@ type run struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	t       *trainer.Trainer
+	bytes   int64 // TrainerBytes of the job (budget.go)
 }
 
 // New returns an agent; Run starts it.
@@ -127,7 +134,8 @@ func New(cfg Config, meta Meta, master MasterAPI) *Agent {
 		cfg.Logger = slog.Default()
 	}
 	return &Agent{cfg: cfg, meta: meta, master: master, log: cfg.Logger.With("component", "trainer-agent"),
-		session: concurrency.NewSession(meta, cfg.LeaseTTL), running: map[string]*run{}}
+		session: concurrency.NewSession(meta, cfg.LeaseTTL), running: map[string]*run{},
+		refused: map[string]bool{}}
 }
 
 // Run reconciles until ctx ends; then stops its trainers and revokes the
@@ -195,6 +203,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 		}
 	}
 	a.mu.Lock()
+	for job := range a.refused {
+		if !live[schema.TrainerKey(job, a.cfg.NodeID+"-"+a.cfg.Incarnation)] {
+			delete(a.refused, job) // ended: forget the refusal
+		}
+	}
 	for key, r := range a.running {
 		select {
 		case <-r.done:
@@ -217,6 +230,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 // start loads the dataset (so that the trainer does not hold a sync step
 // while it reads), registers the trainer and runs it.
 func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
+	if !a.fits(ctx, spec) {
+		return
+	}
 	dir := spec.GetDataset().GetPath()
 	if a.cfg.DataDir != "" {
 		dir = a.cfg.DataDir
@@ -252,7 +268,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &run{job: spec.Name, id: id, cancel: cancel, done: make(chan struct{}), t: tr}
+	r := &run{job: spec.Name, id: id, cancel: cancel, done: make(chan struct{}), t: tr, bytes: TrainerBytes(spec)}
 	a.mu.Lock()
 	a.running[schema.TrainerKey(spec.Name, id)] = r
 	a.mu.Unlock()
