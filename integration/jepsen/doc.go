@@ -133,9 +133,10 @@
 //     ones (-jepsen.seed) under the register workload; CheckSpecFuzz:
 //     each refused with InvalidArgument/ResourceExhausted or accepted as a
 //     job with tasks. Then every node's snapshot is streamed and decoded
-//     (raftps snapshot save/status), every node stopped and restarted: the
-//     cluster must form again, serve the accepted jobs unchanged, stream
-//     decodable snapshots, and the registers stay linearizable. Nodes have
+//     (raftps snapshot save/status), every node is SIGKILLed at once and
+//     restarted: the cluster must form again, serve the accepted jobs
+//     unchanged, stream decodable snapshots, and the registers stay
+//     linearizable. Nodes have
 //     the server role only (no accepted model is allocated).
 //   - TestJepsenLeaderClockStep (-jepsen.long): the leader's wall clock is
 //     stepped +1h and back through raftstore.TestClockOffsetEnv (a
