@@ -52,7 +52,13 @@
 // node after a failure. DeleteJob removes a job that is not running and
 // then its keys under schema.JobPrefix. SubmitJob rejects a bad spec with InvalidArgument
 // naming the field (the dataset path is checked on the receiving node; the
-// rest deterministically in the FSM).
+// rest deterministically in the FSM, including the cluster-wide cap
+// jobq.MaxJobBytes), and a valid job that does not fit in the memory
+// budgets the live nodes announce in gossip with ResourceExhausted naming
+// the need and the capacity (admission.go: the state within the sum of the
+// pserver budgets and one slot's share within the largest; the dense model
+// and gradients within the largest trainer budget; a kind of node that no
+// live member announces a budget for is not checked).
 //
 // Concurrency: Master's methods are for one Run goroutine; Service is safe
 // for concurrent use.

@@ -69,6 +69,24 @@
 // do not pass the guard, the reserve leaves room for them), and writes resume by themselves as soon as space returns (the
 // guard reads statfs on every write).
 //
+// # Memory budgets
+//
+// Config.PServerMemoryBudget (`--pserver-memory-budget`, default half the
+// machine's memory) bounds the parameters and optimizer state of the
+// node's pserver slots together, Config.TrainerMemoryBudget
+// (`--trainer-memory-budget`, default a quarter) the models and gradients
+// of its trainers together. Both are announced in gossip
+// (gossip.Meta.PServerBudget, TrainerBudget). At submit the master refuses
+// with ResourceExhausted a job whose state exceeds the sum of the live
+// pservers' budgets, whose slot share (state / num_pservers) exceeds the
+// largest one, or whose model exceeds every trainer's (master/admission.go);
+// above all budgets, jobq.MaxJobBytes (64 GiB) is refused with
+// InvalidArgument. A job admitted against the cluster may still not fit a
+// node's remaining budget (other jobs): the pserver agent then does not
+// claim the slot (a SLOT_NOT_CLAIMED job event names the figures) and the
+// trainer agent starts no trainer (TRAINER_NOT_STARTED); the job waits
+// for room, the node is never run out of memory.
+//
 // # Data dir
 //
 // Open first takes <DataDir>/LOCK (flock, exclusive, never waiting) and

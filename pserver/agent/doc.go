@@ -28,8 +28,15 @@
 // Restores are recorded under schema.RestoreKey (/jobs/<job>/restores/<slot>,
 // shown by `raftps job status`) and as PSERVER_RESTORED job events.
 //
+// A slot is claimed only if its share of the job's parameters and
+// optimizer state (SlotBytes) fits in what Config.MemoryBudget has left
+// after the node's other slots; otherwise it is left to other nodes and a
+// SLOT_NOT_CLAIMED job event says why (budget.go). The node is never run
+// out of memory by a job.
+//
 // Files by concern: agent.go (the agent, its lease and fencing), claims.go
 // (reconciliation, claiming, restoring and releasing slots), rollback.go
 // (the sync rollback protocol), trainers.go (the trainer feed),
-// checkpoints.go (checkpoint scheduling and writing).
+// checkpoints.go (checkpoint scheduling and writing), budget.go (the
+// memory budget).
 package agent

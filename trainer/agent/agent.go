@@ -10,6 +10,10 @@
 //	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, masterSvc)
 //	go a.Run(ctx)
 //
+// A trainer is started only if its model and gradients (TrainerBytes) fit
+// in what Config.MemoryBudget has left after the node's other trainers;
+// otherwise a TRAINER_NOT_STARTED job event says why (budget.go).
+//
 // A trainer holds no state that must survive it: if the node dies its lease
 // expires (or the master revokes it when gossip declares the node dead), its
 // pending tasks are requeued and the pservers' sync steps go on without it.
