@@ -192,6 +192,9 @@ func TestTLSRefusals(t *testing.T) {
 	if out, errOut, err := sc.cli(sc.admin, "kv", "put", "/sec/a", "1"); err != nil {
 		t.Fatalf("admin put: %v %s %s", err, out, errOut)
 	}
+	if out, errOut, err := sc.cli(sc.admin, "status"); err != nil || !strings.Contains(out, "tls: on") {
+		t.Fatalf("status: %v %s %s; want tls: on", err, out, errOut)
+	}
 	before := sc.keys(t)
 	unchanged := func(what string) {
 		t.Helper()

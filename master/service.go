@@ -32,6 +32,9 @@ type Service struct {
 	// CheckDataset, if set, checks a job's dataset path on this node (I/O,
 	// so it runs here and not in the FSM). Nil skips the check.
 	CheckDataset func(spec *pb.DatasetSpec) error
+	// TLS is reported by Status (StatusResponse.tls): the node runs
+	// mutual TLS (false: --insecure).
+	TLS bool
 }
 
 // NewService returns the Master and Cluster services.
@@ -302,7 +305,8 @@ func (s *Service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	st := s.store.Stats()
 	out := &pb.StatusResponse{Header: s.header(), Id: st.ID, Leader: st.LeaderID, LeaderAddr: st.Leader,
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
-		RaftState: st.State, Revision: st.Revision, LastLogIndex: st.LastLogIndex, Version: version.Get().Version}
+		RaftState: st.State, Revision: st.Revision, LastLogIndex: st.LastLogIndex, Version: version.Get().Version,
+		Tls: s.TLS}
 	if d, ok := s.store.(interface{ DBSize() int64 }); ok {
 		out.DbSize = d.DBSize()
 	}

@@ -2087,7 +2087,10 @@ type StatusResponse struct {
 	Version string `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
 	// db_size is the bytes of the node's Raft data (log store and
 	// snapshots) on disk.
-	DbSize        int64 `protobuf:"varint,15,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	DbSize int64 `protobuf:"varint,15,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	// tls: the node's ports run mutual TLS with per-method authorisation;
+	// false for a node started with --insecure.
+	Tls           bool `protobuf:"varint,16,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2225,6 +2228,13 @@ func (x *StatusResponse) GetDbSize() int64 {
 		return x.DbSize
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetTls() bool {
+	if x != nil {
+		return x.Tls
+	}
+	return false
 }
 
 // MemberRemoveRequest removes a server that is gone for good from the
@@ -2745,7 +2755,7 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0fMembersResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"\x0f\n" +
-	"\rStatusRequest\"\xca\x03\n" +
+	"\rStatusRequest\"\xdc\x03\n" +
 	"\x0eStatusResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -2764,7 +2774,8 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\f \x01(\x04R\flastLogIndex\x12\x16\n" +
 	"\x06errors\x18\r \x03(\tR\x06errors\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\tR\aversion\x12\x17\n" +
-	"\adb_size\x18\x0f \x01(\x03R\x06dbSize\"%\n" +
+	"\adb_size\x18\x0f \x01(\x03R\x06dbSize\x12\x10\n" +
+	"\x03tls\x18\x10 \x01(\bR\x03tls\"%\n" +
 	"\x13MemberRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"v\n" +
 	"\x14MemberRemoveResponse\x121\n" +

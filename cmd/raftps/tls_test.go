@@ -134,3 +134,13 @@ func TestNodeSecureByDefault(t *testing.T) {
 		t.Fatal("a refused node took the data dir")
 	}
 }
+
+// TestStatusShowsTLSOff: a node without TLS (in process here; `raftps
+// node --insecure` in production) says so in `raftps status`.
+func TestStatusShowsTLSOff(t *testing.T) {
+	n := mustNode(t)
+	out, err := run(t, n, "status")
+	if err != nil || !strings.Contains(out, "tls: off") {
+		t.Fatalf("status: %v\n%s\nwant a line tls: off", err, out)
+	}
+}
