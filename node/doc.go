@@ -56,6 +56,24 @@
 // (a method-level rule of the class: on the client port it is refused with
 // Unimplemented naming the node-to-node port).
 //
+// # Security
+//
+// With Config.TLS (--tls-ca-file, --tls-cert-file, --tls-key-file) the
+// three gRPC ports, every gRPC dial the node makes (write forwarding,
+// checkpoint replication, its trainers' pserver clients, bootstrap, the
+// dashboard) and the Raft transport run mutual TLS 1.3 with the node's
+// certificate (package security; reloaded when the files change). Each
+// call is authorised by the role in the caller's certificate
+// (security.Authorizer); the node-to-node port and the Raft port accept
+// the node role only. With HTTPTLS the HTTP port serves TLS too (no
+// client certificate; the dashboard is then read-only). `raftps node`
+// refuses to start without TLS material unless --insecure; `raftps
+// status` shows tls: on|off. GossipKeyringFile encrypts gossip with a
+// keyring that the Keyring service (`raftps keyring`) changes on every
+// alive member (over mutual TLS only). Jobs' dataset paths are confined to
+// DatasetRoots (default <DataDir>/datasets): the submit check and the
+// trainer agent refuse anything else.
+//
 // # Disk space
 //
 // Every write the node starts (client API, forwarded from followers, its

@@ -1,0 +1,47 @@
+// Package security is raftps' transport security and authorisation: the
+// TLS material of a node or client, the roles certificates carry, the
+// authorisation of each gRPC call, the CA that issues certificates, gossip
+// keyring files, and the confinement of client-named paths.
+//
+//	m, err := security.Load(security.Files{CA: "ca.pem", Cert: "n1.pem", Key: "n1-key.pem"}, log)
+//	srv := grpc.NewServer(grpc.Creds(m.ServerCredentials()),
+//		grpc.ChainUnaryInterceptor((&security.Authorizer{Log: log}).UnaryInterceptor()))
+//	cc, err := grpc.NewClient(addr, m.DialOptions()...)
+//
+// # TLS
+//
+// TLS 1.3 only, mutual: every server asks for a client certificate signed
+// by the cluster CA, every client checks the server's against the CA, its
+// host name (IP or DNS SAN) and the node role. Material reloads from disk
+// when a file's size or mtime changes (checked at most once per
+// PollInterval, at handshakes), so certificates and the CA rotate without
+// a restart; a half-written file keeps the loaded material. Load refuses
+// a certificate that is expired (ErrExpired) or not signed by the CA
+// (ErrNotSigned). Go's crypto/tls and crypto/x509 do all cryptography.
+//
+// # Roles
+//
+// A certificate's role is its SAN URI raftps://role/<role> (RoleOf):
+// node, admin, trainer, reader; a trainer's jobs are raftps://job/<job>
+// URIs. Authorizer maps each method to the roles that may call it (node:
+// everything, and alone the internal APIs; admin: every user method;
+// trainer: reads, the task API and pull/push of its jobs, Put/Delete of
+// its own registration keys /jobs/<job>/trainers/<name>[-...]; reader:
+// reads). A refusal is PermissionDenied naming the method, the identity
+// and why, and a Warn log line. Streams are checked per received message.
+//
+// # Certificates
+//
+// NewCA and CA.Issue make ECDSA P-256 certificates (`raftps tls`); Dev
+// makes a loopback CA, node and admin certificates for the demo and
+// tests. WriteFile writes 0600 files atomically and never overwrites
+// unless told.
+//
+// # Gossip keyring, paths
+//
+// LoadKeyringFile/SaveKeyringFile read and write Consul's keyring format
+// (a JSON array of base64 keys, the primary first); Fingerprint names a
+// key without revealing it. ConfinePath resolves a client-named path under
+// configured roots without following a link out, with one refusal
+// (ErrOutsideRoots) that does not tell what exists.
+package security
