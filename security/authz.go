@@ -26,7 +26,8 @@ import (
 //	trainer  reads (KV Range, Watch, job and checkpoint reading, status);
 //	         GetTask, TaskFinished, TaskFailed, Pull, Push, LeaveStep for the
 //	         jobs its certificate names; Put/Delete of its own registration
-//	         keys /jobs/<job>/trainers/<name>[-...] of those jobs; leases
+//	         keys /jobs/<job>/trainers/<name>[-...] of those jobs; lease
+//	         grant and keep-alive (not revoke: it deletes a lease's keys)
 //	reader   reads only
 //
 // A refused call ends with PermissionDenied naming the method, the
@@ -67,8 +68,10 @@ var methods = map[string]access{
 	"/raftps.v1.Watch/":         accessRead,
 	"/raftps.v1.Cluster/":       accessRead,
 
-	"/raftps.v1.Lease/LeaseGrant":      accessTrainer,
-	"/raftps.v1.Lease/LeaseRevoke":     accessTrainer,
+	"/raftps.v1.Lease/LeaseGrant": accessTrainer,
+	// Revoking deletes every key of the lease: a trainer lets its own
+	// expire rather than be able to revoke another's.
+	"/raftps.v1.Lease/LeaseRevoke":     accessAdmin,
 	"/raftps.v1.Lease/LeaseKeepAlive":  accessTrainer,
 	"/raftps.v1.Lease/LeaseTimeToLive": accessRead,
 
@@ -226,7 +229,7 @@ func checkRequest(id Identity, req any) string {
 			return fmt.Sprintf("job %q is not one of the certificate's jobs %v", r.GetJob(), id.Jobs)
 		}
 		return ""
-	case *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest, *pb.LeaseKeepAliveRequest:
+	case *pb.LeaseGrantRequest, *pb.LeaseKeepAliveRequest:
 		return ""
 	}
 	return fmt.Sprintf("request %T is not allowed to a trainer", req)

@@ -282,6 +282,8 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer task own job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "mnist"}, false, true},
 		{"trainer task other job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "cifar"}, false, false},
 		{"trainer get job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "cifar"}, false, true},
+		{"trainer lease grant", trainer, "/raftps.v1.Lease/LeaseGrant", &pb.LeaseGrantRequest{Ttl: 5}, false, true},
+		{"trainer lease revoke", trainer, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, false},
 		{"trainer forward", trainer, "/raftps.v1.Internal/ForwardApply", &pb.ForwardApplyRequest{}, false, false},
 		{"unknown method", admin, "/raftps.v1.KV/Nope", nil, false, true},
 		{"unknown method reader", reader, "/raftps.v1.KV/Nope", nil, false, false},
