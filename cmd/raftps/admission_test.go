@@ -1,9 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/node"
 )
 
 // TestSubmitHugeModelRefused (issue 12 item 11): `raftps job submit
@@ -24,5 +32,70 @@ func TestSubmitHugeModelRefused(t *testing.T) {
 		if _, err := run(t, n, "job", "status", "huge"); err == nil || !strings.Contains(err.Error(), "NotFound") {
 			t.Fatalf("job after the refused submit: %v, want NotFound", err)
 		}
+	}
+}
+
+// TestJobStatusShowsBudgetRefusal (issue 12 item 11): on a pserver node
+// whose --pserver-memory-budget (600 KiB) holds one slot of a 1-slot mlp
+// 784-64-10 job (407120 bytes), a second such job is admitted but not
+// claimed, and `raftps job status` shows why in its latest events. Before,
+// `job status` printed no events (and the slot was claimed).
+func TestJobStatusShowsBudgetRefusal(t *testing.T) {
+	ports, err := localcluster.FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	cfg := node.DefaultConfig()
+	cfg.ID, cfg.DataDir = "b1", filepath.Join(t.TempDir(), "b1")
+	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
+	cfg.Roles = []string{gossip.RoleServer, gossip.RolePServer}
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
+	cfg.PServerMemoryBudget = 600 << 10
+	cfg.Logger = testutil.Logger(t)
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
+	for _, name := range []string{"first", "second"} {
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if _, err = run(t, n, "job", "submit", "--name", name, "--dataset", ds, "--hidden", "64", "--pservers", "1"); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("submit %s: %v", name, err)
+		}
+		if name == "first" {
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				out, _ := run(t, n, "job", "status", "first")
+				if strings.Contains(out, "pserver slot 0: node b1") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("slot of first not claimed within 20 s:\n%s", out)
+				}
+			}
+		}
+	}
+	var out string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err = run(t, n, "job", "status", "second")
+		if err == nil && strings.Contains(out, "SLOT_NOT_CLAIMED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job status second (%v):\n%s\nwant a SLOT_NOT_CLAIMED event", err, out)
+		}
+	}
+	t.Logf("job status second:\n%s", out)
+	if !strings.Contains(out, "slot 0 not claimed by b1: it needs 407120 bytes") || strings.Contains(out, "pserver slot 0:") {
+		t.Fatalf("job status second:\n%s\nwant the refusal's figures and no slot served", out)
 	}
 }

@@ -259,18 +259,29 @@ func newJobCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	var lastEvents int64
 	st := &cobra.Command{
-		Use: "status JOB", Short: "show a job's queues, pass, trainers, pservers and checkpoints", Args: cobra.ExactArgs(1),
+		Use: "status JOB", Short: "show a job's queues, pass, trainers, pservers, checkpoints and latest events", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
 				resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: args[0]})
 				if err != nil {
 					return rpcError(err)
 				}
-				return g.printer.Object(resp.Status, func(w io.Writer) { printJobStatus(w, resp.Status) })
+				evs, err := latestEvents(ctx, cl, args[0], resp.Status.GetEventsSeq(), lastEvents)
+				if err != nil {
+					return rpcError(err)
+				}
+				return g.printer.Object(resp.Status, func(w io.Writer) {
+					printJobStatus(w, resp.Status)
+					for _, e := range evs {
+						fmt.Fprintf(w, "event %d %s %s: %s\n", e.Seq, time.Unix(0, e.UnixNano).Format(time.TimeOnly), e.Type, e.Message)
+					}
+				})
 			})
 		},
 	}
+	st.Flags().Int64Var(&lastEvents, "events", 10, "show the job's latest N events (text output; 0: none)")
 	cancelCmd := &cobra.Command{
 		Use: "cancel JOB", Short: "cancel a job", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -304,6 +315,35 @@ gone already deletes any keys left behind and reports NotFound.`,
 	}
 	c.AddCommand(submit, list, st, cancelCmd, del)
 	return c
+}
+
+// latestEvents returns the events of job with seq in (last-n, last], read
+// with WatchJob (which streams from a sequence number; the stream is
+// closed once seq last has arrived).
+func latestEvents(ctx context.Context, cl *client.Client, job string, last, n int64) ([]*pb.JobEvent, error) {
+	if n <= 0 || last <= 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := cl.Master.WatchJob(ctx, &pb.WatchJobRequest{Name: job, FromSeq: max(1, last-n+1)})
+	if err != nil {
+		return nil, err
+	}
+	var evs []*pb.JobEvent
+	for {
+		ev, err := stream.Recv()
+		if err == io.EOF {
+			return evs, nil // the job ended with its last event
+		}
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+		if ev.Seq >= last {
+			return evs, nil
+		}
+	}
 }
 
 func jobState(s pb.JobState) string {
