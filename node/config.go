@@ -116,7 +116,7 @@ type Config struct {
 
 	// PServerMemoryBudget is the bytes this node's pserver slots may hold
 	// together (parameters and optimizer state); TrainerMemoryBudget the
-	// bytes one of its trainers may hold (the dense model and its
+	// bytes its trainers may hold together (each the dense model and its
 	// gradients). Announced in gossip; jobs are admitted against them
 	// (budget.go). Defaults: half and a quarter of the machine's memory
 	// (also for 0).

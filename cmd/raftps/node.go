@@ -87,7 +87,7 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port over TLS too (with the node's certificate)")
 	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
 	f.Var(byteSize{&cfg.PServerMemoryBudget}, "pserver-memory-budget", "bytes this node's pserver slots may hold together (512MiB, 8GiB; default half the machine's memory); jobs are admitted against it")
-	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes one of this node's trainers may hold (default a quarter of the machine's memory); jobs are admitted against it")
+	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes this node's trainers may hold together, each the model and its gradients (default a quarter of the machine's memory); jobs are admitted against it")
 	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	return c
