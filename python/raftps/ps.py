@@ -411,7 +411,8 @@ class ParamClient:
         with self._mu:
             self._addrs.pop(slot, None)
 
-    def _do(self, slot: int, fn):
+    def _do(self, slot: int, fn, retries: int | None = None):
+        retries = self.retries if retries is None else retries
         backoff = 0.02
         attempt = 0
         while True:
@@ -427,7 +428,7 @@ class ParamClient:
                     raise err
             except errors.Unavailable as e:
                 err = e
-            if attempt >= self.retries:
+            if attempt >= retries:
                 raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code)
             attempt += 1
             self.retried += 1
@@ -583,12 +584,13 @@ class ParamClient:
 
     # -- sync membership --------------------------------------------------
 
-    def leave_step(self) -> None:
+    def leave_step(self, retries: int | None = None) -> None:
         """Tells every slot this trainer leaves sync steps until it pushes
-        again (out of data, between tasks, or leaving)."""
+        again (out of data, between tasks, or leaving); ``retries``
+        overrides the client's Unavailable retries."""
         def one(slot):
             req = pserver_pb2.LeaveStepRequest(job=self.job, slot=slot, trainer=self.trainer)
-            self._do(slot, lambda c: c.leave(req, timeout=self.timeout))
+            self._do(slot, lambda c: c.leave(req, timeout=self.timeout), retries)
         self._parallel(one)
 
     def close(self) -> None:

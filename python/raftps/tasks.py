@@ -218,6 +218,7 @@ class TaskSource:
         self._perm: tuple[int, np.ndarray] | None = None
         self.tasks_done = 0
         self.stale_finishes = 0
+        self.leave_failures = 0
 
     def _retry(self, method: str, req):
         while True:
@@ -227,8 +228,14 @@ class TaskSource:
                 time.sleep(0.2)
 
     def _leave(self) -> None:
+        # Best effort, as Go's trainer: a slot that is down (or gone with
+        # the job) has no step to leave; the pservers also drop a trainer
+        # whose registration goes.
         if self.ps is not None:
-            self.ps.leave_step()
+            try:
+                self.ps.leave_step(retries=8)
+            except errors.RaftpsError:
+                self.leave_failures += 1
 
     def permutation(self, pass_: int) -> np.ndarray:
         if self._perm is None or self._perm[0] != pass_:

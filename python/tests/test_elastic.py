@@ -77,9 +77,12 @@ def test_elastic_join_death_and_restore(client, cluster, tmp_path):
     assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED", st.message
     assert st.done == st.total_tasks == 60 and st.failed == 0
     assert st.requeued >= 0
+    # A trainer that finishes deregisters: that is a change too, which the
+    # other one may see before it ends. Judge what happened before that.
+    end = min(events(t, "done")[0]["t"] for t in "ab")
     for t in "ab":
-        resets = events(t, "reset")
-        interrupts = events(t, "interrupt")
+        resets = [r for r in events(t, "reset") if r["t"] < end]
+        interrupts = [i for i in events(t, "interrupt") if i["t"] < end]
         # One interrupt per trainer-set change: c joined, c died.
         assert [i["members"] for i in interrupts] == [["a", "b", "c"], ["a", "b"]], (t, interrupts)
         set_resets = [r["members"] for r in resets if r not in restore_resets(t, events)]
@@ -87,7 +90,7 @@ def test_elastic_join_death_and_restore(client, cluster, tmp_path):
         # The callback rescaled by the trainer count each time.
         assert [r["grad_scale"] for r in resets if r not in restore_resets(t, events)] == [1 / 3, 1 / 2]
         done = events(t, "done")[0]
-        assert done["resets"] == len(resets)
+        assert done["resets"] == len(events(t, "reset"))
         assert events(t, "step")[-1]["step"] > 20  # training went on after the changes
     # a's injected failure: state came back from the last commit.
     inj = events("a", "inject")

@@ -72,6 +72,7 @@ class State:
             setattr(self, k, v)
         self._known_gen = session.generation if session is not None else 0
         self.commits = 0
+        self.sync_failures = 0
         self.resets = 0
         self.restores = 0
         self._saved_user: dict = {}
@@ -150,10 +151,18 @@ class TorchState(State):
         super().restore()
 
     def sync(self) -> None:
-        """Pulls the parameters from the pservers (the source of truth)."""
+        """Pulls the parameters from the pservers (the source of truth). A
+        pull that fails with a recoverable error (e.g. the job just ended
+        and its slots are gone, or a slot is down) is counted in
+        ``sync_failures`` and skipped: the model keeps the last commit, and
+        the next push fails and restores again if the pservers are still
+        unreachable, or the task source reports the job over."""
         pull = getattr(self.optimizer, "pull", None)
         if pull is not None:
-            pull()
+            try:
+                pull()
+            except RECOVERABLE:
+                self.sync_failures += 1
 
 
 def run(func):
