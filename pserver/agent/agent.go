@@ -59,6 +59,10 @@ type Agent struct {
 	mu      sync.Mutex
 	lease   int64 // the session's lease as of the last renewal; 0 after a fence
 	hosted  map[slotKey]*hosted
+	// written is the restore record this node last wrote per slot: a slot
+	// whose record is still this one was held by no one else since
+	// (servedBefore).
+	written map[slotKey][]byte
 	refused map[slotKey]bool // slots not claimed for the budget, event recorded (budget.go)
 	wg      sync.WaitGroup
 }
@@ -104,7 +108,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
-		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{},
+		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
 		refused: map[slotKey]bool{}}
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -121,7 +122,22 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 }
 
 // claim takes slot i under lease, restores it and serves it.
+//
+// Handover: when the slot was served before (its restore record exists),
+// the previous holder may still be serving it. Its lease is gone, but a
+// lease can end before its TTL (the master revokes the leases of a node
+// that gossip declares dead, which a partitioned node cannot hear), and the
+// previous holder fences only when its own watchdog fires, at most one TTL
+// after its last renewal, which came before this claim. So the slot is
+// served from here no earlier than one TTL after the claim (the restore
+// runs meanwhile): two servers never accept pushes for one slot at once.
+// The restore record is written before serving, so a later claimant always
+// knows that there was a holder to wait for.
 func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int64) error {
+	handover, err := a.servedBefore(ctx, spec.Name, i)
+	if err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
 	cancel()
@@ -129,6 +145,10 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		return err
 	}
 	start := time.Now()
+	notBefore := start
+	if handover {
+		notBefore = start.Add(time.Duration(a.cfg.LeaseTTL) * time.Second)
+	}
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers,
 		Async: spec.Mode == pb.UpdateMode_UPDATE_MODE_ASYNC})
@@ -172,6 +192,33 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		}
 		pcancel()
 	}
+	// The record (slot, version, md5, source, reason) is what `raftps job
+	// status` shows and what checkers verify against the pointers; it is
+	// also the handover marker (see above), so it is durable before the
+	// slot is served, or the slot is not served.
+	b, err := schema.MarshalRestore(rec)
+	if err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = a.meta.Put(pctx, &pb.PutRequest{Key: []byte(schema.RestoreKey(spec.Name, i)), Value: b})
+		pcancel()
+	}
+	if err != nil {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
+	}
+	a.mu.Lock()
+	a.written[h.key] = b
+	a.mu.Unlock()
+	if wait := time.Until(notBefore); wait > 0 {
+		a.log.Info("slot handover: waiting for the previous holder to fence", "job", spec.Name, "slot", i, "wait", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			s.Close()
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 	a.mu.Lock()
 	if a.lease != lease {
 		// Fenced while restoring: the claim's lease is lost or in doubt.
@@ -186,17 +233,31 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	a.server.Host(spec.Name, i, s)
 	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc, "epoch", h.epoch,
 		"restored_version", rec.Version, "md5", rec.Md5, "source", rec.Source, "reason", rec.Reason,
-		"step", s.Step(), "took", time.Since(start).Round(time.Millisecond))
-	// The record (slot, version, md5, source, reason) is what `raftps job
-	// status` shows and what checkers verify against the pointers.
-	if b, err := schema.MarshalRestore(rec); err == nil {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, _ = a.meta.Put(pctx, &pb.PutRequest{Key: []byte(schema.RestoreKey(spec.Name, i)), Value: b})
-		pcancel()
-	}
+		"step", s.Step(), "handover", handover, "took", time.Since(start).Round(time.Millisecond))
 	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
 		Version: rec.Version, Message: fmt.Sprintf("slot %d on %s: version %d md5 %s from %s: %s", i, a.cfg.NodeID, rec.Version, rec.Md5, rec.Source, rec.Reason)})
 	return nil
+}
+
+// servedBefore reports whether slot i of job may still be served by
+// another holder: its restore record exists (read linearizably, so a
+// record written before the previous holder served is seen) and is not the
+// one this node wrote when it last held the slot (every holder writes one
+// before serving, so an unchanged record means no one else held it since).
+func (a *Agent) servedBefore(ctx context.Context, job string, i int32) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(schema.RestoreKey(job, i))})
+	if err != nil {
+		return false, fmt.Errorf("read restore record of slot %d: %w", i, err)
+	}
+	if len(resp.GetKvs()) == 0 {
+		return false, nil
+	}
+	a.mu.Lock()
+	mine := a.written[slotKey{job, i}]
+	a.mu.Unlock()
+	return mine == nil || !bytes.Equal(resp.GetKvs()[0].GetValue(), mine), nil
 }
 
 // finish handles a slot of a job that ended: a last checkpoint, then stop
@@ -209,6 +270,9 @@ func (a *Agent) finish(ctx context.Context, h *hosted) {
 	a.server.Unhost(h.key.job, h.key.slot)
 	h.slot.Close()
 	a.releaseKey(ctx, h.key.job, h.key.slot, h.incarnation)
+	a.mu.Lock()
+	delete(a.written, h.key)
+	a.mu.Unlock()
 	a.log.Info("job ended: slot released", "job", h.key.job, "slot", h.key.slot, "step", snap.Step)
 }
 
