@@ -10,6 +10,13 @@
 // The agent decides nothing about other nodes: every claim is a Txn under
 // its lease (a raftstore/client/concurrency.Session), so two agents can
 // never serve the same slot at the same incarnation (DESIGN.md §5, §6).
+// Across incarnations, a lost lease fences every slot within 2/3 of the
+// TTL of the last renewal (a watchdog), and a slot that another node held
+// (its restore record exists and is not this node's) is served no earlier
+// than one lease TTL after the new claim: the master may revoke a
+// gossip-dead holder's lease early, and the holder, if only partitioned,
+// has fenced by then. The restore record is written before serving, so it
+// marks every handover.
 // Keys and records are schema's: slot claims schema.SlotKey /
 // schema.SlotRecord, restore records schema.RestoreKey, rollbacks
 // schema.RollbackKey / schema.Rollback.
