@@ -1,8 +1,3 @@
-// Command raftps-bench measures raftps against etcd and its own baselines
-// (package bench). It is not part of the product binary: `make bench`
-// builds both, installs etcd with scripts/install-etcd.sh and runs
-//
-//	raftps-bench --bin bin/raftps
 package main
 
 import (
