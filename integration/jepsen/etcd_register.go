@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,79 +64,12 @@ func (cs EtcdConns) Close() {
 // on cfg.Keys keys, each op against a random node, until ctx ends, every
 // op recorded in h. It returns the acknowledged puts.
 func RunEtcdRegisters(ctx context.Context, cfg RegisterConfig, conns EtcdConns, h *History) []AckedPut {
-	cfg = cfg.withDefaults()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		acked   []AckedPut
-		nextPID atomic.Int64
-		nextVal atomic.Int64
-	)
-	nextPID.Store(int64(cfg.Clients))
-	for c := 0; c < cfg.Clients; c++ {
-		wg.Add(1)
-		go func(client int) {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
-			process := client
-			known := map[string]string{}
-			for ctx.Err() == nil {
-				nc := conns[r.IntN(len(conns))]
-				gen := h.Now() / int64(cfg.KeyLifetime)
-				key := fmt.Sprintf("%s%d-%d", cfg.Prefix, gen, r.IntN(cfg.Keys))
-				op := RegisterOp{Process: process, Client: client, Node: nc.Name, Key: key}
-				switch p := r.IntN(10); {
-				case p < 4:
-					op.Kind = RegRead
-				case p < 7:
-					op.Kind = RegWrite
-					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
-				default:
-					op.Kind = RegCAS
-					if v, ok := known[key]; ok && r.IntN(5) != 0 {
-						op.Expect = v
-					} else {
-						op.Expect = fmt.Sprintf("%d", r.Int64N(max(nextVal.Load(), 1))+1)
-					}
-					op.Value = fmt.Sprintf("%d", nextVal.Add(1))
-				}
-				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-				op.Call = h.Now()
-				err := doEtcdRegisterOp(octx, nc.Client, &op, cfg.Serializable)
-				op.Return = h.Now()
-				cancel()
-				if err != nil {
-					op.Err = err.Error()
-					if op.Kind == RegRead {
-						op.Status = StatusFail
-					} else {
-						op.Status = StatusInfo
-						process = int(nextPID.Add(1))
-					}
-				} else {
-					op.Status = StatusOK
-					switch {
-					case op.Kind == RegRead && op.Result != "":
-						known[key] = op.Result
-					case op.Kind == RegWrite || (op.Kind == RegCAS && op.OK):
-						known[key] = op.Value
-					}
-					if op.Kind == RegWrite || (op.Kind == RegCAS && op.OK) {
-						mu.Lock()
-						acked = append(acked, AckedPut{Key: op.Key, Value: op.Value, Revision: op.Rev})
-						mu.Unlock()
-					}
-				}
-				h.Add(Record{Type: "register", At: op.Call, Register: &op})
-				select {
-				case <-ctx.Done():
-				case <-time.After(cfg.Pause):
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
-	return acked
+	return runRegisterClients(ctx, cfg, h, func(r *rand.Rand) (string, registerDo) {
+		nc := conns[r.IntN(len(conns))]
+		return nc.Name, func(ctx context.Context, op *RegisterOp) error {
+			return doEtcdRegisterOp(ctx, nc.Client, op, cfg.Serializable)
+		}
+	})
 }
 
 func doEtcdRegisterOp(ctx context.Context, cli *clientv3.Client, op *RegisterOp, serializable bool) error {

@@ -265,6 +265,22 @@ type Conns interface {
 // until ctx ends, recording every op in h. Each client picks a random node
 // for every op. It returns the puts acknowledged with their revisions.
 func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *History) []AckedPut {
+	return runRegisterClients(ctx, cfg, h, func(r *rand.Rand) (string, registerDo) {
+		name, nc := conns.Random(r)
+		return name, func(ctx context.Context, op *RegisterOp) error {
+			return doRegisterOp(ctx, nc.KV, op, cfg.Serializable)
+		}
+	})
+}
+
+// registerDo runs one register op against the node it was picked for,
+// filling op's result fields.
+type registerDo func(ctx context.Context, op *RegisterOp) error
+
+// runRegisterClients is the register workload's client loop, whatever the
+// client library: cfg.Clients clients, each op against the node pick
+// returns, every op recorded in h; it returns the acknowledged puts.
+func runRegisterClients(ctx context.Context, cfg RegisterConfig, h *History, pick func(*rand.Rand) (string, registerDo)) []AckedPut {
 	cfg = cfg.withDefaults()
 	var (
 		wg      sync.WaitGroup
@@ -284,7 +300,7 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 			// cas expect a value that may well be current and succeed.
 			known := map[string]string{}
 			for ctx.Err() == nil {
-				name, nc := conns.Random(r)
+				name, do := pick(r)
 				gen := h.Now() / int64(cfg.KeyLifetime)
 				key := fmt.Sprintf("%s%d-%d", cfg.Prefix, gen, r.IntN(cfg.Keys))
 				op := RegisterOp{Process: process, Client: client, Node: name, Key: key}
@@ -305,7 +321,7 @@ func RunRegisters(ctx context.Context, cfg RegisterConfig, conns Conns, h *Histo
 				}
 				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 				op.Call = h.Now()
-				err := doRegisterOp(octx, nc.KV, &op, cfg.Serializable)
+				err := do(octx, &op)
 				op.Return = h.Now()
 				cancel()
 				if err != nil {
