@@ -1,0 +1,17 @@
+// Package concurrency holds client-side helpers built on raftps leases,
+// after etcd's client/v3/concurrency: a Session is one lease kept alive on
+// behalf of an agent, so the keys it holds vanish when the agent dies, and
+// the agent learns when its lease was lost (to fence and re-register).
+//
+// A Session runs over LeaseAPI, which both the gRPC client
+// (raftstore/client.Client.Leases) and a node's in-process adapter
+// (raftstore/service.Local) satisfy.
+//
+//	s := concurrency.NewSession(api, 10) // 10 s TTL
+//	id, lost, err := s.Ensure(ctx)       // call at least every TTL/3
+//	if lost { /* everything attached to the old lease is gone: fence, re-register */ }
+//	if err != nil { /* no live lease right now: retry on the next round */ }
+//	defer s.Close(ctx)                   // revokes the lease
+//
+// Session is safe for concurrent use.
+package concurrency
