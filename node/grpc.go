@@ -56,9 +56,13 @@ var (
 			pb.Watch_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName,
 			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
 			etcdapi.ServiceNames...),
-		// Replicas delete checkpoint versions node to node (issue 19 item
-		// 7); `raftps checkpoint` only reads, so a client may not delete.
-		notServed: map[string]string{pb.CheckpointStore_DeleteVersions_FullMethodName: "node-to-node"},
+		// Replicas write and delete checkpoint blobs node to node (issue
+		// 19 item 7); `raftps checkpoint` only reads, so a client may do
+		// neither.
+		notServed: map[string]string{
+			pb.CheckpointStore_DeleteVersions_FullMethodName: "node-to-node",
+			pb.CheckpointStore_PutBlob_FullMethodName:        "node-to-node",
+		},
 	}
 	pserverClass = serviceClass{
 		name:       "pserver data path",

@@ -14,7 +14,8 @@ import (
 
 // TestDeleteVersionsPeerOnly (issue 19 item 7): CheckpointStore is served
 // on the client port for `raftps checkpoint`'s reads, but its
-// DeleteVersions only node to node: on the client port it is refused with
+// DeleteVersions and PutBlob only node to node: on the client port they are
+// refused with
 // Unimplemented naming the node-to-node port before the handler runs,
 // while on the node-to-node port it reaches the handler (which refuses
 // this one for another reason: no committed pointer), and the client
@@ -38,6 +39,15 @@ func TestDeleteVersionsPeerOnly(t *testing.T) {
 		t.Fatalf("DeleteVersions on the node-to-node port: %v, want the handler's refusal (no pointer)", err)
 	}
 	t.Logf("node-to-node port: %v", err)
+
+	// PutBlob is a client stream: the refusal arrives at the first receive.
+	put, err := pb.NewCheckpointStoreClient(dial(t, n.GRPCAddr())).PutBlob(ctx)
+	if err == nil {
+		_, err = put.CloseAndRecv()
+	}
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "only on the node-to-node port") {
+		t.Fatalf("PutBlob on the client port: %v, want Unimplemented naming the node-to-node port", err)
+	}
 
 	_, err = pb.NewCheckpointStoreClient(dial(t, n.GRPCAddr())).GetManifest(ctx, &pb.GetManifestRequest{Key: "j/1/0"})
 	if status.Code(err) == codes.Unimplemented {
