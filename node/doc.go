@@ -53,9 +53,8 @@
 // and, for the data path, in the slot records trainers dial. CheckpointStore
 // is on both: peers replicate blobs node-to-node, `raftps checkpoint` reads
 // them on the client port; its PutBlob and DeleteVersions are served
-// node-to-node only
-// (a method-level rule of the class: on the client port it is refused with
-// Unimplemented naming the node-to-node port).
+// node-to-node only (a method-level rule of the class: on the client port
+// they are refused with Unimplemented naming the node-to-node port).
 //
 // # Security
 //
