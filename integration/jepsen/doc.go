@@ -78,7 +78,8 @@
 //     linearizability per key (RegisterModel). Indeterminate writes get
 //     Return = +inf; the client then continues as a new process. The history
 //     is patched as etcd's robustness tests do (PorcupineOps): an
-//     indeterminate write whose unique value nobody observed is dropped, an
+//     indeterminate write whose unique value nobody observed, and that no
+//     cas which failed after it was sent may have seen, is dropped, an
 //     observed one returns when its first observer returned; keys rotate
 //     every 5 s. Both keep Porcupine fast (ms instead of timing out).
 //   - Watches (StartWatchers, CheckWatches): 3 prefix watchers resume from

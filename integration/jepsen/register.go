@@ -134,13 +134,19 @@ var RegisterModel = porcupine.Model{
 // etcd's tests/robustness does (values are unique per write):
 //   - failed reads are dropped;
 //   - an indeterminate (info) write or cas whose value no completed op ever
-//     observed (an ok read of it, or a successful cas expecting it) is dropped:
-//     had it taken effect, it was overwritten unseen, so the history with it
-//     is linearizable iff the history without it is;
+//     observed (an ok read of it, or a successful cas expecting it), and
+//     whose effect no failed cas could have observed either (no ok cas on
+//     its key that failed and returned after the write was called), is
+//     dropped: had it taken effect, it was overwritten unseen, so the
+//     history with it is linearizable iff the history without it is;
 //   - an observed indeterminate write gets an unknown output and returns when
 //     its first observer returned (it must have taken effect by then);
-//
-// all other indeterminate ops would keep Return = +inf (math.MaxInt64).
+//   - any other indeterminate write keeps an unknown output and Return =
+//     +inf (math.MaxInt64), as unpatched: a failed cas observes only that
+//     the value differs from what it expected, which such a write may be
+//     the reason for (the etcd-client run of 2026-11-23 was reported
+//     non-linearizable because the patch dropped such a write:
+//     testdata/etcd-violation-20261123.jsonl, TestReplayEtcdViolation20261123).
 func PorcupineOps(ops []RegisterOp) []porcupine.Operation {
 	type kv struct{ key, value string }
 	seen := map[kv]int64{} // first return time of an op that observed value
@@ -149,6 +155,7 @@ func PorcupineOps(ops []RegisterOp) []porcupine.Operation {
 			seen[k] = at
 		}
 	}
+	lastFailedCAS := map[string]int64{} // per key, last return of an ok cas that failed
 	for _, op := range ops {
 		if op.Status != StatusOK {
 			continue
@@ -158,6 +165,8 @@ func PorcupineOps(ops []RegisterOp) []porcupine.Operation {
 			observe(kv{op.Key, op.Result}, op.Return)
 		case op.Kind == RegCAS && op.OK:
 			observe(kv{op.Key, op.Expect}, op.Return)
+		case op.Kind == RegCAS:
+			lastFailedCAS[op.Key] = max(lastFailedCAS[op.Key], op.Return)
 		}
 	}
 	var out []porcupine.Operation
@@ -173,12 +182,14 @@ func PorcupineOps(ops []RegisterOp) []porcupine.Operation {
 			if op.Kind == RegRead {
 				continue
 			}
-			at, observed := seen[kv{op.Key, op.Value}]
-			if !observed {
+			o.Output = regOutput{Unknown: true}
+			if at, observed := seen[kv{op.Key, op.Value}]; observed {
+				o.Return = max(at, op.Call)
+			} else if last, ok := lastFailedCAS[op.Key]; ok && last > op.Call {
+				o.Return = math.MaxInt64
+			} else {
 				continue
 			}
-			o.Output = regOutput{Unknown: true}
-			o.Return = max(at, op.Call)
 		}
 		out = append(out, o)
 	}
