@@ -45,7 +45,8 @@
 //     pointers it decided on, and decides again if one moved, so concurrent
 //     commits can never leave the job without a globally complete version.
 //  4. Only then, versions beyond keep_max are deleted: manifests first, then
-//     blobs no manifest references (reference counting by scan), locally and
+//     those of their blobs no remaining manifest references (reference
+//     counting by a scan of the manifests; Store.GCBlobs), locally and
 //     on the replicas (best effort: an orphan costs disk, never correctness;
 //     Manager.Prune, run now and then on every node, sweeps what no pointer
 //     names). A replica deletes through the DeleteVersions RPC, which it
@@ -86,10 +87,12 @@
 // hundreds of MBs). A checkpoint of at least DefaultIngestThreshold bytes is
 // hashed and written in one pipeline: MD5s many blobs at once in the SIMD
 // lanes of minio/md5-simd, each blob written as soon as its MD5 is known
-// as an uncompressed one-key external sstable, fsynced, and all of them
-// ingested at once (the bytes are written once, like a plain file; through
-// the WAL they would be written twice); smaller ones go through the WAL
-// with one sync. Bloom
+// as an uncompressed one-key external sstable (xxhash64 block checksums:
+// less CPU than crc32c), fsynced, and all of them ingested at once (the
+// bytes are written once, like a plain file; through the WAL they would be
+// written twice); smaller ones go through the WAL with one sync. Listing
+// blob keys reads every blob's block back, so only Store.GC (Prune's
+// backstop) lists them; a checkpoint's deletion names its candidates. Bloom
 // filters keep presence checks of missing blobs from reading multi-MB
 // blocks. Readers re-hash every blob (GetBlob, VerifyBlob): a flipped byte
 // is ErrCorrupt naming the md5, never silently restored. Each manifest is

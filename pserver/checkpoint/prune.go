@@ -58,11 +58,10 @@ func (m *Manager) Prune(ctx context.Context) (int, error) {
 				}
 			}
 		}
-		n, err := m.cfg.Store.deleteManifestKeys([]string{k})
-		if err != nil {
+		if _, err := m.cfg.Store.deleteManifestKeys([]string{k}); err != nil {
 			return deleted, err
 		}
-		deleted += n
+		deleted++
 		m.logger.Info("pruned manifest no pointer names", "key", k)
 	}
 	if _, err := m.cfg.Store.GC(); err != nil {

@@ -245,12 +245,12 @@ func (s *Service) deleteVersions(ctx context.Context, req *pb.DeleteVersionsRequ
 			victims = append(victims, v)
 		}
 	}
-	deleted, err := s.store.deleteVersionList(job, slot, victims)
+	deleted, named, err := s.store.deleteVersionList(job, slot, victims)
 	if err != nil {
 		return deleted, err
 	}
 	if len(deleted) > 0 {
-		if _, err := s.store.GC(); err != nil {
+		if _, err := s.store.GCBlobs(named); err != nil {
 			s.logger.Warn("blob gc after delete failed (orphans are harmless)", "err", err)
 		}
 	}

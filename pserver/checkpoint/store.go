@@ -290,6 +290,13 @@ func hashBlobs(refs []VShardRef, blobs map[int32][]byte, hashed chan<- int) (sto
 	return func() { wg.Wait(); srv.Close() }
 }
 
+// blockChecksum is the block checksum of the sstables blobs are ingested
+// in: xxhash64 costs less CPU per byte than crc32c, and a blob's block is
+// checksummed when written and again when Pebble loads the table to ingest
+// it. (Every blob is also MD5-verified on read.) Pebble reads the checksum
+// type from each table's footer, so tables of either type coexist.
+const blockChecksum = sstable.ChecksumTypeXXHash64
+
 // writeSSTable writes one key into a new sstable at path, uncompressed,
 // and fsyncs it.
 func writeSSTable(db *pebble.DB, path string, key, value []byte) error {
@@ -300,6 +307,7 @@ func writeSSTable(db *pebble.DB, path string, key, value []byte) error {
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{
 		TableFormat:  db.FormatMajorVersion().MaxTableFormat(),
 		Compression:  sstable.NoCompression,
+		Checksum:     blockChecksum,
 		FilterPolicy: bloom.FilterPolicy(10),
 		FilterType:   sstable.TableFilter,
 	})
@@ -355,6 +363,7 @@ func (s *Store) ingestBlobs(refs []VShardRef, blobs map[int32][]byte) error {
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{
 		TableFormat:  db.FormatMajorVersion().MaxTableFormat(),
 		Compression:  sstable.NoCompression,
+		Checksum:     blockChecksum,
 		FilterPolicy: bloom.FilterPolicy(10),
 		FilterType:   sstable.TableFilter,
 	})
@@ -597,21 +606,24 @@ func (s *Store) scan(prefix string, fn func(k, v []byte) error, keysOnly bool) e
 }
 
 // DeleteVersions deletes the manifests of (job, slot) whose version is not in
-// keep and older than the newest kept one, then garbage-collects blobs no
-// longer referenced. It returns the
-// deleted manifest versions.
+// keep and older than the newest kept one, then deletes the blobs they named
+// that no other manifest references (GCBlobs). It returns the deleted
+// manifest versions.
 func (s *Store) DeleteVersions(job string, slot int32, keep []int64) ([]int64, error) {
-	deleted, err := s.deleteManifests(job, slot, keep)
+	deleted, named, err := s.deleteManifests(job, slot, keep)
 	if err != nil {
 		return deleted, err
 	}
-	_, err = s.GC()
+	_, err = s.GCBlobs(named)
 	return deleted, err
 }
 
-func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, error) {
+// deleteManifests deletes the manifests of (job, slot) that DeleteVersions
+// names, synced; it returns the deleted versions and the md5s of the blobs
+// those manifests named (candidates for GCBlobs).
+func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, []string, error) {
 	if err := validJob(job); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	keepSet := make(map[int64]bool, len(keep))
 	var newest int64
@@ -621,14 +633,9 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 	}
 	keys, err := s.ManifestKeys(job)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	db, err := s.getDB()
-	if err != nil {
-		return nil, err
-	}
-	b := db.NewBatch()
-	defer b.Close()
+	var victims []string
 	var deleted []int64
 	for _, k := range keys {
 		_, v, sl, ok := parseManifestKey(k)
@@ -637,34 +644,30 @@ func (s *Store) deleteManifests(job string, slot int32, keep []int64) ([]int64, 
 		if !ok || sl != slot || keepSet[v] || v > newest {
 			continue
 		}
-		if err := b.Delete([]byte(k), nil); err != nil {
-			return nil, err
-		}
-		if err := b.Delete([]byte(manifestSumKey(k)), nil); err != nil {
-			return nil, err
-		}
+		victims = append(victims, k)
 		deleted = append(deleted, v)
 	}
 	if len(deleted) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return nil, fmt.Errorf("delete manifests of %s slot %d: %w", job, slot, err)
+	named, err := s.deleteManifestKeys(victims)
+	if err != nil {
+		return nil, nil, fmt.Errorf("delete manifests of %s slot %d: %w", job, slot, err)
 	}
 	s.logger.Info("deleted checkpoint manifests", "job", job, "slot", slot, "versions", deleted, "keep", keep)
-	return deleted, nil
+	return deleted, named, nil
 }
 
 // deleteVersionList deletes the manifests of (job, slot) at the given
 // versions that are stored (others are skipped), synced; it returns the
-// versions deleted. Blobs are left to GC.
-func (s *Store) deleteVersionList(job string, slot int32, versions []int64) ([]int64, error) {
+// versions deleted and the md5s of the blobs they named (for GCBlobs).
+func (s *Store) deleteVersionList(job string, slot int32, versions []int64) ([]int64, []string, error) {
 	if err := validJob(job); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	db, err := s.getDB()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var keys []string
 	var deleted []int64
@@ -675,48 +678,83 @@ func (s *Store) deleteVersionList(job string, slot int32, versions []int64) ([]i
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("delete manifest %s: %w", k, err)
+			return nil, nil, fmt.Errorf("delete manifest %s: %w", k, err)
 		}
 		closer.Close()
 		keys = append(keys, k)
 		deleted = append(deleted, v)
 	}
 	if len(keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if _, err := s.deleteManifestKeys(keys); err != nil {
-		return nil, err
+	named, err := s.deleteManifestKeys(keys)
+	if err != nil {
+		return nil, nil, err
 	}
 	s.logger.Info("deleted checkpoint manifests", "job", job, "slot", slot, "versions", deleted)
-	return deleted, nil
+	return deleted, named, nil
 }
 
-// deleteManifestKeys deletes the named manifests (and their sums), synced.
-func (s *Store) deleteManifestKeys(keys []string) (int, error) {
+// deleteManifestKeys deletes the named manifests (and their sums) in one
+// synced batch. It returns the md5s of the blobs the deleted manifests
+// named (an undecodable manifest names none: GC's full scan is left to
+// find its blobs).
+func (s *Store) deleteManifestKeys(keys []string) ([]string, error) {
 	db, err := s.getDB()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	var named []string
 	b := db.NewBatch()
 	defer b.Close()
 	for _, k := range keys {
+		if raw, closer, err := db.Get([]byte(k)); err == nil {
+			m, derr := DecodeManifest(raw)
+			closer.Close()
+			if derr == nil {
+				for _, r := range m.VShards {
+					named = append(named, r.MD5)
+				}
+			}
+		}
 		if err := b.Delete([]byte(k), nil); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if err := b.Delete([]byte(manifestSumKey(k)), nil); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return 0, fmt.Errorf("delete manifests: %w", err)
+		return nil, fmt.Errorf("delete manifests: %w", err)
 	}
-	return len(keys), nil
+	return named, nil
 }
 
 // GC deletes every blob that no manifest references and that was not written
 // in the last pinGrace without its manifest yet (an in-flight checkpoint).
-// Reference counting is by a full scan of the manifests.
+// Reference counting is by a full scan of the manifests; the blobs are
+// listed by a scan of their keys, which reads every blob's data block back
+// (Pebble has no key-only scan of a block): Prune's backstop, not the
+// writer's path (GCBlobs).
 func (s *Store) GC() (int, error) {
+	return s.gc(nil)
+}
+
+// GCBlobs is GC restricted to the blobs md5s: each is deleted unless a
+// manifest references it or it is pinned. The writer passes the blobs of
+// the manifests it just deleted, so a checkpoint's garbage collection reads
+// only manifests, never the (hundreds of MB of) blobs; an absent md5 costs
+// a tombstone.
+func (s *Store) GCBlobs(md5s []string) (int, error) {
+	if len(md5s) == 0 {
+		return 0, nil
+	}
+	return s.gc(md5s)
+}
+
+// gc deletes the unreferenced, unpinned blobs among candidates (all stored
+// blobs when candidates is nil).
+func (s *Store) gc(candidates []string) (int, error) {
 	s.gcLock.Lock()
 	defer s.gcLock.Unlock()
 	referenced := map[string]bool{}
@@ -735,9 +773,11 @@ func (s *Store) GC() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	blobs, err := s.BlobMD5s()
-	if err != nil {
-		return 0, err
+	blobs := candidates
+	if blobs == nil {
+		if blobs, err = s.BlobMD5s(); err != nil {
+			return 0, err
+		}
 	}
 	db, err := s.getDB()
 	if err != nil {
@@ -746,10 +786,12 @@ func (s *Store) GC() (int, error) {
 	s.mu.Lock()
 	now := time.Now()
 	var victims []string
+	seen := make(map[string]bool, len(blobs))
 	for _, h := range blobs {
-		if referenced[h] {
+		if referenced[h] || seen[h] {
 			continue
 		}
+		seen[h] = true
 		if t, ok := s.pins[h]; ok && now.Sub(t) < pinGrace {
 			continue
 		}

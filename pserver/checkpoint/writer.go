@@ -324,13 +324,17 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 	// 4. Only now delete what the new pointer no longer names.
 	if keepMax > 0 {
 		keep := append([]int64{req.Version}, kept...)
-		if _, err := m.cfg.Store.deleteManifests(req.Job, req.Slot, keep); err != nil {
+		_, named, err := m.cfg.Store.deleteManifests(req.Job, req.Slot, keep)
+		if err != nil {
 			log.Warn("deleting old manifests failed (orphans are harmless)", "err", err)
 		}
 		if err := w.stage(StageDeleting); err != nil {
 			return ptr, err
 		}
-		if _, err := m.cfg.Store.GC(); err != nil {
+		// Only the blobs the deleted manifests named: a full GC would read
+		// every stored blob back to list them. Orphans of crashed attempts
+		// are Prune's.
+		if _, err := m.cfg.Store.GCBlobs(named); err != nil {
 			log.Warn("blob gc failed (orphans are harmless)", "err", err)
 		}
 		// The replicas delete the versions the previous pointer named and
