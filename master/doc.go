@@ -21,7 +21,9 @@
 //
 //   - reconciles gossip membership into the Raft configuration: an alive
 //     server node joins as a voter while there are fewer than MaxVoters
-//     voters, as a non-voter after that; a node that left gracefully is
+//     voters, as a non-voter after that, and a learner (schema.LearnerKey,
+//     written by MemberAdd with is_learner) as a non-voter until
+//     MemberPromote; a node that left gracefully is
 //     removed; a failed one is only marked unhealthy and removed after
 //     DeadServerTimeout, never below three voters (raft-autopilot's rule);
 //     a schema.NodeRecord per node (schema.NodeKey) is written from gossip;
@@ -59,6 +61,14 @@
 // pserver budgets and one slot's share within the largest; the dense model
 // and gradients within the largest trainer budget; a kind of node that no
 // live member announces a budget for is not checked).
+//
+// The Cluster service's membership changes (members.go) run on the
+// leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the
+// leader): MemberAdd (etcd's member add; AlreadyExists for an id or
+// address present), MemberPromote (a learner in the leader's term within
+// PromoteMaxLag entries of its log, asked over Internal.RaftProgress;
+// else FailedPrecondition; NotFound for an unknown id) and MemberRemove
+// (a server gone for good).
 //
 // Concurrency: Master's methods are for one Run goroutine; Service is safe
 // for concurrent use.

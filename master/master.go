@@ -38,6 +38,8 @@ type Store interface {
 	LeaderCh() <-chan bool
 	Join(ctx context.Context, id, raftAddr string, voter bool) error
 	Remove(ctx context.Context, id string) error
+	AddMember(ctx context.Context, id, raftAddr string, voter bool) error
+	PromoteMember(ctx context.Context, id string) error
 	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
@@ -224,7 +226,8 @@ func (m *Master) leaderLoop(ctx context.Context) {
 }
 
 // reconcile brings the Raft configuration and /nodes/ in line with gossip:
-// an alive server joins (voter while fewer than MaxVoters voters), a server
+// an alive server joins (voter while fewer than MaxVoters voters, unless
+// it is held as a learner: schema.LearnerKey, member add --learner), a server
 // that left is removed, a failed one is removed only after
 // DeadServerTimeout and never below quorum (raft-autopilot's rule).
 func (m *Master) reconcile(ctx context.Context) {
@@ -246,6 +249,8 @@ func (m *Master) reconcile(ctx context.Context) {
 	}
 	self := m.store.Stats().ID
 	now := time.Now()
+	// Learners (member add --learner) stay non-voters until member promote.
+	learners := learnerSet(m.store.FSM())
 	for _, mem := range m.members.Members() {
 		id := mem.Meta.ID
 		m.writeNode(ctx, mem)
@@ -274,7 +279,7 @@ func (m *Master) reconcile(ctx context.Context) {
 			delete(m.deadSince, id)
 			m.mu.Unlock()
 			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
-				voter := server && voters < m.cfg.MaxVoters
+				voter := server && !learners[id] && voters < m.cfg.MaxVoters
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
 					m.log.Warn("reconcile: add server", "id", id, "err", err)
 					continue
@@ -283,7 +288,7 @@ func (m *Master) reconcile(ctx context.Context) {
 					voters++
 				}
 				m.log.Info("reconcile: server added", "id", id, "addr", mem.Meta.RaftAddr, "voter", voter)
-			} else if server && srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
+			} else if server && !learners[id] && srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, true); err == nil {
 					voters++
 					m.log.Info("reconcile: promoted to voter", "id", id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -35,6 +36,12 @@ type Service struct {
 	// TLS is reported by Status (StatusResponse.tls): the node runs
 	// mutual TLS (false: --insecure).
 	TLS bool
+	// Progress asks a node for its Raft progress (Internal.RaftProgress,
+	// raftstore/service.Forwarder); MemberPromote needs it. Nil: promote
+	// is refused.
+	Progress func(ctx context.Context, id string) (*pb.RaftProgressResponse, error)
+	// Logger (nil: slog.Default).
+	Logger *slog.Logger
 }
 
 // NewService returns the Master and Cluster services.
@@ -287,15 +294,27 @@ func (s *Service) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Member
 			}
 		}
 	}
+	learners := learnerSet(s.store.FSM())
 	out := &pb.MembersResponse{Header: s.header()}
+	seen := map[string]bool{}
 	for _, m := range s.members.Members() {
 		sf := suffrage[m.Meta.ID]
 		if sf == "" {
 			sf = "none"
 		}
+		seen[m.Meta.ID] = true
 		out.Members = append(out.Members, &pb.Member{Id: m.Meta.ID, Roles: m.Meta.Roles,
 			GrpcAddr: m.Meta.GRPCAddr, RaftAddr: m.Meta.RaftAddr, GossipAddr: m.GossipAddr,
-			HttpAddr: m.Meta.HTTPAddr, Status: m.Status.String(), Suffrage: sf})
+			HttpAddr: m.Meta.HTTPAddr, Status: m.Status.String(), Suffrage: sf,
+			IsLearner: sf == "nonvoter" && learners[m.Meta.ID]})
+	}
+	// Members of the Raft configuration that gossip does not know (added
+	// with `member add` and not started yet, or long gone): status unknown.
+	for _, m := range s.configMembers() {
+		if !seen[m.Id] {
+			m.Status = "unknown"
+			out.Members = append(out.Members, m)
+		}
 	}
 	return out, nil
 }

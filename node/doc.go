@@ -124,7 +124,9 @@
 // cluster (then the leader adds it), and otherwise bootstraps all k with
 // the same configuration (Store.Bootstrap; Consul's bootstrap_expect). A
 // restarted node has Raft state and never bootstraps, so the same flags
-// serve every start. Nodes without RoleServer join as Raft non-voters.
+// serve every start. Nodes without RoleServer join as Raft non-voters. A
+// node added first with `raftps member add NAME --learner` (and then
+// started with --join) stays a non-voter until `raftps member promote`.
 //
 // # Failure
 //

@@ -261,6 +261,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	ms := master.NewService(n.gated, n.gossip)
 	ms.CheckDataset = n.checkDataset // confined to the dataset roots (security.go)
 	ms.TLS = n.tls != nil            // status: tls on/off
+	ms.Progress = n.fwd.RaftProgress // member promote asks the learner
+	ms.Logger = n.log
 	ms.Register(n.client)
 	kr := &keyringService{n: n} // `raftps keyring`: admins on the client port, the fan-out on the peer port
 	pb.RegisterKeyringServer(n.client, kr)

@@ -21,6 +21,11 @@
 //
 // Other servers are added through the leader with Join (and taken out with
 // Remove); both are idempotent, so a node can ask to join on every start.
+// AddMember and PromoteMember (members.go) are the operator's explicit
+// changes (`raftps member add|promote`): AddMember refuses an id or address
+// already present (fsm.ErrExists) instead of replacing it; PromoteMember
+// makes a non-voter a voter (fsm.ErrNotFound, fsm.ErrFailedPrecondition for
+// a voter); whether it has caught up is the caller's check.
 //
 // # Data dir
 //

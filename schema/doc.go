@@ -6,6 +6,7 @@
 // The keyspace:
 //
 //	/nodes/<id>                      NodeRecord (JSON), written by the master from gossip
+//	/learners/<id>                   the Raft address of a learner (member add --learner) until promoted
 //	/jobs/<job>/ps/<slot>            SlotRecord (JSON): the pserver that holds a slot, under its lease
 //	/jobs/<job>/trainers/<id>        TrainerRecord (JSON): a registered trainer, under its node's lease
 //	/jobs/<job>/checkpoints/<slot>   pb.CheckpointPointer (protojson): a slot's newest committed checkpoint

@@ -12,6 +12,9 @@ const (
 	JobsPrefix = "/jobs/"
 	// NodesPrefix holds one NodeRecord per node.
 	NodesPrefix = "/nodes/"
+	// LearnersPrefix holds one key per learner: a non-voter added with
+	// `raftps member add --learner`, held a non-voter until promoted.
+	LearnersPrefix = "/learners/"
 )
 
 // Kinds of per-job keys: the <kind> of /jobs/<job>/<kind>/<id>.
@@ -92,6 +95,15 @@ func ParseSlot(id string) (int32, error) {
 // ParseNodeKey returns the id of /nodes/<id>.
 func ParseNodeKey(key string) (id string, ok bool) {
 	id, ok = strings.CutPrefix(key, NodesPrefix)
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// LearnerKey is /learners/<id>; its value is the learner's Raft address.
+func LearnerKey(id string) string { return LearnersPrefix + id }
+
+// ParseLearnerKey returns the id of /learners/<id>.
+func ParseLearnerKey(key string) (id string, ok bool) {
+	id, ok = strings.CutPrefix(key, LearnersPrefix)
 	return id, ok && id != "" && !strings.Contains(id, "/")
 }
 

@@ -67,6 +67,10 @@ var methods = map[string]access{
 	"/raftps.v1.KV/Txn":         accessTrainer,
 	"/raftps.v1.Watch/":         accessRead,
 	"/raftps.v1.Cluster/":       accessRead,
+	// Membership changes are writes.
+	"/raftps.v1.Cluster/MemberAdd":     accessAdmin,
+	"/raftps.v1.Cluster/MemberPromote": accessAdmin,
+	"/raftps.v1.Cluster/MemberRemove":  accessAdmin,
 
 	"/raftps.v1.Lease/LeaseGrant": accessTrainer,
 	// Revoking deletes every key of the lease: a trainer lets its own

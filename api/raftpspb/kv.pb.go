@@ -1846,10 +1846,16 @@ type Member struct {
 	RaftAddr   string                 `protobuf:"bytes,4,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	GossipAddr string                 `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	HttpAddr   string                 `protobuf:"bytes,6,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
-	// status as gossip sees it: alive, suspect, dead, left.
+	// status as gossip sees it: alive, suspect, dead, left; unknown for a
+	// member of the Raft configuration that gossip does not know (added with
+	// MemberAdd and not started yet, or gone long ago).
 	Status string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
 	// suffrage in the Raft configuration: voter, nonvoter, or none.
-	Suffrage      string `protobuf:"bytes,8,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Suffrage string `protobuf:"bytes,8,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	// is_learner: a non-voter added with `member add --learner` (etcd's
+	// learner), held a non-voter until `member promote`: the leader does not
+	// make it a voter by itself.
+	IsLearner     bool `protobuf:"varint,9,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1938,6 +1944,13 @@ func (x *Member) GetSuffrage() string {
 		return x.Suffrage
 	}
 	return ""
+}
+
+func (x *Member) GetIsLearner() bool {
+	if x != nil {
+		return x.IsLearner
+	}
+	return false
 }
 
 type MembersRequest struct {
@@ -2337,6 +2350,232 @@ func (x *MemberRemoveResponse) GetMembers() []*Member {
 	return nil
 }
 
+// MemberAddRequest adds a server to the Raft configuration through the
+// leader (etcd's MemberAdd, hashicorp/raft's AddVoter/AddNonvoter): id at
+// raft_addr, a voter, or with is_learner a non-voter held until
+// MemberPromote. Start the node afterwards with --id and --raft-addr
+// matching and --join.
+type MemberAddRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	IsLearner     bool                   `protobuf:"varint,3,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberAddRequest) Reset() {
+	*x = MemberAddRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberAddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberAddRequest) ProtoMessage() {}
+
+func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
+func (*MemberAddRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *MemberAddRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberAddRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *MemberAddRequest) GetIsLearner() bool {
+	if x != nil {
+		return x.IsLearner
+	}
+	return false
+}
+
+type MemberAddResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// member is the added member (suffrage, is_learner).
+	Member *Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// members is the Raft configuration after the change.
+	Members       []*Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberAddResponse) Reset() {
+	*x = MemberAddResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberAddResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberAddResponse) ProtoMessage() {}
+
+func (x *MemberAddResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberAddResponse.ProtoReflect.Descriptor instead.
+func (*MemberAddResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MemberAddResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MemberAddResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *MemberAddResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// MemberPromoteRequest makes a learner (non-voter) a voter once it has
+// caught up with the leader's log.
+type MemberPromoteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberPromoteRequest) Reset() {
+	*x = MemberPromoteRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberPromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberPromoteRequest) ProtoMessage() {}
+
+func (x *MemberPromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberPromoteRequest.ProtoReflect.Descriptor instead.
+func (*MemberPromoteRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *MemberPromoteRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type MemberPromoteResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// members is the Raft configuration after the change.
+	Members       []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberPromoteResponse) Reset() {
+	*x = MemberPromoteResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberPromoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberPromoteResponse) ProtoMessage() {}
+
+func (x *MemberPromoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberPromoteResponse.ProtoReflect.Descriptor instead.
+func (*MemberPromoteResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *MemberPromoteResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MemberPromoteResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // Internal is node-to-node: a follower forwards writes and read-index
 // requests to the leader through it. Clients do not call it.
 type ForwardApplyRequest struct {
@@ -2349,7 +2588,7 @@ type ForwardApplyRequest struct {
 
 func (x *ForwardApplyRequest) Reset() {
 	*x = ForwardApplyRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2600,7 @@ func (x *ForwardApplyRequest) String() string {
 func (*ForwardApplyRequest) ProtoMessage() {}
 
 func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[31]
+	mi := &file_raftps_v1_kv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2613,7 @@ func (x *ForwardApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyRequest.ProtoReflect.Descriptor instead.
 func (*ForwardApplyRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{31}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ForwardApplyRequest) GetCommand() []byte {
@@ -2394,7 +2633,7 @@ type ForwardApplyResponse struct {
 
 func (x *ForwardApplyResponse) Reset() {
 	*x = ForwardApplyResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2645,7 @@ func (x *ForwardApplyResponse) String() string {
 func (*ForwardApplyResponse) ProtoMessage() {}
 
 func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[32]
+	mi := &file_raftps_v1_kv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2658,7 @@ func (x *ForwardApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardApplyResponse.ProtoReflect.Descriptor instead.
 func (*ForwardApplyResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{32}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ForwardApplyResponse) GetResult() []byte {
@@ -2437,7 +2676,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2688,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[33]
+	mi := &file_raftps_v1_kv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2701,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{33}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{37}
 }
 
 type ReadIndexResponse struct {
@@ -2474,7 +2713,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2725,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[34]
+	mi := &file_raftps_v1_kv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2738,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{34}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2520,7 +2759,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[35]
+	mi := &file_raftps_v1_kv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2771,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[35]
+	mi := &file_raftps_v1_kv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2784,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{35}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2577,7 +2816,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[36]
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2828,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[36]
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2841,114 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{36}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{40}
+}
+
+// RaftProgressRequest asks a node (any, not only the leader) how far its
+// Raft log and state machine are: the leader judges whether a learner has
+// caught up before promoting it.
+type RaftProgressRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftProgressRequest) Reset() {
+	*x = RaftProgressRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftProgressRequest) ProtoMessage() {}
+
+func (x *RaftProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftProgressRequest.ProtoReflect.Descriptor instead.
+func (*RaftProgressRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{41}
+}
+
+type RaftProgressResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	LastLogIndex  uint64                 `protobuf:"varint,3,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftProgressResponse) Reset() {
+	*x = RaftProgressResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftProgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftProgressResponse) ProtoMessage() {}
+
+func (x *RaftProgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftProgressResponse.ProtoReflect.Descriptor instead.
+func (*RaftProgressResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RaftProgressResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RaftProgressResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RaftProgressResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *RaftProgressResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 var File_raftps_v1_kv_proto protoreflect.FileDescriptor
@@ -2740,7 +3086,7 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x03(\v2\x10.raftps.v1.EventR\x06events\x12)\n" +
 	"\x10compact_revision\x18\x03 \x01(\x03R\x0fcompactRevision\x12\x1a\n" +
 	"\bcanceled\x18\x04 \x01(\bR\bcanceled\x12#\n" +
-	"\rcancel_reason\x18\x05 \x01(\tR\fcancelReason\"\xda\x01\n" +
+	"\rcancel_reason\x18\x05 \x01(\tR\fcancelReason\"\xf9\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05roles\x18\x02 \x03(\tR\x05roles\x12\x1b\n" +
@@ -2750,7 +3096,9 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"gossipAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x16\n" +
 	"\x06status\x18\a \x01(\tR\x06status\x12\x1a\n" +
-	"\bsuffrage\x18\b \x01(\tR\bsuffrage\"\x10\n" +
+	"\bsuffrage\x18\b \x01(\tR\bsuffrage\x12\x1d\n" +
+	"\n" +
+	"is_learner\x18\t \x01(\bR\tisLearner\"\x10\n" +
 	"\x0eMembersRequest\"q\n" +
 	"\x0fMembersResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
@@ -2780,6 +3128,20 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"v\n" +
 	"\x14MemberRemoveResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
+	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"^\n" +
+	"\x10MemberAddRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1d\n" +
+	"\n" +
+	"is_learner\x18\x03 \x01(\bR\tisLearner\"\x9e\x01\n" +
+	"\x11MemberAddResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12)\n" +
+	"\x06member\x18\x02 \x01(\v2\x11.raftps.v1.MemberR\x06member\x12+\n" +
+	"\amembers\x18\x03 \x03(\v2\x11.raftps.v1.MemberR\amembers\"&\n" +
+	"\x14MemberPromoteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"w\n" +
+	"\x15MemberPromoteResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.raftps.v1.MemberR\amembers\"/\n" +
 	"\x13ForwardApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\".\n" +
@@ -2792,7 +3154,13 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\"\x0e\n" +
-	"\fJoinResponse2\xfa\x01\n" +
+	"\fJoinResponse\"\x15\n" +
+	"\x13RaftProgressRequest\"\x85\x01\n" +
+	"\x14RaftProgressResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12$\n" +
+	"\x0elast_log_index\x18\x03 \x01(\x04R\flastLogIndex\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex2\xfa\x01\n" +
 	"\x02KV\x12:\n" +
 	"\x05Range\x12\x17.raftps.v1.RangeRequest\x1a\x18.raftps.v1.RangeResponse\x124\n" +
 	"\x03Put\x12\x15.raftps.v1.PutRequest\x1a\x16.raftps.v1.PutResponse\x12L\n" +
@@ -2805,16 +3173,19 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x0eLeaseKeepAlive\x12 .raftps.v1.LeaseKeepAliveRequest\x1a!.raftps.v1.LeaseKeepAliveResponse(\x010\x01\x12X\n" +
 	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponse2E\n" +
 	"\x05Watch\x12<\n" +
-	"\x05Watch\x12\x17.raftps.v1.WatchRequest\x1a\x18.raftps.v1.WatchResponse0\x012\xdb\x01\n" +
+	"\x05Watch\x12\x17.raftps.v1.WatchRequest\x1a\x18.raftps.v1.WatchResponse0\x012\xf7\x02\n" +
 	"\aCluster\x12@\n" +
 	"\aMembers\x12\x19.raftps.v1.MembersRequest\x1a\x1a.raftps.v1.MembersResponse\x12=\n" +
 	"\x06Status\x12\x18.raftps.v1.StatusRequest\x1a\x19.raftps.v1.StatusResponse\x12O\n" +
-	"\fMemberRemove\x12\x1e.raftps.v1.MemberRemoveRequest\x1a\x1f.raftps.v1.MemberRemoveResponse2\xd8\x02\n" +
+	"\fMemberRemove\x12\x1e.raftps.v1.MemberRemoveRequest\x1a\x1f.raftps.v1.MemberRemoveResponse\x12F\n" +
+	"\tMemberAdd\x12\x1b.raftps.v1.MemberAddRequest\x1a\x1c.raftps.v1.MemberAddResponse\x12R\n" +
+	"\rMemberPromote\x12\x1f.raftps.v1.MemberPromoteRequest\x1a .raftps.v1.MemberPromoteResponse2\xa9\x03\n" +
 	"\bInternal\x12O\n" +
 	"\fForwardApply\x12\x1e.raftps.v1.ForwardApplyRequest\x1a\x1f.raftps.v1.ForwardApplyResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.raftps.v1.ReadIndexRequest\x1a\x1c.raftps.v1.ReadIndexResponse\x12Y\n" +
 	"\x12LeaseKeepAliveOnce\x12 .raftps.v1.LeaseKeepAliveRequest\x1a!.raftps.v1.LeaseKeepAliveResponse\x12X\n" +
-	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
+	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponse\x12O\n" +
+	"\fRaftProgress\x12\x1e.raftps.v1.RaftProgressRequest\x1a\x1f.raftps.v1.RaftProgressResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
 	file_raftps_v1_kv_proto_rawDescOnce sync.Once
@@ -2829,7 +3200,7 @@ func file_raftps_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_raftps_v1_kv_proto_goTypes = []any{
 	(Compare_CompareResult)(0),      // 0: raftps.v1.Compare.CompareResult
 	(Compare_CompareTarget)(0),      // 1: raftps.v1.Compare.CompareTarget
@@ -2865,12 +3236,18 @@ var file_raftps_v1_kv_proto_goTypes = []any{
 	(*StatusResponse)(nil),          // 31: raftps.v1.StatusResponse
 	(*MemberRemoveRequest)(nil),     // 32: raftps.v1.MemberRemoveRequest
 	(*MemberRemoveResponse)(nil),    // 33: raftps.v1.MemberRemoveResponse
-	(*ForwardApplyRequest)(nil),     // 34: raftps.v1.ForwardApplyRequest
-	(*ForwardApplyResponse)(nil),    // 35: raftps.v1.ForwardApplyResponse
-	(*ReadIndexRequest)(nil),        // 36: raftps.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 37: raftps.v1.ReadIndexResponse
-	(*JoinRequest)(nil),             // 38: raftps.v1.JoinRequest
-	(*JoinResponse)(nil),            // 39: raftps.v1.JoinResponse
+	(*MemberAddRequest)(nil),        // 34: raftps.v1.MemberAddRequest
+	(*MemberAddResponse)(nil),       // 35: raftps.v1.MemberAddResponse
+	(*MemberPromoteRequest)(nil),    // 36: raftps.v1.MemberPromoteRequest
+	(*MemberPromoteResponse)(nil),   // 37: raftps.v1.MemberPromoteResponse
+	(*ForwardApplyRequest)(nil),     // 38: raftps.v1.ForwardApplyRequest
+	(*ForwardApplyResponse)(nil),    // 39: raftps.v1.ForwardApplyResponse
+	(*ReadIndexRequest)(nil),        // 40: raftps.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 41: raftps.v1.ReadIndexResponse
+	(*JoinRequest)(nil),             // 42: raftps.v1.JoinRequest
+	(*JoinResponse)(nil),            // 43: raftps.v1.JoinResponse
+	(*RaftProgressRequest)(nil),     // 44: raftps.v1.RaftProgressRequest
+	(*RaftProgressResponse)(nil),    // 45: raftps.v1.RaftProgressResponse
 }
 var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 0: raftps.v1.RangeResponse.header:type_name -> raftps.v1.ResponseHeader
@@ -2906,43 +3283,54 @@ var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 30: raftps.v1.StatusResponse.header:type_name -> raftps.v1.ResponseHeader
 	3,  // 31: raftps.v1.MemberRemoveResponse.header:type_name -> raftps.v1.ResponseHeader
 	27, // 32: raftps.v1.MemberRemoveResponse.members:type_name -> raftps.v1.Member
-	5,  // 33: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
-	7,  // 34: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
-	9,  // 35: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
-	14, // 36: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
-	16, // 37: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
-	18, // 38: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
-	20, // 39: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 40: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	25, // 41: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
-	28, // 42: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
-	30, // 43: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
-	32, // 44: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
-	34, // 45: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
-	36, // 46: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
-	20, // 47: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 48: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	6,  // 49: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
-	8,  // 50: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
-	10, // 51: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
-	15, // 52: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
-	17, // 53: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
-	19, // 54: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
-	21, // 55: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 56: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	26, // 57: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
-	29, // 58: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
-	31, // 59: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
-	33, // 60: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
-	35, // 61: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
-	37, // 62: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
-	21, // 63: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 64: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	49, // [49:65] is the sub-list for method output_type
-	33, // [33:49] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	3,  // 33: raftps.v1.MemberAddResponse.header:type_name -> raftps.v1.ResponseHeader
+	27, // 34: raftps.v1.MemberAddResponse.member:type_name -> raftps.v1.Member
+	27, // 35: raftps.v1.MemberAddResponse.members:type_name -> raftps.v1.Member
+	3,  // 36: raftps.v1.MemberPromoteResponse.header:type_name -> raftps.v1.ResponseHeader
+	27, // 37: raftps.v1.MemberPromoteResponse.members:type_name -> raftps.v1.Member
+	5,  // 38: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
+	7,  // 39: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
+	9,  // 40: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
+	14, // 41: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
+	16, // 42: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
+	18, // 43: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
+	20, // 44: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 45: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	25, // 46: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
+	28, // 47: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
+	30, // 48: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
+	32, // 49: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
+	34, // 50: raftps.v1.Cluster.MemberAdd:input_type -> raftps.v1.MemberAddRequest
+	36, // 51: raftps.v1.Cluster.MemberPromote:input_type -> raftps.v1.MemberPromoteRequest
+	38, // 52: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
+	40, // 53: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
+	20, // 54: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 55: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	44, // 56: raftps.v1.Internal.RaftProgress:input_type -> raftps.v1.RaftProgressRequest
+	6,  // 57: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
+	8,  // 58: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
+	10, // 59: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
+	15, // 60: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
+	17, // 61: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
+	19, // 62: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
+	21, // 63: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 64: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	26, // 65: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
+	29, // 66: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
+	31, // 67: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
+	33, // 68: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
+	35, // 69: raftps.v1.Cluster.MemberAdd:output_type -> raftps.v1.MemberAddResponse
+	37, // 70: raftps.v1.Cluster.MemberPromote:output_type -> raftps.v1.MemberPromoteResponse
+	39, // 71: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
+	41, // 72: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
+	21, // 73: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 74: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	45, // 75: raftps.v1.Internal.RaftProgress:output_type -> raftps.v1.RaftProgressResponse
+	57, // [57:76] is the sub-list for method output_type
+	38, // [38:57] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_kv_proto_init() }
@@ -2973,7 +3361,7 @@ func file_raftps_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

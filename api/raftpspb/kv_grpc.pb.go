@@ -558,9 +558,11 @@ var Watch_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Members_FullMethodName      = "/raftps.v1.Cluster/Members"
-	Cluster_Status_FullMethodName       = "/raftps.v1.Cluster/Status"
-	Cluster_MemberRemove_FullMethodName = "/raftps.v1.Cluster/MemberRemove"
+	Cluster_Members_FullMethodName       = "/raftps.v1.Cluster/Members"
+	Cluster_Status_FullMethodName        = "/raftps.v1.Cluster/Status"
+	Cluster_MemberRemove_FullMethodName  = "/raftps.v1.Cluster/MemberRemove"
+	Cluster_MemberAdd_FullMethodName     = "/raftps.v1.Cluster/MemberAdd"
+	Cluster_MemberPromote_FullMethodName = "/raftps.v1.Cluster/MemberPromote"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -573,6 +575,14 @@ type ClusterClient interface {
 	// NOT_LEADER); a member alive in gossip is refused (FailedPrecondition):
 	// stop it instead, or the leader adds it back.
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberRemoveResponse, error)
+	// MemberAdd must reach the leader (else Unavailable, reason
+	// NOT_LEADER). An id or raft_addr already in the configuration is
+	// AlreadyExists.
+	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberAddResponse, error)
+	// MemberPromote must reach the leader. An id not in the configuration
+	// is NotFound; a voter, or a learner that is unreachable or lags the
+	// leader's log, is FailedPrecondition.
+	MemberPromote(ctx context.Context, in *MemberPromoteRequest, opts ...grpc.CallOption) (*MemberPromoteResponse, error)
 }
 
 type clusterClient struct {
@@ -613,6 +623,26 @@ func (c *clusterClient) MemberRemove(ctx context.Context, in *MemberRemoveReques
 	return out, nil
 }
 
+func (c *clusterClient) MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberAddResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberAddResponse)
+	err := c.cc.Invoke(ctx, Cluster_MemberAdd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) MemberPromote(ctx context.Context, in *MemberPromoteRequest, opts ...grpc.CallOption) (*MemberPromoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberPromoteResponse)
+	err := c.cc.Invoke(ctx, Cluster_MemberPromote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -623,6 +653,14 @@ type ClusterServer interface {
 	// NOT_LEADER); a member alive in gossip is refused (FailedPrecondition):
 	// stop it instead, or the leader adds it back.
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error)
+	// MemberAdd must reach the leader (else Unavailable, reason
+	// NOT_LEADER). An id or raft_addr already in the configuration is
+	// AlreadyExists.
+	MemberAdd(context.Context, *MemberAddRequest) (*MemberAddResponse, error)
+	// MemberPromote must reach the leader. An id not in the configuration
+	// is NotFound; a voter, or a learner that is unreachable or lags the
+	// leader's log, is FailedPrecondition.
+	MemberPromote(context.Context, *MemberPromoteRequest) (*MemberPromoteResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -641,6 +679,12 @@ func (UnimplementedClusterServer) Status(context.Context, *StatusRequest) (*Stat
 }
 func (UnimplementedClusterServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
+}
+func (UnimplementedClusterServer) MemberAdd(context.Context, *MemberAddRequest) (*MemberAddResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberAdd not implemented")
+}
+func (UnimplementedClusterServer) MemberPromote(context.Context, *MemberPromoteRequest) (*MemberPromoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberPromote not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -717,6 +761,42 @@ func _Cluster_MemberRemove_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_MemberAdd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberAddRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).MemberAdd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_MemberAdd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).MemberAdd(ctx, req.(*MemberAddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_MemberPromote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberPromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).MemberPromote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_MemberPromote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).MemberPromote(ctx, req.(*MemberPromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -736,6 +816,14 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "MemberRemove",
 			Handler:    _Cluster_MemberRemove_Handler,
 		},
+		{
+			MethodName: "MemberAdd",
+			Handler:    _Cluster_MemberAdd_Handler,
+		},
+		{
+			MethodName: "MemberPromote",
+			Handler:    _Cluster_MemberPromote_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "raftps/v1/kv.proto",
@@ -746,6 +834,7 @@ const (
 	Internal_ReadIndex_FullMethodName          = "/raftps.v1.Internal/ReadIndex"
 	Internal_LeaseKeepAliveOnce_FullMethodName = "/raftps.v1.Internal/LeaseKeepAliveOnce"
 	Internal_LeaseTimeToLive_FullMethodName    = "/raftps.v1.Internal/LeaseTimeToLive"
+	Internal_RaftProgress_FullMethodName       = "/raftps.v1.Internal/RaftProgress"
 )
 
 // InternalClient is the client API for Internal service.
@@ -756,6 +845,8 @@ type InternalClient interface {
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(ctx context.Context, in *LeaseKeepAliveRequest, opts ...grpc.CallOption) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(ctx context.Context, in *LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*LeaseTimeToLiveResponse, error)
+	// RaftProgress is served by every node (it does not need the leader).
+	RaftProgress(ctx context.Context, in *RaftProgressRequest, opts ...grpc.CallOption) (*RaftProgressResponse, error)
 }
 
 type internalClient struct {
@@ -806,6 +897,16 @@ func (c *internalClient) LeaseTimeToLive(ctx context.Context, in *LeaseTimeToLiv
 	return out, nil
 }
 
+func (c *internalClient) RaftProgress(ctx context.Context, in *RaftProgressRequest, opts ...grpc.CallOption) (*RaftProgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RaftProgressResponse)
+	err := c.cc.Invoke(ctx, Internal_RaftProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -814,6 +915,8 @@ type InternalServer interface {
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(context.Context, *LeaseKeepAliveRequest) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(context.Context, *LeaseTimeToLiveRequest) (*LeaseTimeToLiveResponse, error)
+	// RaftProgress is served by every node (it does not need the leader).
+	RaftProgress(context.Context, *RaftProgressRequest) (*RaftProgressResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -835,6 +938,9 @@ func (UnimplementedInternalServer) LeaseKeepAliveOnce(context.Context, *LeaseKee
 }
 func (UnimplementedInternalServer) LeaseTimeToLive(context.Context, *LeaseTimeToLiveRequest) (*LeaseTimeToLiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseTimeToLive not implemented")
+}
+func (UnimplementedInternalServer) RaftProgress(context.Context, *RaftProgressRequest) (*RaftProgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RaftProgress not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -929,6 +1035,24 @@ func _Internal_LeaseTimeToLive_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_RaftProgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RaftProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).RaftProgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_RaftProgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).RaftProgress(ctx, req.(*RaftProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -951,6 +1075,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LeaseTimeToLive",
 			Handler:    _Internal_LeaseTimeToLive_Handler,
+		},
+		{
+			MethodName: "RaftProgress",
+			Handler:    _Internal_RaftProgress_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

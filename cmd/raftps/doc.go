@@ -7,7 +7,8 @@
 // ctl.go holds the root command with the one list of subcommands, one
 // file per command group (kv.go, lease.go and lease_list.go, member.go,
 // endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
-// version.go, demo.go), globals.go the client flags (--endpoints,
+// version.go, demo.go; member add|promote|remove go to the leader),
+// globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):
 // simple (default), json (one object, snake_case keys) or table; any other
@@ -18,6 +19,8 @@
 //	raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3
 //	raftps kv put /hello world
 //	raftps endpoint status --cluster -w table
+//	raftps member add n4 --peer-urls 10.0.0.4:7001 --learner   # then start n4 with --join
+//	raftps member promote n4                                   # once it is in sync with the leader
 //	raftps train --model mlp --pservers 2 --mode sync
 //
 // Signals become a context: SIGINT/SIGTERM close the node in reverse order

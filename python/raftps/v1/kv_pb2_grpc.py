@@ -412,6 +412,16 @@ class ClusterStub(object):
                 request_serializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveResponse.FromString,
                 )
+        self.MemberAdd = channel.unary_unary(
+                '/raftps.v1.Cluster/MemberAdd',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.MemberAddRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.MemberAddResponse.FromString,
+                )
+        self.MemberPromote = channel.unary_unary(
+                '/raftps.v1.Cluster/MemberPromote',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.MemberPromoteRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.MemberPromoteResponse.FromString,
+                )
 
 
 class ClusterServicer(object):
@@ -430,9 +440,27 @@ class ClusterServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def MemberRemove(self, request, context):
-        """MemberRemove must reach the leader (else FailedPrecondition, not
-        leader); a member alive in gossip is refused (FailedPrecondition):
+        """MemberRemove must reach the leader (else Unavailable, reason
+        NOT_LEADER); a member alive in gossip is refused (FailedPrecondition):
         stop it instead, or the leader adds it back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MemberAdd(self, request, context):
+        """MemberAdd must reach the leader (else Unavailable, reason
+        NOT_LEADER). An id or raft_addr already in the configuration is
+        AlreadyExists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MemberPromote(self, request, context):
+        """MemberPromote must reach the leader. An id not in the configuration
+        is NotFound; a voter, or a learner that is unreachable or lags the
+        leader's log, is FailedPrecondition.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -455,6 +483,16 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.MemberRemove,
                     request_deserializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_kv__pb2.MemberRemoveResponse.SerializeToString,
+            ),
+            'MemberAdd': grpc.unary_unary_rpc_method_handler(
+                    servicer.MemberAdd,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.MemberAddRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.MemberAddResponse.SerializeToString,
+            ),
+            'MemberPromote': grpc.unary_unary_rpc_method_handler(
+                    servicer.MemberPromote,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.MemberPromoteRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.MemberPromoteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -517,6 +555,40 @@ class Cluster(object):
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
+    @staticmethod
+    def MemberAdd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Cluster/MemberAdd',
+            raftps_dot_v1_dot_kv__pb2.MemberAddRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.MemberAddResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def MemberPromote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Cluster/MemberPromote',
+            raftps_dot_v1_dot_kv__pb2.MemberPromoteRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.MemberPromoteResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
 
 class InternalStub(object):
     """Missing associated documentation comment in .proto file."""
@@ -547,6 +619,11 @@ class InternalStub(object):
                 request_serializer=raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveResponse.FromString,
                 )
+        self.RaftProgress = channel.unary_unary(
+                '/raftps.v1.Internal/RaftProgress',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.RaftProgressRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.RaftProgressResponse.FromString,
+                )
 
 
 class InternalServicer(object):
@@ -576,6 +653,13 @@ class InternalServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RaftProgress(self, request, context):
+        """RaftProgress is served by every node (it does not need the leader).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -598,6 +682,11 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.LeaseTimeToLive,
                     request_deserializer=raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveResponse.SerializeToString,
+            ),
+            'RaftProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaftProgress,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.RaftProgressRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.RaftProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,5 +763,22 @@ class Internal(object):
         return grpc.experimental.unary_unary(request, target, '/raftps.v1.Internal/LeaseTimeToLive',
             raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveRequest.SerializeToString,
             raftps_dot_v1_dot_kv__pb2.LeaseTimeToLiveResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RaftProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Internal/RaftProgress',
+            raftps_dot_v1_dot_kv__pb2.RaftProgressRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.RaftProgressResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
