@@ -14,7 +14,7 @@ type clusterServer struct {
 }
 
 // membershipHint is where raftps' membership changes are made instead.
-const membershipHint = "raftps changes membership itself: a node joins with `raftps node --join` and a server node that leaves or stays dead is removed by the leader"
+const membershipHint = "change raftps membership with raftps' own commands: a node joins with `raftps node --join` (or `raftps member add NAME --peer-urls RAFT_ADDR [--learner]`, then `raftps member promote ID`), and `raftps member remove ID` removes a server that is gone for good"
 
 // MemberList lists the Raft configuration: voters as members, non-voters
 // as learners, sorted by member id as etcd sorts them.

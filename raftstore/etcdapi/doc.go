@@ -53,7 +53,8 @@
 //     ParseSnapshot gives the FSM snapshot back for fsm.FSM.Restore).
 //
 // Everything else (Compact, RangeStream, member add/remove/update/promote,
-// Defragment, MoveLeader, Downgrade, Auth, nested Txns, Compare with
+// Defragment, MoveLeader, Downgrade, every method of Auth (raftps
+// authorises by mutual TLS certificates, not etcd users), nested Txns, Compare with
 // range_end, Put with ignore_value/ignore_lease, a revision inside a Txn)
 // answers codes.Unimplemented with a message naming what to use instead,
 // never a wrong answer. The client's "hasleader" metadata

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -466,6 +467,32 @@ func TestClusterAndMaintenance(t *testing.T) {
 			return err
 		},
 		"ignore value": func() error { _, err := e.cli.Put(ctx, "/m/a", "", clientv3.WithIgnoreValue()); return err },
+		"hash": func() error {
+			_, err := etcdpb.NewMaintenanceClient(e.cli.ActiveConnection()).Hash(ctx, &etcdpb.HashRequest{})
+			return err
+		},
+		"downgrade": func() error {
+			_, err := e.cli.Downgrade(ctx, clientv3.DowngradeValidate, "3.5.0")
+			return err
+		},
+		"member remove":  func() error { _, err := e.cli.MemberRemove(ctx, 1); return err },
+		"member update":  func() error { _, err := e.cli.MemberUpdate(ctx, 1, []string{"http://127.0.0.1:1"}); return err },
+		"member promote": func() error { _, err := e.cli.MemberPromote(ctx, 1); return err },
+		"auth status":    func() error { _, err := e.cli.AuthStatus(ctx); return err },
+		"auth enable":    func() error { _, err := e.cli.AuthEnable(ctx); return err },
+		"user add":       func() error { _, err := e.cli.UserAdd(ctx, "u", "p"); return err },
+		"authenticate": func() error {
+			_, err := etcdpb.NewAuthClient(e.cli.ActiveConnection()).Authenticate(ctx, &etcdpb.AuthenticateRequest{Name: "u", Password: "p"})
+			return err
+		},
+		"compare with range_end": func() error {
+			_, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version("/m/"), ">", 0).WithPrefix()).Commit()
+			return err
+		},
+		"range at a revision in a txn": func() error {
+			_, err := e.cli.Txn(ctx).Then(clientv3.OpGet("/m/a", clientv3.WithRev(1))).Commit()
+			return err
+		},
 		"range stream": func() error {
 			s, err := etcdpb.NewKVClient(e.cli.ActiveConnection()).RangeStream(ctx, &etcdpb.RangeRequest{Key: []byte("/m/a")})
 			if err != nil {
@@ -475,9 +502,13 @@ func TestClusterAndMaintenance(t *testing.T) {
 			return err
 		},
 	} {
+		// Unimplemented, with raftps' message (what to use instead), not
+		// gRPC's generic "method ... not implemented" or "unknown service".
 		err := call()
 		if status.Code(err) != codes.Unimplemented && !isEtcdUnimplemented(err) {
 			t.Errorf("%s: %v, want Unimplemented", name, err)
+		} else if !strings.Contains(err.Error(), "not implemented by raftps") {
+			t.Errorf("%s: %v, want raftps' message", name, err)
 		}
 	}
 	if al, err := e.cli.AlarmList(ctx); err != nil || len(al.Alarms) != 0 {

@@ -169,3 +169,8 @@ func (maintenanceServer) Defragment(ctx context.Context, _ *etcdpb.DefragmentReq
 func (maintenanceServer) MoveLeader(ctx context.Context, _ *etcdpb.MoveLeaderRequest) (*etcdpb.MoveLeaderResponse, error) {
 	return nil, ToStatus(ctx, unimplemented("MoveLeader: stopping the leader node (SIGTERM) hands leadership over"))
 }
+
+// Downgrade is not served: raftps has one storage format per release.
+func (maintenanceServer) Downgrade(ctx context.Context, _ *etcdpb.DowngradeRequest) (*etcdpb.DowngradeResponse, error) {
+	return nil, ToStatus(ctx, unimplemented("Downgrade: raftps has no cluster version to lower; run the older raftps binary on every node"))
+}

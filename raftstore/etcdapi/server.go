@@ -67,13 +67,15 @@ func New(store Store, members Members) *Server {
 	return &Server{store: store, members: members, ProgressInterval: defaultProgressInterval}
 }
 
-// Register registers the five services on g.
+// Register registers the services on g: the five served, and Auth,
+// whose every method answers Unimplemented (authDesc).
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	etcdpb.RegisterKVServer(g, kvServer{s: s})
 	etcdpb.RegisterWatchServer(g, watchServer{s: s})
 	etcdpb.RegisterLeaseServer(g, leaseServer{s: s})
 	etcdpb.RegisterClusterServer(g, clusterServer{s: s})
 	etcdpb.RegisterMaintenanceServer(g, maintenanceServer{s: s})
+	g.RegisterService(&authDesc, struct{}{})
 }
 
 // ServiceNames are the full names of the services Register registers.
@@ -83,6 +85,7 @@ var ServiceNames = []string{
 	etcdpb.Lease_ServiceDesc.ServiceName,
 	etcdpb.Cluster_ServiceDesc.ServiceName,
 	etcdpb.Maintenance_ServiceDesc.ServiceName,
+	etcdpb.Auth_ServiceDesc.ServiceName,
 }
 
 // MemberID is the etcd member id of the raftps node id (FNV-1a 64; never
