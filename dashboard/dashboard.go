@@ -34,7 +34,12 @@ type Config struct {
 	Endpoints []string
 	// Verify, if set, backs the checkpoints table's verify button.
 	Verify VerifyFunc
-	// ReadOnly refuses cancel, delete and verify with 403.
+	// ReadOnly refuses cancel, delete and verify with 403 to requests
+	// without a verified client certificate. A request with one (the
+	// HTTP port serving mutual TLS) is authorised by its certificate's
+	// role instead, as the gRPC API would authorise it
+	// (security.Roles): every role reads; cancel and delete need admin
+	// (or node); verify is a read. A refusal is 403 naming the role.
 	ReadOnly bool
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -117,14 +122,15 @@ func (d *Dashboard) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /{$}", d.serveIndex)
 	m.Handle("GET /ui/", http.StripPrefix("/ui/", http.HandlerFunc(d.serveAsset)))
-	m.HandleFunc("GET /api/cluster", d.handleCluster)
-	m.HandleFunc("GET /api/cluster/events", d.handleClusterEvents)
-	m.HandleFunc("GET /api/jobs", d.handleJobs)
-	m.HandleFunc("GET /api/jobs/{job}", d.handleJob)
-	m.HandleFunc("GET /api/jobs/{job}/events", d.handleEvents)
-	m.HandleFunc("POST /api/jobs/{job}/cancel", d.write(d.handleCancel))
-	m.HandleFunc("POST /api/jobs/{job}/delete", d.write(d.handleDelete))
-	m.HandleFunc("POST /api/jobs/{job}/checkpoints/{version}/verify", d.write(d.handleVerify))
+	m.HandleFunc("GET /api/identity", d.allow(actRead, d.handleIdentity))
+	m.HandleFunc("GET /api/cluster", d.allow(actRead, d.handleCluster))
+	m.HandleFunc("GET /api/cluster/events", d.allow(actRead, d.handleClusterEvents))
+	m.HandleFunc("GET /api/jobs", d.allow(actRead, d.handleJobs))
+	m.HandleFunc("GET /api/jobs/{job}", d.allow(actRead, d.handleJob))
+	m.HandleFunc("GET /api/jobs/{job}/events", d.allow(actRead, d.handleEvents))
+	m.HandleFunc("POST /api/jobs/{job}/cancel", d.write(actCancel, d.handleCancel))
+	m.HandleFunc("POST /api/jobs/{job}/delete", d.write(actDelete, d.handleDelete))
+	m.HandleFunc("POST /api/jobs/{job}/checkpoints/{version}/verify", d.write(actVerify, d.handleVerify))
 	d.mux = m
 }
 
@@ -163,18 +169,20 @@ const writeHeader = "X-Raftps-Request"
 // errReadOnly: the dashboard was configured read-only.
 var errReadOnly = errors.New("this dashboard is read-only (the node runs with the dashboard's writes disabled)")
 
-func (d *Dashboard) write(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if d.cfg.ReadOnly {
-			writeError(w, http.StatusForbidden, errReadOnly)
-			return
-		}
+// write wraps a write handler: the request must carry writeHeader and be
+// allowed act (authorize); a write allowed by a certificate is logged with
+// its identity.
+func (d *Dashboard) write(act string, h http.HandlerFunc) http.HandlerFunc {
+	return d.allow(act, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(writeHeader) == "" {
 			writeError(w, http.StatusForbidden, fmt.Errorf("a write needs the %s header (sent by the dashboard's page)", writeHeader))
 			return
 		}
+		if id, ok := identityOf(r); ok {
+			d.log.Info("dashboard: write", "action", act, "path", r.URL.Path, "name", id.Name, "role", id.Role, "peer", r.RemoteAddr)
+		}
 		h(w, r)
-	}
+	})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

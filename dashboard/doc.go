@@ -21,6 +21,8 @@
 //
 // # HTTP API (JSON; times are Unix milliseconds)
 //
+//	GET  /api/identity                         the client certificate's name and role, and which
+//	                                           writes (cancel, delete, verify) it may do
 //	GET  /api/cluster                          members, Raft state per member, slot placement with leases
 //	GET  /api/cluster/events                   server-sent events: "cluster" (a node or leader change)
 //	GET  /api/jobs                             every job
@@ -35,10 +37,34 @@
 // The event stream starts at the job's first retained event (or after
 // Last-Event-ID when the browser reconnects) and follows WatchJob,
 // re-opening it after a leader change. Writes (POST) need the header
-// X-Raftps-Request (a cross-site form cannot send it) and are refused with
-// 403 when Config.ReadOnly is set. gRPC errors map to HTTP statuses
+// X-Raftps-Request (a cross-site form cannot send it). gRPC errors map to HTTP statuses
 // (NotFound 404, FailedPrecondition 409, InvalidArgument 400, Unavailable
 // 503, DeadlineExceeded 504) with the server's message.
+//
+// # HTTPS and roles
+//
+// A node started with --http-tls serves its whole HTTP port (this
+// dashboard, its API and streams, /metrics, /healthz, /readyz) over mutual
+// TLS 1.3 with its own certificate (security.Material.ServerConfig, the
+// gRPC ports' configuration, reloaded when the files change): every
+// client must present a certificate of the cluster CA, as etcd's client
+// URLs with --client-cert-auth and Consul's HTTPS port with
+// verify_incoming require; a Prometheus scraper uses a reader
+// certificate (tls_config cert_file/key_file). Without --http-tls the port
+// stays plaintext (kubelet probes, plain scrapers), and on a TLS node the
+// dashboard is then read-only (Config.ReadOnly).
+//
+// The dashboard calls the API with the node's certificate, so it
+// authorises each request itself by the role of the request's verified
+// client certificate, with the gRPC API's rule (security.Roles of the
+// method the request calls): every role reads and verifies checkpoints
+// (Master/ListJobs, CheckpointStore/VerifyBlob); cancel and delete need
+// admin (Master/CancelJob, DeleteJob). A refusal is 403 with ErrForbidden's
+// message naming the role, the certificate and the roles that may, and a
+// Warn log line; an allowed write is logged with the certificate's name.
+// The page asks /api/identity once and shows the cancel, delete and
+// verify buttons only to a role that may. A request without a verified
+// certificate (plaintext) may read, and write unless Config.ReadOnly.
 //
 // # Assets
 //

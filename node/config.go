@@ -85,7 +85,9 @@ type Config struct {
 	// `raftps node` requires --insecure).
 	TLS security.Files
 	// HTTPTLS also serves the HTTP port (/metrics, health, dashboard) over
-	// TLS with the node's certificate (clients need no certificate).
+	// mutual TLS with the node's certificate: every client must present a
+	// certificate of the cluster CA, and the dashboard authorises by its
+	// role.
 	HTTPTLS bool
 
 	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms) and

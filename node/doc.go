@@ -65,8 +65,10 @@
 // certificate (package security; reloaded when the files change). Each
 // call is authorised by the role in the caller's certificate
 // (security.Authorizer); the node-to-node port and the Raft port accept
-// the node role only. With HTTPTLS the HTTP port serves TLS too (no
-// client certificate; the dashboard is then read-only). `raftps node`
+// the node role only. With HTTPTLS the HTTP port serves mutual TLS too
+// (every path needs a certificate of the cluster CA; the dashboard
+// authorises each request by its role); without it, on a TLS node, the
+// plaintext dashboard is read-only. `raftps node`
 // refuses to start without TLS material unless --insecure; `raftps
 // status` shows tls: on|off. GossipKeyringFile encrypts gossip with a
 // keyring that the Keyring service (`raftps keyring`) changes on every

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 
@@ -41,4 +42,16 @@ func (n *Node) httpHandler() http.Handler {
 	n.registerTrainingMetrics(reg)
 	mux.Handle("/", n.dashboardHandler()) // the web dashboard (package dashboard)
 	return mux
+}
+
+// httpTLSConfig is the HTTP port's TLS with HTTPTLS (--http-tls): the
+// node's certificate and mutual TLS 1.3 as on the gRPC ports
+// (security.Material.ServerConfig: a client certificate signed by the
+// cluster CA is required of every connection, and the material reloads
+// when its files change), for every path: the dashboard, its API and
+// event streams, /metrics, /healthz and /readyz (etcd's client URLs with
+// --client-cert-auth do the same). The dashboard then authorises each
+// request by its certificate's role. HTTP/2 and HTTP/1.1 are offered.
+func (n *Node) httpTLSConfig() *tls.Config {
+	return n.tls.ServerConfig(nil, "h2", "http/1.1")
 }

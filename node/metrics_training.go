@@ -48,7 +48,9 @@ func (n *Node) registerTrainingMetrics(reg *prometheus.Registry) {
 // node's client API; the node closes it first on Close.
 func (n *Node) dashboardHandler() http.Handler {
 	// With TLS the dashboard calls the client API with the node's
-	// certificate, and the HTTP port asks for none: it is read-only then.
+	// certificate. Over --http-tls (mutual TLS) it authorises each request
+	// by the role of the user's certificate; a request without one (the
+	// HTTP port in plaintext) may read only.
 	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: n.ckpt.Verify,
 		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")})
 	if err != nil {

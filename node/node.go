@@ -177,7 +177,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("listen HTTP %s: %w", n.cfg.HTTPAddr, err)
 	}
 	if n.cfg.HTTPTLS {
-		n.httpLis = tls.NewListener(n.httpLis, &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: n.tls.GetCertificate})
+		n.httpLis = tls.NewListener(n.httpLis, n.httpTLSConfig())
 	}
 
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.

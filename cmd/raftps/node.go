@@ -84,7 +84,7 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; made with raftps tls cert create --node), reloaded when it changes")
 	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")
 	f.BoolVar(&insecure, "insecure", false, "run without TLS and without authorisation: any process that reaches a port may do anything (for a throw-away local cluster only)")
-	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port over TLS too (with the node's certificate)")
+	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port (dashboard, /metrics, /healthz, /readyz) over mutual TLS too: every client needs a certificate of the cluster CA, and the dashboard's cancel and delete need the admin role")
 	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
 	f.Var(byteSize{&cfg.PServerMemoryBudget}, "pserver-memory-budget", "bytes this node's pserver slots may hold together (512MiB, 8GiB; default half the machine's memory); jobs are admitted against it")
 	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes this node's trainers may hold together, each the model and its gradients (default a quarter of the machine's memory); jobs are admitted against it")

@@ -15,6 +15,9 @@ const raftps = (window.raftps = {
   arrived: {},
   rendered: {},
   clusterEvents: [],
+  // identity is GET api/identity: the client certificate's name and role
+  // and which writes (cancel, delete, verify) the page offers.
+  identity: { tls: false, can: {} },
 });
 
 const $ = (sel, root) => (root || document).querySelector(sel);
@@ -133,13 +136,20 @@ function jobsView() {
   }, 2000);
 }
 
+// actionButton is a job's cancel (running or pending) or delete button,
+// offered only when the user's role may (raftps.identity.can).
+function actionButton(j) {
+  const act = j.state === "running" || j.state === "pending" ? "cancel" : "delete";
+  return raftps.identity.can[act] ? `<button class="danger" data-act="${act}">${act}</button>` : "";
+}
+
 function renderJobs(jobs) {
   $("#jobs").innerHTML =
     `<tr><th>job</th><th>state</th><th>pass</th><th>progress</th><th>accuracy</th><th>model</th><th>trainers</th><th>submitted</th><th></th></tr>` +
     jobs.map((j) => `<tr data-job="${esc(j.name)}"><td><a href="#/jobs/${encodeURIComponent(j.name)}">${esc(j.name)}</a></td><td>${pill(j.state)}</td>
       <td>${Math.min(j.pass + 1, j.passes)} / ${j.passes}</td><td><span class="bar"><span style="width:${(100 * j.progress).toFixed(1)}%"></span></span> ${(100 * j.progress).toFixed(0)}%</td>
       <td>${pct(j.accuracy)}</td><td>${esc(j.model)}</td><td>${j.trainers.length}</td><td>${fmtTime(j.submitted)}</td>
-      <td>${j.state === "running" || j.state === "pending" ? `<button class="danger" data-act="cancel">cancel</button>` : `<button class="danger" data-act="delete">delete</button>`}</td></tr>`).join("");
+      <td>${actionButton(j)}</td></tr>`).join("");
   $("#jobs").querySelectorAll("button[data-act]").forEach((b) => {
     b.onclick = async () => {
       const name = b.closest("tr").dataset.job, act = b.dataset.act;
@@ -405,7 +415,7 @@ function renderJobTables(st) {
   table.innerHTML = `<tr><th>version</th><th>step</th><th>time</th><th>slots</th><th>md5 (per slot)</th><th>replicas</th><th>bytes</th><th>accuracy</th><th>best</th><th></th></tr>` +
     s.checkpoints.map((c) => `<tr><td>${c.version}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
       <td class="md5 wrap">${c.md5s.map(esc).join("<br>")}</td><td>${esc(c.replicas.join(","))}</td><td>${c.bytes || "–"}</td><td>${pct(c.accuracy)}</td>
-      <td>${c.best ? "★" : ""}</td><td data-verify="${c.version}">${keep[c.version] || `<button data-v="${c.version}">verify</button>`}</td></tr>`).join("");
+      <td>${c.best ? "★" : ""}</td><td data-verify="${c.version}">${keep[c.version] || (raftps.identity.can.verify ? `<button data-v="${c.version}">verify</button>` : "")}</td></tr>`).join("");
   table.querySelectorAll("button[data-v]").forEach((b) => {
     b.onclick = async () => {
       const td = b.parentElement;
@@ -420,4 +430,11 @@ function renderJobTables(st) {
     st.log.slice().sort((a, b) => logTime(st, a) - logTime(st, b)).slice(-40).reverse().map((l) => `<tr><td>${fmtTime(logTime(st, l))}</td><td class="wrap">${esc(l.label)}</td></tr>`).join("");
 }
 
-route();
+// The identity is asked once: a certificate does not change within a page.
+(async () => {
+  try {
+    raftps.identity = await api("api/identity");
+    if (raftps.identity.tls) $("#who").textContent = `${raftps.identity.name} (${raftps.identity.role || "no role"})`;
+  } catch (e) { setConn("error: " + e.message); }
+  route();
+})();
