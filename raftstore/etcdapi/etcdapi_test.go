@@ -28,6 +28,7 @@ import (
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
+	"github.com/raftps/raftps/schema"
 )
 
 type fakeMembers map[string]string
@@ -378,25 +379,26 @@ func TestRaftpsKeysSameValidation(t *testing.T) {
 	}
 	defer conn.Close()
 	kv := pb.NewKVClient(conn)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("/jobs/mnist/spec"), Value: []byte("mlp")}); err != nil {
+	job, node := schema.TrainerKey("mnist", "t1"), schema.NodeKey("n9")
+	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte(job), Value: []byte("mlp")}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := e.cli.Get(ctx, "/jobs/", clientv3.WithPrefix())
-	if err != nil || kvsString(g.Kvs) != "/jobs/mnist/spec=mlp " {
+	g, err := e.cli.Get(ctx, schema.JobsPrefix, clientv3.WithPrefix())
+	if err != nil || kvsString(g.Kvs) != job+"=mlp " {
 		t.Fatalf("etcd get of raftps' key: %v %v", g, err)
 	}
-	mustPut(t, e.cli, "/nodes/n9", "x")
-	r, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("/nodes/n9")})
+	mustPut(t, e.cli, node, "x")
+	r, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte(node)})
 	if err != nil || len(r.Kvs) != 1 || r.Header.Revision != g.Header.Revision+1 {
 		t.Fatalf("raftps range of an etcd write: %v %v", r, err)
 	}
 	big := bytes.Repeat([]byte{'x'}, fsm.MaxValueSize+1)
-	_, rerr := kv.Put(ctx, &pb.PutRequest{Key: []byte("/jobs/mnist/spec"), Value: big})
-	_, eerr := e.cli.Put(ctx, "/jobs/mnist/spec", string(big))
+	_, rerr := kv.Put(ctx, &pb.PutRequest{Key: []byte(job), Value: big})
+	_, eerr := e.cli.Put(ctx, job, string(big))
 	if status.Code(rerr) != codes.InvalidArgument || !errors.Is(eerr, rpctypes.ErrRequestTooLarge) {
 		t.Fatalf("over-size value: raftps %v, etcd %v", rerr, eerr)
 	}
-	if g, _ := e.cli.Get(ctx, "/jobs/mnist/spec"); string(g.Kvs[0].Value) != "mlp" {
+	if g, _ := e.cli.Get(ctx, job); string(g.Kvs[0].Value) != "mlp" {
 		t.Fatal("refused write changed the key")
 	}
 }
