@@ -82,6 +82,8 @@
 //     cas which failed after it was sent may have seen, is dropped, an
 //     observed one returns when its first observer returned; keys rotate
 //     every 5 s. Both keep Porcupine fast (ms instead of timing out).
+//     RunEtcdRegisters is the same workload through etcd's Go client
+//     against raftps' etcd API (TestJepsenEtcdClient, short and long).
 //   - Watches (StartWatchers, CheckWatches): 3 prefix watchers resume from
 //     their last revision + 1 on a random node after any stream error, and
 //     also drop their stream every 8-16 s to resume elsewhere. Per
@@ -111,6 +113,9 @@
 // read, a lost write, a watch gap, a duplicate watch event, a lease key that
 // vanished while kept alive, a task done twice, a missing task; each flips
 // the verdict from ok to violation, and the honest history passes.
+// replay_test.go re-checks recorded histories: -jepsen.replay FILE, and
+// testdata/etcd-violation-20261123.jsonl, a run reported non-linearizable
+// by a history patch that was unsound (now linearizable, as it was).
 //
 // # Scenarios
 //
