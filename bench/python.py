@@ -133,9 +133,11 @@ def main():
     gobin = os.path.join(ROOT, "bin", "pypushpull")
     subprocess.run(["go", "build", "-o", gobin, "./bench/pypushpull"], cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="raftps-bench-python-")
-    nodes = localcluster.start(a.bin, work, 1, roles="server,pserver")
+    # Plaintext (--insecure): bench/pypushpull's Go client dials plaintext,
+    # and both clients must pay the same transport.
+    nodes = localcluster.start(a.bin, work, 1, roles="server,pserver", secure=False)
     eps = nodes[0].grpc
-    c = raftps.Client(eps)
+    c = raftps.Client(eps, insecure=True)
     try:
         batches, warmup, iters = (40, 5, 3) if a.quick else (200, 20, 5)
         local, remote = bench_cnn(c, batches, warmup)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the Python client (python/) runs and is
 # tested on, when missing: /usr/bin/python3 with grpcio, protobuf, numpy,
-# torch and pytest, and the gRPC Python protoc plugin (make generate-python).
+# torch and pytest, pip, setuptools and wheel (`pip install ./python`
+# offline, tests/test_package.py), and the gRPC Python protoc plugin (make
+# generate-python).
 # Nothing comes from a Python package index.
 #
 # Exits non-zero with a message naming what is missing if it cannot
@@ -17,6 +19,9 @@ check google.protobuf || need+=(python3-protobuf)
 check numpy || need+=(python3-numpy)
 check torch || need+=(python3-torch)
 check pytest || need+=(python3-pytest)
+check pip || need+=(python3-pip)
+check setuptools || need+=(python3-setuptools)
+check wheel || need+=(python3-wheel)
 if [ "${1:-}" = generate ] || [ "${1:-}" = all ]; then
   command -v grpc_python_plugin >/dev/null || need+=(protobuf-compiler-grpc)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -38,7 +43,7 @@ if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq --no-install-reco
   echo "install-python: apt-get install ${need[*]} failed" >&2
   exit 1
 fi
-for m in grpc google.protobuf numpy torch pytest; do
+for m in grpc google.protobuf numpy torch pytest pip setuptools wheel; do
   if ! check "$m"; then
     echo "install-python: $PY still cannot import $m after installing" >&2
     exit 1

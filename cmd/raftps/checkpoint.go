@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
@@ -37,7 +38,8 @@ func (p remotePeers) Peers() []checkpoint.Peer { return p }
 // openManager builds a checkpoint manager for the CLI: an empty scratch
 // store (the CLI holds no blobs) and every alive node as a peer, so reads
 // and verification go to the replicas over gRPC.
-func openManager(ctx context.Context, cl *client.Client) (*checkpoint.Manager, func(), error) {
+// opts dial the nodes' CheckpointStore (the client's --cacert, --cert, --key).
+func openManager(ctx context.Context, cl *client.Client, opts ...grpc.DialOption) (*checkpoint.Manager, func(), error) {
 	dir, err := os.MkdirTemp("", "raftps-cli-ckpt-")
 	if err != nil {
 		return nil, nil, err
@@ -61,7 +63,8 @@ func openManager(ctx context.Context, cl *client.Client) (*checkpoint.Manager, f
 		host, _, _ := net.SplitHostPort(m.GrpcAddr)
 		peers = append(peers, checkpoint.Peer{ID: m.Id, Addr: m.GrpcAddr, Host: host})
 	}
-	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "cli", Store: st, Meta: remoteMeta{cl}, Peers: peers, Logger: discardLogger()})
+	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "cli", Store: st, Meta: remoteMeta{cl}, Peers: peers,
+		Client: checkpoint.NewClient(opts...), Logger: discardLogger()})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -134,7 +137,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 					rows = append(rows, []string{fmt.Sprint(v.Version), fmt.Sprint(v.Step), fmt.Sprint(v.Complete), fmt.Sprint(v.Bytes), acc,
 						time.Unix(0, v.TimestampUnixNano).Format(time.DateTime), strings.Join(v.Replicas, ",")})
 				}
-				return g.printer.Table(vs, []string{"VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS"}, rows)
+				return g.printer.Table(map[string]any{"versions": vs}, []string{"VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS"}, rows)
 			})
 		},
 	}
@@ -150,7 +153,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := g.printer.Object(bad, func(w io.Writer) {
+				if err := g.printer.Object(map[string]any{"job": args[0], "version": v, "mismatches": append([]checkpoint.Mismatch{}, bad...)}, func(w io.Writer) {
 					for _, m := range bad {
 						fmt.Fprintf(w, "MISMATCH node %s slot %d vshard %d md5 %s: %s %s\n", m.Node, m.Slot, m.VShard, m.MD5, m.Problem, m.Actual)
 					}
@@ -229,6 +232,10 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 }
 
 func withManager(parent context.Context, g *globals, fn func(context.Context, *client.Client, *checkpoint.Manager) error) error {
+	opts, err := g.tls.dialOptions()
+	if err != nil {
+		return err
+	}
 	cl, err := g.client()
 	if err != nil {
 		return err
@@ -236,7 +243,7 @@ func withManager(parent context.Context, g *globals, fn func(context.Context, *c
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(parent, 10*g.timeout)
 	defer cancel()
-	mgr, cleanup, err := openManager(ctx, cl)
+	mgr, cleanup, err := openManager(ctx, cl, opts...)
 	if err != nil {
 		return err
 	}

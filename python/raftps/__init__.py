@@ -11,18 +11,22 @@ Layers, each usable alone:
 - :mod:`raftps.checkpoint`: load an exported safetensors checkpoint.
 
 Errors are :mod:`raftps.errors` classes, one per gRPC status code.
+Mutual TLS: :class:`raftps.TLS` (raftps.tls), or ``Client(cacert=, cert=,
+key=)``, or RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY.
 """
 
 from raftps.client import Client, Event, KeyValue, Lease, Watcher, prefix_end
 from raftps.errors import (
     Aborted, AlreadyExists, DeadlineExceeded, FailedPrecondition, Fenced, Internal,
-    InvalidArgument, LeaseLost, NotFound, OutOfRange, RaftpsError, StalePush, Unavailable,
+    InvalidArgument, LeaseLost, NotFound, OutOfRange, PermissionDenied, RaftpsError, StalePush,
+    Unavailable,
 )
+from raftps.tls import TLS
 
 __all__ = [
     "Client", "Event", "KeyValue", "Lease", "Watcher", "prefix_end",
     "RaftpsError", "NotFound", "InvalidArgument", "Unavailable", "FailedPrecondition",
     "DeadlineExceeded", "AlreadyExists", "Aborted", "OutOfRange", "Internal", "StalePush",
-    "Fenced", "LeaseLost",
+    "Fenced", "LeaseLost", "PermissionDenied", "TLS",
 ]
 __version__ = "0.1.0"

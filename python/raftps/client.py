@@ -17,15 +17,28 @@ Every call takes ``timeout`` (seconds; default the client's). Errors are
         for ev in c.watch("/jobs/", prefix=True, start_revision=rev):
             ...                                    # resumes across node deaths
 
-Retried writes: a Put or Txn whose node died after applying it but before
-answering is retried on another node (at-least-once, as etcd's client on
-Unavailable); guard non-idempotent Txns with a compare.
+Security: a cluster runs mutual TLS unless its nodes were started with
+--insecure. Give the cluster CA and a client certificate and key
+(``cacert=``, ``cert=``, ``key=``, or a :class:`raftps.TLS`, or the
+environment variables RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY as the Go CLI
+takes them); without any the client speaks plaintext. A call the
+certificate's role does not allow raises PermissionDenied.
+
+Exactly-once writes: every write (Put, DeleteRange, Txn, lease grant and
+revoke, job and task calls) carries a request id, the client's random id
+and a sequence number (gRPC metadata raftps-client-id, raftps-seq,
+raftps-acked: api/rpctypes.RequestID), the same on each retry. A write
+whose node applied it but whose answer was lost (the node died, a timeout)
+is retried on another node and not applied again: the cluster answers the
+retry with the first result (fsm/session.go), as for Go's client.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
+import secrets
 import threading
 import time
 from typing import Iterable, Iterator, Sequence
@@ -33,6 +46,7 @@ from typing import Iterable, Iterator, Sequence
 import grpc
 
 from raftps import errors
+from raftps import tls as _tls
 from raftps.v1 import job_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 DEFAULT_TIMEOUT = 10.0
@@ -44,6 +58,16 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+# Methods that change state: their calls carry a request id (exactly-once).
+WRITES = frozenset({
+    ("kv", "Put"), ("kv", "DeleteRange"), ("kv", "Txn"), ("lease", "LeaseGrant"), ("lease", "LeaseRevoke"),
+    ("master", "SubmitJob"), ("master", "CancelJob"), ("master", "DeleteJob"), ("master", "GetTask"),
+    ("master", "TaskFinished"), ("master", "TaskFailed"),
+})
+
+# gRPC metadata keys of a request id (api/rpctypes/request.go).
+MD_CLIENT_ID, MD_SEQ, MD_ACKED = "raftps-client-id", "raftps-seq", "raftps-acked"
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -100,21 +124,46 @@ class Client:
             comma-separated string.
         timeout: default timeout of each call in seconds (retries on other
             endpoints included).
+        cacert, cert, key: PEM files of the cluster CA, the client
+            certificate and its key (mutual TLS); each missing one is read
+            from RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY. All three or none.
+        tls: a :class:`raftps.TLS` (instead of the three paths).
+        insecure: plaintext even if the environment names TLS files (for
+            nodes started with --insecure).
+        interceptors: gRPC client interceptors wrapped around every channel
+            (tests use them to lose answers).
+
+    Raises InvalidArgument for no endpoints or an incomplete or unreadable
+    set of TLS files.
     """
 
-    def __init__(self, endpoints: Sequence[str] | str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, endpoints: Sequence[str] | str, timeout: float = DEFAULT_TIMEOUT, *,
+                 cacert: str | None = None, cert: str | None = None, key: str | None = None,
+                 tls: "_tls.TLS | None" = None, insecure: bool = False, interceptors: Sequence = ()):
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.endpoints = [e.strip() for e in endpoints if e and e.strip()]
         if not self.endpoints:
             raise errors.InvalidArgument("raftps.Client: no endpoints")
         self.timeout = timeout
-        self._channels = [grpc.insecure_channel(e, options=CHANNEL_OPTIONS) for e in self.endpoints]
-        self._stubs = [_Stubs(ch) for ch in self._channels]
+        if insecure:
+            self.tls = None
+        else:
+            self.tls = tls if tls is not None else _tls.TLS.resolve(cacert, cert, key)
+        # credentials are shared with the pserver channels (raftps.ps).
+        self.credentials = self.tls.credentials() if self.tls is not None else None
+        self._channels = [_tls.channel(e, self.credentials, CHANNEL_OPTIONS) for e in self.endpoints]
+        chans = [grpc.intercept_channel(ch, *interceptors) if interceptors else ch for ch in self._channels]
+        self._stubs = [_Stubs(ch) for ch in chans]
         self._cur = 0
         self._mu = threading.Lock()
         self._closed = False
         self._leases: list[Lease] = []
+        # Request ids (exactly-once writes): the last seq handed out and
+        # the seqs whose answer is not settled yet.
+        self.client_id = secrets.token_hex(16)
+        self._seq = 0
+        self._inflight: set[int] = set()
 
     # -- plumbing ---------------------------------------------------------
 
@@ -143,10 +192,37 @@ class Client:
             if self._cur == failed:
                 self._cur = (failed + 1) % len(self._stubs)
 
-    def call(self, service: str, method: str, request, timeout: float | None = None, retry: bool = True):
+    @contextlib.contextmanager
+    def request_id(self) -> Iterator[int]:
+        """A sequence number for one write, settled (its answer no longer
+        needed) when the block ends: pass it as ``call(..., seq=)`` to every
+        attempt of a write retried outside :meth:`call`, so that it is
+        applied once."""
+        with self._mu:
+            self._seq += 1
+            seq = self._seq
+            self._inflight.add(seq)
+        try:
+            yield seq
+        finally:
+            with self._mu:
+                self._inflight.discard(seq)
+
+    def _metadata(self, seq: int) -> tuple:
+        with self._mu:
+            acked = min(self._inflight, default=self._seq + 1)
+        return ((MD_CLIENT_ID, self.client_id), (MD_SEQ, str(seq)), (MD_ACKED, str(acked)))
+
+    def call(self, service: str, method: str, request, timeout: float | None = None, retry: bool = True,
+             seq: int | None = None):
         """Calls ``service.method`` (e.g. "kv", "Range") on a node, moving to
         the next endpoint on Unavailable or a timeout until ``timeout``
-        seconds passed. Raises a :mod:`raftps.errors` class."""
+        seconds passed. A write (:data:`WRITES`) carries one request id on
+        every attempt (``seq``, from :meth:`request_id`, or a fresh one), so
+        it is applied at most once. Raises a :mod:`raftps.errors` class."""
+        if seq is None and (service, method) in WRITES:
+            with self.request_id() as s:
+                return self.call(service, method, request, timeout, retry, s)
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         backoff = 0.05
@@ -159,7 +235,9 @@ class Client:
             # endpoint that swallows packets does not eat all of it.
             per_try = max(min(left, max(timeout / 2, 1.0)), 0.001)
             try:
-                return fn(request, timeout=per_try)
+                if seq is None:
+                    return fn(request, timeout=per_try)
+                return fn(request, timeout=per_try, metadata=self._metadata(seq))
             except grpc.RpcError as e:
                 err = errors.from_grpc(e)
             if not retry or not isinstance(err, errors.RETRYABLE):

@@ -3,9 +3,17 @@ tests, examples and benchmarks (the Python twin of Go's
 internal/localcluster).
 
     nodes = localcluster.start(bin_path, workdir, 3, roles="server,pserver")
-    client = raftps.Client([n.grpc for n in nodes])
+    client = raftps.Client([n.grpc for n in nodes], tls=nodes[0].client_tls)
     nodes[0].kill(); nodes[0].start()                # SIGKILL, restart
     localcluster.stop(nodes)
+
+Clusters run mutual TLS unless started with ``secure=False`` (then the
+nodes get --insecure), as Go's localcluster.Secure does it but with the
+binary's own commands: ``raftps tls ca create`` makes a CA in
+<workdir>/tls, ``raftps tls cert create --node`` a certificate per node
+(IP 127.0.0.1, DNS localhost) and ``--client admin --role admin`` the
+admin's, which every node's ``client_tls`` names (a :class:`raftps.TLS`).
+:func:`client_cert` issues more (a trainer's for its jobs, a reader's).
 
 Each node logs to <workdir>/<id>.log (appended across restarts).
 """
@@ -21,6 +29,7 @@ from typing import Sequence
 
 from raftps import errors
 from raftps.client import Client
+from raftps.tls import TLS
 
 # The repository's datasets/ directory (python/raftps/../../datasets).
 DATASET_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "datasets"))
@@ -60,6 +69,9 @@ class Node:
         self.grpc, self.raft, self.gossip, self.http = (f"127.0.0.1:{x}" for x in p)
         self.args: list[str] = []
         self.proc: subprocess.Popen | None = None
+        # TLS: the node's --tls-* files and the admin client's (None: plaintext).
+        self.node_tls: TLS | None = None
+        self.client_tls: TLS | None = None
 
     def set_args(self, others: Sequence["Node"], expect: int, extra: Sequence[str]) -> None:
         self.args = ["node", "--id", self.id, "--data-dir", self.data_dir, "--grpc-addr", self.grpc,
@@ -69,8 +81,12 @@ class Node:
             self.args += ["--join", ",".join(join)]
         if expect:
             self.args += ["--bootstrap-expect", str(expect)]
-        # Plaintext: nodes refuse to start without TLS material unless told.
-        self.args += ["--insecure"]
+        if self.node_tls is not None:
+            self.args += ["--tls-ca-file", self.node_tls.cacert, "--tls-cert-file", self.node_tls.cert,
+                          "--tls-key-file", self.node_tls.key]
+        else:
+            # Plaintext: nodes refuse to start without TLS material unless told.
+            self.args += ["--insecure"]
         if os.path.isdir(DATASET_ROOT):
             # Nodes confine jobs' dataset paths to their --dataset-root
             # directories; jobs here name datasets/fashion-mnist.
@@ -102,12 +118,58 @@ class Node:
                 self.kill()
 
 
+def _tls_cmd(bin_path: str, *args: str) -> None:
+    r = subprocess.run([bin_path, "tls", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"raftps tls {' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
+
+
+def make_ca(bin_path: str, tls_dir: str) -> TLS:
+    """Creates a CA (``raftps tls ca create``) and the admin client
+    certificate in tls_dir; returns the admin's TLS files."""
+    os.makedirs(tls_dir, exist_ok=True)
+    _tls_cmd(bin_path, "ca", "create", "--dir", tls_dir)
+    return client_cert(bin_path, tls_dir, "admin", "admin")
+
+
+def _ca_args(tls_dir: str) -> list[str]:
+    return ["--ca", os.path.join(tls_dir, "ca.pem"), "--ca-key", os.path.join(tls_dir, "ca-key.pem"),
+            "--dir", tls_dir]
+
+
+def client_cert(bin_path: str, tls_dir: str, name: str, role: str, jobs: Sequence[str] = ()) -> TLS:
+    """Issues a client certificate (role admin, trainer or reader; a
+    trainer's names its jobs) with the CA in tls_dir."""
+    job_args = [a for j in jobs for a in ("--job", j)]
+    _tls_cmd(bin_path, "cert", "create", *_ca_args(tls_dir), "--client", name, "--role", role, *job_args)
+    return TLS(os.path.join(tls_dir, "ca.pem"), os.path.join(tls_dir, name + ".pem"),
+               os.path.join(tls_dir, name + "-key.pem"))
+
+
+def _secure_node(nd: Node, tls_dir: str, admin: TLS) -> None:
+    _tls_cmd(nd.bin, "cert", "create", *_ca_args(tls_dir), "--node", nd.id)
+    nd.node_tls = TLS(os.path.join(tls_dir, "ca.pem"), os.path.join(tls_dir, nd.id + ".pem"),
+                      os.path.join(tls_dir, nd.id + "-key.pem"))
+    nd.client_tls = admin
+
+
+def tls_dir(workdir: str) -> str:
+    """Where a secure cluster in workdir keeps its CA and certificates."""
+    return os.path.join(workdir, "tls")
+
+
 def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver",
-          extra: Sequence[str] = (), timeout: float = 60.0) -> list[Node]:
+          extra: Sequence[str] = (), timeout: float = 60.0, secure: bool = True) -> list[Node]:
     """Starts n nodes n1..nN that join each other (--bootstrap-expect n)
-    and waits until they have a leader and n voters."""
+    and waits until they have a leader and n voters. ``secure``: mutual
+    TLS with a fresh CA in <workdir>/tls (see the module doc); each node's
+    ``client_tls`` is the admin's certificate."""
     os.makedirs(workdir, exist_ok=True)
     nodes = [Node(bin_path, workdir, f"n{i + 1}") for i in range(n)]
+    if secure:
+        admin = make_ca(bin_path, tls_dir(workdir))
+        for nd in nodes:
+            _secure_node(nd, tls_dir(workdir), admin)
     for nd in nodes:
         nd.set_args(nodes, n, ["--roles", roles, *extra])
     for nd in nodes:
@@ -117,8 +179,11 @@ def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver"
 
 
 def add(bin_path: str, workdir: str, existing: Sequence[Node], roles: str, extra: Sequence[str] = ()) -> Node:
-    """Starts a node n<len+1> that joins the existing ones."""
+    """Starts a node n<len+1> that joins the existing ones (with a node
+    certificate from the cluster's CA if the cluster is secure)."""
     nd = Node(bin_path, workdir, f"n{len(existing) + 1}")
+    if existing and existing[0].client_tls is not None:
+        _secure_node(nd, tls_dir(workdir), existing[0].client_tls)
     nd.set_args(existing, 0, ["--roles", roles, *extra])
     nd.start()
     return nd
@@ -132,7 +197,7 @@ def wait_ready(nodes: Sequence[Node], voters: int, timeout: float = 60.0) -> Non
     for nd in nodes:
         if not nd.running():
             continue
-        with Client([nd.grpc], timeout=2.0) as c:
+        with Client([nd.grpc], timeout=2.0, tls=nd.client_tls, insecure=nd.client_tls is None) as c:
             while True:
                 try:
                     st = c.status()

@@ -29,6 +29,11 @@ How it finds and follows the pservers, exactly as the Go client does:
   Unavailable is applied once (the slot ignores a second push of a trainer
   in a step).
 
+Pserver channels use the Client's TLS credentials (mutual TLS with its
+certificate; plaintext if the Client has none). A certificate whose role
+may not push or pull (a reader's, or a trainer's for another job) raises
+:class:`raftps.errors.PermissionDenied`, never retried.
+
 Tensor data moves as packed little-endian float32 (api pserver.proto
 Tensor.data). Pulled blocks are copied once, from the received message
 straight into the destination arrays (which may be numpy views of torch
@@ -49,6 +54,7 @@ import grpc
 import numpy as np
 
 from raftps import errors
+from raftps import tls as _tls
 from raftps.client import CHANNEL_OPTIONS, Client
 from raftps.v1 import job_pb2, pserver_pb2
 
@@ -285,9 +291,10 @@ class _Push:
 
 
 class _SlotConn:
-    def __init__(self, addr: str):
+    def __init__(self, addr: str, creds: grpc.ChannelCredentials | None):
         self.addr = addr
-        self.channel = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS + [
+        # The client's TLS credentials (None: plaintext) for the pserver port.
+        self.channel = _tls.channel(addr, creds, CHANNEL_OPTIONS + [
             ("grpc.http2.lookahead_bytes", 64 << 20),
         ])
         self.pull = self.channel.unary_unary("/raftps.v1.PServer/Pull",
@@ -404,7 +411,7 @@ class ParamClient:
         with self._mu:
             c = self._conns.get(addr)
             if c is None:
-                c = self._conns[addr] = _SlotConn(addr)
+                c = self._conns[addr] = _SlotConn(addr, self.client.credentials)
             return c
 
     def _invalidate(self, slot: int) -> None:

@@ -221,11 +221,14 @@ class TaskSource:
         self.leave_failures = 0
 
     def _retry(self, method: str, req):
-        while True:
-            try:
-                return self.client.call("master", method, req)
-            except (errors.Unavailable, errors.DeadlineExceeded):
-                time.sleep(0.2)
+        # One request id for every attempt: a GetTask or TaskFinished whose
+        # answer was lost is answered again, not applied again.
+        with self.client.request_id() as seq:
+            while True:
+                try:
+                    return self.client.call("master", method, req, seq=seq)
+                except (errors.Unavailable, errors.DeadlineExceeded):
+                    time.sleep(0.2)
 
     def _leave(self) -> None:
         # Best effort, as Go's trainer: a slot that is down (or gone with

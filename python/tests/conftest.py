@@ -1,5 +1,8 @@
 """Fixtures: a real 3-node raftps cluster (`raftps node` processes on
-loopback) shared by the session, and helpers."""
+loopback, mutual TLS with a CA of its own) shared by the session, and
+helpers. The admin's certificate is also put in RAFTPS_CACERT, RAFTPS_CERT
+and RAFTPS_KEY for the session, so clients the tests make without TLS
+arguments, trainer subprocesses and the raftps CLI use it."""
 
 import os
 import subprocess
@@ -13,7 +16,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import raftps  # noqa: E402
 import raftps.jobs  # noqa: E402
-from raftps import localcluster  # noqa: E402
+from raftps import localcluster, tls  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATASET = os.path.join(ROOT, "datasets", "fashion-mnist")
@@ -39,10 +42,23 @@ def workdir():
 
 @pytest.fixture(scope="session")
 def cluster(bin_path, workdir):
-    """Three nodes with roles server,pserver (no Go trainers)."""
+    """Three nodes with roles server,pserver (no Go trainers), mutual TLS."""
     nodes = localcluster.start(bin_path, os.path.join(workdir, "c3"), 3, roles="server,pserver")
+    admin = nodes[0].client_tls
+    saved = {k: os.environ.get(k) for k in (tls.ENV_CACERT, tls.ENV_CERT, tls.ENV_KEY)}
+    os.environ.update({tls.ENV_CACERT: admin.cacert, tls.ENV_CERT: admin.cert, tls.ENV_KEY: admin.key})
     yield nodes
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     localcluster.stop(nodes)
+
+
+def cluster_tls_dir(cluster) -> str:
+    """The secure fixture cluster's CA directory (for more certificates)."""
+    return localcluster.tls_dir(os.path.dirname(cluster[0].data_dir))
 
 
 @pytest.fixture()
@@ -52,7 +68,7 @@ def client(cluster):
         if not nd.running():
             nd.start()
     localcluster.wait_ready(cluster, 3)
-    with raftps.Client([n.grpc for n in cluster], timeout=10.0) as c:
+    with raftps.Client([n.grpc for n in cluster], timeout=10.0, tls=cluster[0].client_tls) as c:
         yield c
 
 

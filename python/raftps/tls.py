@@ -1,0 +1,75 @@
+"""Mutual TLS for the Python client: the files of the Go CLI's --cacert,
+--cert and --key (etcdctl's names; environment RAFTPS_CACERT, RAFTPS_CERT,
+RAFTPS_KEY).
+
+A raftps cluster runs mutual TLS unless its nodes were started with
+--insecure: a client shows a certificate signed by the cluster CA, whose
+role (admin, trainer or reader, made by ``raftps tls cert create --client
+NAME --role ROLE``) decides what it may call; a call its role does not
+allow raises :class:`raftps.errors.PermissionDenied`.
+
+    tls = raftps.TLS("ca.pem", "alice.pem", "alice-key.pem")
+    c = raftps.Client(endpoints, tls=tls)      # or RAFTPS_CACERT/CERT/KEY set
+
+The three files go together (all or none). Nodes' certificates name their
+IP addresses and DNS names; the client checks the node's certificate
+against the host of the endpoint it dials ("127.0.0.1:7000": IP
+127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import grpc
+
+from raftps import errors
+
+ENV_CACERT, ENV_CERT, ENV_KEY = "RAFTPS_CACERT", "RAFTPS_CERT", "RAFTPS_KEY"
+
+
+@dataclasses.dataclass(frozen=True)
+class TLS:
+    """Paths of PEM files: the cluster CA certificate, the client's
+    certificate and its private key."""
+
+    cacert: str
+    cert: str
+    key: str
+
+    @classmethod
+    def resolve(cls, cacert: str | None = None, cert: str | None = None, key: str | None = None) -> "TLS | None":
+        """The TLS files from the arguments, each missing one from its
+        environment variable (RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY), or
+        None if none is given anywhere (plaintext, for nodes started with
+        --insecure). Raises InvalidArgument if only some are given."""
+        f = [cacert or os.environ.get(ENV_CACERT, ""), cert or os.environ.get(ENV_CERT, ""),
+             key or os.environ.get(ENV_KEY, "")]
+        if not any(f):
+            return None
+        if not all(f):
+            raise errors.InvalidArgument(
+                f"TLS: the CA certificate, certificate and key go together (--cacert {f[0]!r}, "
+                f"--cert {f[1]!r}, --key {f[2]!r}; or {ENV_CACERT}, {ENV_CERT}, {ENV_KEY})")
+        return cls(*f)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials: verify nodes against the CA, show the
+        client certificate. Raises InvalidArgument naming an unreadable file."""
+        data = []
+        for what, path in (("CA certificate", self.cacert), ("certificate", self.cert), ("key", self.key)):
+            try:
+                with open(path, "rb") as fh:
+                    data.append(fh.read())
+            except OSError as e:
+                raise errors.InvalidArgument(f"TLS: cannot read the {what} {path!r}: {e.strerror}") from e
+        return grpc.ssl_channel_credentials(root_certificates=data[0], private_key=data[2],
+                                            certificate_chain=data[1])
+
+
+def channel(target: str, creds: grpc.ChannelCredentials | None, options) -> grpc.Channel:
+    """A channel to target: secure with creds, plaintext without."""
+    if creds is None:
+        return grpc.insecure_channel(target, options=options)
+    return grpc.secure_channel(target, creds, options=options)
