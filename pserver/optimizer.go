@@ -283,10 +283,28 @@ func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bo
 		}
 		if commit {
 			v[i], w[i] = float32(vi), float32(nw)
-			amax = max(amax, math.Abs(vi), math.Abs(nw))
+			amax = max2abs(amax, vi, nw)
 		}
 	}
 	return true, amax
+}
+
+// max2abs is max(m, |a|, |b|) for finite a and b (the builtin max also
+// orders NaNs and signed zeros, which costs branches per element).
+func max2abs(m, a, b float64) float64 {
+	if a < 0 {
+		a = -a
+	}
+	if b < 0 {
+		b = -b
+	}
+	if a > m {
+		m = a
+	}
+	if b > m {
+		m = b
+	}
+	return m
 }
 
 func (m momentum) bound(amax, gmax, wd, lr float64, _ int64) float64 {

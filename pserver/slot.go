@@ -60,11 +60,17 @@ func newEntry(n, nstate int) *entry {
 
 // syncStep is the state of one synchronous step.
 type syncStep struct {
-	open     bool            // the step's membership is fixed (first push seen)
-	expect   map[string]bool // members that have neither pushed nor left
-	pushed   map[string]bool
-	ids      map[string]uint64 // push id of each push counted (0: none)
-	acc      map[key][]float64 // Σ examples_i · g_i, in float64
+	open   bool            // the step's membership is fixed (first push seen)
+	expect map[string]bool // members that have neither pushed nor left
+	pushed map[string]bool
+	ids    map[string]uint64 // push id of each push counted (0: none)
+	acc    map[key][]float64 // Σ examples_i · g_i, in float64
+	// solo is the items of a push that completes the step as its only
+	// contribution (set and consumed within that push's call): the
+	// weighted mean of one gradient is the gradient itself, bit for bit
+	// (float64(g)·n·(1/n) is within 2^-51 of g, so it rounds back to the
+	// float32 g), so it is applied without the float64 round trip.
+	solo     []gradItem
 	examples int64
 	trainers int
 	done     chan struct{} // closed when the step completes
@@ -547,22 +553,26 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 }
 
 // checkGrad refuses NaN, ±Inf and |g| > MaxGradient; it returns max |g|.
+//
+// It compares bit patterns: for a float32 with the sign bit cleared, the
+// bits as an unsigned integer order like the magnitudes, and every NaN and
+// ±Inf orders above MaxGradient's, so one integer compare per element
+// does both checks (and branches less than float compares with NaN).
 func checkGrad(p *ParamLayout, g []float32) (float64, error) {
-	var m float32
+	var m uint32
 	for _, v := range g {
-		a := v
-		if a < 0 {
-			a = -a
-		}
-		if !(a <= MaxGradient) { // true for NaN too
+		a := math.Float32bits(v) &^ (1 << 31)
+		if a > maxGradientBits {
 			return 0, errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
 		}
-		if a > m {
-			m = a
-		}
+		m = max(m, a)
 	}
-	return float64(m), nil
+	return float64(math.Float32frombits(m)), nil
 }
+
+// maxGradientBits is the bit pattern of MaxGradient as a float32 (the
+// bound a float32 |g| <= MaxGradient compares with).
+var maxGradientBits = math.Float32bits(MaxGradient)
 
 // parseGrads validates every tensor of a one-message push (see pushParser).
 func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
@@ -829,6 +839,12 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		s.mu.Unlock()
 		return s.waitStep(ctx, st, true)
 	}
+	if st.trainers == 0 && len(st.expect) == 1 {
+		// The only contribution: maybeCompleteLocked below applies it as
+		// it is (see syncStep.solo).
+		st.solo = items
+		items = nil
+	}
 	w := float64(n)
 	for _, it := range items {
 		a := st.acc[it.k]
@@ -883,25 +899,38 @@ func (s *Slot) maybeCompleteLocked() {
 		if s.spec.GetScaleLrWithTrainers() {
 			scale = float64(st.trainers)
 		}
-		inv := 1 / float64(st.examples)
-		keys := make([]key, 0, len(st.acc))
-		for k := range st.acc {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, keyLess)
-		items := make([]gradItem, len(keys))
-		for j, k := range keys {
-			// The weighted mean of gradients bounded by MaxGradient is
-			// bounded too: it fits a float32.
-			a := st.acc[k]
-			g := make([]float32, len(a))
-			var gmax float32
-			for i, v := range a {
-				g[i] = float32(v * inv)
-				gmax = max(gmax, g[i], -g[i])
+		var items []gradItem
+		if st.solo != nil {
+			items = slices.Clone(st.solo)
+			slices.SortFunc(items, func(a, b gradItem) int { return keyLess(a.k, b.k) })
+			st.solo = nil
+		} else {
+			inv := 1 / float64(st.examples)
+			keys := make([]key, 0, len(st.acc))
+			for k := range st.acc {
+				keys = append(keys, k)
 			}
-			p := s.layout.Params[k.p]
-			items[j] = gradItem{k: k, p: p, g: g, gmax: float64(gmax), row: p.Embedding}
+			slices.SortFunc(keys, keyLess)
+			items = make([]gradItem, len(keys))
+			for j, k := range keys {
+				// The weighted mean of gradients bounded by MaxGradient is
+				// bounded too: it fits a float32.
+				a := st.acc[k]
+				g := make([]float32, len(a))
+				var gmax float32
+				for i, v := range a {
+					f := float32(v * inv)
+					g[i] = f
+					if f < 0 {
+						f = -f
+					}
+					if f > gmax {
+						gmax = f
+					}
+				}
+				p := s.layout.Params[k.p]
+				items[j] = gradItem{k: k, p: p, g: g, gmax: float64(gmax), row: p.Embedding}
+			}
 		}
 		if st.err = s.applyLocked(items, scale); st.err == nil {
 			s.version++
