@@ -50,7 +50,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newNodeCmd(g),
 		newKVCmd(g),
 		withLeaseListing(newLeaseCmd(g), g),
-		hiddenAlias(newMembersCmd(g), "member list"),
+		deprecatedAlias(g, newMembersCmd(g), "member list"),
 		newMemberCmd(g),
 		newEndpointCmd(g),
 		newStatusCmd(g),
@@ -65,6 +65,17 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	)
 	refuseUnknownSubcommands(root)
 	return root
+}
+
+// deprecatedAlias hides an older spelling of a command, kept working, and
+// says so on stderr: cobra's Deprecated prints to the command's output,
+// stdout here, which would break -w json.
+func deprecatedAlias(g *globals, c *cobra.Command, now string) *cobra.Command {
+	c.Hidden = true
+	c.PreRun = func(*cobra.Command, []string) {
+		fmt.Fprintf(g.err, "Command %q is deprecated, use `raftps %s`\n", c.Name(), now)
+	}
+	return c
 }
 
 // globals are the flags every client subcommand shares, and the printer

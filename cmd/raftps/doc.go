@@ -11,7 +11,9 @@
 // globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):
-// simple (default), json (one object, snake_case keys) or table; any other
+// simple (default), json (one object per result, snake_case keys, lists
+// as fields; a stream of such objects for kv watch and lease keepalive:
+// the shape is documented in printer.go) or table; any other
 // value is an error. configfile.go reads `raftps node --config-file`.
 // demo starts a local 3-node cluster as child processes and trains on
 // Fashion-MNIST while killing nodes; the benchmark is cmd/raftps-bench.

@@ -92,11 +92,3 @@ func refuseUnknownSubcommands(c *cobra.Command) {
 		return cmd.Help()
 	}
 }
-
-// hiddenAlias hides an older spelling of a command, kept working for
-// scripts.
-func hiddenAlias(c *cobra.Command, now string) *cobra.Command {
-	c.Hidden = true
-	c.Deprecated = "use `raftps " + now + "`"
-	return c
-}

@@ -12,6 +12,18 @@ import (
 )
 
 // Output formats of --output/-o (alias --write-out/-w), as etcdctl's.
+//
+// The one JSON shape: every command prints one JSON object per result on
+// stdout, with snake_case keys at every depth (protojson with proto field
+// names and zero values for API messages; encoding/json with snake_case
+// tags for the rest). A list is a field of that object ("members", "kvs",
+// "versions", "endpoints", "mismatches", ...), never a bare array or null.
+// A streaming command (kv watch, lease keepalive) prints one such object per
+// event, one after another: a stream of JSON values, as jq and
+// json.Decoder read it. Errors go to stderr with a non-zero exit and print
+// nothing on stdout; progress bars and notes (train, lease grant) go to
+// stderr too; `train` detached with Ctrl-C prints nothing on stdout.
+// TestEveryCommandJSON and TestOpsCommandsJSON check it command by command.
 const (
 	outputSimple = "simple" // for people: the default
 	outputJSON   = "json"   // for programs: indented JSON, proto field names

@@ -50,7 +50,7 @@ and the checkpoint version. Ctrl-C detaches and leaves the job running.`,
 			if err != nil {
 				return err
 			}
-			return reportResult(g.out, res, spec.TargetAccuracy)
+			return printTrainResult(g, res, spec.TargetAccuracy) // train_json.go
 		},
 	}
 	sf.register(c)
