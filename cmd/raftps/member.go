@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -77,9 +79,9 @@ func newMemberCmd(g *globals) *cobra.Command {
 		Short: "add a server (a voter, or a learner with --learner) to the Raft configuration before starting it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr := strings.TrimPrefix(strings.TrimPrefix(peerURL, "http://"), "tcp://")
-			if addr == "" {
-				return errors.New("--peer-urls is required: the new node's Raft address (host:port, its --raft-addr)")
+			addr, err := raftAddrOf(peerURL)
+			if err != nil {
+				return err
 			}
 			return g.callLeader(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
 				resp, err := cl.Cluster.MemberAdd(ctx, &pb.MemberAddRequest{Id: args[0], RaftAddr: addr, IsLearner: learner})
@@ -115,6 +117,24 @@ func newMemberCmd(g *globals) *cobra.Command {
 	}
 	c.AddCommand(list, add, promote, remove)
 	return c
+}
+
+// raftAddrOf is the host:port of --peer-urls: host:port, or a URL as
+// etcdctl takes it (http://10.0.0.4:7001: the scheme is dropped; the Raft
+// transport is raftps's own TCP, with TLS from the node's flags).
+func raftAddrOf(peerURL string) (string, error) {
+	addr := peerURL
+	if strings.Contains(addr, "://") {
+		u, err := url.Parse(addr)
+		if err != nil {
+			return "", fmt.Errorf("--peer-urls %q: %w", peerURL, err)
+		}
+		addr = u.Host
+	}
+	if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+		return "", fmt.Errorf("--peer-urls %q: want the new node's Raft address, host:port (its --raft-addr)", peerURL)
+	}
+	return addr, nil
 }
 
 // suffrageOf is a member's RAFT column: voter, nonvoter, learner or none.
