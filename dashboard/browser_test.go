@@ -24,6 +24,7 @@ import (
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/security"
 )
 
 // chromium returns the path of Debian's chromium, installing it with
@@ -157,15 +158,22 @@ func (j *jsErrors) get() []string {
 // accuracy plots hold exactly the job's data points (compared with the
 // job's events read over gRPC), the node's death, the leader change and
 // the pserver restores after the kill are on the timeline, and the
-// cluster page shows the new leader within 2 s of the kill. It saves
-// screenshots and the measured figures (page weight, event-to-page
-// latency, leader-change time) under dashboard/results.
+// cluster page shows the new leader within 2 s of the kill. Everything
+// runs over mutual TLS, the dashboard too (--http-tls): the browser trusts
+// the cluster CA and presents the admin's certificate from its NSS
+// database (browserHome, autoSelectClientCert), so the data on the page
+// came over HTTPS with a client certificate. At the end a second browser
+// with a reader's certificate sees the Jobs page without cancel or delete
+// and is refused a delete (checkRolesInBrowser). It saves screenshots and
+// the measured figures (page weight, event-to-page latency, leader-change
+// time) under dashboard/results.
 func TestBrowserDashboard(t *testing.T) {
 	root, err := testutil.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	chrome := chromium(t, root)
+	browserToolsReady(t, root)
 	results := resultsDir(t, root)
 	tmp := t.TempDir()
 	bin := buildRaftps(t, root, tmp)
@@ -176,7 +184,21 @@ func TestBrowserDashboard(t *testing.T) {
 	if err := os.RemoveAll(clusterDir); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := localcluster.New(bin, clusterDir, 3)
+	// Mutual TLS everywhere, the HTTP port included (--http-tls): the
+	// browser presents the admin's certificate.
+	nodes, err := localcluster.New(bin, clusterDir, 3, "--http-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkiDir := filepath.Join(tmp, "pki")
+	if err := os.Mkdir(pkiDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := localcluster.Secure(pkiDir, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminTLS, err := security.Load(admin, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +223,7 @@ func TestBrowserDashboard(t *testing.T) {
 	for _, n := range nodes {
 		eps = append(eps, n.GRPC)
 	}
-	cl, err := client.New(eps)
+	cl, err := client.New(eps, adminTLS.DialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +232,8 @@ func TestBrowserDashboard(t *testing.T) {
 	defer cancel()
 	leader := waitLeader(t, ctx, cl, "")
 
-	submit := exec.CommandContext(ctx, bin, "--endpoints", strings.Join(eps, ","), "job", "submit", "--name", browserJob,
+	submit := exec.CommandContext(ctx, bin, "--endpoints", strings.Join(eps, ","), "--cacert", admin.CA, "--cert", admin.Cert, "--key", admin.Key,
+		"job", "submit", "--name", browserJob,
 		"--records", fmt.Sprint(browserRecords), "--records-per-task", fmt.Sprint(browserPerTask),
 		"--passes", fmt.Sprint(browserPasses), "--pservers", fmt.Sprint(browserPservers), "--hidden", "32",
 		"--checkpoint-steps", "20", "--replicas", "2", "--target-accuracy", "0")
@@ -227,24 +250,35 @@ func TestBrowserDashboard(t *testing.T) {
 	// leader has moved to it by the time of the kill, they move to a
 	// survivor first (the job page replays the job's events from seq 1).
 	server := nonLeader(nodes, leader)
-	base := func(n *localcluster.Node) string { return "http://" + n.HTTP + "/" }
+	base := func(n *localcluster.Node) string { return "https://" + n.HTTP + "/" }
 	t.Logf("leader %s; dashboard of %s at %s", leader, server.ID, base(server))
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(filepath.Join(tmp, "chromium-profile")),
-		chromedp.WindowSize(1400, 1000),
+	// The browser trusts the cluster CA and presents the admin's
+	// certificate from its NSS database, picked by a managed policy.
+	autoSelectClientCert(t, admin.CA)
+	browserOpts := func(name string, files security.Files) []chromedp.ExecAllocatorOption {
+		dir := filepath.Join(tmp, name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(chrome),
+			chromedp.Env("HOME=" + browserHome(t, dir, files)),
+			chromedp.Flag("headless", true),
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.Flag("disable-quic", true),
+			chromedp.NoFirstRun,
+			chromedp.NoDefaultBrowserCheck,
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.UserDataDir(filepath.Join(dir, "chromium-profile")),
+			chromedp.WindowSize(1400, 1000),
+		}
 	}
+	opts := browserOpts("browser-admin", admin)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	var jobErrs, clusterErrs jsErrors
@@ -554,6 +588,8 @@ func TestBrowserDashboard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(results, "browser.json"), b, 0o644); err != nil {
 		t.Error(err)
 	}
+
+	checkRolesInBrowser(t, ctx, cl, browserOpts, jobPage, base(server), pkiDir, results)
 }
 
 // arrivalLog records when a gRPC watcher received each event of a job.
