@@ -311,15 +311,19 @@ func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) e
 // parallel runs fn for every slot concurrently and joins the errors.
 func (c *Client) parallel(fn func(slot int32) error) error {
 	n := c.layout.NumPservers
+	if n == 1 {
+		return fn(0) // no goroutine hand-off per call with one pserver
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for s := range n {
+	for s := range n - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[s] = fn(s)
 		}()
 	}
+	errs[n-1] = fn(n - 1) // the last one on the caller's goroutine
 	wg.Wait()
 	return errors.Join(errs...)
 }
