@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
@@ -355,5 +357,47 @@ func TestHTTPSRoles(t *testing.T) {
 	}
 	if resp, _, err := do(t, admin, "GET", base+"/api/jobs/waiting"); err != nil || resp.StatusCode != 404 {
 		t.Errorf("GET the deleted job: %v %v, want 404", resp, err)
+	}
+}
+
+// TestUnverifiedCertificateIsNoIdentity: a certificate the TLS server did
+// not verify (a server that only requests one) gives no role: an "admin"
+// certificate of another CA is a request without a certificate, refused
+// a write by a read-only dashboard, and /api/identity says so.
+func TestUnverifiedCertificateIsNoIdentity(t *testing.T) {
+	p := newPKI(t)
+	n := openNode(t, gossip.RoleServer)
+	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.GRPCAddr()}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	kp, err := tls.LoadX509KeyPair(p.node.Cert, p.node.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(d)
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{kp}, ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	defer srv.Close()
+	c := httpsClient(t, p.admin.CA, p.otherAdmin)
+	resp, body, err := do(t, c, "POST", srv.URL+"/api/jobs/j/cancel", "X-Raftps-Request", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.TLS == nil || resp.StatusCode != 403 || !strings.Contains(string(body), "read-only") {
+		t.Errorf("cancel with an unverified admin certificate: %d %s, want 403 read-only", resp.StatusCode, body)
+	}
+	resp, body, err = do(t, c, "GET", srv.URL+"/api/identity")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id struct {
+		TLS  bool
+		Role string
+		Can  map[string]bool
+	}
+	if err := json.Unmarshal(body, &id); err != nil || resp.StatusCode != 200 || id.TLS || id.Role != "" || id.Can["cancel"] {
+		t.Errorf("/api/identity with an unverified certificate: %d %s", resp.StatusCode, body)
 	}
 }
