@@ -353,6 +353,12 @@ func TestBrowserDashboard(t *testing.T) {
 	if leaderShown > 2*time.Second {
 		t.Errorf("the cluster page showed the new leader %v after the kill, want <= 2s", leaderShown)
 	}
+	// The screenshot once the polled snapshot has the new leader's own
+	// view (the card changed at the pushed event, before the next poll).
+	if err := clusterPage.waitFor("the new leader's own view on the cluster page",
+		fmt.Sprintf(`raftps.cluster.members.some(m => m.id === %q && m.raft && m.raft.state === "Leader")`, newLeader), 50*time.Millisecond, 10*time.Second); err != nil {
+		t.Error(err)
+	}
 	clusterPage.screenshot(filepath.Join(results, "cluster-after-kill.png"))
 
 	// The job page's timeline shows the death (gossip's suspect or dead)

@@ -91,9 +91,8 @@ function clusterView() {
     const e = JSON.parse(m.data);
     if (e.kind !== "leader") return;
     pushed = e;
-    if (raftps.cluster) { raftps.cluster.leader = e.node; raftps.cluster.term = e.term; }
-    const el = $("#leader");
-    if (el) { el.dataset.leader = e.node; el.textContent = e.node || "none"; }
+    // The cards (leader, term) at once; the members' own views at the next poll.
+    if (raftps.cluster) { raftps.cluster.leader = e.node; raftps.cluster.term = e.term; renderCluster(raftps.cluster); }
   });
   stopView = () => { stopPoll(); es.close(); };
 }
