@@ -266,8 +266,10 @@ type momentum struct {
 func (m momentum) name() string         { return OptMomentum }
 func (m momentum) stateSlots() []string { return []string{"velocity"} }
 func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	v, w := e.state[0], e.values
-	var amax float64
+	v, w := e.state[0][:len(g)], e.values[:len(g)]
+	if commit {
+		return true, m.commit(v, w, g, wd, lr)
+	}
 	for i, gi := range g {
 		wi := float64(w[i])
 		gf := float64(gi) + wd*wi
@@ -281,30 +283,37 @@ func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bo
 		if !fits(vi) || !fits(nw) {
 			return false, 0
 		}
-		if commit {
-			v[i], w[i] = float32(vi), float32(nw)
-			amax = max2abs(amax, vi, nw)
-		}
 	}
-	return true, amax
+	return true, 0
 }
 
-// max2abs is max(m, |a|, |b|) for finite a and b (the builtin max also
-// orders NaNs and signed zeros, which costs branches per element).
-func max2abs(m, a, b float64) float64 {
-	if a < 0 {
-		a = -a
+// commit stores the update and returns the largest |value| or |state|
+// stored. applyLocked commits only what the check pass (or the bound)
+// found to fit, so it neither checks again nor branches per element: the
+// maximum is taken over the float32 bit patterns with the sign cleared,
+// which order like the magnitudes.
+func (m momentum) commit(v, w, g []float32, wd, lr float64) float64 {
+	var mb uint32
+	if m.nesterov {
+		for i, gi := range g {
+			wi := float64(w[i])
+			gf := float64(gi) + wd*wi
+			vi := m.mu*float64(v[i]) + gf
+			v32, w32 := float32(vi), float32(wi-lr*(gf+m.mu*vi))
+			v[i], w[i] = v32, w32
+			mb = max(mb, math.Float32bits(v32)&^(1<<31), math.Float32bits(w32)&^(1<<31))
+		}
+	} else {
+		for i, gi := range g {
+			wi := float64(w[i])
+			gf := float64(gi) + wd*wi
+			vi := m.mu*float64(v[i]) + gf
+			v32, w32 := float32(vi), float32(wi-lr*vi)
+			v[i], w[i] = v32, w32
+			mb = max(mb, math.Float32bits(v32)&^(1<<31), math.Float32bits(w32)&^(1<<31))
+		}
 	}
-	if b < 0 {
-		b = -b
-	}
-	if a > m {
-		m = a
-	}
-	if b > m {
-		m = b
-	}
-	return m
+	return float64(math.Float32frombits(mb))
 }
 
 func (m momentum) bound(amax, gmax, wd, lr float64, _ int64) float64 {

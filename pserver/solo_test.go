@@ -70,3 +70,45 @@ func TestSyncSoloStepIsTheGradient(t *testing.T) {
 		})
 	}
 }
+
+// TestMomentumCommitExact: momentum's commit loop (no per-element checks,
+// maximum over bit patterns) stores bit for bit what the per-element
+// formula gives (float64 arithmetic, rounded to float32 once), classical
+// and Nesterov, with weight decay, and returns the largest stored |value|
+// or |state| exactly.
+func TestMomentumCommitExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, nesterov := range []bool{false, true} {
+		m := momentum{mu: 0.9, nesterov: nesterov}
+		const n = 1000
+		v, w, g := make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range g {
+			v[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(12)-8)))
+			w[i] = float32(r.NormFloat64())
+			g[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(12)-8)))
+		}
+		wd, lr := 0.01, 0.05
+		wantV, wantW := make([]float32, n), make([]float32, n)
+		var wantMax float32
+		for i, gi := range g {
+			wi := float64(w[i])
+			gf := float64(gi) + wd*wi
+			vi := m.mu*float64(v[i]) + gf
+			nw := wi - lr*vi
+			if nesterov {
+				nw = wi - lr*(gf+m.mu*vi)
+			}
+			wantV[i], wantW[i] = float32(vi), float32(nw)
+			wantMax = max(wantMax, float32(math.Abs(vi)), float32(math.Abs(nw)))
+		}
+		got := m.commit(v, w, g, wd, lr)
+		for i := range g {
+			if math.Float32bits(v[i]) != math.Float32bits(wantV[i]) || math.Float32bits(w[i]) != math.Float32bits(wantW[i]) {
+				t.Fatalf("nesterov=%v element %d: stored v=%g w=%g, formula v=%g w=%g", nesterov, i, v[i], w[i], wantV[i], wantW[i])
+			}
+		}
+		if got != float64(wantMax) {
+			t.Fatalf("nesterov=%v: commit returned max %g, stored max %g", nesterov, got, wantMax)
+		}
+	}
+}
