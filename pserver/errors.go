@@ -30,6 +30,10 @@ var (
 	ErrBadSpec = errors.New("pserver: bad job spec")
 	// ErrCorrupt: a vshard blob is truncated, corrupt or of an unknown format.
 	ErrCorrupt = errors.New("pserver: corrupt vshard blob")
+	// ErrNewerFormat: a vshard blob was written by a newer raftps, in a
+	// format version this build does not read (a mixed-version cluster:
+	// upgrade this node). Not ErrCorrupt: the blob may be sound.
+	ErrNewerFormat = errors.New("pserver: vshard blob written by a newer raftps")
 	// ErrIncompatible: a vshard blob does not fit the job spec (other
 	// optimizer, shapes, block size or number of virtual shards).
 	ErrIncompatible = errors.New("pserver: vshard blob does not match job spec")
@@ -44,7 +48,7 @@ func codeOf(err error) codes.Code {
 		return codes.Unavailable
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrBadSpec):
 		return codes.InvalidArgument
-	case errors.Is(err, ErrStale):
+	case errors.Is(err, ErrStale), errors.Is(err, ErrNewerFormat):
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrIncompatible), errors.Is(err, ErrMissingVShard):
 		return codes.DataLoss

@@ -545,7 +545,8 @@ func (r *reader) count(minSize int, what string) int {
 }
 
 // DecodeVShard decodes a vshard blob (format above), checking magic, format
-// version, CRC-32C and every length. Errors wrap ErrCorrupt; it never panics
+// version, CRC-32C and every length. Errors wrap ErrCorrupt, or
+// ErrNewerFormat for a format version above this build's; it never panics
 // on bad input.
 func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 	if len(blob) < 8+4 {
@@ -554,7 +555,9 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 	if string(blob[:4]) != vshardMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
 	}
-	if f := binary.LittleEndian.Uint16(blob[4:]); f != vshardFormat {
+	if f := binary.LittleEndian.Uint16(blob[4:]); f > vshardFormat {
+		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", ErrNewerFormat, f, vshardFormat)
+	} else if f != vshardFormat {
 		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, f)
 	}
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])

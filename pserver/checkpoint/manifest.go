@@ -35,6 +35,10 @@ type VShardRef struct {
 // encoding (EncodeManifest, JSON) is hashed with MD5 and that hash is what
 // the pointer /jobs/<job>/checkpoints/<slot> names.
 type Manifest struct {
+	// Format is the manifest's format version (ManifestFormat when
+	// written by this build; 0, from before versions were written, reads
+	// as 1). A node refuses a newer one with ErrNewerFormat.
+	Format            int32       `json:"format,omitempty"`
 	UUID              string      `json:"uuid"`
 	Job               string      `json:"job"`
 	Version           int64       `json:"version"`
@@ -51,6 +55,9 @@ func (m *Manifest) Key() string { return ManifestKey(m.Job, m.Version, m.Slot) }
 
 // EncodeManifest returns the canonical bytes of m and their MD5 (hex).
 func EncodeManifest(m *Manifest) (raw []byte, md5hex string, err error) {
+	if m.Format == 0 {
+		m.Format = ManifestFormat
+	}
 	raw, err = json.Marshal(m)
 	if err != nil {
 		return nil, "", fmt.Errorf("encode manifest %s: %w", m.Key(), err)
@@ -58,9 +65,22 @@ func EncodeManifest(m *Manifest) (raw []byte, md5hex string, err error) {
 	return raw, MD5Hex(raw), nil
 }
 
+// ManifestFormat is the manifest format version this build writes and the
+// newest it reads.
+const ManifestFormat = 1
+
 // DecodeManifest parses raw and checks that it is self-consistent: a
-// truncated or garbage manifest returns an error wrapping ErrCorrupt.
+// truncated or garbage manifest returns an error wrapping ErrCorrupt, one
+// of a newer format (a newer raftps wrote it) ErrNewerFormat.
 func DecodeManifest(raw []byte) (*Manifest, error) {
+	// The format first, without the strict decoder: a newer format may
+	// have fields this build does not know.
+	var v struct {
+		Format int32 `json:"format"`
+	}
+	if json.Unmarshal(raw, &v) == nil && v.Format > ManifestFormat {
+		return nil, fmt.Errorf("%w: manifest format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", ErrNewerFormat, v.Format, ManifestFormat)
+	}
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

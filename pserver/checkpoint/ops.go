@@ -288,9 +288,9 @@ const ExportMagic = "RAFTPSCK"
 // ExportFormatVersion is the format version written after the magic.
 const ExportFormatVersion = 1
 
-// ErrNewerFormat: an export was written by a newer raftps in a format this
-// build does not know.
-var ErrNewerFormat = errors.New("checkpoint: export written by a newer raftps")
+// ErrNewerFormat: an export or a manifest was written by a newer raftps in
+// a format this build does not know.
+var ErrNewerFormat = errors.New("checkpoint: written by a newer raftps")
 
 // ExportHeader is the JSON header of an exported file (FORMAT.md).
 type ExportHeader struct {

@@ -98,7 +98,9 @@ func candidateVersions(ptrs map[int32]*pb.CheckpointPointer) []int64 {
 // peer), MD5 verified. If a version fails (missing or corrupt manifest or
 // blob, on every node), the next older one is tried; if all fail, blobs is
 // nil and rec.Reason starts with "initializer: " — the caller initializes.
-// err is non-nil only when the pointers cannot be read (Meta error) or ctx
+// A version whose manifest a newer raftps wrote is not skipped: Restore
+// returns an error wrapping ErrNewerFormat (upgrade this node).
+// Otherwise err is non-nil only when the pointers cannot be read (Meta error) or ctx
 // ends; Restore never panics. rec records version, manifest md5 (or
 // "slot:md5,..." when several old slots contributed), source nodes, reason.
 func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[int32][]byte, rec *pb.RestoreRecord, err error) {
@@ -151,6 +153,12 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 			return nil, nil, err
 		}
 		got, md5s, sources, err := m.restoreVersion(ctx, req, ptrs, v)
+		if errors.Is(err, ErrNewerFormat) {
+			// A newer raftps wrote it (a mixed-version cluster): falling
+			// back to an older version would silently drop progress.
+			log.Error("restore: checkpoint written by a newer raftps; upgrade this node", "version", v, "err", err)
+			return nil, nil, fmt.Errorf("restore %s slot %d version %d: %w", req.Job, req.Slot, v, err)
+		}
 		if err != nil {
 			log.Warn("restore: version unusable; trying an older one", "version", v, "err", err)
 			failures = append(failures, fmt.Sprintf("version %d: %v", v, err))
@@ -240,6 +248,7 @@ func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.
 	key := ManifestKey(job, v, slot)
 	srcs := m.sourcesFor(p)
 	var errs []string
+	var newer error // a source holds it in a format newer than this build's
 	for i, src := range srcs {
 		raw, err := m.readManifest(ctx, src, key)
 		if err == nil {
@@ -260,6 +269,12 @@ func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.
 		}
 		m.logger.Debug("manifest not usable on source", "key", key, "source", src.id, "err", err)
 		errs = append(errs, src.id+": "+shortErr(err))
+		if errors.Is(err, ErrNewerFormat) {
+			newer = err
+		}
+	}
+	if newer != nil {
+		return nil, fmt.Errorf("manifest %s: %w", key, newer)
 	}
 	return nil, fmt.Errorf("manifest %s: %s", key, strings.Join(errs, ", "))
 }
