@@ -68,9 +68,6 @@ type Config struct {
 	// node's trainers refuse anything else with one error that does not
 	// tell what exists. Default: <DataDir>/datasets (and DatasetDir if set).
 	DatasetRoots []string
-	// GossipKey is the optional gossip encryption key (16, 24 or 32 bytes).
-	GossipKey []byte
-
 	// GossipKeyringFile is a keyring file (security.LoadKeyringFile: a JSON
 	// array of base64 keys, the primary first) that encrypts gossip;
 	// `raftps keyring` changes it on every member and each rewrites its
@@ -186,9 +183,6 @@ func (c *Config) Validate() error {
 	}
 	if c.FinishedJobMaxAge < 0 {
 		return bad("--finished-job-max-age must be >= 0 (0: no age limit)")
-	}
-	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
-		return bad("--gossip-key: %d bytes, want 16, 24 or 32", n)
 	}
 	return nil
 }

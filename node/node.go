@@ -198,7 +198,6 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	}
 	gcfg.Join = n.cfg.Join
 	gcfg.JoinRetryMax = 0
-	gcfg.SecretKey = n.cfg.GossipKey
 	if n.keyring, err = n.openKeyring(); err != nil {
 		return err
 	}

@@ -72,7 +72,6 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown role", with(func(c *Config) { c.Roles = []string{"server", "cook"} }), "cook"},
 		{"no server role and nothing to join", with(func(c *Config) { c.Roles = []string{gossip.RoleTrainer} }), "--join"},
 		{"negative expect", with(func(c *Config) { c.BootstrapExpect = -1 }), "bootstrap-expect"},
-		{"short gossip key", with(func(c *Config) { c.GossipKey = []byte("short") }), "--gossip-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

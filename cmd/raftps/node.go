@@ -11,7 +11,6 @@ func newNodeCmd(g *globals) *cobra.Command {
 	var (
 		cfg        = node.DefaultConfig()
 		logLevel   string
-		key        string
 		configFile string
 		reserve    uint64
 		insecure   bool
@@ -42,9 +41,6 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 				return err
 			}
 			cfg.Logger = logger
-			if key != "" {
-				cfg.GossipKey = []byte(key)
-			}
 			cfg.DiskReserve = reserve << 20
 			n, err := node.New(cfg)
 			if err != nil {
@@ -72,7 +68,6 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many server nodes have joined")
 	f.StringSliceVar(&cfg.Roles, "roles", cfg.Roles, "roles: "+gossip.RoleServer+", "+gossip.RolePServer+", "+gossip.RoleTrainer)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&key, "gossip-key", "", "gossip encryption key (16, 24 or 32 bytes)")
 	f.StringSliceVar(&cfg.DatasetRoots, "dataset-root", nil, "directories a job's dataset.path may name (repeatable; default <data-dir>/datasets and --dataset-dir)")
 	f.StringVar(&cfg.DatasetDir, "dataset-dir", "", "dataset directory of this node's trainers (default: the job's dataset path)")
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
