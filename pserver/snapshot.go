@@ -555,14 +555,17 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 	if string(blob[:4]) != vshardMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
 	}
+	// The envelope (magic, format, CRC-32C trailer) is every format's: the
+	// CRC first, so that a damaged format field reads as damage, not as a
+	// newer raftps.
+	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", ErrCorrupt, got, sum)
+	}
 	if f := binary.LittleEndian.Uint16(blob[4:]); f > vshardFormat {
 		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", ErrNewerFormat, f, vshardFormat)
 	} else if f != vshardFormat {
 		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, f)
-	}
-	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", ErrCorrupt, got, sum)
 	}
 	r := &reader{b: body[8:]}
 	vs := &VShardSnapshot{}
