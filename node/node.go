@@ -305,7 +305,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		}()
 	}
 
-	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	// ErrorLog: refused TLS handshakes (no or a foreign client
+	// certificate) go to the node's log, not to the standard logger.
+	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelWarn)}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
