@@ -22,6 +22,10 @@ import (
 type Store interface {
 	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
 	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	// LeaseLastKeepAlive: when the last keepalive of a lease arrived at
+	// this leader in its term (leader-local; slot handover).
+	LeaseLastKeepAlive(id int64) (time.Time, bool)
+	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
 	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
 	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
 	DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error)
@@ -356,7 +360,9 @@ func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
 // nodeGone handles a node that gossip declared dead or that left: its
 // trainers' pending tasks are requeued at once and their leases revoked,
 // and its pserver slots' leases revoked so other nodes claim them (the task
-// timeout and the lease TTL are only the backstops).
+// timeout and the lease TTL are only the backstops). For each slot it
+// held, a schema.HandoverRecord tells the next claimant how long the node,
+// if only partitioned, may still serve (handoverRevoke).
 func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	node := mem.Meta.ID
 	m.mu.Lock()
@@ -367,7 +373,7 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	if err != nil {
 		return
 	}
-	leases := map[int64]bool{}
+	leases := map[int64][]heldSlot{}
 	for _, kv := range resp.Kvs {
 		job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
 		if !ok || (kind != schema.KindTrainer && kind != schema.KindSlot) {
@@ -386,18 +392,95 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 				m.log.Info("trainer gone: tasks requeued", "job", job, "trainer", id, "requeued", out.Requeued, "node_status", mem.Status.String())
 			}
 		}
-		if kv.Lease != 0 {
-			leases[kv.Lease] = true
+		if kv.Lease == 0 {
+			continue
+		}
+		held := leases[kv.Lease]
+		if kind == schema.KindSlot {
+			if slot, err := schema.ParseSlot(id); err == nil {
+				held = append(held, heldSlot{job: job, slot: slot, incarnation: kv.CreateRevision})
+			}
+		}
+		leases[kv.Lease] = held
+	}
+	for id, slots := range leases {
+		m.handoverRevoke(ctx, node, id, slots)
+	}
+}
+
+// heldSlot is a pserver slot claim of a node that is gone.
+type heldSlot struct {
+	job         string
+	slot        int32
+	incarnation int64
+}
+
+// handoverRevoke revokes lease id of the gone node and, for every slot
+// claimed under it, writes a schema.HandoverRecord: how long the next
+// claimant must wait before serving so that the holder, if it is only
+// partitioned and serving on, has fenced (schema.HandoverWait from the age
+// of the lease's last keepalive at this leader). The age is read after
+// the revoke applied: no keepalive succeeds after that, and every one that
+// did had arrived and was recorded. If this leader saw no keepalive of the
+// lease in its term (it took over since), the age is unknown and no record
+// is written: the claimant then waits a whole TTL, as before. A record is
+// written only if the slot is still unclaimed and its handover key is as it
+// was before the revoke (a claimant consumes or marks that key before
+// serving), so it always describes the slot's last holder.
+func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slots []heldSlot) {
+	var ttl int64
+	if l, ok := m.store.FSM().Lease(id); ok {
+		ttl = l.TTL
+	}
+	before := make([]int64, len(slots)) // mod revision of each slot's handover key (0: none)
+	for i, h := range slots {
+		r, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey(h.job, h.slot))})
+		if err == nil && len(r.Kvs) > 0 {
+			before[i] = r.Kvs[0].ModRevision
 		}
 	}
-	for id := range leases {
-		actx, cancel := context.WithTimeout(ctx, applyTimeout)
-		_, err := m.store.LeaseRevoke(actx, &pb.LeaseRevokeRequest{Id: id})
-		cancel()
-		if err != nil && !errors.Is(err, fsm.ErrLeaseNotFound) {
+	actx, cancel := context.WithTimeout(ctx, applyTimeout)
+	resp, err := m.store.LeaseRevoke(actx, &pb.LeaseRevokeRequest{Id: id})
+	cancel()
+	if err != nil {
+		if !errors.Is(err, fsm.ErrLeaseNotFound) {
 			m.log.Warn("revoke lease of gone node", "node", node, "lease", id, "err", err)
-		} else {
-			m.log.Info("lease of gone node revoked", "node", node, "lease", id)
+		}
+		return
+	}
+	m.log.Info("lease of gone node revoked", "node", node, "lease", id)
+	if len(slots) == 0 || ttl == 0 {
+		return
+	}
+	at, ok := m.store.LeaseLastKeepAlive(id)
+	if !ok {
+		m.log.Info("slot handover: last keepalive of the lease unknown to this leader; claimants wait a whole TTL",
+			"node", node, "lease", id)
+		return
+	}
+	since := time.Since(at)
+	wait := schema.HandoverWait(ttl, since)
+	for i, h := range slots {
+		rec := schema.HandoverRecord{Node: node, Incarnation: h.incarnation, Lease: id,
+			RevokedRevision: resp.GetHeader().GetRevision(), SinceKeepAliveNanos: int64(since), WaitNanos: int64(wait)}
+		slotKey, hoKey := []byte(schema.SlotKey(h.job, h.slot)), []byte(schema.HandoverKey(h.job, h.slot))
+		actx, cancel := context.WithTimeout(ctx, applyTimeout)
+		out, err := m.store.Txn(actx, &pb.TxnRequest{
+			Compare: []*pb.Compare{
+				{Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, Key: slotKey, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: 0}},
+				{Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, Key: hoKey, TargetUnion: &pb.Compare_ModRevision{ModRevision: before[i]}},
+			},
+			Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: hoKey, Value: rec.Marshal()}}}},
+		})
+		cancel()
+		switch {
+		case err != nil:
+			m.log.Warn("slot handover record", "job", h.job, "slot", h.slot, "err", err)
+		case !out.GetSucceeded():
+			m.log.Info("slot handover record not written: slot claimed meanwhile", "job", h.job, "slot", h.slot)
+		default:
+			m.log.Info("slot handover record written", "job", h.job, "slot", h.slot, "node", node,
+				"last_keepalive_ago", since.Round(time.Millisecond), "claimant_wait", wait.Round(time.Millisecond))
 		}
 	}
 }

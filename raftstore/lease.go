@@ -21,10 +21,19 @@ type leaseTimers struct {
 	active   bool                // this server leads and has established leadership
 	deadline map[int64]time.Time // lease ID → expiry
 	revoking map[int64]time.Time // lease ID → when the revoke was last proposed
+	// arrived is when the last keepalive for a lease arrived at this
+	// leader since it established leadership (recorded before the lease is
+	// looked up, so every keepalive that succeeds before a revoke applies
+	// is in it). Cleared on step-down: a new leader does not know it.
+	arrived map[int64]time.Time
 }
 
+// arrivalKeep is how long the arrival of a lease's last keepalive is kept
+// after the lease is gone (for LeaseLastKeepAlive after a revoke).
+const arrivalKeep = time.Minute
+
 func newLeaseTimers() *leaseTimers {
-	return &leaseTimers{deadline: map[int64]time.Time{}, revoking: map[int64]time.Time{}}
+	return &leaseTimers{deadline: map[int64]time.Time{}, revoking: map[int64]time.Time{}, arrived: map[int64]time.Time{}}
 }
 
 // ttlDuration converts a TTL in seconds, clamped to fsm.MaxLeaseTTL so
@@ -59,6 +68,27 @@ func (t *leaseTimers) stepDown() {
 	t.active = false
 	clear(t.deadline)
 	clear(t.revoking)
+	clear(t.arrived)
+}
+
+// arrival records that a keepalive for lease id arrived at now (only while
+// leadership is established).
+func (t *leaseTimers) arrival(now time.Time, id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.active && now.After(t.arrived[id]) {
+		t.arrived[id] = now
+	}
+}
+
+// lastArrival returns when the last keepalive for lease id arrived since
+// leadership was established; ok is false if none did (or this server
+// does not lead).
+func (t *leaseTimers) lastArrival(id int64) (at time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok = t.arrived[id]
+	return at, ok && t.active
 }
 
 // applied records grants (deadline now+TTL) and revokes from an FSM notification.
@@ -132,6 +162,11 @@ func (t *leaseTimers) remaining(now time.Time, id int64) (left time.Duration, tr
 func (t *leaseTimers) expired(now time.Time, retry time.Duration) []int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for id, at := range t.arrived {
+		if _, live := t.deadline[id]; !live && now.Sub(at) > arrivalKeep {
+			delete(t.arrived, id)
+		}
+	}
 	var ids []int64
 	for id, d := range t.deadline {
 		if now.Before(d) {
@@ -227,11 +262,24 @@ func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error
 	if err := s.leaseLeader(ctx); err != nil {
 		return 0, err
 	}
+	s.leases.arrival(time.Now(), id)
 	l, ok := s.fsm.Lease(id)
 	if !ok || !s.leases.keepAlive(time.Now(), id, l.TTL) {
 		return 0, fmt.Errorf("%w: %d", fsm.ErrLeaseNotFound, id)
 	}
 	return l.TTL, nil
+}
+
+// LeaseLastKeepAlive returns when (this server's clock, with its monotonic
+// reading) the last keepalive for lease id arrived at this server since it
+// established its leadership, whether it succeeded or not; ok is false if
+// none did or it does not lead. Every keepalive that succeeds arrives
+// before the lease's revoke applies, so read after the revoke it bounds the
+// send of the holder's last successful renewal (package master uses it for
+// slot handover, schema.HandoverRecord). Leader-local: nothing of it is
+// replicated, and a new leader starts without it.
+func (s *Store) LeaseLastKeepAlive(id int64) (at time.Time, ok bool) {
+	return s.leases.lastArrival(id)
 }
 
 // LeaseTimeToLive returns the seconds left on lease id as the leader's

@@ -23,6 +23,7 @@ const (
 	KindTrainer    = "trainers"
 	KindCheckpoint = "checkpoints"
 	KindRestore    = "restores"
+	KindHandover   = "handovers"
 )
 
 // rollbackName is the last element of a job's rollback key.
@@ -63,6 +64,16 @@ func RestorePrefix(job string) string { return kindPrefix(job, KindRestore) }
 
 // RestoreKey is /jobs/<job>/restores/<slot>: the slot's latest restore record.
 func RestoreKey(job string, slot int32) string { return RestorePrefix(job) + strconv.Itoa(int(slot)) }
+
+// HandoverPrefix is the prefix of every HandoverKey of job.
+func HandoverPrefix(job string) string { return kindPrefix(job, KindHandover) }
+
+// HandoverKey is /jobs/<job>/handovers/<slot>: the HandoverRecord of the
+// slot's last early lease revoke (written by the master, consumed by the
+// next claimant; see HandoverRecord).
+func HandoverKey(job string, slot int32) string {
+	return HandoverPrefix(job) + strconv.Itoa(int(slot))
+}
 
 // RollbackKey is /jobs/<job>/rollback: in a sync job, the checkpoint version
 // that a restored slot went back to, which every other slot then follows

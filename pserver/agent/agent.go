@@ -2,15 +2,19 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
+	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
+	"github.com/raftps/raftps/schema"
 )
 
 // Meta is what the agent needs of the metadata store.
@@ -55,13 +59,14 @@ type Agent struct {
 	members Members
 	log     *slog.Logger
 
-	session *concurrency.Session
-	mu      sync.Mutex
-	lease   int64 // the session's lease as of the last renewal; 0 after a fence
-	hosted  map[slotKey]*hosted
+	session  *concurrency.Session
+	renewals *renewals // the session's LeaseAPI: when its last renewal was sent
+	mu       sync.Mutex
+	lease    int64 // the session's lease as of the last renewal; 0 after a fence
+	hosted   map[slotKey]*hosted
 	// written is the restore record this node last wrote per slot: a slot
 	// whose record is still this one was held by no one else since
-	// (servedBefore).
+	// (takeOver).
 	written map[slotKey][]byte
 	refused map[slotKey]bool // slots not claimed for the budget, event recorded (budget.go)
 	wg      sync.WaitGroup
@@ -106,9 +111,10 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	rn := &renewals{api: meta}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
-		session: concurrency.NewSession(meta, cfg.LeaseTTL),
-		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
+		session: concurrency.NewSession(rn, cfg.LeaseTTL), renewals: rn,
+		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
 		refused: map[slotKey]bool{}}
 }
 
@@ -142,32 +148,50 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // keepAlive renews the session's lease every Poll until ctx ends and fences
 // every hosted slot when the lease is lost: at once when the store says so
-// (Session.Ensure reports lost), and without waiting for the store when no
-// renewal succeeded for 2/3 of the TTL (a partition, a stalled leader): the
-// lease may be expiring on the leader, and another node may then claim the
-// slots. Ensure answers from its cache for a third of the TTL after a
-// renewal, so the last success is at most TTL/3 after the last renewal the
-// leader saw, and the fence comes at most one TTL after it: never after the
-// leader's expiry.
+// (Session.Ensure reports lost, or a keepalive answers that the lease is
+// gone), and without waiting for the store schema.PServerFence (2/3 of the
+// TTL) after the send of the last keepalive that succeeded (a partition, a
+// stalled leader): the lease may be expiring on the leader, or have been
+// revoked early by the master, and another node may then claim the slots.
+// That bound is the contract the master's handover records rely on
+// (schema.HandoverWait), so it is measured from the send of the renewal
+// itself, not from the session's cached answers; and the lease is renewed
+// every Poll (not only every TTL/3, as the session would), so a renewal
+// that fails for a while still leaves 2/3 of the TTL before the fence.
 func (a *Agent) keepAlive(ctx context.Context) {
-	safe := time.Duration(a.cfg.LeaseTTL) * time.Second * 2 / 3
+	safe := schema.PServerFence(a.cfg.LeaseTTL)
 	watchdog := time.AfterFunc(time.Hour, func() {
-		a.fenceAll("lease not renewed for 2/3 of its TTL: it may expire on the leader")
+		a.fenceAll("lease not renewed for 2/3 of its TTL: it may expire or have been revoked on the leader")
 	})
 	watchdog.Stop()
 	defer watchdog.Stop()
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
+	var gone int64 // a lease a keepalive found gone, which the session may still return from its cache
 	for {
-		start := time.Now()
 		id, lost, err := a.session.Ensure(ctx)
 		if lost {
 			a.fenceAll("lease lost")
 		}
-		if err != nil {
+		if err == nil && id != gone {
+			if sent, ok := a.renewals.last(id); ok && time.Since(sent) >= a.cfg.Poll/2 {
+				kctx, cancel := context.WithTimeout(ctx, min(max(time.Until(sent.Add(safe)), 100*time.Millisecond), 2*time.Second))
+				_, kerr := a.renewals.LeaseKeepAlive(kctx, id)
+				cancel()
+				if errors.Is(rpctypes.FromStatus(kerr), errs.ErrLeaseNotFound) {
+					gone = id
+					a.fenceAll("lease lost (keepalive: not found)")
+				}
+			}
+		}
+		switch {
+		case err != nil:
 			a.log.Warn("pserver lease", "err", err)
-		} else {
-			watchdog.Reset(time.Until(start.Add(safe)))
+		case id == gone:
+		default:
+			if sent, ok := a.renewals.last(id); ok {
+				watchdog.Reset(time.Until(sent.Add(safe)))
+			}
 			a.mu.Lock()
 			if a.lease != id {
 				a.log.Info("pserver lease", "lease", id, "ttl_s", a.cfg.LeaseTTL)
@@ -181,6 +205,52 @@ func (a *Agent) keepAlive(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// renewals is the session's LeaseAPI over the agent's Meta: it records
+// when the last grant or keepalive that succeeded was sent, for the
+// watchdog (schema.PServerFence is measured from that send).
+type renewals struct {
+	api concurrency.LeaseAPI
+
+	mu   sync.Mutex
+	id   int64     // the lease last granted
+	sent time.Time // send of its last successful grant or keepalive
+}
+
+func (r *renewals) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
+	sent := time.Now()
+	id, err := r.api.LeaseGrant(ctx, ttl)
+	if err == nil {
+		r.mu.Lock()
+		r.id, r.sent = id, sent
+		r.mu.Unlock()
+	}
+	return id, err
+}
+
+func (r *renewals) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
+	sent := time.Now()
+	ttl, err := r.api.LeaseKeepAlive(ctx, id)
+	if err == nil {
+		r.mu.Lock()
+		if id == r.id && sent.After(r.sent) {
+			r.sent = sent
+		}
+		r.mu.Unlock()
+	}
+	return ttl, err
+}
+
+func (r *renewals) LeaseRevoke(ctx context.Context, id int64) error {
+	return r.api.LeaseRevoke(ctx, id)
+}
+
+// last returns when the last successful renewal of lease id was sent.
+func (r *renewals) last(id int64) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent, id != 0 && id == r.id
 }
 
 // currentLease is the lease new claims are made under (0: none known live).

@@ -123,21 +123,25 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 
 // claim takes slot i under lease, restores it and serves it.
 //
-// Handover: when the slot was served before (its restore record exists),
-// the previous holder may still be serving it. Its lease is gone, but a
-// lease can end before its TTL (the master revokes the leases of a node
-// that gossip declares dead, which a partitioned node cannot hear), and the
-// previous holder fences only when its own watchdog fires, at most one TTL
-// after its last renewal, which came before this claim. So the slot is
-// served from here no earlier than one TTL after the claim (the restore
-// runs meanwhile): two servers never accept pushes for one slot at once.
-// The restore record is written before serving, so a later claimant always
-// knows that there was a holder to wait for.
+// Handover: when another node served the slot before (its restore record
+// exists and is not the one this node last wrote), that holder may still
+// be serving it. Its claim is gone, but a lease can end before its TTL (the
+// master revokes the lease of a node that gossip declares dead, which a
+// partitioned node cannot hear), and the holder fences only when its own
+// watchdog fires, schema.PServerFence (2/3 of the TTL) after the send of
+// its last successful keepalive. So the slot is served from here no
+// earlier than:
+//   - the wait of the master's schema.HandoverRecord for the slot, if this
+//     claim consumed it (the leader knew when the holder's last keepalive
+//     arrived: schema.HandoverWait), counted from the consuming Txn;
+//   - one lease TTL after the claim otherwise (the holder's last keepalive
+//     was sent before its claim ended, hence before this claim).
+//
+// The restore runs meanwhile, so two servers never accept pushes for one
+// slot at once. The restore record is written before serving and only
+// while the claim is held, so a later claimant always knows that there was
+// a holder to wait for.
 func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int64) error {
-	handover, err := a.servedBefore(ctx, spec.Name, i)
-	if err != nil {
-		return err
-	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
 	cancel()
@@ -145,10 +149,13 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		return err
 	}
 	start := time.Now()
-	notBefore := start
-	if handover {
-		notBefore = start.Add(time.Duration(a.cfg.LeaseTTL) * time.Second)
+	to, err := a.takeOver(ctx, spec.Name, i, inc)
+	if err != nil {
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return err
 	}
+	notBefore := start.Add(to.wait(a.cfg.LeaseTTL))
+	handover := to.previous
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers,
 		Async: spec.Mode == pb.UpdateMode_UPDATE_MODE_ASYNC})
@@ -198,9 +205,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	// slot is served, or the slot is not served.
 	b, err := schema.MarshalRestore(rec)
 	if err == nil {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = a.meta.Put(pctx, &pb.PutRequest{Key: []byte(schema.RestoreKey(spec.Name, i)), Value: b})
-		pcancel()
+		err = a.putWhileClaimed(ctx, spec.Name, i, inc, []byte(schema.RestoreKey(spec.Name, i)), b)
 	}
 	if err != nil {
 		s.Close()
@@ -239,25 +244,103 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	return nil
 }
 
-// servedBefore reports whether slot i of job may still be served by
-// another holder: its restore record exists (read linearizably, so a
-// record written before the previous holder served is seen) and is not the
-// one this node wrote when it last held the slot (every holder writes one
-// before serving, so an unchanged record means no one else held it since).
-func (a *Agent) servedBefore(ctx context.Context, job string, i int32) (bool, error) {
+// takeover is what a new claim found of the slot's previous holders.
+type takeover struct {
+	// previous: another holder may still serve the slot (its restore
+	// record exists and is not the one this node last wrote; every holder
+	// writes one, while it holds the claim, before serving).
+	previous bool
+	// record: the master's handover record this claim consumed (nil: none,
+	// or consumed by an earlier claim).
+	record *schema.HandoverRecord
+	// at is when the record was read (after the Txn that consumed it).
+	at time.Time
+}
+
+// wait is how long after the claim the slot may be served: 0 if no other
+// holder may serve it; the record's wait if one was consumed; else a whole
+// lease TTL of ttl seconds.
+func (t takeover) wait(ttl int64) time.Duration {
+	switch {
+	case !t.previous:
+		return 0
+	case t.record != nil:
+		return time.Duration(t.record.WaitNanos)
+	default:
+		return time.Duration(ttl) * time.Second
+	}
+}
+
+// takeOver runs, right after claim inc of slot i, one Txn that checks the
+// claim is still held, reads the slot's restore record (linearizably: any
+// record a previous holder wrote, while it held the claim, is seen) and
+// its handover record, and marks the handover record consumed by inc (or
+// writes an empty one consumed by inc), so that the master's record for a
+// holder is used by one claim at most, the first after it, and a record
+// the master writes later describes the holder after this one
+// (master.handoverRevoke requires the key unchanged since the revoke). An
+// error means the claim is lost or its state unknown: do not serve.
+func (a *Agent) takeOver(ctx context.Context, job string, i int32, inc int64) (takeover, error) {
+	claimKey, restoreKey, hoKey := []byte(schema.SlotKey(job, i)), []byte(schema.RestoreKey(job, i)), []byte(schema.HandoverKey(job, i))
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(schema.RestoreKey(job, i))})
+	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{pserver.FenceCompareKey(claimKey, inc)},
+		Success: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: restoreKey}}},
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: hoKey}}},
+			{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: hoKey, Value: schema.HandoverRecord{ConsumedBy: inc}.Marshal()}}},
+		},
+	})
 	if err != nil {
-		return false, fmt.Errorf("read restore record of slot %d: %w", i, err)
+		return takeover{}, fmt.Errorf("slot %d: take over: %w", i, err)
 	}
-	if len(resp.GetKvs()) == 0 {
-		return false, nil
+	if !resp.GetSucceeded() {
+		return takeover{}, fmt.Errorf("slot %d: claim %d lost before serving", i, inc)
 	}
-	a.mu.Lock()
-	mine := a.written[slotKey{job, i}]
-	a.mu.Unlock()
-	return mine == nil || !bytes.Equal(resp.GetKvs()[0].GetValue(), mine), nil
+	var t takeover
+	t.at = time.Now()
+	rs := resp.GetResponses()
+	if len(rs) != 3 {
+		return takeover{}, fmt.Errorf("slot %d: take over: %d responses, want 3", i, len(rs))
+	}
+	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		a.mu.Lock()
+		mine := a.written[slotKey{job, i}]
+		a.mu.Unlock()
+		t.previous = mine == nil || !bytes.Equal(kvs[0].GetValue(), mine)
+	}
+	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		rec, err := schema.ParseHandoverRecord(kvs[0].GetValue())
+		switch {
+		case err != nil:
+			a.log.Warn("slot handover record unreadable: waiting a whole TTL", "job", job, "slot", i, "err", err)
+		case rec.ConsumedBy == 0 && rec.RevokedRevision > 0:
+			value := rec
+			value.ConsumedBy = inc
+			// Record what this claim consumed (the put above wrote the marker).
+			_ = a.putWhileClaimed(ctx, job, i, inc, hoKey, value.Marshal())
+			t.record = &rec
+		}
+	}
+	return t, nil
+}
+
+// putWhileClaimed puts key=value only while claim inc of slot i is held.
+func (a *Agent) putWhileClaimed(ctx context.Context, job string, i int32, inc int64, key, value []byte) error {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{pserver.FenceCompareKey([]byte(schema.SlotKey(job, i)), inc)},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: value}}}},
+	})
+	if err != nil {
+		return err
+	}
+	if !resp.GetSucceeded() {
+		return fmt.Errorf("slot %d: claim %d lost", i, inc)
+	}
+	return nil
 }
 
 // finish handles a slot of a job that ended: a last checkpoint, then stop

@@ -1,0 +1,98 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// The slot handover contract between the pserver agents (pserver/agent)
+// and the master (master.nodeGone).
+//
+// A pserver holder fences every slot it serves no later than
+// PServerFence(ttl) after it sent the last keepalive of its lease that
+// succeeded (its watchdog, measured on its own monotonic clock). The
+// leader sees a keepalive arrive after it was sent, and accepts none once
+// it has applied the lease's revoke. So when the master revokes a holder's
+// lease early (gossip declared the node dead; a partitioned holder cannot
+// hear it), the leader's own record of the last keepalive that arrived
+// bounds when the holder fences: HandoverWait turns that age into a wait
+// for the next claimant, written as a HandoverRecord.
+//
+// Clock rates: the holder, the leader and the claimant each measure on
+// their own monotonic clock, and HandoverWait allows each to run fast or
+// slow by a factor of up to 1+HandoverDrift (5%, a hundred times NTP's
+// 500 ppm slew limit).
+// HandoverMargin (500 ms) covers a late watchdog timer on a loaded holder
+// and a deposed leader that still accepts keepalives until its leader
+// lease (250 ms by default) runs out.
+const (
+	HandoverDrift  = 0.05
+	HandoverMargin = 500 * time.Millisecond
+)
+
+// PServerFence is how long after sending its last successful keepalive a
+// pserver holder with a lease of ttl seconds fences its slots: 2/3 of the
+// TTL.
+func PServerFence(ttl int64) time.Duration {
+	return time.Duration(ttl) * time.Second * 2 / 3
+}
+
+// HandoverWait is how long a claimant must wait, on its own clock, from
+// the moment it reads a HandoverRecord, before it serves the slot: the
+// holder's fence, PServerFence(ttl), stretched for a slow holder clock,
+// less the time the leader saw pass since the holder's last keepalive
+// arrived (shrunk for a fast leader clock), plus HandoverMargin, all
+// stretched for a fast claimant clock. Never negative.
+func HandoverWait(ttl int64, sinceKeepAlive time.Duration) time.Duration {
+	f := 1 + HandoverDrift
+	w := float64(PServerFence(ttl))*f - float64(max(sinceKeepAlive, 0))/f + float64(HandoverMargin)
+	return max(time.Duration(w*f), 0)
+}
+
+// HandoverRecord is the JSON value of HandoverKey: the master's record of
+// revoking a slot holder's lease early, so that the next claimant waits
+// out exactly the holder's fence instead of a whole lease TTL.
+//
+// The master writes it only when the leader knows the age of the lease's
+// last keepalive (it arrived at this leader in its current term), after
+// the revoke applied, in a Txn that requires the slot to be unclaimed and
+// the previous HandoverKey value unchanged. A claimant uses it only if it
+// consumes it: in one Txn that checks its own claim is still held, it reads
+// the record and sets ConsumedBy to its incarnation; the record then gives
+// no other claimant a shorter wait. Every claimant consumes (or marks the
+// key) before serving, so a record written for one holder is never applied
+// to a later one.
+type HandoverRecord struct {
+	// Node whose lease was revoked, the Incarnation (create revision) of its
+	// claim of the slot and the Lease.
+	Node        string `json:"node"`
+	Incarnation int64  `json:"incarnation"`
+	Lease       int64  `json:"lease"`
+	// RevokedRevision is the store revision of the revoke.
+	RevokedRevision int64 `json:"revoked_revision"`
+	// SinceKeepAliveNanos is how long before the record was written the
+	// holder's last keepalive arrived at the leader (ns).
+	SinceKeepAliveNanos int64 `json:"since_keepalive_nanos"`
+	// WaitNanos is HandoverWait's result: a claimant serves no earlier than
+	// this long (ns, on its clock) after it consumed the record.
+	WaitNanos int64 `json:"wait_nanos"`
+	// ConsumedBy is the incarnation of the claim that consumed the record
+	// (0: not consumed).
+	ConsumedBy int64 `json:"consumed_by,omitempty"`
+}
+
+// Marshal encodes r as the key's value.
+func (r HandoverRecord) Marshal() []byte { b, _ := json.Marshal(r); return b }
+
+// ParseHandoverRecord decodes a HandoverKey value.
+func ParseHandoverRecord(b []byte) (HandoverRecord, error) {
+	var r HandoverRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return HandoverRecord{}, fmt.Errorf("schema: handover record: %w", err)
+	}
+	if r.WaitNanos < 0 {
+		return HandoverRecord{}, fmt.Errorf("schema: handover record: negative wait %d ns", r.WaitNanos)
+	}
+	return r, nil
+}
