@@ -31,9 +31,15 @@
 //   - releases a node that gossip declares dead or left: the pending tasks
 //     of its trainers are requeued at once (COMMAND_REQUEUE_TRAINER) and the
 //     leases of its trainer and pserver keys revoked, so sync steps go on
-//     and other nodes claim its pserver slots without waiting for a TTL. A
-//     node that died before this leader took over is released on the next
-//     reconciliation, since its gossip event is gone;
+//     and other nodes claim its pserver slots without waiting for a TTL.
+//     For each slot it held, a schema.HandoverRecord tells the next
+//     claimant how long the node, if only partitioned, may still serve:
+//     schema.HandoverWait from the age of the lease's last keepalive at
+//     this leader (raftstore.Store.LeaseLastKeepAlive, read after the
+//     revoke applied); none is written when this leader saw no keepalive of
+//     the lease (it took over since), and the claimant then waits a whole
+//     TTL. A node that died before this leader took over is released on
+//     the next reconciliation, since its gossip event is gone;
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished.

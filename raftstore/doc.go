@@ -104,6 +104,10 @@
 // has committed its barrier, gives every lease a full TTL from that moment:
 // a leader failover never shortens a lease, at the cost of extending it by
 // up to one election.
+// The leader also records when each keepalive arrives
+// (LeaseLastKeepAlive, before the lease is looked up, kept a minute past
+// a revoke, forgotten on step-down), so that after an early revoke the
+// master knows how long ago the holder last renewed.
 //
 // # Watches
 //

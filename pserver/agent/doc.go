@@ -10,16 +10,22 @@
 // The agent decides nothing about other nodes: every claim is a Txn under
 // its lease (a raftstore/client/concurrency.Session), so two agents can
 // never serve the same slot at the same incarnation (DESIGN.md §5, §6).
-// Across incarnations, a lost lease fences every slot within 2/3 of the
-// TTL of the last renewal (a watchdog), and a slot that another node held
-// (its restore record exists and is not this node's) is served no earlier
-// than one lease TTL after the new claim: the master may revoke a
+// Across incarnations, a lost lease fences every slot within
+// schema.PServerFence (2/3 of the TTL) of the send of the last successful
+// keepalive (a watchdog; the lease is renewed every Poll), and a slot that
+// another node held (its restore record exists and is not this node's) is
+// served only once that holder has surely fenced: the master may revoke a
 // gossip-dead holder's lease early, and the holder, if only partitioned,
-// has fenced by then. The restore record is written before serving, so it
-// marks every handover.
+// serves on until its watchdog fires. When the master's
+// schema.HandoverRecord for the slot is there (the leader knew when the
+// holder's last keepalive arrived), the new claimant consumes it and waits
+// its schema.HandoverWait; otherwise it waits one lease TTL after the
+// claim. The restore record is written (only while the claim is held)
+// before serving, so it marks every handover.
 // Keys and records are schema's: slot claims schema.SlotKey /
-// schema.SlotRecord, restore records schema.RestoreKey, rollbacks
-// schema.RollbackKey / schema.Rollback.
+// schema.SlotRecord, restore records schema.RestoreKey, handover records
+// schema.HandoverKey / schema.HandoverRecord, rollbacks schema.RollbackKey /
+// schema.Rollback.
 //
 // Sync jobs stay one consistent model across slots:
 //   - checkpoints are step-exact: each slot snapshots inside the completion

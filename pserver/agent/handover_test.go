@@ -25,7 +25,9 @@ type nodeMeta struct {
 	arrived map[int64]time.Time
 }
 
-func newNodeMeta(f *fakeMeta) *nodeMeta { return &nodeMeta{fakeMeta: f, arrived: map[int64]time.Time{}} }
+func newNodeMeta(f *fakeMeta) *nodeMeta {
+	return &nodeMeta{fakeMeta: f, arrived: map[int64]time.Time{}}
+}
 
 func (n *nodeMeta) setCut(v bool) {
 	n.mu.Lock()
