@@ -1,0 +1,71 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/schema"
+)
+
+// TestNodeGoneHandoverRecord: when gossip declares a pserver node dead,
+// the master revokes its lease and writes, for each slot it held, a
+// handover record whose wait is schema.HandoverWait from the age of the
+// lease's last keepalive at this leader: short when that keepalive is old.
+// When the leader saw no keepalive of the lease (it took over since), no
+// record is written (the claimant waits a whole TTL).
+func TestNodeGoneHandoverRecord(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	grant5 := func() int64 {
+		resp, err := s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Id
+	}
+	renewed, unknown := grant5(), grant5()
+	put(t, s, schema.SlotKey("j", 0), schema.SlotRecord{Node: "n2", Addr: "n2:7000"}.Marshal(), renewed)
+	put(t, s, schema.SlotKey("j", 1), schema.SlotRecord{Node: "n3", Addr: "n3:7000"}.Marshal(), unknown)
+	if _, err := s.LeaseKeepAlive(ctx, renewed); err != nil {
+		t.Fatal(err)
+	}
+	kept := time.Now()
+	time.Sleep(1500 * time.Millisecond) // gossip's detection time
+
+	m := newMaster(s, &fakeMembers{})
+	m.nodeGone(ctx, member("n2", gossip.StatusDead, "", gossip.RolePServer))
+	done := time.Now()
+	if exists(t, s, schema.SlotKey("j", 0)) {
+		t.Fatal("the dead node's slot claim survived")
+	}
+	resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey("j", 0))})
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("handover record of slot 0: %v %v", resp, err)
+	}
+	rec, err := schema.ParseHandoverRecord(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Duration(rec.SinceKeepAliveNanos)
+	if since < 1500*time.Millisecond || since > done.Sub(kept) {
+		t.Fatalf("record: last keepalive %v before, want between 1.5 s and %v", since, done.Sub(kept))
+	}
+	if w := time.Duration(rec.WaitNanos); w != schema.HandoverWait(5, since) || w >= 5*time.Second-1500*time.Millisecond {
+		t.Fatalf("record wait %v, want HandoverWait(5 s, %v) = %v, well under a TTL", w, since, schema.HandoverWait(5, since))
+	}
+	if rec.Node != "n2" || rec.Lease != renewed || rec.ConsumedBy != 0 || rec.RevokedRevision == 0 {
+		t.Fatalf("record %+v", rec)
+	}
+
+	// A lease this leader never saw a keepalive of: revoked, no record.
+	m.nodeGone(ctx, member("n3", gossip.StatusDead, "", gossip.RolePServer))
+	if _, ok := s.FSM().Lease(unknown); ok {
+		t.Fatal("lease of the second dead node not revoked")
+	}
+	if exists(t, s, schema.HandoverKey("j", 1)) {
+		t.Fatal("handover record written without a known last keepalive")
+	}
+}
