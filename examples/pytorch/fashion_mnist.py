@@ -3,8 +3,8 @@
 (datasets/fashion-mnist, IDX gzip; nothing is downloaded) with raftps's
 parameter servers, task queue and checkpoints.
 
-    fashion_mnist.py demo [--epochs 3] [--no-faults]   # local 3-node cluster, faults, summary (make demo-python)
-    fashion_mnist.py local [--epochs 3]                # plain single-process PyTorch, same hyperparameters
+    fashion_mnist.py demo [--epochs 4] [--no-faults]   # local 3-node cluster, faults, summary (make demo-python)
+    fashion_mnist.py local [--epochs 4]                # plain single-process PyTorch, same hyperparameters
     fashion_mnist.py train --endpoints H:P,... --job J --id T   # one trainer process
 
 The demo starts three `raftps node` processes (roles server,pserver),
@@ -16,9 +16,18 @@ eval task), how long training stood still after each fault, the restores,
 and the test accuracy of the exported safetensors checkpoint loaded into a
 fresh model. It exits 1 if the accuracy misses --target.
 
-Hyperparameters (both modes): batch 64 per trainer (sync averages the two
-trainers' batches: 128 per step; `local` uses 128), momentum SGD, lr 0.05,
-momentum 0.9, PyTorch's default initialization (raftps.torch.param_specs).
+Hyperparameters (both modes): 4 epochs, batch 64 per trainer (sync
+averages the two trainers' batches: 128 per step; `local` uses 128, so
+both see every record once per epoch in steps of 128), momentum SGD with
+momentum 0.9 and the pservers' schedule lr_t = lr / (1 + lr_decay * t)
+(t = steps before; `local` applies the same with LambdaLR), seed 1 for
+the initialization's distribution (PyTorch's default,
+raftps.torch.param_specs) and the record order (the master's per-pass
+permutation; `local` a torch.randperm).
+
+Security: the demo's cluster runs mutual TLS with a CA of its own
+(<data dir>/tls); each trainer has a trainer certificate for the job only.
+`--insecure` runs it plaintext.
 """
 
 import argparse
@@ -107,6 +116,9 @@ def cmd_local(a):
     xt, yt = load("test")
     model = MODELS[a.model]()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    # The pservers' schedule: lr_t = lr / (1 + lr_decay * t), t = updates
+    # applied before this one (pserver/optimizer.go).
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1.0 + a.lr_decay * t))
     bs = 2 * a.batch_size
     t0 = time.time()
     for epoch in range(a.epochs):
@@ -116,6 +128,7 @@ def cmd_local(a):
             opt.zero_grad()
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
+            sched.step()
         tl, ta = evaluate(model, xt, yt)
         print(json.dumps({"ev": "epoch", "epoch": epoch, "test_accuracy": ta, "test_loss": tl,
                           "elapsed": time.time() - t0}), flush=True)
@@ -201,15 +214,22 @@ def cmd_demo(a):
         subprocess.run(["go", "build", "-o", bin_path, "./cmd/raftps"], cwd=ROOT, check=True)
     work = a.data_dir or tempfile.mkdtemp(prefix="raftps-demo-python-")
     print(f"data and logs: {work}", flush=True)
-    nodes = localcluster.start(bin_path, work, 3, roles="server,pserver")
+    # Mutual TLS (a CA of the demo's own in <work>/tls): the demo drives the
+    # cluster with the admin's certificate, each trainer has a trainer
+    # certificate for this job only (RAFTPS_CACERT/CERT/KEY in its
+    # environment), the CLI gets --cacert/--cert/--key.
+    nodes = localcluster.start(bin_path, work, 3, roles="server,pserver", secure=not a.insecure)
+    admin = nodes[0].client_tls
+    cli_tls = ["--cacert", admin.cacert, "--cert", admin.cert, "--key", admin.key] if admin else []
     eps = ",".join(n.grpc for n in nodes)
-    c = raftps.Client(eps)
+    c = raftps.Client(eps, tls=admin, insecure=admin is None)
     job = a.name or f"fmnist-cnn-{int(time.time()) % 100000}"
     torch.manual_seed(a.seed)
     spec = {"name": job, "model": {"name": "external"}, "params": param_specs(MODELS[a.model]()),
             "dataset": {"path": DATASET, "records": a.records}, "records_per_task": a.records_per_task,
             "batch_size": a.batch_size, "passes": a.epochs,
-            "optimizer": {"name": "momentum", "learning_rate": a.lr, "momentum": a.momentum},
+            "optimizer": {"name": "momentum", "learning_rate": a.lr, "momentum": a.momentum,
+                          "lr_decay": a.lr_decay},
             "num_pservers": 2, "mode": "UPDATE_MODE_SYNC", "seed": a.seed, "eval_each_pass": True,
             "checkpoint": {"every_steps": a.checkpoint_steps, "keep_max": 3},
             "task_timeout_floor_ms": 120000, "max_task_timeouts": 10, "target_accuracy": a.target}
@@ -218,10 +238,14 @@ def cmd_demo(a):
 
     def start_trainer(tid, min_trainers=1):
         logs[tid] = os.path.join(work, f"{tid}.log")
+        env = dict(os.environ)
+        if admin is not None:
+            t = localcluster.client_cert(bin_path, localcluster.tls_dir(work), tid, "trainer", jobs=[job])
+            env.update(RAFTPS_CACERT=t.cacert, RAFTPS_CERT=t.cert, RAFTPS_KEY=t.key)
         procs[tid] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "train", "--endpoints", eps,
                                        "--job", job, "--id", tid, "--min-trainers", str(min_trainers),
                                        "--model", a.model],
-                                      stdout=open(logs[tid], "w"), stderr=open(logs[tid] + ".err", "w"))
+                                      stdout=open(logs[tid], "w"), stderr=open(logs[tid] + ".err", "w"), env=env)
 
     t_start = time.time()
     start_trainer("t1", 2)
@@ -230,6 +254,7 @@ def cmd_demo(a):
     plan = [] if a.no_faults else [(0.30, "kill-trainer"), (0.45, "kill-slot0-node"), (0.60, "add-trainer")]
     restart_at = None
     killed_node = None
+    slot0_moved = None  # (time, node) when slot 0's record named another node
     total = None
     last_print = 0
     while True:
@@ -264,6 +289,10 @@ def cmd_demo(a):
                 start_trainer("t3")
                 faults.append((time.time(), "trainer t3 added"))
             print(f"  {time.time() - t_start:6.1f}s {faults[-1][1]} at {100 * progress:.0f}% of the tasks", flush=True)
+        if killed_node is not None and slot0_moved is None:
+            s0 = next((p for p in st.pservers if p.index == 0), None)
+            if s0 is not None and s0.node and s0.node != killed_node.id:
+                slot0_moved = (time.time(), s0.node)
         if restart_at is not None and time.time() >= restart_at:
             killed_node.start()
             restart_at = None
@@ -292,10 +321,11 @@ def cmd_demo(a):
 
     def stall(t0):
         """Longest gap between finished steps (any trainer) after t0, within
-        20 s and before the next fault."""
+        20 s and before the next fault, and the first step after t0."""
         end = min([t0 + 20] + [t for t in fault_times if t > t0])
         ts = [t0] + [t for t in steps if t0 < t <= end]
-        return max((b - a_ for a_, b in zip(ts, ts[1:])), default=float("nan"))
+        first = ts[1] - t0 if len(ts) > 1 else float("nan")
+        return max((b - a_ for a_, b in zip(ts, ts[1:])), default=float("nan")), first
 
     # The reported accuracy: the final parameters, evaluated by the trainer
     # whose last pull saw the highest versions (the last step).
@@ -307,6 +337,9 @@ def cmd_demo(a):
     final = max(finals, key=lambda e: sum(e["versions"]), default=None)
     final_acc = final["test_accuracy"] if final else float("nan")
     print("\nraftps demo-python: PyTorch CNN on Fashion-MNIST, 2 pservers, sync")
+    print(f"security:         {'mutual TLS (trainers: trainer certificates for this job)' if admin else 'plaintext (--insecure)'}")
+    print(f"hyperparameters:  batch {a.batch_size} per trainer, momentum SGD lr {a.lr} momentum {a.momentum}, "
+          f"lr_t = lr/(1+{a.lr_decay}t), seed {a.seed}")
     print(f"job:              {job}: {raftps.jobs.state_name(st)} in {wall:.1f}s "
           f"({a.epochs} passes of {a.records} records, {len(steps)} trainer steps)")
     for m in st.metrics:
@@ -317,9 +350,15 @@ def cmd_demo(a):
     stalls = []
     for t, what in faults:
         if what.startswith("SIGKILL"):
-            s = stall(t)
+            s, first = stall(t)
             stalls.append(s)
-            print(f"fault:            {what}: training stood still {s:.2f}s (longest gap between finished steps)")
+            print(f"fault:            {what}: training stood still {s:.2f}s (longest gap between finished steps; "
+                  f"first step {first:.2f}s after the kill)")
+            if "slot 0" in what and slot0_moved is not None:
+                print(f"                  slot 0 claimed by {slot0_moved[1]} {slot0_moved[0] - t:.2f}s after the kill "
+                      f"(seen by 0.2 s polling); the new holder serves it no earlier than one lease TTL (5 s) "
+                      f"after its claim (the handover rule, pserver/agent), restoring meanwhile; the first step "
+                      f"came {first - (slot0_moved[0] - t):.2f}s after the claim was seen")
         else:
             print(f"change:           {what}")
     for r in st.restores:
@@ -338,7 +377,7 @@ def cmd_demo(a):
     # The final state is the complete version with the highest step (a
     # rollback relabels versions, so the highest version number need not be it).
     version = []
-    r = subprocess.run([bin_path, "checkpoint", "list", job, "-o", "json", "--endpoints", eps],
+    r = subprocess.run([bin_path, "checkpoint", "list", job, "-o", "json", "--endpoints", eps, *cli_tls],
                        capture_output=True, text=True)
     try:
         vs = json.loads(r.stdout)
@@ -350,7 +389,7 @@ def cmd_demo(a):
     except (ValueError, KeyError, TypeError) as e:
         print(f"checkpoints:      list failed ({e}): {r.stdout.strip()[:200]} {r.stderr.strip()[:200]}")
     r = subprocess.run([bin_path, "checkpoint", "export", job, *version, "--format", "safetensors", "--out", out,
-                        "--endpoints", eps], capture_output=True, text=True)
+                        "--endpoints", eps, *cli_tls], capture_output=True, text=True)
     if r.returncode == 0:
         from raftps.checkpoint import load_state_dict
         fresh = MODELS[a.model]()
@@ -361,7 +400,7 @@ def cmd_demo(a):
               f"(reported {100 * final_acc:.2f}%, diff {100 * abs(exported_acc - final_acc):.2f} pp)")
     else:
         print(f"exported:         checkpoint export failed: {r.stderr.strip()}")
-    summary = {"job": job, "faults": not a.no_faults, "test_accuracy": final_acc, "exported_accuracy": exported_acc,
+    summary = {"job": job, "faults": not a.no_faults, "tls": admin is not None, "test_accuracy": final_acc, "exported_accuracy": exported_acc,
                "stalls": stalls, "seconds": wall, "steps": len(steps), "requeued": st.requeued,
                "restores": len(st.restores)}
     print("summary-json: " + json.dumps(summary))
@@ -376,15 +415,18 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("demo", "local", "train"):
         p = sub.add_parser(name)
-        p.add_argument("--epochs", type=int, default=3)
+        p.add_argument("--epochs", type=int, default=4)
         p.add_argument("--model", choices=sorted(MODELS), default="cnn", help="cnn: 421k params; small: 18k")
         p.add_argument("--records", type=int, default=60000)
         p.add_argument("--batch-size", type=int, default=64, help="per trainer (local: twice this)")
-        p.add_argument("--lr", type=float, default=0.05)
+        p.add_argument("--lr", type=float, default=0.1)
         p.add_argument("--momentum", type=float, default=0.9)
+        p.add_argument("--lr-decay", type=float, default=0.002,
+                       help="lr_t = lr / (1 + lr_decay * t), t = steps before (the pservers' schedule)")
         p.add_argument("--seed", type=int, default=1)
     d = sub.choices["demo"]
     d.add_argument("--no-faults", action="store_true", help="the baseline run without faults")
+    d.add_argument("--insecure", action="store_true", help="plaintext nodes (--insecure) instead of mutual TLS")
     d.add_argument("--target", type=float, default=0.90)
     d.add_argument("--records-per-task", type=int, default=1000)
     d.add_argument("--checkpoint-steps", type=int, default=100)
