@@ -46,7 +46,8 @@ type PS interface {
 	// Push sends the gradients of one mini-batch of examples computed at
 	// version. step is the sync step they belong to, which is the pulled
 	// version. In sync mode Push blocks until the step completes. It returns
-	// the version after the update.
+	// the version after the update. Push must not keep grads or rowGrads
+	// after it returns: the trainer reuses their memory for the next step.
 	Push(ctx context.Context, grads map[string][]float32, rowGrads map[string]RowGrad, version, step, examples int64) (newVersion int64, err error)
 	// LeaveStep tells sync-mode pservers that this trainer will not push
 	// until further notice, so that steps complete without it.
@@ -188,6 +189,7 @@ type Trainer struct {
 	joined   bool // may be expected in a sync step: set up, or pushed since the last LeaveStep
 	x        []float32
 	y        []uint8
+	grads    model.Params // the gradient buffers, reused step after step
 
 	running atomic.Bool
 	mu      sync.Mutex
@@ -439,8 +441,11 @@ func (t *Trainer) step(ctx context.Context) (loss float64, version int64, err er
 	if p.Sparse, err = t.pullRows(ctx, t.model.SparseRows(t.x)); err != nil {
 		return 0, 0, err
 	}
-	var g model.Params
-	loss, _, err = t.model.Loss(p, t.x, t.y, &g)
+	// Loss reuses the dense gradient buffers (PS.Push does not keep them);
+	// the rows are this batch's alone.
+	g := &t.grads
+	g.Sparse = nil
+	loss, _, err = t.model.Loss(p, t.x, t.y, g)
 	if err != nil {
 		return 0, 0, err
 	}
