@@ -69,7 +69,7 @@ func collect(ctx context.Context, t *testing.T, wch clientv3.WatchChan, last str
 // SIGKILLed in the middle of 60 writes, resumes on a survivor and
 // delivers exactly the store's history: no gap, no duplicate.
 func TestEtcdClientKVTxnWatchResume(t *testing.T) {
-	c := NewCluster(t, binPath, 3)
+	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -144,7 +144,7 @@ func TestEtcdClientKVTxnWatchResume(t *testing.T) {
 // inside at once, and every holder's fenced write (a Txn that compares
 // its ownership, etcd's pattern) succeeds.
 func TestEtcdConcurrencyMutexLeaderKill(t *testing.T) {
-	c := NewCluster(t, binPath, 3)
+	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	eps := grpcEndpoints(c)
@@ -253,7 +253,7 @@ func fencedWrite(ctx context.Context, cli *clientv3.Client, m *concurrency.Mutex
 // third term is held. One leader at a time; every campaign wins in turn;
 // the observer sees every candidate lead.
 func TestEtcdConcurrencyElectionLeaderKill(t *testing.T) {
-	c := NewCluster(t, binPath, 3)
+	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	eps := grpcEndpoints(c)

@@ -259,7 +259,7 @@ func endpointStatusShape(t *testing.T, sys ctlSystem, out string) string {
 // timings aside.
 func TestEtcdctlAgainstRaftpsAndEtcd(t *testing.T) {
 	ensureEtcdTools(t)
-	c := NewCluster(t, binPath, 3)
+	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
 	c.StartAll()
 	mustLeader(t, c, 20*time.Second)
 	etcdEps := startEtcd(t, 3)

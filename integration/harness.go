@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/security"
 )
 
 // BuildBinary builds cmd/raftps into dir and returns its path.
@@ -49,7 +52,9 @@ type Cluster struct {
 }
 
 // NewCluster prepares (but does not start) n nodes with --join to all
-// others' gossip addresses and --bootstrap-expect n.
+// others' gossip addresses and --bootstrap-expect n, on mutual TLS with
+// encrypted gossip (localcluster.New's PKI in <Dir>/pki) unless extra
+// holds --insecure. Client, CLI and Leader use the admin's certificate.
 func NewCluster(t testing.TB, bin string, n int, extra ...string) *Cluster {
 	t.Helper()
 	c := &Cluster{T: t, Bin: bin, Dir: t.TempDir(), Extra: extra}
@@ -115,7 +120,21 @@ func (c *Cluster) KillAll() {
 	}
 }
 
-// Client returns a client of the given nodes (all running ones if none).
+// Admin is the admin client's files of the cluster (localcluster's PKI,
+// or the CA a test put in with localcluster.Secure); zero on --insecure.
+func (c *Cluster) Admin() security.Files { return c.Procs[0].Admin }
+
+// DialOptions are the admin's gRPC dial options (localcluster.DialOptions).
+func (c *Cluster) DialOptions() []grpc.DialOption {
+	c.T.Helper()
+	opts, err := localcluster.DialOptions(c.Admin())
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return opts
+}
+
+// Client returns an admin client of the given nodes (all running ones if none).
 func (c *Cluster) Client(ps ...*Proc) *client.Client {
 	c.T.Helper()
 	if len(ps) == 0 {
@@ -129,7 +148,7 @@ func (c *Cluster) Client(ps ...*Proc) *client.Client {
 	for _, p := range ps {
 		eps = append(eps, p.GRPC)
 	}
-	cl, err := client.New(eps)
+	cl, err := client.New(eps, c.DialOptions()...)
 	if err != nil {
 		c.T.Fatal(err)
 	}
@@ -137,9 +156,10 @@ func (c *Cluster) Client(ps ...*Proc) *client.Client {
 	return cl
 }
 
-// CLI runs the raftps binary with args against p's endpoint; returns stdout.
+// CLI runs the raftps binary with args against p's endpoint as the admin
+// (--cacert, --cert, --key; none on --insecure); returns stdout and stderr.
 func (c *Cluster) CLI(ctx context.Context, p *Proc, args ...string) (string, string, error) {
-	all := append([]string{"--endpoints", p.GRPC}, args...)
+	all := append(append([]string{"--endpoints", p.GRPC}, localcluster.CLIFlags(c.Admin())...), args...)
 	cmd := exec.CommandContext(ctx, c.Bin, all...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -149,6 +169,7 @@ func (c *Cluster) CLI(ctx context.Context, p *Proc, args ...string) (string, str
 
 // Leader waits until the running nodes agree on a leader and returns it.
 func (c *Cluster) Leader(ctx context.Context) (*Proc, error) {
+	opts := c.DialOptions()
 	for {
 		leaders := map[string]int{}
 		running := 0
@@ -157,7 +178,7 @@ func (c *Cluster) Leader(ctx context.Context) (*Proc, error) {
 				continue
 			}
 			running++
-			cl, err := client.New([]string{p.GRPC})
+			cl, err := client.New([]string{p.GRPC}, opts...)
 			if err != nil {
 				continue
 			}

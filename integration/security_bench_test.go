@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +11,11 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/raftstore/client"
-	"github.com/raftps/raftps/security"
 )
 
 // BenchmarkPuts16: 16 clients putting through a 3-node cluster of
-// processes, plaintext (--insecure) and mutual TLS in the same run; each
+// processes, plaintext (--insecure) and mutual TLS with encrypted gossip
+// (localcluster's default) in the same run; each
 // sub-benchmark reports puts/s over b.N puts.
 func BenchmarkPuts16(b *testing.B) {
 	for _, secure := range []bool{false, true} {
@@ -27,21 +25,13 @@ func BenchmarkPuts16(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
-			nodes, err := localcluster.New(binPath, dir, 3)
+			var extra []string
+			if !secure {
+				extra = append(extra, "--insecure")
+			}
+			nodes, err := localcluster.New(binPath, dir, 3, extra...)
 			if err != nil {
 				b.Fatal(err)
-			}
-			var opts []security.Files
-			if secure {
-				pki := filepath.Join(dir, "pki")
-				if err := os.MkdirAll(pki, 0o700); err != nil {
-					b.Fatal(err)
-				}
-				admin, err := localcluster.Secure(pki, nodes)
-				if err != nil {
-					b.Fatal(err)
-				}
-				opts = append(opts, admin)
 			}
 			for _, n := range nodes {
 				if err := n.Start(); err != nil {
@@ -53,18 +43,12 @@ func BenchmarkPuts16(b *testing.B) {
 			for _, n := range nodes {
 				eps = append(eps, n.GRPC)
 			}
+			opts, err := localcluster.DialOptions(nodes[0].Admin) // zero on --insecure: plaintext
+			if err != nil {
+				b.Fatal(err)
+			}
 			newClient := func() *client.Client {
-				var cl *client.Client
-				var err error
-				if len(opts) > 0 {
-					m, lerr := security.Load(opts[0], nil)
-					if lerr != nil {
-						b.Fatal(lerr)
-					}
-					cl, err = client.New(eps, m.DialOptions()...)
-				} else {
-					cl, err = client.New(eps)
-				}
+				cl, err := client.New(eps, opts...)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -36,25 +36,23 @@ type secureCluster struct {
 	peer, pserver map[string]string
 }
 
-// newSecureCluster starts n nodes with mutual TLS (certificates made by
-// localcluster.Secure) and waits for a leader.
+// newSecureCluster starts n nodes with mutual TLS and encrypted gossip
+// (NewCluster's default: the PKI localcluster.New made in <Dir>/pki) and
+// waits for a leader.
 func newSecureCluster(t *testing.T, n int, extra ...string) *secureCluster {
 	return newSecureClusterKeyring(t, n, nil, extra...)
 }
 
 // newSecureClusterKeyring is newSecureCluster with gossip encrypted by
-// keyring (each node its own copy of the file <id>.keyring); nil: none.
+// keyring (each node its own copy in <id>.keyring); nil: the PKI's key.
 func newSecureClusterKeyring(t *testing.T, n int, keyring [][]byte, extra ...string) *secureCluster {
 	t.Helper()
 	c := NewCluster(t, binPath, n, extra...)
-	sc := &secureCluster{Cluster: c, pki: filepath.Join(c.Dir, "pki"), peer: map[string]string{}, pserver: map[string]string{}}
-	if err := mkdir(sc.pki); err != nil {
-		t.Fatal(err)
+	sc := &secureCluster{Cluster: c, pki: filepath.Join(c.Dir, "pki"), admin: c.Admin(), peer: map[string]string{}, pserver: map[string]string{}}
+	if !sc.admin.Enabled() {
+		t.Fatal("NewCluster made a plaintext cluster")
 	}
 	var err error
-	if sc.admin, err = localcluster.Secure(sc.pki, c.Procs); err != nil {
-		t.Fatal(err)
-	}
 	if sc.ca, err = security.LoadCA(filepath.Join(sc.pki, "ca.pem"), filepath.Join(sc.pki, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +64,9 @@ func newSecureClusterKeyring(t *testing.T, n int, keyring [][]byte, extra ...str
 		sc.peer[p.ID], sc.pserver[p.ID] = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 		p.Args = append(p.Args, "--peer-addr", sc.peer[p.ID], "--pserver-addr", sc.pserver[p.ID])
 		if keyring != nil {
-			f := filepath.Join(c.Dir, p.ID+".keyring")
-			if err := security.SaveKeyringFile(f, keyring); err != nil {
+			if err := localcluster.SetKeyring(p, keyring); err != nil {
 				t.Fatal(err)
 			}
-			p.Args = append(p.Args, "--gossip-keyring-file", f)
 		}
 	}
 	c.StartAll()
@@ -99,7 +95,7 @@ func (sc *secureCluster) issue(t *testing.T, name string, req security.CertReque
 // client is a Go client with files' certificate.
 func (sc *secureCluster) client(t *testing.T, f security.Files, ps ...*Proc) *client.Client {
 	t.Helper()
-	m, err := security.Load(f, nil)
+	opts, err := localcluster.DialOptions(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +106,7 @@ func (sc *secureCluster) client(t *testing.T, f security.Files, ps ...*Proc) *cl
 	for _, p := range ps {
 		eps = append(eps, p.GRPC)
 	}
-	cl, err := client.New(eps, m.DialOptions()...)
+	cl, err := client.New(eps, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,17 +31,18 @@ type NodeConn struct {
 // ConnSet holds one NodeConn per node and implements Conns.
 type ConnSet []*NodeConn
 
-// Dial connects to every node (no I/O until first use). Reconnects back off
+// Dial connects to every node (no I/O until first use) with opts (the
+// credentials: Hosts.DialOptions; plaintext without). Reconnects back off
 // for at most 1 s so that a restarted node is used again quickly.
-func Dial(names, addrs []string) (ConnSet, error) {
+func Dial(names, addrs []string, opts ...grpc.DialOption) (ConnSet, error) {
 	var cs ConnSet
 	for i, addr := range addrs {
-		conn, err := grpc.NewClient(addr,
+		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 				MinConnectTimeout: time.Second,
-			}))
+			})}, opts...)...)
 		if err != nil {
 			cs.Close()
 			return nil, fmt.Errorf("jepsen: dial %s: %w", addr, err)
@@ -162,22 +164,28 @@ func (cs ConnSet) PutFence(ctx context.Context, key, value string) (int64, error
 
 // DialBalanced returns one connection over every address, round-robin, that
 // leaves out nodes it cannot reach: a client of the whole cluster (for the
-// training workload's Master and Watch calls).
-func DialBalanced(addrs []string) (*grpc.ClientConn, error) {
+// training workload's Master and Watch calls), with opts as Dial's.
+func DialBalanced(addrs []string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	r := manual.NewBuilderWithScheme("jepsen")
 	var state resolver.State
 	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		// ServerName: the host TLS checks the node's certificate against
+		// (the connection's authority is "cluster").
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
 	}
 	r.InitialState(state)
-	return grpc.NewClient(r.Scheme()+":///cluster",
+	return grpc.NewClient(r.Scheme()+":///cluster", append([]grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
-		}))
+		})}, opts...)...)
 }
 
 // FinalState reads every key under prefix with a linearizable Range through

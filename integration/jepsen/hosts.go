@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -13,6 +14,11 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/security"
 )
 
 // ErrNotRoot is returned by NewHosts when the process cannot create network
@@ -33,16 +39,24 @@ type HostsConfig struct {
 	// LogDir receives one <node>.log per node (stdout and stderr, appended
 	// across restarts). Default: a temp dir.
 	LogDir string
+	// Insecure runs the nodes plaintext (--insecure). By default NewHosts
+	// makes a PKI (localcluster.NewPKI in a temp dir removed by Close):
+	// each node a certificate for its IP and its own copy of the gossip
+	// keyring, and the admin's certificate for the clients (DialOptions).
+	Insecure bool
 }
 
 // Host is one node's network namespace and, once started, its process.
 type Host struct {
 	Name string // "n1", "n2", ...
 	// Env is added to the environment of processes started with Start.
-	Env  []string
-	NS   string // network namespace name
-	IP   string
-	veth string // host side of the veth pair
+	Env []string
+	NS  string // network namespace name
+	IP  string
+	// TLSArgs are the node's --tls-* and --gossip-keyring-file flags
+	// (none with HostsConfig.Insecure); NodeArgs adds them.
+	TLSArgs []string
+	veth    string // host side of the veth pair
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -62,7 +76,11 @@ type Hosts struct {
 	BridgeIP string
 	Nodes    []*Host
 	LogDir   string
+	// PKI is the cluster's CA, admin certificate and gossip keyring (nil
+	// with HostsConfig.Insecure).
+	PKI *localcluster.PKI
 
+	pkiDir    string
 	closeOnce sync.Once
 	closeErr  error
 	unreg     func()
@@ -331,7 +349,37 @@ func NewHosts(cfg HostsConfig) (_ *Hosts, err error) {
 			return nil, err
 		}
 	}
+	if !cfg.Insecure {
+		dir, err := os.MkdirTemp("", "rps-jepsen-pki-")
+		if err != nil {
+			return nil, err
+		}
+		hs.pkiDir = dir
+		if hs.PKI, err = localcluster.NewPKI(dir); err != nil {
+			return nil, err
+		}
+		for _, h := range hs.Nodes {
+			if h.TLSArgs, err = hs.PKI.NodeFlags(h.Name, filepath.Join(dir, h.Name+".keyring"), net.ParseIP(h.IP)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return hs, nil
+}
+
+// Admin is the admin client's files (zero with HostsConfig.Insecure).
+func (hs *Hosts) Admin() security.Files {
+	if hs.PKI == nil {
+		return security.Files{}
+	}
+	return hs.PKI.Admin
+}
+
+// DialOptions are the admin client's gRPC dial options
+// (localcluster.DialOptions: mutual TLS, or plaintext with
+// HostsConfig.Insecure) for Dial, DialBalanced and StartServeProbes.
+func (hs *Hosts) DialOptions() ([]grpc.DialOption, error) {
+	return localcluster.DialOptions(hs.Admin())
 }
 
 // Close kills every process, then removes the namespaces, veths and bridge.
@@ -350,6 +398,9 @@ func (hs *Hosts) Close() error {
 		}
 		if _, err := run("ip", "link", "del", hs.Bridge); err != nil && !strings.Contains(err.Error(), "Cannot find") {
 			errs = append(errs, err)
+		}
+		if hs.pkiDir != "" {
+			errs = append(errs, os.RemoveAll(hs.pkiDir))
 		}
 		hs.closeErr = errors.Join(errs...)
 		if hs.unreg != nil {

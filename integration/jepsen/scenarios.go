@@ -67,12 +67,13 @@ type ServeProbes struct {
 	done   chan struct{}
 }
 
-// StartServeProbes dials addrs (node name -> pserver address) and starts probing.
-func StartServeProbes(h *History, addrs map[string]string, every time.Duration) (*ServeProbes, error) {
+// StartServeProbes dials addrs (node name -> pserver address) with opts
+// (Hosts.DialOptions; plaintext without) and starts probing.
+func StartServeProbes(h *History, addrs map[string]string, every time.Duration, opts ...grpc.DialOption) (*ServeProbes, error) {
 	p := &ServeProbes{h: h, conns: map[string]pb.PServerClient{}, every: every,
 		jobs: map[string]int32{}, stop: make(chan struct{}), done: make(chan struct{})}
 	for name, addr := range addrs {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 		if err != nil {
 			p.closeConns()
 			return nil, fmt.Errorf("jepsen: dial pserver %s: %w", addr, err)

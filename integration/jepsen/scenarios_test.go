@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/schema"
@@ -37,6 +39,7 @@ type scenario struct {
 	names    []string
 	addrs    []string
 	pservers map[string]string // node -> pserver address
+	creds    []grpc.DialOption // the admin's (Hosts.DialOptions)
 	sum      Summary
 }
 
@@ -103,7 +106,10 @@ func newScenario(t *testing.T, name string, nodes int, extra func(h *Host) []str
 			n.Stop(5 * time.Second)
 		}
 	})
-	conns, err := Dial(sc.names, sc.addrs)
+	if sc.creds, err = hs.DialOptions(); err != nil { // the admin's mutual TLS
+		t.Fatal(err)
+	}
+	conns, err := Dial(sc.names, sc.addrs, sc.creds...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,9 +136,9 @@ func (sc *scenario) waitFormed(d time.Duration) error {
 	return err
 }
 
-// cli runs the raftps binary against every node's client port.
+// cli runs the raftps binary against every node's client port, as the admin.
 func (sc *scenario) cli(ctx context.Context, args ...string) (string, error) {
-	args = append(args, "--endpoints", strings.Join(sc.addrs, ","))
+	args = append(append(args, "--endpoints", strings.Join(sc.addrs, ",")), localcluster.CLIFlags(sc.hs.Admin())...)
 	out, err := exec.CommandContext(ctx, sc.bin, args...).CombinedOutput()
 	sc.h.Notef("raftps %s: %v\n%s", strings.Join(args, " "), err, out)
 	return string(out), err
@@ -263,7 +269,7 @@ const pserverLeaseTTL = 5 * time.Second
 // node) gives it one. Short and long.
 func TestJepsenFollowerLeaseLoss(t *testing.T) {
 	sc := newScenario(t, "lease-loss", 3, pserverArgs)
-	probes, err := StartServeProbes(sc.h, sc.pservers, 100*time.Millisecond)
+	probes, err := StartServeProbes(sc.h, sc.pservers, 100*time.Millisecond, sc.creds...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +473,7 @@ func TestJepsenSpecFuzzRestart(t *testing.T) {
 		for i, n := range sc.hs.Nodes {
 			file := filepath.Join(sc.out, fmt.Sprintf("snapshot-%s-%s.db", phase, n.Name))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			out, err := exec.CommandContext(ctx, sc.bin, "snapshot", "save", file, "--endpoints", sc.addrs[i]).CombinedOutput()
+			out, err := exec.CommandContext(ctx, sc.bin, append([]string{"snapshot", "save", file, "--endpoints", sc.addrs[i]}, localcluster.CLIFlags(sc.hs.Admin())...)...).CombinedOutput()
 			if err == nil {
 				out, err = exec.CommandContext(ctx, sc.bin, "snapshot", "status", file).CombinedOutput()
 			}
@@ -553,7 +559,7 @@ func TestJepsenKeepMaxOne(t *testing.T) {
 	job := "keep-max-1"
 	sc.submit(job, "--pservers", "3", "--mode", "sync", "--passes", "500", "--keep-max", "1", "--checkpoint-steps", "5", "--replicas", "2")
 	t.Cleanup(func() { sc.cancelJob(job) })
-	bal, err := DialBalanced(sc.addrs)
+	bal, err := DialBalanced(sc.addrs, sc.creds...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,7 +743,7 @@ func TestJepsenLeaderClockStep(t *testing.T) {
 	job := "clock-step"
 	sc.submit(job, "--pservers", "2", "--mode", "sync", "--passes", "500", "--checkpoint-steps", "50")
 	t.Cleanup(func() { sc.cancelJob(job) })
-	bal, err := DialBalanced(sc.addrs)
+	bal, err := DialBalanced(sc.addrs, sc.creds...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,11 @@ func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
 		"--join", strings.Join(join, ","),
 		"--bootstrap-expect", fmt.Sprint(len(hs.Nodes)),
 		"--log-level", logLevel,
-		"--insecure", // TODO(issue 14): the suite with mutual TLS and gossip encryption
+	}
+	if len(h.TLSArgs) > 0 {
+		args = append(args, h.TLSArgs...) // mutual TLS and gossip encryption (Hosts' PKI)
+	} else {
+		args = append(args, "--insecure")
 	}
 	if root := localcluster.DatasetRoot(); root != "" {
 		args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
@@ -136,7 +140,11 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 			n.Stop(5 * time.Second)
 		}
 	}()
-	conns, err := Dial(names, addrs)
+	creds, err := hs.DialOptions() // the admin's mutual TLS (plaintext with --insecure hosts)
+	if err != nil {
+		return sum, err
+	}
+	conns, err := Dial(names, addrs, creds...)
 	if err != nil {
 		return sum, err
 	}
@@ -167,14 +175,15 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 	)
 	if cfg.Training {
 		name := fmt.Sprintf("jepsen-%d", os.Getpid())
-		args := append([]string{"job", "submit", "--endpoints", strings.Join(addrs, ","), "--name", name, "--dataset", cfg.DatasetDir}, cfg.TrainingArgs...)
+		args := append([]string{"job", "submit", "--endpoints", strings.Join(addrs, ",")}, localcluster.CLIFlags(hs.Admin())...)
+		args = append(append(args, "--name", name, "--dataset", cfg.DatasetDir), cfg.TrainingArgs...)
 		out, err := exec.CommandContext(ctx, cfg.Binary, args...).CombinedOutput()
 		h.Notef("training: raftps %s: %v\n%s", strings.Join(args, " "), err, out)
 		if err != nil {
 			trainErr = fmt.Errorf("submit: %w: %s", err, out)
 			close(trainDone)
 		} else {
-			bal, err := DialBalanced(addrs)
+			bal, err := DialBalanced(addrs, creds...)
 			if err != nil {
 				return sum, err
 			}

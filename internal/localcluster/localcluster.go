@@ -4,9 +4,20 @@
 //
 //	nodes, err := localcluster.New(bin, dir, 3)    // n1..n3, --join each other, --bootstrap-expect 3
 //	for _, n := range nodes { n.Start() }
+//	opts, err := localcluster.DialOptions(nodes[0].Admin) // the admin's mutual TLS
+//	cl, err := client.New([]string{nodes[0].GRPC}, opts...)
 //	n4, err := localcluster.Add(bin, dir, nodes)    // joins the others; no --bootstrap-expect
 //	nodes[0].Kill()                                 // SIGKILL and wait
 //	nodes[0].Start()                                // the same command line and data dir
+//
+// Secure by default: New makes a PKI in <dir>/pki (a CA, one node
+// certificate per node, the admin's client certificate and a gossip key)
+// and every node runs mutual TLS with gossip encrypted from its own copy
+// of the keyring (<dir>/<id>.keyring). A cluster is plaintext only when
+// its extra flags say --insecure (tests about plaintext, the TLS-vs-
+// plaintext benchmark); then Node.Admin is zero and DialOptions dials in
+// the clear. Test clients take their credentials from DialOptions,
+// ClientTLS (etcd's client) or CLIFlags (the raftps CLI).
 //
 // Each node logs to <dir>/<id>.log (appended across restarts). Children
 // are in their own process group and die with the parent (Pdeathsig).
@@ -19,10 +30,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/raftps/raftps/security"
 )
 
 // FreePorts returns n distinct ports on 127.0.0.1 that are free for TCP
@@ -57,6 +71,12 @@ type Node struct {
 	Bin                      string
 	// Args is the command line after the binary (the same on every start).
 	Args []string
+	// TLS is the node's own files (--tls-*) and Admin the admin client's
+	// files of its cluster; both zero when the node runs --insecure.
+	TLS, Admin security.Files
+	// Keyring is the node's gossip keyring file ("" when gossip is in
+	// the clear).
+	Keyring string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -74,7 +94,7 @@ func newNode(bin, dir, id string) (*Node, error) {
 		GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3])}, nil
 }
 
-func (n *Node) setArgs(others []*Node, expect int, extra []string) {
+func (n *Node) setArgs(others []*Node, expect int, extra []string, pki *PKI) error {
 	var join []string
 	for _, o := range others {
 		if o != n {
@@ -92,16 +112,40 @@ func (n *Node) setArgs(others []*Node, expect int, extra []string) {
 	if root := DatasetRoot(); root != "" {
 		n.Args = append(n.Args, "--dataset-root", root) // jobs name datasets/fashion-mnist
 	}
-	// Plaintext unless Secure replaces this with the --tls-* files.
-	n.Args = append(n.Args, "--insecure")
+	if pki != nil {
+		keyring := filepath.Join(filepath.Dir(n.DataDir), n.ID+".keyring")
+		files, err := pki.IssueNode(n.ID)
+		if err != nil {
+			return err
+		}
+		if err := security.SaveKeyringFile(keyring, pki.Gossip); err != nil {
+			return err
+		}
+		n.Args = append(n.Args, tlsFlags(files)...)
+		n.Args = append(n.Args, "--gossip-keyring-file", keyring)
+		n.TLS, n.Admin, n.Keyring = files, pki.Admin, keyring
+	}
 	n.Args = append(n.Args, extra...)
+	return nil
 }
 
+// plaintext reports whether extra asks for a plaintext cluster.
+func plaintext(extra []string) bool { return slices.Contains(extra, "--insecure") }
+
 // New prepares (does not start) n nodes n1..nN in dir that join each other
-// with --bootstrap-expect n; extra flags go to every node.
+// with --bootstrap-expect n; extra flags go to every node. Unless extra
+// holds --insecure, it makes a PKI in <dir>/pki (NewPKI) and gives every
+// node mutual TLS and an encrypted gossip keyring (see the package doc).
 func New(bin, dir string, n int, extra ...string) ([]*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	var pki *PKI
+	if !plaintext(extra) {
+		var err error
+		if pki, err = NewPKI(filepath.Join(dir, "pki")); err != nil {
+			return nil, err
+		}
 	}
 	nodes := make([]*Node, n)
 	for i := range nodes {
@@ -111,19 +155,37 @@ func New(bin, dir string, n int, extra ...string) ([]*Node, error) {
 		}
 	}
 	for _, nd := range nodes {
-		nd.setArgs(nodes, n, extra)
+		if err := nd.setArgs(nodes, n, extra, pki); err != nil {
+			return nil, err
+		}
 	}
 	return nodes, nil
 }
 
 // Add prepares a node n<len(existing)+1> that joins the existing ones
-// (without --bootstrap-expect: the leader adds it).
+// (without --bootstrap-expect: the leader adds it). Unless extra holds
+// --insecure, its certificate is issued by the PKI New made in <dir>/pki,
+// and its keyring is a copy of the first existing node's current one
+// (keys rotated with `raftps keyring` included).
 func Add(bin, dir string, existing []*Node, extra ...string) (*Node, error) {
 	nd, err := newNode(bin, dir, fmt.Sprintf("n%d", len(existing)+1))
 	if err != nil {
 		return nil, err
 	}
-	nd.setArgs(existing, 0, extra)
+	var pki *PKI
+	if !plaintext(extra) {
+		if pki, err = LoadPKI(filepath.Join(dir, "pki")); err != nil {
+			return nil, fmt.Errorf("localcluster: add to a cluster without a PKI (add --insecure to a plaintext one): %w", err)
+		}
+		if len(existing) > 0 && existing[0].Keyring != "" {
+			if pki.Gossip, err = security.LoadKeyringFile(existing[0].Keyring); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := nd.setArgs(existing, 0, extra, pki); err != nil {
+		return nil, err
+	}
 	return nd, nil
 }
 

@@ -1,17 +1,164 @@
 package localcluster
 
 import (
+	"crypto/tls"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftps/raftps/security"
 )
 
-// Secure makes a CA and certificates in dir (security.Dev: one node
+// PKI is a local cluster's security material in one directory: a CA
+// (ca.pem, ca-key.pem), the admin's client certificate (admin.pem,
+// admin-key.pem) and the gossip keyring every node starts with
+// (gossip.keyring, one 32-byte key). New makes one in <dir>/pki unless
+// the nodes run --insecure; the Jepsen suite makes one for its hosts.
+type PKI struct {
+	Dir    string
+	CA     *security.CA
+	Admin  security.Files
+	Gossip [][]byte // the initial keyring, primary first
+}
+
+// NewPKI makes a CA, the admin's certificate and a gossip key in dir
+// (created 0700), overwriting what is there.
+func NewPKI(dir string) (*PKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if _, _, err := security.Dev(dir, nil); err != nil {
+		return nil, fmt.Errorf("localcluster: CA in %s: %w", dir, err)
+	}
+	k, err := security.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	key, err := security.ParseKey(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := security.SaveKeyringFile(filepath.Join(dir, "gossip.keyring"), [][]byte{key}); err != nil {
+		return nil, err
+	}
+	return LoadPKI(dir)
+}
+
+// LoadPKI reads the PKI NewPKI wrote in dir.
+func LoadPKI(dir string) (*PKI, error) {
+	ca, err := security.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return nil, err
+	}
+	keys, err := security.LoadKeyringFile(filepath.Join(dir, "gossip.keyring"))
+	if err != nil {
+		return nil, err
+	}
+	return &PKI{Dir: dir, CA: ca, Gossip: keys, Admin: security.Files{CA: filepath.Join(dir, "ca.pem"),
+		Cert: filepath.Join(dir, "admin.pem"), Key: filepath.Join(dir, "admin-key.pem")}}, nil
+}
+
+// IssueNode issues node id's certificate into the PKI's directory
+// (<id>.pem, <id>-key.pem): for ips, or for loopback (127.0.0.1, ::1,
+// localhost) when none are given.
+func (p *PKI) IssueNode(id string, ips ...net.IP) (security.Files, error) {
+	if len(ips) == 0 {
+		return security.IssueDev(p.CA, p.Dir, id)
+	}
+	return p.issue(id, security.CertRequest{Name: id, Role: security.RoleNode, IPs: ips})
+}
+
+// IssueClient issues a client certificate with role (security.RoleAdmin,
+// RoleTrainer, RoleReader; a trainer's jobs) into the PKI's directory as
+// <name>.pem and <name>-key.pem.
+func (p *PKI) IssueClient(name, role string, jobs ...string) (security.Files, error) {
+	return p.issue(name, security.CertRequest{Name: name, Role: role, Jobs: jobs})
+}
+
+func (p *PKI) issue(name string, req security.CertRequest) (security.Files, error) {
+	c, k, err := p.CA.Issue(req)
+	if err != nil {
+		return security.Files{}, err
+	}
+	f := security.Files{CA: filepath.Join(p.Dir, "ca.pem"), Cert: filepath.Join(p.Dir, name+".pem"), Key: filepath.Join(p.Dir, name+"-key.pem")}
+	if err := security.WriteFile(f.Key, k, true); err != nil {
+		return security.Files{}, err
+	}
+	return f, security.WriteFile(f.Cert, c, true)
+}
+
+// NodeFlags issues node id's certificate (IssueNode), writes its own copy
+// of the gossip keyring to keyringFile (`raftps keyring` rewrites a
+// node's file) and returns the node's flags: --tls-ca-file,
+// --tls-cert-file, --tls-key-file and --gossip-keyring-file.
+func (p *PKI) NodeFlags(id, keyringFile string, ips ...net.IP) ([]string, error) {
+	f, err := p.IssueNode(id, ips...)
+	if err != nil {
+		return nil, err
+	}
+	if err := security.SaveKeyringFile(keyringFile, p.Gossip); err != nil {
+		return nil, err
+	}
+	return append(tlsFlags(f), "--gossip-keyring-file", keyringFile), nil
+}
+
+func tlsFlags(f security.Files) []string {
+	return []string{"--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key}
+}
+
+// DialOptions are the gRPC dial options of a client holding files (the
+// admin's: Node.Admin, PKI.Admin): mutual TLS 1.3 with material reloaded
+// from disk (security.Material.DialOptions), or plaintext for the zero
+// Files (a cluster started with --insecure). Every test client of a local
+// cluster dials with these.
+func DialOptions(f security.Files) ([]grpc.DialOption, error) {
+	if !f.Enabled() {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	m, err := security.Load(f, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m.DialOptions(), nil
+}
+
+// ClientTLS is the *tls.Config of a client holding files, for clients
+// that take one rather than gRPC options (etcd's clientv3.Config.TLS):
+// TLS 1.3, the client's certificate, the cluster CA, and a server that
+// must present the node role; the server name is left empty for gRPC to
+// fill in from each endpoint. Nil for the zero Files (plaintext).
+func ClientTLS(f security.Files) (*tls.Config, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	m, err := security.Load(f, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m.ClientConfig(""), nil
+}
+
+// CLIFlags are the `raftps` client flags of files (--cacert, --cert,
+// --key), none for the zero Files.
+func CLIFlags(f security.Files) []string {
+	if !f.Enabled() {
+		return nil
+	}
+	return []string{"--cacert", f.CA, "--cert", f.Cert, "--key", f.Key}
+}
+
+// Secure makes a new CA and certificates in dir (security.Dev: one node
 // certificate per node, IP 127.0.0.1 and DNS localhost, and an admin
-// client certificate) and adds the --tls-* flags to each node's command
-// line. It returns the admin's files (the clients' --cacert, --cert,
-// --key). Call it before Start, after New and Add.
+// client certificate) and gives each node's command line --tls-* flags of
+// that CA in place of the ones New gave it (or of --insecure). It returns
+// the admin's files, also set as each node's Admin. Call it before Start,
+// after New and Add. New already secures a cluster; Secure is for tests
+// that need the CA in a directory of their own.
 func Secure(dir string, nodes []*Node) (admin security.Files, err error) {
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
@@ -23,15 +170,15 @@ func Secure(dir string, nodes []*Node) (admin security.Files, err error) {
 	}
 	for _, n := range nodes {
 		n.mu.Lock()
-		f := files[n.ID]
-		n.Args = append(withoutInsecure(n.Args), "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
+		n.setTLS(files[n.ID], admin)
 		n.mu.Unlock()
 	}
 	return admin, nil
 }
 
-// SecureNode issues a node certificate for n with the CA Secure wrote in
-// dir, and adds its --tls-* flags (a node added later with Add).
+// SecureNode issues a node certificate for n with the CA Secure (or
+// NewPKI) wrote in dir and replaces n's --tls-* flags (a node added later
+// with Add).
 func SecureNode(dir string, n *Node) error {
 	ca, err := security.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
 	if err != nil {
@@ -41,10 +188,40 @@ func SecureNode(dir string, n *Node) error {
 	if err != nil {
 		return err
 	}
+	admin := security.Files{CA: files.CA, Cert: filepath.Join(dir, "admin.pem"), Key: filepath.Join(dir, "admin-key.pem")}
+	if _, err := os.Stat(admin.Cert); err != nil {
+		admin = security.Files{}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.Args = append(withoutInsecure(n.Args), "--tls-ca-file", files.CA, "--tls-cert-file", files.Cert, "--tls-key-file", files.Key)
+	n.setTLS(files, admin)
 	return nil
+}
+
+// SetKeyring writes keys (primary first) to n's keyring file
+// (<dir>/<id>.keyring) and points --gossip-keyring-file at it; nil keys
+// drop the flag (gossip in the clear). Call it before Start.
+func SetKeyring(n *Node, keys [][]byte) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.Args = withoutFlags(n.Args, "--gossip-keyring-file")
+	if keys == nil {
+		n.Keyring = ""
+		return nil
+	}
+	f := filepath.Join(filepath.Dir(n.DataDir), n.ID+".keyring")
+	if err := security.SaveKeyringFile(f, keys); err != nil {
+		return err
+	}
+	n.Keyring = f
+	n.Args = append(n.Args, "--gossip-keyring-file", f)
+	return nil
+}
+
+// setTLS replaces n's --tls-* flags (or --insecure) with files'. n.mu held.
+func (n *Node) setTLS(files, admin security.Files) {
+	n.Args = append(withoutFlags(n.Args, "--tls-ca-file", "--tls-cert-file", "--tls-key-file"), tlsFlags(files)...)
+	n.TLS, n.Admin = files, admin
 }
 
 // DatasetRoot is the repository's datasets/ directory (absolute), found
@@ -76,12 +253,16 @@ func DatasetRoot() string {
 	return ""
 }
 
-// withoutInsecure drops the --insecure New and Add put on every node.
-func withoutInsecure(args []string) []string {
+// withoutFlags drops --insecure and each of names with its value.
+func withoutFlags(args []string, names ...string) []string {
 	out := args[:0:0]
-	for _, a := range args {
-		if a != "--insecure" {
-			out = append(out, a)
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--insecure":
+		case slices.Contains(names, args[i]) && i+1 < len(args):
+			i++
+		default:
+			out = append(out, args[i])
 		}
 	}
 	return out
