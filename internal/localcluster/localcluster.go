@@ -84,14 +84,43 @@ type Node struct {
 	exitErr error
 }
 
-func newNode(bin, dir, id string) (*Node, error) {
-	ports, err := FreePorts(4)
-	if err != nil {
-		return nil, err
+// freePorts is FreePorts (a test replaces it).
+var freePorts = FreePorts
+
+// nodePorts returns n nodes' 4 ports each, all distinct and none in use
+// by taken: one FreePorts call for them all (ports from separate calls
+// can repeat, since each call releases its own before the next, and a
+// node whose gossip port is another's Raft port cannot start), retried
+// while it returns one of taken.
+func nodePorts(n int, taken []*Node) ([][]int, error) {
+	used := map[string]bool{}
+	for _, t := range taken {
+		for _, a := range []string{t.GRPC, t.Raft, t.Gossip, t.HTTP} {
+			used[a] = true
+		}
 	}
+	for attempt := 0; ; attempt++ {
+		ports, err := freePorts(4 * n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(ports, func(p int) bool { return used[fmt.Sprintf("127.0.0.1:%d", p)] }) {
+			out := make([][]int, n)
+			for i := range out {
+				out[i] = ports[4*i : 4*i+4]
+			}
+			return out, nil
+		}
+		if attempt == 20 {
+			return nil, fmt.Errorf("localcluster: no free ports apart from the cluster's after %d tries", attempt+1)
+		}
+	}
+}
+
+func newNode(bin, dir, id string, ports []int) *Node {
 	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	return &Node{ID: id, Bin: bin, DataDir: filepath.Join(dir, id), LogPath: filepath.Join(dir, id+".log"),
-		GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3])}, nil
+		GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3])}
 }
 
 func (n *Node) setArgs(others []*Node, expect int, extra []string, pki *PKI) error {
@@ -147,12 +176,13 @@ func New(bin, dir string, n int, extra ...string) ([]*Node, error) {
 			return nil, err
 		}
 	}
+	ports, err := nodePorts(n, nil)
+	if err != nil {
+		return nil, err
+	}
 	nodes := make([]*Node, n)
 	for i := range nodes {
-		var err error
-		if nodes[i], err = newNode(bin, dir, fmt.Sprintf("n%d", i+1)); err != nil {
-			return nil, err
-		}
+		nodes[i] = newNode(bin, dir, fmt.Sprintf("n%d", i+1), ports[i])
 	}
 	for _, nd := range nodes {
 		if err := nd.setArgs(nodes, n, extra, pki); err != nil {
@@ -168,10 +198,11 @@ func New(bin, dir string, n int, extra ...string) ([]*Node, error) {
 // and its keyring is a copy of the first existing node's current one
 // (keys rotated with `raftps keyring` included).
 func Add(bin, dir string, existing []*Node, extra ...string) (*Node, error) {
-	nd, err := newNode(bin, dir, fmt.Sprintf("n%d", len(existing)+1))
+	ports, err := nodePorts(1, existing)
 	if err != nil {
 		return nil, err
 	}
+	nd := newNode(bin, dir, fmt.Sprintf("n%d", len(existing)+1), ports[0])
 	var pki *PKI
 	if !plaintext(extra) {
 		if pki, err = LoadPKI(filepath.Join(dir, "pki")); err != nil {

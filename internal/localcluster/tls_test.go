@@ -140,3 +140,40 @@ func TestNewInsecure(t *testing.T) {
 		t.Fatalf("plaintext CLIFlags: %v", f)
 	}
 }
+
+// TestPortsDistinct: every port of a cluster is distinct, also for a
+// node added later, even when the allocator hands out again ports it
+// released (as the kernel does for FreePorts' :0 listeners once closed).
+// Before, each node asked FreePorts on its own and n2's gossip port could
+// be n1's Raft port: n2 failed to start ("bind: address already in use")
+// and the cluster never had a leader.
+func TestPortsDistinct(t *testing.T) {
+	next := 20000
+	freePorts = func(n int) ([]int, error) { // each call overlaps the previous one
+		out := make([]int, n)
+		for i := range out {
+			out[i] = next + i
+		}
+		next += 2
+		return out, nil
+	}
+	t.Cleanup(func() { freePorts = FreePorts })
+	dir := t.TempDir()
+	nodes, err := New("/bin/true", dir, 3, "--insecure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4, err := Add("/bin/true", dir, nodes, "--insecure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, n := range append(nodes, n4) {
+		for _, a := range []string{n.GRPC, n.Raft, n.Gossip, n.HTTP} {
+			if other, ok := seen[a]; ok {
+				t.Fatalf("%s of %s is also %s's", a, n.ID, other)
+			}
+			seen[a] = n.ID
+		}
+	}
+}
