@@ -63,7 +63,7 @@ test-python: build
 	@./scripts/install-python.sh
 	cd python && RAFTPS_BIN=$(CURDIR)/bin/raftps $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
-# demo-python: examples/pytorch/fashion_mnist.py demo (3 nodes, 2 PyTorch
+# demo-python: examples/pytorch/fashion_mnist.py demo (3 nodes on mutual TLS, 2 PyTorch
 # trainers in sync mode on 2 pservers, a trainer and the slot-0 node
 # SIGKILLed, a trainer added, summary).
 demo-python: build
