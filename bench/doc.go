@@ -20,6 +20,11 @@
 //     etcd's Go client (go.etcd.io/etcd/client/v3) to raftps' etcd API and
 //     to etcd;
 //   - failover: SIGKILL of the leader to the first successful write, both;
+//   - security (raftps against itself): two 3-node raftps clusters up at
+//     once, one on mutual TLS 1.3 with encrypted gossip (localcluster's
+//     default) and one --insecure, puts with 16 clients and pserver
+//     push+pull (PushPullTensors x PushPullSize float32 over 2 slots)
+//     interleaved in pairs; the ratio is TLS/plaintext;
 //   - recovery in training (raftps only): a trainer, the node of pserver
 //     slot 0 and the leader SIGKILLed under a running job, timed from the
 //     kill to the job's TASK_REQUEUED, PSERVER_RESTORED and TASK_DONE events;

@@ -24,7 +24,7 @@ type Config struct {
 	Dataset string
 	// Quick shortens the run (2 s per workload, 3 recovery trials, 1x Go benchmarks).
 	Quick bool
-	// Skip names sections not to run: "kv", "etcdclient", "failover", "training", "gobench", "profile".
+	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "gobench", "profile".
 	Skip []string
 	// KeepData keeps the temp dir of the clusters' data and logs (its
 	// path is logged) instead of removing it.
@@ -104,6 +104,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	if needClusters {
 		r.storeSections(ctx, tmp, etcdBin)
+	}
+	if !r.skipped("tls") {
+		r.tlsSection(ctx, tmp)
 	}
 	if !r.skipped("training") {
 		r.trainingSection(ctx, tmp)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"google.golang.org/grpc"
 	"io"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -37,8 +38,8 @@ type raftpsStore struct{ c *client.Client }
 
 var _ Store = (*raftpsStore)(nil)
 
-func newRaftpsStore(endpoints []string) (Store, error) {
-	c, err := client.New(endpoints)
+func newRaftpsStore(endpoints []string, opts ...grpc.DialOption) (Store, error) {
+	c, err := client.New(endpoints, opts...)
 	if err != nil {
 		return nil, err
 	}

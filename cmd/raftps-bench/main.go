@@ -41,7 +41,8 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Start a 3-node raftps cluster and a 3-node etcd cluster (etcd on PATH: Debian's
 etcd-server, installed by scripts/install-etcd.sh) on loopback and drive both with the same load
 (puts of 256 B with 1, 16 and 256 clients, linearizable gets, CAS txns, lease
-grant+keepalive), time leader failover on both, time recovery of a running
+grant+keepalive), time leader failover on both, measure mutual TLS against plaintext (puts with 16
+clients and pserver push+pull on two raftps clusters, one --insecure), time recovery of a running
 training job after a trainer, a pserver node and the leader are SIGKILLed, run
 the Go benchmarks of pserver, checkpoint and trainer, and, where raftps' puts
 are behind etcd's, profile raftstore's puts. Every side-by-side row runs its two
@@ -87,7 +88,7 @@ shortens every measurement.`,
 	f.BoolVar(&quick, "quick", false, "shorter run: 2 s per workload, 3 recovery trials, 1x Go benchmarks")
 	f.StringVar(&root, "root", "", "module root, where the Go benchmarks run (default: the go.mod above the working directory)")
 	f.StringVar(&out, "out", "", "results directory (default <root>/bench/results)")
-	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, etcdclient, failover, training, gobench, profile")
+	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, etcdclient, failover, tls, training, gobench, profile")
 	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
 	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
 	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default <root>/bin/raftps, built by make build)")
