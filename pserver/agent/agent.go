@@ -40,7 +40,7 @@ type Config struct {
 	// LeaseTTL of the node's pserver lease in seconds (default 5).
 	LeaseTTL int64
 	// Poll is the interval between reconciliations and between lease
-	// renewal checks (default 300ms).
+	// renewals (a keepalive every Poll; default 300ms).
 	Poll time.Duration
 	// MemoryBudget is the bytes the node's slots may hold together
 	// (parameters and optimizer state, SlotBytes): a slot that does not
