@@ -80,4 +80,7 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	ta := run("./trainer/agent", "^BenchmarkTrainerRPCvsLocal$", "1x")
 	r.add(pairRow(Row{Section: "training (go bench)", Metric: "1 trainer + 1 pserver over gRPC vs in-process", Unit: "examples/s", BaseName: "TrainLocal"},
 		col(ta, "TrainerRPCvsLocal", "rpc-examples/s"), col(ta, "TrainerRPCvsLocal", "local-examples/s")))
+	r.add(pairRow(Row{Section: "training (go bench)", Metric: "1 trainer + 1 pserver over gRPC vs in-process per CPU-s", Unit: "examples/cpu-s", BaseName: "TrainLocal",
+		Note: "CPU-normalized (trainer and pserver in one process): less sensitive to other load"},
+		col(ta, "TrainerRPCvsLocal", "rpc-examples/cpu-s"), col(ta, "TrainerRPCvsLocal", "local-examples/cpu-s")))
 }
