@@ -11,21 +11,36 @@ import (
 //
 // A pserver holder fences every slot it serves no later than
 // PServerFence(ttl) after it sent the last keepalive of its lease that
-// succeeded (its watchdog, measured on its own monotonic clock). The
-// leader sees a keepalive arrive after it was sent, and accepts none once
-// it has applied the lease's revoke. So when the master revokes a holder's
-// lease early (gossip declared the node dead; a partitioned holder cannot
-// hear it), the leader's own record of the last keepalive that arrived
-// bounds when the holder fences: HandoverWait turns that age into a wait
-// for the next claimant, written as a HandoverRecord.
+// succeeded (its watchdog, measured on its own monotonic clock). When the
+// master revokes a holder's lease early (gossip declared the node dead; a
+// partitioned holder cannot hear it), the leader's record of when the
+// lease's last keepalive arrived (raftstore.Store.LeaseLastKeepAlive, read
+// after the revoke applied) bounds the send of the holder's last
+// successful one:
+//   - a keepalive is sent before it arrives, and the leader records the
+//     arrival before it looks the lease up, so every keepalive it accepted
+//     before the revoke applied is in the record;
+//   - the record holds only arrivals since this leader established its
+//     term; a pserver agent's keepalives go through its own node's store
+//     to the leader that node's Raft follows, which only moves to later
+//     terms, so once one of its keepalives
+//     reached this leader, none it sends later reaches an older one, and
+//     any sent earlier was sent before the recorded arrival. A later
+//     leader has the revoke applied before it accepts keepalives.
+//
+// HandoverWait turns that age into a wait for the next claimant, written
+// as a HandoverRecord. When the leader has no record (it took over since
+// the holder's last keepalive), the age is unknown and the claimant waits
+// a whole TTL after its claim, as before: a new leader's own start of term
+// is not a bound, since an old leader whose Raft loop is stalled may still
+// take the holder's keepalives for a while (etcd-io/etcd#15247).
 //
 // Clock rates: the holder, the leader and the claimant each measure on
 // their own monotonic clock, and HandoverWait allows each to run fast or
 // slow by a factor of up to 1+HandoverDrift (5%, a hundred times NTP's
-// 500 ppm slew limit).
-// HandoverMargin (500 ms) covers a late watchdog timer on a loaded holder
-// and a deposed leader that still accepts keepalives until its leader
-// lease (250 ms by default) runs out.
+// 500 ppm slew limit). HandoverMargin (500 ms) covers a watchdog timer that
+// fires late on a loaded holder (Go timers fire late, never early) and the
+// fence itself (unhosting under the agent's lock).
 const (
 	HandoverDrift  = 0.05
 	HandoverMargin = 500 * time.Millisecond
