@@ -56,12 +56,9 @@ func newSecureClusterKeyring(t *testing.T, n int, keyring [][]byte, extra ...str
 	if sc.ca, err = security.LoadCA(filepath.Join(sc.pki, "ca.pem"), filepath.Join(sc.pki, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range c.Procs {
-		ports, err := localcluster.FreePorts(2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.peer[p.ID], sc.pserver[p.ID] = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	ports := extraPorts(t, c.Procs, 2*len(c.Procs))
+	for i, p := range c.Procs {
+		sc.peer[p.ID], sc.pserver[p.ID] = ports[2*i], ports[2*i+1]
 		p.Args = append(p.Args, "--peer-addr", sc.peer[p.ID], "--pserver-addr", sc.pserver[p.ID])
 		if keyring != nil {
 			if err := localcluster.SetKeyring(p, keyring); err != nil {
@@ -72,6 +69,33 @@ func newSecureClusterKeyring(t *testing.T, n int, keyring [][]byte, extra ...str
 	c.StartAll()
 	sc.waitLeader(t, 60*time.Second)
 	return sc
+}
+
+// extraPorts returns n free loopback addresses, distinct and none of them
+// a port of procs (ports FreePorts released come back in a later call).
+func extraPorts(t *testing.T, procs []*Proc, n int) []string {
+	t.Helper()
+	used := map[string]bool{}
+	for _, p := range procs {
+		used[p.GRPC], used[p.Raft], used[p.Gossip], used[p.HTTP] = true, true, true, true
+	}
+	for range 20 {
+		ps, err := localcluster.FreePorts(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps {
+			if a := fmt.Sprintf("127.0.0.1:%d", p); !used[a] {
+				out = append(out, a)
+			}
+		}
+		if len(out) == n {
+			return out
+		}
+	}
+	t.Fatal("no free ports apart from the cluster's")
+	return nil
 }
 
 // issue makes a client certificate of the cluster's CA.
