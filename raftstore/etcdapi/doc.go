@@ -41,7 +41,8 @@
 //   - Cluster.MemberList: the Raft configuration, voters as members and
 //     non-voters as learners; names are raftps node ids, client URLs
 //     http://<gRPC client address> from gossip, peer URLs
-//     http://<Raft address>.
+//     http://<Raft address>; https:// for both when the call came over
+//     TLS (a raftps cluster serves every node with mutual TLS, or none).
 //   - Maintenance: Status (version is Version, the etcd API version this
 //     package follows; db size is 0: raftps keeps its keyspace in memory
 //     and in Raft snapshots, see its metrics), Alarm GET

@@ -24,11 +24,13 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
 	"github.com/raftps/raftps/schema"
+	"github.com/raftps/raftps/security"
 )
 
 type fakeMembers map[string]string
@@ -553,5 +555,51 @@ func TestToStatus(t *testing.T) {
 	cancel()
 	if got := status.Code(etcdapi.ToStatus(cctx, context.Canceled)); got != codes.Canceled {
 		t.Errorf("canceled caller: %v", got)
+	}
+}
+
+// TestMemberListURLScheme: over TLS, member list gives https:// URLs (an
+// http:// one makes etcdctl's `endpoint status --cluster` and clientv3's
+// Sync dial the member in plaintext, which a mutual-TLS node refuses); in
+// plaintext, http://.
+func TestMemberListURLScheme(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := ctxT(t)
+	ml, err := e.cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != 1 || ml.Members[0].ClientURLs[0] != "http://"+e.addr ||
+		!strings.HasPrefix(ml.Members[0].PeerURLs[0], "http://") {
+		t.Fatalf("plaintext member list: %v %v", ml, err)
+	}
+
+	files, admin, err := security.Dev(t.TempDir(), []string{"n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := security.Load(files["n1"], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.Creds(m.ServerCredentials()))
+	e.srv.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	tlsCfg, err := localcluster.ClientTLS(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lis.Addr().String()}, TLS: tlsCfg,
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ml, err = cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != 1 || ml.Members[0].ClientURLs[0] != "https://"+e.addr ||
+		!strings.HasPrefix(ml.Members[0].PeerURLs[0], "https://") {
+		t.Fatalf("member list over TLS: %v %v", ml, err)
 	}
 }
