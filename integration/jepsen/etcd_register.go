@@ -9,6 +9,7 @@ package jepsen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -21,6 +22,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/raftps/raftps/internal/localcluster"
 )
 
 // EtcdConn is etcd's Go client connected to one node only, so that every
@@ -33,12 +36,14 @@ type EtcdConn struct {
 // EtcdConns holds one EtcdConn per node.
 type EtcdConns []*EtcdConn
 
-// DialEtcd makes one etcd client per node (no I/O until first use).
-// Reconnects back off for at most 1 s, like Dial's.
-func DialEtcd(names, addrs []string) (EtcdConns, error) {
+// DialEtcd makes one etcd client per node (no I/O until first use), with
+// mutual TLS tlsCfg (localcluster.ClientTLS of the hosts' admin; nil:
+// plaintext, for --insecure hosts). Reconnects back off for at most 1 s,
+// like Dial's.
+func DialEtcd(names, addrs []string, tlsCfg *tls.Config) (EtcdConns, error) {
 	var cs EtcdConns
 	for i, addr := range addrs {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop(),
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, TLS: tlsCfg, Logger: zap.NewNop(),
 			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 				MinConnectTimeout: time.Second,
@@ -131,7 +136,7 @@ func RunEtcdRegisterSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, er
 	defer h.Close()
 	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, Ops: map[string]int{}, Faults: map[string]int{}}
 
-	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs"), Insecure: true}) // TODO(issue 18): mutual TLS (localcluster.ClientTLS(hs.Admin()) for DialEtcd, hs.DialOptions() for Dial)
+	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs")})
 	if err != nil {
 		return sum, err
 	}
@@ -156,12 +161,20 @@ func RunEtcdRegisterSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, er
 			n.Stop(5 * time.Second)
 		}
 	}()
-	conns, err := Dial(names, addrs) // raftps' own client: the nemesis finds the leader with it
+	creds, err := hs.DialOptions() // the admin's mutual TLS
+	if err != nil {
+		return sum, err
+	}
+	conns, err := Dial(names, addrs, creds...) // raftps' own client: the nemesis finds the leader with it
 	if err != nil {
 		return sum, err
 	}
 	defer conns.Close()
-	etcd, err := DialEtcd(names, addrs)
+	tlsCfg, err := localcluster.ClientTLS(hs.Admin())
+	if err != nil {
+		return sum, err
+	}
+	etcd, err := DialEtcd(names, addrs, tlsCfg)
 	if err != nil {
 		return sum, err
 	}
