@@ -2,14 +2,18 @@ package jepsen
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/security"
 )
 
 // The test binary doubles as a tiny TCP service for the host tests: run with
@@ -220,4 +224,60 @@ func TestHostsCleanupAfterSweep(t *testing.T) {
 		t.Fatalf("sweep left %v (removed %v)", left, removed)
 	}
 	t.Logf("swept %v", removed)
+}
+
+// TestHostsPKI: by default every host's node runs mutual TLS with a
+// certificate for its own IP and its own copy of the gossip keyring (the
+// flags NodeArgs passes), and the clients' credentials are the admin's;
+// the PKI's directory goes with Close. Insecure hosts get --insecure and
+// no PKI.
+func TestHostsPKI(t *testing.T) {
+	hs := mustHosts(t, 3)
+	if hs.PKI == nil {
+		t.Fatal("no PKI by default")
+	}
+	for _, h := range hs.Nodes {
+		args := NodeArgs(hs, h, t.TempDir(), "info")
+		flag := func(name string) string {
+			for i, a := range args {
+				if a == name && i+1 < len(args) {
+					return args[i+1]
+				}
+			}
+			return ""
+		}
+		if slices.Contains(args, "--insecure") || flag("--gossip-keyring-file") == "" {
+			t.Fatalf("%s: %v", h.Name, args)
+		}
+		m, err := security.Load(security.Files{CA: flag("--tls-ca-file"), Cert: flag("--tls-cert-file"), Key: flag("--tls-key-file")}, nil)
+		if err != nil {
+			t.Fatalf("%s's TLS files: %v", h.Name, err)
+		}
+		if err := m.Leaf().VerifyHostname(h.IP); err != nil || security.RoleOf(m.Leaf()) != security.RoleNode {
+			t.Fatalf("%s's certificate: %v, role %q", h.Name, err, security.RoleOf(m.Leaf()))
+		}
+		keys, err := security.LoadKeyringFile(flag("--gossip-keyring-file"))
+		if err != nil || len(keys) != 1 || !bytes.Equal(keys[0], hs.PKI.Gossip[0]) {
+			t.Fatalf("%s's keyring: %d keys, %v", h.Name, len(keys), err)
+		}
+	}
+	if opts, err := hs.DialOptions(); err != nil || len(opts) != 1 || !hs.Admin().Enabled() {
+		t.Fatalf("admin dial options: %v", err)
+	}
+	dir := hs.PKI.Dir
+	if err := hs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("PKI dir %s after Close: %v", dir, err)
+	}
+
+	plain, err := NewHosts(HostsConfig{Nodes: 1, LogDir: filepath.Join(t.TempDir(), "logs"), Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if args := NodeArgs(plain, plain.Nodes[0], t.TempDir(), "info"); plain.PKI != nil || !slices.Contains(args, "--insecure") || slices.Contains(args, "--tls-ca-file") {
+		t.Fatalf("insecure hosts: %v", args)
+	}
 }
