@@ -69,12 +69,12 @@ func collect(ctx context.Context, t *testing.T, wch clientv3.WatchChan, last str
 // SIGKILLed in the middle of 60 writes, resumes on a survivor and
 // delivers exactly the store's history: no gap, no duplicate.
 func TestEtcdClientKVTxnWatchResume(t *testing.T) {
-	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
+	c := NewCluster(t, binPath, 3)
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cli := etcdClient(t, grpcEndpoints(c))
+	cli := etcdClient(t, grpcEndpoints(c), c.Admin())
 
 	if _, err := cli.Put(ctx, "/kv/a", "1"); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestEtcdClientKVTxnWatchResume(t *testing.T) {
 
 	// The watch stream goes to the leader (its client knows no other
 	// endpoint until the stream is up).
-	wcli := etcdClient(t, []string{leader.GRPC})
+	wcli := etcdClient(t, []string{leader.GRPC}, c.Admin())
 	start, err := wcli.Put(ctx, "/wr/start", "")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestEtcdClientKVTxnWatchResume(t *testing.T) {
 	got := collect(ctx, t, wch, last)
 
 	// The store's own history of the same range, from a survivor.
-	hcli := etcdClient(t, survivors)
+	hcli := etcdClient(t, survivors, c.Admin())
 	hctx, hcancel := context.WithCancel(ctx)
 	defer hcancel()
 	want := collect(ctx, t, hcli.Watch(hctx, "/wr/", clientv3.WithPrefix(), clientv3.WithRev(start.Header.Revision+1)), last)
@@ -144,7 +144,7 @@ func TestEtcdClientKVTxnWatchResume(t *testing.T) {
 // inside at once, and every holder's fenced write (a Txn that compares
 // its ownership, etcd's pattern) succeeds.
 func TestEtcdConcurrencyMutexLeaderKill(t *testing.T) {
-	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
+	c := NewCluster(t, binPath, 3)
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	eps := grpcEndpoints(c)
@@ -157,7 +157,7 @@ func TestEtcdConcurrencyMutexLeaderKill(t *testing.T) {
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
 	for w := range workers {
-		cli := etcdClient(t, eps)
+		cli := etcdClient(t, eps, c.Admin())
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
 		if err != nil {
 			t.Fatal(err)
@@ -253,14 +253,14 @@ func fencedWrite(ctx context.Context, cli *clientv3.Client, m *concurrency.Mutex
 // third term is held. One leader at a time; every campaign wins in turn;
 // the observer sees every candidate lead.
 func TestEtcdConcurrencyElectionLeaderKill(t *testing.T) {
-	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
+	c := NewCluster(t, binPath, 3)
 	c.StartAll()
 	leader := mustLeader(t, c, 20*time.Second)
 	eps := grpcEndpoints(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
-	ocli := etcdClient(t, eps)
+	ocli := etcdClient(t, eps, c.Admin())
 	osess, err := concurrency.NewSession(ocli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestEtcdConcurrencyElectionLeaderKill(t *testing.T) {
 	errc := make(chan error, candidates)
 	for i := range candidates {
 		name := fmt.Sprintf("c%d", i)
-		cli := etcdClient(t, eps)
+		cli := etcdClient(t, eps, c.Admin())
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
 		if err != nil {
 			t.Fatal(err)

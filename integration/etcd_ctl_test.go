@@ -18,13 +18,15 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 )
 
 // ctlSystem is one cluster etcdctl talks to: raftps or etcd.
 type ctlSystem struct {
-	name string
-	eps  []string // every member's client address
+	name  string
+	eps   []string // every member's client address
+	flags []string // etcdctl's TLS flags (--cacert, --cert, --key); none for plaintext
 }
 
 // ctlStep is one etcdctl invocation's normalized outcome.
@@ -56,7 +58,7 @@ func ctlScript(t *testing.T, sys ctlSystem) []ctlStep {
 	var steps []ctlStep
 	run := func(what string, eps []string, stdin string, args ...string) string {
 		t.Helper()
-		out, errOut, err := etcdctl(t, eps, stdin, args...)
+		out, errOut, err := etcdctl(t, sys.flags, eps, stdin, args...)
 		rec := normalize(out)
 		if err != nil {
 			lines := strings.Split(strings.TrimSpace(errOut), "\n")
@@ -66,7 +68,7 @@ func ctlScript(t *testing.T, sys ctlSystem) []ctlStep {
 		return out
 	}
 	revision := func() int64 {
-		out, errOut, err := etcdctl(t, one, "", "get", "/ctl/a", "-w", "json")
+		out, errOut, err := etcdctl(t, sys.flags, one, "", "get", "/ctl/a", "-w", "json")
 		var r struct {
 			Header struct{ Revision int64 } `json:"header"`
 		}
@@ -121,7 +123,7 @@ func ctlScript(t *testing.T, sys ctlSystem) []ctlStep {
 	status := run("endpoint status --cluster", one, "", "endpoint", "status", "--cluster")
 	steps[len(steps)-1].out = endpointStatusShape(t, sys, status)
 	// etcdctl 3.4 prints health to stderr.
-	hout, herr, err := etcdctl(t, sys.eps, "", "endpoint", "health")
+	hout, herr, err := etcdctl(t, sys.flags, sys.eps, "", "endpoint", "health")
 	if err != nil {
 		t.Errorf("%s: endpoint health: %v\n%s", sys.name, err, herr)
 	}
@@ -162,7 +164,8 @@ func checkRaftpsSnapshot(t *testing.T, b []byte) {
 // the put (or after 15 s).
 func ctlWatch(t *testing.T, sys ctlSystem, from int64, put func()) string {
 	t.Helper()
-	cmd := exec.Command("etcdctl", "--endpoints", sys.eps[0], "watch", "/ctl/w", "--prefix", fmt.Sprintf("--rev=%d", from))
+	args := append(append([]string{"--endpoints", sys.eps[0]}, sys.flags...), "watch", "/ctl/w", "--prefix", fmt.Sprintf("--rev=%d", from))
+	cmd := exec.Command("etcdctl", args...)
 	cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
 	var mu sync.Mutex
 	var buf bytes.Buffer
@@ -217,7 +220,16 @@ func memberListShape(t *testing.T, sys ctlSystem, out string) string {
 			t.Errorf("%s: member list line %q", sys.name, line)
 			continue
 		}
-		seen[strings.TrimPrefix(f[4], "http://")] = true
+		// https:// from raftps under mutual TLS (else etcdctl's
+		// --cluster dials it in plaintext), http:// from etcd here.
+		scheme := "http://"
+		if len(sys.flags) > 0 {
+			scheme = "https://"
+		}
+		if !strings.HasPrefix(f[4], scheme) {
+			t.Errorf("%s: member list client URL %s, want %s", sys.name, f[4], scheme)
+		}
+		seen[strings.TrimPrefix(f[4], scheme)] = true
 		shape = append(shape, strings.Join([]string{"ID", f[1], "NAME", "PEER", "CLIENT", f[5]}, ", "))
 	}
 	for _, ep := range sys.eps {
@@ -259,12 +271,12 @@ func endpointStatusShape(t *testing.T, sys ctlSystem, out string) string {
 // timings aside.
 func TestEtcdctlAgainstRaftpsAndEtcd(t *testing.T) {
 	ensureEtcdTools(t)
-	c := NewCluster(t, binPath, 3, "--insecure") // TODO(issue 18): mutual TLS via localcluster.ClientTLS(c.Admin())
+	c := NewCluster(t, binPath, 3)
 	c.StartAll()
 	mustLeader(t, c, 20*time.Second)
 	etcdEps := startEtcd(t, 3)
 
-	got := ctlScript(t, ctlSystem{name: "raftps", eps: grpcEndpoints(c)})
+	got := ctlScript(t, ctlSystem{name: "raftps", eps: grpcEndpoints(c), flags: localcluster.CLIFlags(c.Admin())})
 	want := ctlScript(t, ctlSystem{name: "etcd", eps: etcdEps})
 	if len(got) != len(want) {
 		t.Fatalf("raftps transcript has %d steps, etcd's %d", len(got), len(want))

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/security"
 )
 
 // The etcd tests run etcd's own tools against raftps: Debian's etcdctl
@@ -91,7 +92,7 @@ func startEtcd(t *testing.T, n int) []string {
 			p.Kill()
 		}
 	})
-	cli := etcdClient(t, clients)
+	cli := etcdClient(t, clients, security.Files{})
 	deadline := time.Now().Add(30 * time.Second)
 	for _, ep := range clients {
 		for {
@@ -110,10 +111,16 @@ func startEtcd(t *testing.T, n int) []string {
 	return clients
 }
 
-// etcdClient is etcd's Go client on endpoints (closed at cleanup).
-func etcdClient(t testing.TB, endpoints []string) *clientv3.Client {
+// etcdClient is etcd's Go client on endpoints (closed at cleanup), with
+// mutual TLS as the holder of files (a cluster's Admin; plaintext for the
+// zero Files: etcd here, a raftps cluster started --insecure).
+func etcdClient(t testing.TB, endpoints []string, files security.Files) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	tlsCfg, err := localcluster.ClientTLS(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,14 +139,16 @@ func grpcEndpoints(c *Cluster) []string {
 	return eps
 }
 
-// etcdctl runs Debian's etcdctl with args against endpoints, stdin as
-// its input; it returns stdout, stderr and the exit error.
-func etcdctl(t *testing.T, endpoints []string, stdin string, args ...string) (string, string, error) {
+// etcdctl runs Debian's etcdctl with args against endpoints, with the
+// TLS flags tlsFlags (localcluster.CLIFlags: --cacert, --cert, --key;
+// etcdctl's own names) and stdin as its input; it returns stdout, stderr
+// and the exit error.
+func etcdctl(t *testing.T, tlsFlags, endpoints []string, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "etcdctl", append([]string{"--endpoints", strings.Join(endpoints, ","),
-		"--dial-timeout", "5s", "--command-timeout", "10s"}, args...)...)
+	global := append([]string{"--endpoints", strings.Join(endpoints, ","), "--dial-timeout", "5s", "--command-timeout", "10s"}, tlsFlags...)
+	cmd := exec.CommandContext(ctx, "etcdctl", append(global, args...)...)
 	cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
