@@ -260,6 +260,17 @@ class TaskSource:
             wait = resp.retry_after_ms / 1000.0 if resp.retry_after_ms > 0 else 0.2
             time.sleep(min(wait, self.max_wait))
 
+    def job_over(self) -> bool:
+        """Whether the job has ended (succeeded, failed or cancelled), read
+        from the master; False if it cannot be read now."""
+        from raftps import jobs
+        try:
+            return jobs.status(self.client, self.job).state in jobs.TERMINAL
+        except errors.NotFound:
+            return True  # deleted
+        except errors.RaftpsError:
+            return False
+
     def finish(self, task: Task, loss: float | None = None, examples: int | None = None,
                accuracy: float = 0.0, step: int = 0) -> bool:
         """Reports a task finished (mean loss over its examples); returns
@@ -307,6 +318,14 @@ class TaskBatches:
         self.cursor = 0  # next record position in the current task
         self.done = False
         self.steps = 0
+
+    def job_over(self) -> bool:
+        """Whether the job has ended (see TaskSource.job_over); if so the
+        iteration is over too (elastic.run asks after a failure: a task
+        resumed from a commit after the job ended would fail forever)."""
+        if not self.done and self.source.job_over():
+            self.done = True
+        return self.done
 
     def record(self, loss: float, n: int) -> None:
         """Adds a trained batch's mean loss (n examples) to the task's metrics."""

@@ -112,3 +112,64 @@ def restore_resets(t, events):
             out.append(r)
             seen = r["restores"]
     return out
+
+
+def test_elastic_run_ends_when_the_job_ends_mid_task(client, cluster):
+    """A job that ends while a trainer is inside a task (here: cancelled;
+    in the wild: its tasks were requeued to and finished by others after
+    its lease lapsed) takes its pservers away: the trainer's next push
+    fails, and restoring the last commit resumes the same task, whose push
+    fails again. elastic.run must see that the job is over and return
+    instead of restoring forever (seen once in test_elastic_join_death_and_
+    restore under load: a trainer restored every 29 s until killed)."""
+    import threading
+
+    import torch
+
+    from raftps.ps import ParamClient
+    from raftps.tasks import TaskBatches, TaskSource, TrainerSession
+    from raftps.torch import DistributedOptimizer, elastic
+
+    job = f"elastic-over-{uuid.uuid4().hex[:6]}"
+    params = [{"name": "weight", "shape": [2, 3], "init": "INIT_ZEROS"}, {"name": "bias", "shape": [2], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, records=1000, rpt=500, batch=10, passes=1, lr=0.1))
+    spec = wait_slots(client, job, 2).spec
+    session = TrainerSession(client, job, "solo", ttl=2)
+    ps = ParamClient(client, job, "solo", spec=spec, retries=3)
+    model = torch.nn.Linear(3, 2)
+    opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
+    batches = TaskBatches(TaskSource(client, job, "solo", ps=ps, spec=spec))
+    state = elastic.TorchState(model, opt, batches=batches, step=0)
+    x = torch.ones(10, 3)
+
+    @elastic.run
+    def train(state):
+        for _ in state.batches:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step(examples=10)
+            state.step += 1
+            if state.step == 3:
+                raftps.jobs.cancel(client, job)  # the job ends mid-task
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # until its pservers are gone
+                    try:
+                        ps.pull()
+                    except raftps.Unavailable:
+                        break
+                    time.sleep(0.2)
+            state.commit()
+        return "over"
+
+    out = {}
+    th = threading.Thread(target=lambda: out.setdefault("r", train(state)), daemon=True)
+    th.start()
+    th.join(90)
+    try:
+        assert not th.is_alive(), f"elastic.run still restoring after 90 s ({state.restores} restores)"
+        assert out["r"] is None and state.step >= 3 and state.restores >= 1
+        assert raftps.jobs.state_name(raftps.jobs.status(client, job)) == "JOB_CANCELLED"
+    finally:
+        batches.done = True
+        session.close()
+        ps.close()

@@ -26,8 +26,10 @@ Semantics, as Horovod's:
 - On a failure (a :mod:`raftps.errors` Unavailable / DeadlineExceeded /
   Aborted that outlived the client's retries, or :class:`TrainerFailure`)
   ``run`` restores the last commit (model, optimizer, user state, the
-  TaskBatches position), runs the reset callbacks, syncs and goes on.
-  Other exceptions propagate.
+  TaskBatches position), runs the reset callbacks, syncs and goes on;
+  unless the job has ended (a TaskBatches in the user state asks the
+  master): then its pservers are gone, the restored task could never be
+  pushed, and ``run`` returns None. Other exceptions propagate.
 
 The parameters themselves live on the pservers, which are the source of
 truth: ``sync()`` pulls them (where Horovod broadcasts rank 0's).
@@ -129,6 +131,15 @@ class State:
     def sync(self) -> None:
         pass
 
+    def job_over(self) -> bool:
+        """Whether a user-state value that knows its job (a TaskBatches:
+        ``job_over()``) reports the job ended."""
+        for k in self._user_keys:
+            f = getattr(getattr(self, k, None), "job_over", None)
+            if callable(f) and f():
+                return True
+        return False
+
 
 class TorchState(State):
     """State of a PyTorch trainer: the model, its DistributedOptimizer and
@@ -182,6 +193,8 @@ def run(func):
                 skip_sync = e.skip_sync
             except RECOVERABLE:
                 state.restore()
+                if state.job_over():
+                    return None
                 skip_sync = False
             state.on_reset()
 
