@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -167,6 +168,13 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	var s *pserver.Slot
 	if blobs != nil {
 		s, err = pserver.RestoreSlot(spec, i, spec.NumPservers, blobs)
+		if errors.Is(err, pserver.ErrNewerFormat) {
+			// A newer raftps wrote the checkpoint (a mixed-version
+			// cluster): starting from the initializer would drop the
+			// progress. Leave the slot to an upgraded node.
+			a.releaseKey(ctx, spec.Name, i, inc)
+			return fmt.Errorf("restore: upgrade this node: %w", err)
+		}
 		if err != nil {
 			rec.Reason = "initializer: restored blobs do not decode: " + err.Error()
 			a.log.Error("restore: blobs do not decode; initializer", "job", spec.Name, "slot", i, "err", err)
