@@ -1,6 +1,3 @@
-// Package integration holds the tests that start real `raftps` processes on
-// loopback: the cluster end-to-end tests here, and the Jepsen-style fault
-// suite in integration/jepsen.
 package integration
 
 import (

@@ -1,0 +1,25 @@
+// Package localcluster starts `raftps node` processes on loopback: the
+// demo, the end-to-end tests and the benchmarks all build their local
+// clusters with it.
+//
+//	nodes, err := localcluster.New(bin, dir, 3)    // n1..n3, --join each other, --bootstrap-expect 3
+//	for _, n := range nodes { n.Start() }
+//	opts, err := localcluster.DialOptions(nodes[0].Admin) // the admin's mutual TLS
+//	cl, err := client.New([]string{nodes[0].GRPC}, opts...)
+//	n4, err := localcluster.Add(bin, dir, nodes)    // joins the others; no --bootstrap-expect
+//	nodes[0].Kill()                                 // SIGKILL and wait
+//	nodes[0].Start()                                // the same command line and data dir
+//
+// Secure by default: New makes a PKI in <dir>/pki (a CA, one node
+// certificate per node, the admin's client certificate and a gossip key)
+// and every node runs mutual TLS with gossip encrypted from its own copy
+// of the keyring (<dir>/<id>.keyring). A cluster is plaintext only when
+// its extra flags say --insecure (tests about plaintext, the TLS-vs-
+// plaintext benchmark); then Node.Admin is zero and DialOptions dials in
+// the clear. Test clients take their credentials from DialOptions,
+// ClientTLS (etcd's client) or CLIFlags (the raftps CLI).
+//
+// Each node logs to <dir>/<id>.log (appended across restarts). Children
+// are in their own process group and die with the parent (Pdeathsig).
+// A Node's methods are safe for concurrent use.
+package localcluster
