@@ -22,6 +22,6 @@
 //   - bench_test.go, security_bench_test.go: benchmarks on real processes.
 //
 // The package runs as part of `go test ./...` (make test); the offline
-// demo test (a network namespace with no route out) needs root, which CI
-// has.
+// demo test runs `raftps demo` in a network namespace with no route out
+// (`unshare --net --map-root-user`).
 package integration
