@@ -97,6 +97,13 @@ type Config struct {
 	// the Raft configuration, never below quorum (default 30 s; 0 means
 	// the master's default).
 	DeadServerTimeout time.Duration
+	// PServerLeaseTTL is the TTL of the lease under this node's pserver
+	// slot claims (whole seconds, MinPServerLeaseTTL to MaxPServerLeaseTTL;
+	// default 5 s). It bounds a slot's failover: a holder that cannot renew
+	// fences itself 2/3 TTL after its last keepalive, and another node
+	// serves the slot only once that fence has surely passed (DESIGN.md
+	// §6). Shorter fails over faster and fences sooner under load.
+	PServerLeaseTTL time.Duration
 
 	// DiskReserve is the free space (bytes) the data dir's file system
 	// must keep: below it the node refuses writes with ResourceExhausted
@@ -139,6 +146,7 @@ func DefaultConfig() Config {
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		DeadServerTimeout:  30 * time.Second,
+		PServerLeaseTTL:    5 * time.Second,
 		DiskReserve:        raftstore.DefaultDiskReserve,
 		KeepFinishedJobs:   1000,
 	}
@@ -184,7 +192,18 @@ func (c *Config) Validate() error {
 	if c.FinishedJobMaxAge < 0 {
 		return bad("--finished-job-max-age must be >= 0 (0: no age limit)")
 	}
+	if t := c.PServerLeaseTTL; t != 0 && (t%time.Second != 0 || t < MinPServerLeaseTTL || t > MaxPServerLeaseTTL) {
+		return bad("--pserver-lease-ttl %v: want whole seconds from %v to %v", t, MinPServerLeaseTTL, MaxPServerLeaseTTL)
+	}
 	return nil
 }
+
+// Bounds of Config.PServerLeaseTTL: below 2 s a loaded node's keepalives
+// (every 300 ms) would miss its fence; above an hour a dead node's slots
+// would stand still for as long.
+const (
+	MinPServerLeaseTTL = 2 * time.Second
+	MaxPServerLeaseTTL = time.Hour
+)
 
 func (c *Config) hasRole(r string) bool { return gossip.HasRole(c.Roles, r) }

@@ -72,6 +72,9 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown role", with(func(c *Config) { c.Roles = []string{"server", "cook"} }), "cook"},
 		{"no server role and nothing to join", with(func(c *Config) { c.Roles = []string{gossip.RoleTrainer} }), "--join"},
 		{"negative expect", with(func(c *Config) { c.BootstrapExpect = -1 }), "bootstrap-expect"},
+		{"pserver lease ttl below 2s", with(func(c *Config) { c.PServerLeaseTTL = time.Second }), "--pserver-lease-ttl"},
+		{"pserver lease ttl not whole seconds", with(func(c *Config) { c.PServerLeaseTTL = 2500 * time.Millisecond }), "--pserver-lease-ttl"},
+		{"pserver lease ttl above an hour", with(func(c *Config) { c.PServerLeaseTTL = 2 * time.Hour }), "--pserver-lease-ttl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

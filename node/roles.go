@@ -100,7 +100,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		pb.RegisterPServerServer(n.pserver, srv)
 		// Slot records carry the data path's address: trainers dial it.
 		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), MemoryBudget: n.cfg.PServerMemoryBudget,
-			Logger: n.log}, local, srv, mgr, peers)
+			LeaseTTL: int64(n.cfg.PServerLeaseTTL / time.Second), Logger: n.log}, local, srv, mgr, peers)
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {
