@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -26,6 +27,14 @@ type leaseTimers struct {
 	// looked up, so every keepalive that succeeds before a revoke applies
 	// is in it). Cleared on step-down: a new leader does not know it.
 	arrived map[int64]time.Time
+	// since is when (local clock, with its monotonic reading) this server
+	// established its leadership in term sinceTerm: taken under mu as
+	// active turns on, so every keepalive arrival not recorded in arrived
+	// happened before it.
+	since     time.Time
+	sinceTerm uint64
+
+	check leaderCheck
 }
 
 // arrivalKeep is how long the arrival of a lease's last keepalive is kept
@@ -45,10 +54,13 @@ func ttlDuration(ttl int64) time.Duration {
 
 // establish starts the timers: every lease the FSM holds gets now+TTL. It
 // turns the timers on before reading the leases, so a grant applied
-// concurrently is seen by one path or the other. It returns the number of leases.
-func (t *leaseTimers) establish(now time.Time, leases func() []fsm.LeaseInfo) int {
+// concurrently is seen by one path or the other, and records the start of
+// leadership in term (read before the call, so the start is after the
+// term began). It returns the number of leases.
+func (t *leaseTimers) establish(now time.Time, term uint64, leases func() []fsm.LeaseInfo) int {
 	t.mu.Lock()
 	t.active = true
+	t.since, t.sinceTerm = time.Now(), term
 	t.mu.Unlock()
 	ls := leases()
 	t.mu.Lock()
@@ -89,6 +101,14 @@ func (t *leaseTimers) lastArrival(id int64) (at time.Time, ok bool) {
 	defer t.mu.Unlock()
 	at, ok = t.arrived[id]
 	return at, ok && t.active
+}
+
+// leaderSince returns when leadership was established and in which term;
+// ok is false if this server does not lead (or has not established yet).
+func (t *leaseTimers) leaderSince() (at time.Time, term uint64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.since, t.sinceTerm, t.active
 }
 
 // applied records grants (deadline now+TTL) and revokes from an FSM notification.
@@ -258,11 +278,24 @@ func (s *Store) LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err er
 // a read, it first waits until this leader has applied an entry of its own
 // term (ensureOwnTerm): before that its FSM may lack a lease the previous
 // leader granted, and a live lease would be reported gone.
+//
+// It then confirms leadership with a quorum (confirmLeader: a
+// hashicorp/raft VerifyLeader round that started after the keepalive
+// arrived, bounded by Config.ElectionTimeout) and refuses the keepalive
+// with ErrNotLeader if that fails: keepalives do not go through the Raft
+// loop, so a leader whose loop is stalled (a hung fsync) and which a new
+// leader has replaced would otherwise renew leases indefinitely while the
+// new leader revokes them (etcd-io/etcd#15247; etcd 3.5.8's
+// ensureLeadership). The client then retries elsewhere or, past its
+// deadline, fences.
 func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error) {
 	if err := s.leaseLeader(ctx); err != nil {
 		return 0, err
 	}
 	s.leases.arrival(time.Now(), id)
+	if err := s.confirmLeader(ctx); err != nil {
+		return 0, err
+	}
 	l, ok := s.fsm.Lease(id)
 	if !ok || !s.leases.keepAlive(time.Now(), id, l.TTL) {
 		return 0, fmt.Errorf("%w: %d", fsm.ErrLeaseNotFound, id)
@@ -279,7 +312,134 @@ func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error
 // slot handover, schema.HandoverRecord). Leader-local: nothing of it is
 // replicated, and a new leader starts without it.
 func (s *Store) LeaseLastKeepAlive(id int64) (at time.Time, ok bool) {
-	return s.leases.lastArrival(id)
+	at, ok = s.leases.lastArrival(id)
+	if !ok || !s.leadsIn(s.leases.sinceTermOf()) {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// LeaderSince returns when (this server's clock, with its monotonic
+// reading) this server established its current leadership: after it won
+// the election (after a quorum voted for its term) and before it recorded
+// any keepalive arrival (LeaseLastKeepAlive). ok is false unless it leads
+// and has established leadership in its current term. Leader-local,
+// nothing of it is replicated.
+//
+// Since every keepalive a leader acknowledges was confirmed by a quorum
+// after it arrived (LeaseKeepAliveLocal), and a server that voted for a
+// later term refuses the older leader, every keepalive acknowledged by an
+// earlier leader arrived, and was sent, before LeaderSince (package master
+// uses it for slot handover when LeaseLastKeepAlive knows nothing).
+func (s *Store) LeaderSince() (at time.Time, ok bool) {
+	at, term, ok := s.leases.leaderSince()
+	if !ok || !s.leadsIn(term) {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// leadsIn reports whether this server leads in term.
+func (s *Store) leadsIn(term uint64) bool {
+	return s.raft != nil && s.IsLeader() && s.raft.CurrentTerm() == term
+}
+
+func (t *leaseTimers) sinceTermOf() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sinceTerm
+}
+
+// leaderCheck coalesces the leadership confirmations of keepalives: one
+// VerifyLeader round runs at a time; a keepalive that arrives while none
+// runs starts one, and every keepalive that arrives while one runs joins
+// the next round, which starts when the running one ends. So a keepalive
+// is only ever acknowledged by a round that started after it arrived,
+// and a burst of keepalives costs at most two rounds.
+type leaderCheck struct {
+	mu      sync.Mutex
+	running bool         // a round is in flight
+	next    *verifyRound // the round to start when the running one ends
+	// pending is set while a VerifyLeader future has not resolved (it may
+	// outlive its round's timeout if the Raft loop is stalled): no second
+	// one is queued behind it.
+	pending atomic.Bool
+	rounds  atomic.Uint64 // rounds run (tests)
+}
+
+type verifyRound struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// confirmLeader returns nil once a quorum has confirmed this server's
+// leadership in a round that started after the call; ErrNotLeader (wrapped)
+// if the round failed or did not finish within Config.ElectionTimeout;
+// ctx's error if ctx ends first.
+func (s *Store) confirmLeader(ctx context.Context) error {
+	c := &s.leases.check
+	c.mu.Lock()
+	if c.next == nil {
+		c.next = &verifyRound{done: make(chan struct{})}
+	}
+	r := c.next
+	if !c.running {
+		c.running, c.next = true, nil
+		go s.runRounds(r)
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runRounds runs round r, then the rounds joined meanwhile, until none is waiting.
+func (s *Store) runRounds(r *verifyRound) {
+	c := &s.leases.check
+	for r != nil {
+		c.rounds.Add(1)
+		r.err = s.verifyLeader(s.cfg.ElectionTimeout)
+		close(r.done)
+		c.mu.Lock()
+		r, c.next = c.next, nil
+		if r == nil {
+			c.running = false
+		}
+		c.mu.Unlock()
+	}
+}
+
+// verifyLeader runs one VerifyLeader round, bounded by timeout.
+func (s *Store) verifyLeader(timeout time.Duration) error {
+	c := &s.leases.check
+	if !c.pending.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: leadership unconfirmed: the previous confirmation has not returned (Raft loop stalled?)", ErrNotLeader)
+	}
+	f := s.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() {
+		err := f.Error()
+		c.pending.Store(false)
+		done <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, ErrNotLeader) {
+			// raft.ErrNotLeader, ErrLeadershipLost, ErrRaftShutdown: this
+			// server cannot vouch for the lease.
+			err = fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w: leadership not confirmed by a quorum within %v", ErrNotLeader, timeout)
+	case <-s.stopping:
+		return ErrNotOpen
+	}
 }
 
 // LeaseTimeToLive returns the seconds left on lease id as the leader's

@@ -119,6 +119,8 @@ type Store struct {
 	leases  *leaseTimers
 	metrics *storeMetrics
 
+	wrapLogs func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
+
 	clusterID atomic.Pointer[string]
 	transfers atomic.Int64 // successful leadership transfers at Close
 }
@@ -213,7 +215,11 @@ func (s *Store) Open() (err error) {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, s.fsm, bolt, bolt, snaps, trans)
+	var logs raft.LogStore = bolt
+	if s.wrapLogs != nil {
+		logs = s.wrapLogs(bolt)
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, bolt, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
@@ -748,11 +754,13 @@ func (s *Store) runLeaderLoop(ch <-chan bool) {
 // leadership establishes leadership (a committed barrier in the new term,
 // then a fresh TTL for every lease) and runs the lease expiry loop until ctx ends.
 func (s *Store) leadership(ctx context.Context) {
+	var term uint64
 	for {
 		bctx, cancel := context.WithTimeout(ctx, 4*s.cfg.ElectionTimeout)
-		_, err := s.ensureOwnTerm(bctx)
+		t, err := s.ensureOwnTerm(bctx)
 		cancel()
 		if err == nil {
+			term = t
 			break
 		}
 		if ctx.Err() != nil {
@@ -765,7 +773,7 @@ func (s *Store) leadership(ctx context.Context) {
 		case <-time.After(s.cfg.CommitTimeout):
 		}
 	}
-	n := s.leases.establish(time.Now(), s.fsm.Leases)
+	n := s.leases.establish(time.Now(), term, s.fsm.Leases)
 	s.logger.Info("leadership established", "term", s.raft.CurrentTerm(), "leases_extended", n)
 	s.runLeaseExpiry(ctx)
 }
