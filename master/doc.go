@@ -36,9 +36,12 @@
 //     claimant how long the node, if only partitioned, may still serve:
 //     schema.HandoverWait from the age of the lease's last keepalive at
 //     this leader (raftstore.Store.LeaseLastKeepAlive, read after the
-//     revoke applied); none is written when this leader saw no keepalive of
-//     the lease (it took over since), and the claimant then waits a whole
-//     TTL. A node that died before this leader took over is released on
+//     revoke applied) or, when this leader saw no keepalive of the lease
+//     (it took over since), from the start of its leadership
+//     (raftstore.Store.LeaderSince: keepalives are acknowledged only after
+//     a quorum confirms the leader, so every one an earlier leader took
+//     arrived before); none is written when this server does not lead, and
+//     the claimant then waits a whole TTL. A node that died before this leader took over is released on
 //     the next reconciliation, since its gossip event is gone;
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of

@@ -13,8 +13,10 @@ import (
 // the master revokes its lease and writes, for each slot it held, a
 // handover record whose wait is schema.HandoverWait from the age of the
 // lease's last keepalive at this leader: short when that keepalive is old.
-// When the leader saw no keepalive of the lease (it took over since), no
-// record is written (the claimant waits a whole TTL).
+// When the leader saw no keepalive of the lease (it took over since), the
+// record's wait is taken from the start of its leadership
+// (raftstore.Store.LeaderSince): every keepalive an earlier leader
+// acknowledged arrived before it.
 func TestNodeGoneHandoverRecord(t *testing.T) {
 	s := openStore(t)
 	submit(t, s, "j")
@@ -56,16 +58,54 @@ func TestNodeGoneHandoverRecord(t *testing.T) {
 	if w := time.Duration(rec.WaitNanos); w != schema.HandoverWait(5, since) || w >= 5*time.Second-1500*time.Millisecond {
 		t.Fatalf("record wait %v, want HandoverWait(5 s, %v) = %v, well under a TTL", w, since, schema.HandoverWait(5, since))
 	}
-	if rec.Node != "n2" || rec.Lease != renewed || rec.ConsumedBy != 0 || rec.RevokedRevision == 0 {
+	if rec.Node != "n2" || rec.Lease != renewed || rec.ConsumedBy != 0 || rec.RevokedRevision == 0 || rec.FromLeaderStart {
 		t.Fatalf("record %+v", rec)
 	}
 
-	// A lease this leader never saw a keepalive of: revoked, no record.
+	// A lease this leader never saw a keepalive of: revoked, and the record
+	// counts from the start of this leadership.
+	start, ok := s.LeaderSince()
+	if !ok {
+		t.Fatal("the leader reports no leadership start")
+	}
+	before := time.Now()
 	m.nodeGone(ctx, member("n3", gossip.StatusDead, "", gossip.RolePServer))
+	done = time.Now()
 	if _, ok := s.FSM().Lease(unknown); ok {
 		t.Fatal("lease of the second dead node not revoked")
 	}
-	if exists(t, s, schema.HandoverKey("j", 1)) {
-		t.Fatal("handover record written without a known last keepalive")
+	resp, err = s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey("j", 1))})
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("handover record of slot 1 (no keepalive seen): %v %v", resp, err)
+	}
+	rec, err = schema.ParseHandoverRecord(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since = time.Duration(rec.SinceKeepAliveNanos)
+	if !rec.FromLeaderStart || since < before.Sub(start) || since > done.Sub(start) {
+		t.Fatalf("record %+v: want from the leader's start, %v to %v ago", rec, before.Sub(start), done.Sub(start))
+	}
+	if w := time.Duration(rec.WaitNanos); w != schema.HandoverWait(5, since) {
+		t.Fatalf("record wait %v, want HandoverWait(5 s, %v) = %v", w, since, schema.HandoverWait(5, since))
+	}
+	if rec.Node != "n3" || rec.Lease != unknown || rec.ConsumedBy != 0 || rec.RevokedRevision == 0 {
+		t.Fatalf("record %+v", rec)
 	}
 }
+
+// TestNodeGoneHandoverRecordNotLeader: a master whose store does not lead
+// (or has not established its term) knows no bound and writes no record;
+// the claimant waits a whole TTL.
+func TestNodeGoneHandoverRecordNotLeader(t *testing.T) {
+	s := openStore(t)
+	ns := notLeading{s}
+	if _, _, ok := (&Master{store: ns}).lastKeepAliveBound(1); ok {
+		t.Fatal("a bound without leadership")
+	}
+}
+
+// notLeading is a store that reports no leadership start.
+type notLeading struct{ Store }
+
+func (notLeading) LeaderSince() (time.Time, bool) { return time.Time{}, false }

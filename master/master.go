@@ -25,6 +25,9 @@ type Store interface {
 	// LeaseLastKeepAlive: when the last keepalive of a lease arrived at
 	// this leader in its term (leader-local; slot handover).
 	LeaseLastKeepAlive(id int64) (time.Time, bool)
+	// LeaderSince: when this server established its current leadership
+	// (leader-local; slot handover when LeaseLastKeepAlive knows nothing).
+	LeaderSince() (time.Time, bool)
 	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
 	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
 	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
@@ -408,6 +411,30 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	}
 }
 
+// lastKeepAliveBound returns a time, on this server's clock, no earlier
+// than the arrival of every keepalive of lease id that any leader
+// acknowledged: the last arrival at this leader if it saw one in its term
+// (LeaseLastKeepAlive), else the start of its leadership (LeaderSince;
+// fromStart is then true): every keepalive an earlier leader acknowledged
+// was confirmed by a quorum after it arrived (raftstore's LeaseKeepAliveLocal),
+// before a quorum voted for this term. Both are read in one leadership
+// (the start is read before and after, and must not change), after the
+// revoke applied. ok is false if this server does not lead.
+func (m *Master) lastKeepAliveBound(id int64) (at time.Time, fromStart, ok bool) {
+	start, led := m.store.LeaderSince()
+	if !led {
+		return time.Time{}, false, false
+	}
+	at, ok = m.store.LeaseLastKeepAlive(id)
+	if again, still := m.store.LeaderSince(); !still || !again.Equal(start) {
+		return time.Time{}, false, false
+	}
+	if ok {
+		return at, false, true
+	}
+	return start, true, true
+}
+
 // heldSlot is a pserver slot claim of a node that is gone.
 type heldSlot struct {
 	job         string
@@ -422,8 +449,9 @@ type heldSlot struct {
 // of the lease's last keepalive at this leader). The age is read after
 // the revoke applied: no keepalive succeeds after that, and every one that
 // did had arrived and was recorded. If this leader saw no keepalive of the
-// lease in its term (it took over since), the age is unknown and no record
-// is written: the claimant then waits a whole TTL, as before. A record is
+// lease in its term (it took over since), the age is taken from the start
+// of its leadership (lastKeepAliveBound); only if this server does not lead
+// is no record written, and the claimant waits a whole TTL. A record is
 // written only if the slot is still unclaimed and its handover key is as it
 // was before the revoke (a claimant consumes or marks that key before
 // serving), so it always describes the slot's last holder.
@@ -452,9 +480,9 @@ func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slot
 	if len(slots) == 0 || ttl == 0 {
 		return
 	}
-	at, ok := m.store.LeaseLastKeepAlive(id)
+	at, fromStart, ok := m.lastKeepAliveBound(id)
 	if !ok {
-		m.log.Info("slot handover: last keepalive of the lease unknown to this leader; claimants wait a whole TTL",
+		m.log.Info("slot handover: this server does not lead (or has not established its term); claimants wait a whole TTL",
 			"node", node, "lease", id)
 		return
 	}
@@ -462,7 +490,8 @@ func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slot
 	wait := schema.HandoverWait(ttl, since)
 	for i, h := range slots {
 		rec := schema.HandoverRecord{Node: node, Incarnation: h.incarnation, Lease: id,
-			RevokedRevision: resp.GetHeader().GetRevision(), SinceKeepAliveNanos: int64(since), WaitNanos: int64(wait)}
+			RevokedRevision: resp.GetHeader().GetRevision(), SinceKeepAliveNanos: int64(since), WaitNanos: int64(wait),
+			FromLeaderStart: fromStart}
 		slotKey, hoKey := []byte(schema.SlotKey(h.job, h.slot)), []byte(schema.HandoverKey(h.job, h.slot))
 		actx, cancel := context.WithTimeout(ctx, applyTimeout)
 		out, err := m.store.Txn(actx, &pb.TxnRequest{
@@ -480,7 +509,8 @@ func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slot
 			m.log.Info("slot handover record not written: slot claimed meanwhile", "job", h.job, "slot", h.slot)
 		default:
 			m.log.Info("slot handover record written", "job", h.job, "slot", h.slot, "node", node,
-				"last_keepalive_ago", since.Round(time.Millisecond), "claimant_wait", wait.Round(time.Millisecond))
+				"last_keepalive_ago", since.Round(time.Millisecond), "from_leader_start", fromStart,
+				"claimant_wait", wait.Round(time.Millisecond))
 		}
 	}
 }

@@ -99,7 +99,15 @@
 //
 // Grants and revokes go through Raft; the deadlines live only in the
 // leader's memory. Keepalives go to the leader (a follower forwards), move
-// the deadline to now+TTL and touch no log. The leader's expiry loop
+// the deadline to now+TTL and touch no log. Since they bypass the Raft
+// loop, the leader first confirms its leadership with a quorum
+// (VerifyLeader, one round at a time: a keepalive waits for a round that
+// started after it arrived, so concurrent keepalives share rounds) and
+// refuses the keepalive with ErrNotLeader if the round fails or takes
+// longer than Config.ElectionTimeout: a leader whose loop is stalled (a
+// hung fsync) while the others elect a new one would otherwise renew
+// leases indefinitely (etcd-io/etcd#15247). On loopback a keepalive costs
+// one heartbeat round trip (about 30 us; 64 concurrent clients share it). The leader's expiry loop
 // proposes a revoke for each lease past its deadline. A new leader, once it
 // has committed its barrier, gives every lease a full TTL from that moment:
 // a leader failover never shortens a lease, at the cost of extending it by
@@ -107,7 +115,11 @@
 // The leader also records when each keepalive arrives
 // (LeaseLastKeepAlive, before the lease is looked up, kept a minute past
 // a revoke, forgotten on step-down), so that after an early revoke the
-// master knows how long ago the holder last renewed.
+// master knows how long ago the holder last renewed, and when it
+// established its leadership (LeaderSince, local monotonic clock, not
+// replicated): every keepalive an earlier leader acknowledged arrived
+// before that, since a quorum confirmed that leader after the arrival and
+// before voting for the current term.
 //
 // # Watches
 //

@@ -356,6 +356,15 @@ func (t *leaseTimers) sinceTermOf() uint64 {
 // the next round, which starts when the running one ends. So a keepalive
 // is only ever acknowledged by a round that started after it arrived,
 // and a burst of keepalives costs at most two rounds.
+//
+// A limit of hashicorp/raft (v1.7): its VerifyLeader round counts the
+// answer to any AppendEntries that returns after the round registered,
+// including one sent just before (a heartbeat in flight, or a pipelined
+// append), where etcd's ReadIndex tags heartbeats with the request. A
+// follower that answered can vote for a new term only after it has not
+// heard the leader for HeartbeatTimeout (it refuses votes while it has a
+// leader), so the guarantee above fails only if such an answer was in
+// flight for longer than HeartbeatTimeout (500 ms by default).
 type leaderCheck struct {
 	mu      sync.Mutex
 	running bool         // a round is in flight

@@ -30,10 +30,29 @@ import (
 //
 // HandoverWait turns that age into a wait for the next claimant, written
 // as a HandoverRecord. When the leader has no record (it took over since
-// the holder's last keepalive), the age is unknown and the claimant waits
-// a whole TTL after its claim, as before: a new leader's own start of term
-// is not a bound, since an old leader whose Raft loop is stalled may still
-// take the holder's keepalives for a while (etcd-io/etcd#15247).
+// the holder's last keepalive), the time since it established its
+// leadership (raftstore.Store.LeaderSince) takes the age's place
+// (HandoverRecord.FromLeaderStart): a leader acknowledges a keepalive only
+// after a quorum confirmed its leadership in a round that started after
+// the keepalive arrived (raftstore's LeaseKeepAliveLocal, etcd's fix for
+// etcd-io/etcd#15247, where a leader whose Raft loop is stalled took
+// keepalives while another was elected), and a server that voted for a
+// later term refuses an older leader, so every keepalive an earlier leader
+// acknowledged arrived before a quorum voted for the current term, before
+// the current leader established itself (up to hashicorp/raft's limit
+// documented at raftstore's leaderCheck: an acknowledgment in flight for
+// longer than HeartbeatTimeout). Only when the master's server
+// does not lead is no record written; the claimant then waits a whole TTL
+// after its claim.
+//
+// Upgrade note: both bounds assume holders of this release (the watchdog
+// at PServerFence after the send; earlier agents fenced up to a whole TTL
+// after their last keepalive) and the leader-start bound assumes every
+// server that led in an earlier term confirmed leadership before
+// acknowledging keepalives (this release; earlier servers did not). While
+// a cluster runs older nodes, a record may give a claimant less than such
+// a holder's fence: upgrade every node before relying on short handovers
+// (a claimant that finds no record still waits a whole TTL).
 //
 // Clock rates: the holder, the leader and the claimant each measure on
 // their own monotonic clock, and HandoverWait allows each to run fast or
@@ -89,6 +108,11 @@ type HandoverRecord struct {
 	// SinceKeepAliveNanos is how long before the record was written the
 	// holder's last keepalive arrived at the leader (ns).
 	SinceKeepAliveNanos int64 `json:"since_keepalive_nanos"`
+	// FromLeaderStart: the leader saw no keepalive of the lease in its
+	// term, and SinceKeepAliveNanos is the time since it established its
+	// leadership, which every keepalive an earlier leader acknowledged
+	// arrived before (raftstore.Store.LeaderSince).
+	FromLeaderStart bool `json:"from_leader_start,omitempty"`
 	// WaitNanos is HandoverWait's result: a claimant serves no earlier than
 	// this long (ns, on its clock) after it consumed the record.
 	WaitNanos int64 `json:"wait_nanos"`
