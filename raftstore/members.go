@@ -37,13 +37,7 @@ func (s *Store) AddMember(ctx context.Context, id, raftAddr string, voter bool) 
 			return fmt.Errorf("%w: member %s at %s is in the Raft configuration (%s)", fsm.ErrExists, srv.ID, srv.Address, suffrageName(srv.Suffrage))
 		}
 	}
-	var f raft.IndexFuture
-	if voter {
-		f = s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
-	} else {
-		f = s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
-	}
-	if err := s.futureErr(ctx, f); err != nil {
+	if err := s.addServer(ctx, id, raftAddr, voter); err != nil {
 		return fmt.Errorf("raftstore: member add %s: %w", id, err)
 	}
 	s.logger.Info("member added", "node", id, "raft_addr", raftAddr, "voter", voter)
@@ -70,7 +64,7 @@ func (s *Store) PromoteMember(ctx context.Context, id string) error {
 	if srv.Suffrage == raft.Voter {
 		return fmt.Errorf("%w: member %s is already a voter; only a non-voter (learner) can be promoted", fsm.ErrFailedPrecondition, id)
 	}
-	if err := s.futureErr(ctx, s.raft.AddVoter(srv.ID, srv.Address, 0, s.timeout(ctx))); err != nil {
+	if err := s.addServer(ctx, id, string(srv.Address), true); err != nil {
 		return fmt.Errorf("raftstore: member promote %s: %w", id, err)
 	}
 	s.logger.Info("member promoted to voter", "node", id)
@@ -99,4 +93,18 @@ func suffrageName(s raft.ServerSuffrage) string {
 		return "voter"
 	}
 	return "nonvoter"
+}
+
+// addServer adds (or, for a non-voter already present and voter true,
+// promotes in place) server id at raftAddr: hashicorp/raft's AddVoter, or
+// AddNonvoter with voter false. It waits for the configuration change to
+// commit.
+func (s *Store) addServer(ctx context.Context, id, raftAddr string, voter bool) error {
+	var f raft.IndexFuture
+	if voter {
+		f = s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
+	} else {
+		f = s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
+	}
+	return s.futureErr(ctx, f)
 }

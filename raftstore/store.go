@@ -553,13 +553,7 @@ func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error
 			return fmt.Errorf("raftstore: join %s: remove stale %s@%s: %w", id, srv.ID, srv.Address, err)
 		}
 	}
-	var f raft.IndexFuture
-	if voter {
-		f = s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
-	} else {
-		f = s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
-	}
-	if err := s.futureErr(ctx, f); err != nil {
+	if err := s.addServer(ctx, id, raftAddr, voter); err != nil {
 		return fmt.Errorf("raftstore: join %s@%s: %w", id, raftAddr, err)
 	}
 	s.logger.Info("joined", "node", id, "raft_addr", raftAddr, "voter", voter)
