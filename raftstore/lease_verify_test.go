@@ -3,14 +3,11 @@ package raftstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/raftps/raftps/fsm"
 )
 
 // stallLogs is a raft.LogStore whose StoreLogs blocks, once stall is
@@ -62,52 +59,17 @@ func (l *stallLogs) StoreLogs(logs []*raft.Log) error {
 // wrapped in a stallLogs (passing through until stalled).
 func mustStallNetCluster(t *testing.T, n int) (*netCluster, map[*Store]*stallLogs) {
 	t.Helper()
-	nc := &netCluster{cluster: &cluster{tb: t}, trans: map[string]*raft.InmemTransport{}, cut: map[[2]string]bool{}}
+	var mu sync.Mutex
 	logs := map[*Store]*stallLogs{}
-	ctx := ctxT(t, 20*time.Second)
-	for i := range n {
-		id := fmt.Sprintf("n%d", i+1)
-		_, tr := raft.NewInmemTransport("")
-		for _, other := range nc.trans {
-			tr.Connect(other.LocalAddr(), other)
-			other.Connect(tr.LocalAddr(), tr)
-		}
-		nc.trans[id] = tr
-		dir := t.TempDir()
-		cfg := testConfig(t, id, dir)
-		cfg.RaftAddr = ""
-		cfg.Transport = tr
-		cfg.Bootstrap = i == 0
-		s, err := New(cfg, fsm.New(nil), netForwarder{directForwarder{nc.cluster}, nc, id})
-		if err != nil {
-			t.Fatal(err)
-		}
+	nc := mustNetCluster(t, n, func(s *Store) {
 		s.wrapLogs = func(l raft.LogStore) raft.LogStore {
 			sl := newStallLogs(l)
+			mu.Lock()
 			logs[s] = sl
+			mu.Unlock()
 			return sl
 		}
-		if err := s.Open(); err != nil {
-			t.Fatal(err)
-		}
-		nc.cluster.mu.Lock()
-		nc.stores = append(nc.stores, s)
-		nc.dirs = append(nc.dirs, dir)
-		nc.cluster.mu.Unlock()
-		t.Cleanup(func() { s.Close() })
-		if i == 0 {
-			if err := s.WaitForLeader(ctx); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		join(ctx, t, nc.leader, id, s.Addr())
-	}
-	for _, s := range nc.live() {
-		if err := s.LinearizableRead(ctx); err != nil {
-			t.Fatalf("%s: %v", s.cfg.ID, err)
-		}
-	}
+	})
 	return nc, logs
 }
 

@@ -85,8 +85,9 @@ func (n *netCluster) isCut(a, b string) bool {
 }
 
 // mustNetCluster starts n stores on connected InmemTransports: n1
-// bootstraps, the others join through the leader.
-func mustNetCluster(t *testing.T, n int) *netCluster {
+// bootstraps, the others join through the leader. prepare, if given, runs
+// on each store between New and Open.
+func mustNetCluster(t *testing.T, n int, prepare ...func(*Store)) *netCluster {
 	t.Helper()
 	nc := &netCluster{cluster: &cluster{tb: t}, trans: map[string]*raft.InmemTransport{}, cut: map[[2]string]bool{}}
 	ctx := ctxT(t, 20*time.Second)
@@ -106,6 +107,9 @@ func mustNetCluster(t *testing.T, n int) *netCluster {
 		s, err := New(cfg, fsm.New(nil), netForwarder{directForwarder{nc.cluster}, nc, id})
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, p := range prepare {
+			p(s)
 		}
 		if err := s.Open(); err != nil {
 			t.Fatal(err)
