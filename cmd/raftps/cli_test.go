@@ -17,7 +17,17 @@ import (
 	"github.com/raftps/raftps/node"
 )
 
+// mustNode starts an in-process single-node cluster with the server role
+// (plaintext: the CLI tests dial it without certificates).
 func mustNode(t *testing.T) *node.Node {
+	t.Helper()
+	return openNode(t, "t1", gossip.RoleServer)
+}
+
+// openNode starts an in-process node id with roles on free loopback ports,
+// confined to the shipped datasets (jobs name datasets/fashion-mnist), and
+// waits until it leads.
+func openNode(t *testing.T, id string, roles ...string) *node.Node {
 	t.Helper()
 	ports, err := localcluster.FreePorts(4)
 	if err != nil {
@@ -25,10 +35,10 @@ func mustNode(t *testing.T) *node.Node {
 	}
 	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = "t1", filepath.Join(t.TempDir(), "t1")
+	cfg.ID, cfg.DataDir = id, filepath.Join(t.TempDir(), id)
 	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = []string{gossip.RoleServer}
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()} // jobs name datasets/fashion-mnist
+	cfg.Roles = roles
+	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
 	cfg.Logger = testutil.Logger(t)
 	n, err := node.New(cfg)
 	if err != nil {

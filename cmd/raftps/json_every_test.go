@@ -13,7 +13,6 @@ import (
 
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/node"
 )
 
@@ -21,31 +20,7 @@ import (
 // pserver, trainer) over the shipped Fashion-MNIST.
 func trainingNode(t *testing.T) *node.Node {
 	t.Helper()
-	ports, err := localcluster.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = "j1", filepath.Join(t.TempDir(), "j1")
-	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = []string{gossip.RoleServer, gossip.RolePServer, gossip.RoleTrainer}
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
-	cfg.Logger = testutil.Logger(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := n.Store().WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return openNode(t, "j1", gossip.RoleServer, gossip.RolePServer, gossip.RoleTrainer)
 }
 
 // runFor executes the CLI in-process with args until it returns or d
