@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -17,7 +16,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/raftstore/client"
@@ -78,31 +77,7 @@ func TestAssetsNameNoExternalURL(t *testing.T) {
 // it to lead.
 func openNode(t *testing.T, roles ...string) *node.Node {
 	t.Helper()
-	ports, err := localcluster.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = roles
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()} // jobs name datasets/fashion-mnist
-	cfg.Logger = testutil.Logger(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := n.Store().WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return nodetest.Open(t, "n1", roles, nil)
 }
 
 // smallSpec is a job of records Fashion-MNIST records in tasks of 250.

@@ -18,8 +18,7 @@ import (
 
 	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"
@@ -76,32 +75,9 @@ func newPKI(t *testing.T) pki {
 // port, the HTTP port included (--http-tls), and waits for it to lead.
 func openTLSNode(t *testing.T, p pki) *node.Node {
 	t.Helper()
-	ports, err := localcluster.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = []string{gossip.RoleServer}
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
-	cfg.TLS, cfg.HTTPTLS = p.node, true
-	cfg.Logger = testutil.Logger(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := n.Store().WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return nodetest.Open(t, "n1", []string{gossip.RoleServer}, func(cfg *node.Config) {
+		cfg.TLS, cfg.HTTPTLS = p.node, true
+	})
 }
 
 // httpsClient is an HTTPS client (HTTP/2 when the server offers it) that

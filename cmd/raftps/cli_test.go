@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,8 +11,7 @@ import (
 	"time"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/node"
 )
 
@@ -24,36 +22,11 @@ func mustNode(t *testing.T) *node.Node {
 	return openNode(t, "t1", gossip.RoleServer)
 }
 
-// openNode starts an in-process node id with roles on free loopback ports,
-// confined to the shipped datasets (jobs name datasets/fashion-mnist), and
-// waits until it leads.
+// openNode starts an in-process node id with roles (nodetest.Open,
+// plaintext) and waits until it leads.
 func openNode(t *testing.T, id string, roles ...string) *node.Node {
 	t.Helper()
-	ports, err := localcluster.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = id, filepath.Join(t.TempDir(), id)
-	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = roles
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
-	cfg.Logger = testutil.Logger(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := n.Store().WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return nodetest.Open(t, id, roles, nil)
 }
 
 // run executes the CLI in-process against n and returns stdout.
