@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/node"
 )
 
@@ -41,26 +38,9 @@ func TestSubmitHugeModelRefused(t *testing.T) {
 // claimed, and `raftps job status` shows why in its latest events. Before,
 // `job status` printed no events (and the slot was claimed).
 func TestJobStatusShowsBudgetRefusal(t *testing.T) {
-	ports, err := localcluster.FreePorts(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	cfg := node.DefaultConfig()
-	cfg.ID, cfg.DataDir = "b1", filepath.Join(t.TempDir(), "b1")
-	cfg.GRPCAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = a(ports[0]), a(ports[1]), a(ports[2]), a(ports[3])
-	cfg.Roles = []string{gossip.RoleServer, gossip.RolePServer}
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
-	cfg.PServerMemoryBudget = 600 << 10
-	cfg.Logger = testutil.Logger(t)
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	n := nodetest.Open(t, "b1", []string{gossip.RoleServer, gossip.RolePServer}, func(cfg *node.Config) {
+		cfg.PServerMemoryBudget = 600 << 10
+	})
 	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
 	for _, name := range []string{"first", "second"} {
 		var err error
@@ -85,6 +65,7 @@ func TestJobStatusShowsBudgetRefusal(t *testing.T) {
 		}
 	}
 	var out string
+	var err error
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		out, err = run(t, n, "job", "status", "second")
 		if err == nil && strings.Contains(out, "SLOT_NOT_CLAIMED") {
