@@ -16,7 +16,8 @@ import (
 )
 
 // eventLog collects a job's events across node failures (reconnecting
-// through any running node), like integration's jobEvents.
+// through any running node), like integration's jobEvents. Each event's
+// UnixNano is replaced by its arrival time here (see follow).
 type eventLog struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -44,6 +45,12 @@ func (l *eventLog) follow(ctx context.Context, c *raftpsCluster, job string) {
 			for err == nil {
 				var ev *pb.JobEvent
 				if ev, err = st.Recv(); err == nil {
+					// Time events by their arrival here: their own time is
+					// the cluster's replicated clock, which falls behind the
+					// wall clock by every leaderless period (a leader kill),
+					// so comparing it with a kill's wall time counted the
+					// recovery's events as before the kill.
+					ev.UnixNano = time.Now().UnixNano()
 					l.mu.Lock()
 					l.events = append(l.events, ev)
 					l.cond.Broadcast()
