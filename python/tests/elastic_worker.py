@@ -48,7 +48,22 @@ def main():
     ps = ParamClient(c, a.job, a.id, spec=spec)
     model = torch.nn.Linear(784, 10)
     opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
-    batches = TaskBatches(TaskSource(c, a.job, a.id, ps=ps, spec=spec))
+    source = TaskSource(c, a.job, a.id, ps=ps, spec=spec)
+    batches = TaskBatches(source)
+    take, fin = source.next, source.finish
+
+    def logged_next():
+        t = take()
+        if t is not None:
+            emit(ev="task", id=t.id, epoch=t.epoch, backup=t.pb.backup_trainer == a.id)
+        return t
+
+    def logged_finish(task, *args, **kw):
+        ok = fin(task, *args, **kw)
+        emit(ev="finish", id=task.id, epoch=task.epoch, accepted=ok)
+        return ok
+
+    source.next, source.finish = logged_next, logged_finish
     state = elastic.TorchState(model, opt, batches=batches, step=0)
 
     def on_reset():

@@ -25,11 +25,15 @@ Semantics, as Horovod's:
   state (TaskBatches resume inside their task).
 - On a failure (a :mod:`raftps.errors` Unavailable / DeadlineExceeded /
   Aborted that outlived the client's retries, or :class:`TrainerFailure`)
-  ``run`` restores the last commit (model, optimizer, user state, the
-  TaskBatches position), runs the reset callbacks, syncs and goes on;
-  unless the job has ended (a TaskBatches in the user state asks the
-  master): then its pservers are gone, the restored task could never be
-  pushed, and ``run`` returns None. Other exceptions propagate.
+  ``run`` first asks whether the job has ended (a TaskBatches in the user
+  state asks the master): then its pservers are gone, the task could never
+  be pushed, and ``run`` returns None without restoring. A job ends under
+  a live trainer's task when the task's other copy finished it last: the
+  master's speculative backup of a slow task at the end of a pass (first
+  copy to finish wins), or a requeue after this trainer's lease lapsed.
+  Otherwise ``run`` restores the last commit (model, optimizer, user
+  state, the TaskBatches position), runs the reset callbacks, syncs and
+  goes on. Other exceptions propagate.
 
 The parameters themselves live on the pservers, which are the source of
 truth: ``sync()`` pulls them (where Horovod broadcasts rank 0's).
@@ -192,9 +196,13 @@ def run(func):
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
             except RECOVERABLE:
-                state.restore()
+                # Asked first: a job that ended under this trainer (its
+                # task's other copy, a speculative backup or a requeue,
+                # finished the last task) took its pservers away; that
+                # is no fault to roll back from.
                 if state.job_over():
                     return None
+                state.restore()
                 skip_sync = False
             state.on_reset()
 
