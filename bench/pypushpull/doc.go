@@ -1,18 +1,21 @@
-// Command pypushpull measures push+pull throughput of the Go pserver
-// client against a running job's pservers, for bench/python.py, which runs
-// the Python client (raftps.ps) against the same pservers in the same run.
+// Pypushpull measures push+pull throughput of raftps's Go pserver client
+// against a running job's pservers. bench/python.py runs it next to the
+// Python client (raftps.ps) against the same pservers in the same run, so
+// that `make bench` can print Python's MB/s as a ratio of Go's.
 //
 //	go run ./bench/pypushpull --endpoints 127.0.0.1:7000 --job J --iters 5
 //
-// It reads the job spec (GetJob) and the slot addresses (the job status),
-// pulls once, then times iters rounds of Push (a gradient of zeros for
-// every dense param) + Pull, and prints one JSON line:
-// {"mb_per_s": ..., "params": N, "iters": K, "seconds": S}, where MB counts
-// the float32 bytes pushed and pulled (2 x 4 x params per round).
+// It reads the job spec (GetJob) and the slots' addresses (the job
+// status), pulls once, then times --iters rounds of Push (a zero gradient
+// for every dense parameter) followed by Pull, and prints one JSON line:
+//
+//	{"mb_per_s": 1462.3, "params": 10000000, "iters": 5, "seconds": 0.27}
+//
+// MB counts the float32 bytes pushed and pulled: 2 × 4 × params per round.
 //
 // Flags: --endpoints (a node's client gRPC address), --job (a running job
-// with dense params), --iters (timed rounds, default 5). It dials in
-// plaintext, so the cluster must run with --insecure (as make bench's
-// clusters do). Errors (no such job, no slots yet) exit non-zero with the
-// reason.
+// with dense parameters), --iters (timed rounds, default 5). It dials in
+// plaintext, so the cluster must run with --insecure, as bench/python.py's
+// does. A missing job, or a job whose slots are not served yet, exits
+// non-zero with the reason.
 package main

@@ -1,16 +1,44 @@
-// Command raftps-bench measures raftps against etcd and its own baselines
-// (package bench). It is not part of the product binary: `make bench`
-// builds both, installs etcd with scripts/install-etcd.sh and runs
+// Raftps-bench measures raftps against etcd 3.4 and against the machine's
+// own limits, and prints ratios. It is the command behind `make bench`
+// (the measurements themselves are package bench) and is kept out of the
+// product binary: `make bench` builds it, installs etcd with
+// scripts/install-etcd.sh and runs
 //
 //	raftps-bench --bin bin/raftps
 //
-// Flags say where the raftps binary is (--bin, default bin/raftps), where
-// results go (--out, default bench/results), which sections to skip
-// (--skip kv,etcdclient,failover,training,gobench,profile) and whether to
-// keep the clusters' data dirs (--keep-data); --quick shortens every
-// section (2 s per workload, 3 recovery trials).
-// Each side-by-side row runs its two sides interleaved (A B A B, at least
-// 5 pairs) and reports the median ratio with its min-max spread, because
-// this machine is shared and absolute times do not hold. Results are a
-// Markdown table and a JSON file per run under bench/results.
+// # Reading the results
+//
+// Every side-by-side row runs its two sides interleaved (A B A B ..., at
+// least 5 pairs) in the same run and reports the median of the per-pair
+// ratios with its min–max spread: this machine is shared and noisy, so
+// absolute times do not hold from one minute to the next, ratios mostly
+// do. RATIO is raftps over the baseline; for times (lower is better) a
+// ratio below 1 means raftps is faster. A Markdown table and a JSON file
+// per run go to bench/results/<UTC timestamp>.{md,json}.
+//
+// # Sections
+//
+//   - kv: 256-byte puts at 1, 16 and 256 clients, and linearizable gets,
+//     CAS txns and lease grant+keepalive at 16, each sent as the same
+//     request messages to a 3-node raftps and a 3-node etcd;
+//   - etcdclient: the same workloads through etcd's Go client, against
+//     raftps's etcd v3 API and against etcd;
+//   - failover: leader SIGKILL to the first acknowledged write;
+//   - tls: mutual TLS against plaintext (puts, pserver push+pull);
+//   - training: trainer, pserver-node and leader SIGKILLs in a running job
+//     (time to requeue, restore, next finished task);
+//   - gobench: the Go benchmarks of pserver, checkpoint and trainer turned
+//     into ratios (push+pull vs gRPC echo and raw TCP, checkpoint write vs
+//     a plain write+fsync, trainer+pserver vs in-process);
+//   - profile: a CPU profile of 1-client puts, summarised.
+//
+// # Flags
+//
+//	--bin        the raftps binary the nodes run (default <root>/bin/raftps)
+//	--out        results directory (default <root>/bench/results)
+//	--skip       sections to leave out, e.g. --skip kv,profile
+//	--quick      2 s per workload, 3 recovery trials, 1x Go benchmarks
+//	--dataset    Fashion-MNIST of the training section
+//	--keep-data  keep the clusters' data dirs and logs
+//	--root       module root (default: the go.mod above the working dir)
 package main
