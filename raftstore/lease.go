@@ -94,13 +94,13 @@ func (t *leaseTimers) arrival(now time.Time, id int64) {
 }
 
 // lastArrival returns when the last keepalive for lease id arrived since
-// leadership was established; ok is false if none did (or this server
-// does not lead).
-func (t *leaseTimers) lastArrival(id int64) (at time.Time, ok bool) {
+// leadership was established in term; ok is false if none did (or this
+// server does not lead).
+func (t *leaseTimers) lastArrival(id int64) (at time.Time, term uint64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	at, ok = t.arrived[id]
-	return at, ok && t.active
+	return at, t.sinceTerm, ok && t.active
 }
 
 // leaderSince returns when leadership was established and in which term;
@@ -312,8 +312,8 @@ func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error
 // slot handover, schema.HandoverRecord). Leader-local: nothing of it is
 // replicated, and a new leader starts without it.
 func (s *Store) LeaseLastKeepAlive(id int64) (at time.Time, ok bool) {
-	at, ok = s.leases.lastArrival(id)
-	if !ok || !s.leadsIn(s.leases.sinceTermOf()) {
+	at, term, ok := s.leases.lastArrival(id)
+	if !ok || !s.leadsIn(term) {
 		return time.Time{}, false
 	}
 	return at, true
@@ -342,12 +342,6 @@ func (s *Store) LeaderSince() (at time.Time, ok bool) {
 // leadsIn reports whether this server leads in term.
 func (s *Store) leadsIn(term uint64) bool {
 	return s.raft != nil && s.IsLeader() && s.raft.CurrentTerm() == term
-}
-
-func (t *leaseTimers) sinceTermOf() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.sinceTerm
 }
 
 // leaderCheck coalesces the leadership confirmations of keepalives: one
