@@ -42,11 +42,11 @@ var writeActions = []string{actCancel, actDelete, actVerify}
 // the cluster CA); false when r came without one (plaintext HTTP, or a
 // TLS server that does not verify client certificates).
 func identityOf(r *http.Request) (security.Identity, bool) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+	c := security.VerifiedCert(r.TLS)
+	if c == nil {
 		return security.Identity{}, false
 	}
-	c := r.TLS.VerifiedChains[0][0]
-	return security.Identity{Name: c.Subject.CommonName, Role: security.RoleOf(c), Jobs: security.JobsOf(c)}, true
+	return security.IdentityOf(c), true
 }
 
 // authorize decides whether r may do act: with a verified client

@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -148,10 +149,21 @@ func certFromContext(ctx context.Context) *x509.Certificate {
 		return nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+	if !ok {
 		return nil
 	}
-	return info.State.VerifiedChains[0][0]
+	return VerifiedCert(&info.State)
+}
+
+// VerifiedCert is the client certificate the TLS server verified on the
+// connection st (the first certificate of the first verified chain), or
+// nil: no TLS, no client certificate, or a server that does not verify
+// them. Roles must come from it, never from st.PeerCertificates.
+func VerifiedCert(st *tls.ConnectionState) *x509.Certificate {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return st.VerifiedChains[0][0]
 }
 
 // denied logs and returns the PermissionDenied of a refused call.
