@@ -190,14 +190,10 @@ func TestBrowserDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkiDir := filepath.Join(tmp, "pki")
-	if err := os.Mkdir(pkiDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := localcluster.Secure(pkiDir, nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// New made the cluster's CA (and the admin's certificate) in
+	// <clusterDir>/pki; the reader's certificate is issued there later.
+	pkiDir := filepath.Join(clusterDir, "pki")
+	admin := nodes[0].Admin
 	adminTLS, err := security.Load(admin, nil)
 	if err != nil {
 		t.Fatal(err)

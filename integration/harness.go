@@ -117,8 +117,8 @@ func (c *Cluster) KillAll() {
 	}
 }
 
-// Admin is the admin client's files of the cluster (localcluster's PKI,
-// or the CA a test put in with localcluster.Secure); zero on --insecure.
+// Admin is the admin client's files of the cluster (localcluster's PKI);
+// zero on --insecure.
 func (c *Cluster) Admin() security.Files { return c.Procs[0].Admin }
 
 // DialOptions are the admin's gRPC dial options (localcluster.DialOptions).

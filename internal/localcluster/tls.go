@@ -152,52 +152,6 @@ func CLIFlags(f security.Files) []string {
 	return []string{"--cacert", f.CA, "--cert", f.Cert, "--key", f.Key}
 }
 
-// Secure makes a new CA and certificates in dir (security.Dev: one node
-// certificate per node, IP 127.0.0.1 and DNS localhost, and an admin
-// client certificate) and gives each node's command line --tls-* flags of
-// that CA in place of the ones New gave it (or of --insecure). It returns
-// the admin's files, also set as each node's Admin. Call it before Start,
-// after New and Add. New already secures a cluster; Secure is for tests
-// that need the CA in a directory of their own.
-func Secure(dir string, nodes []*Node) (admin security.Files, err error) {
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		ids[i] = n.ID
-	}
-	files, admin, err := security.Dev(dir, ids)
-	if err != nil {
-		return security.Files{}, err
-	}
-	for _, n := range nodes {
-		n.mu.Lock()
-		n.setTLS(files[n.ID], admin)
-		n.mu.Unlock()
-	}
-	return admin, nil
-}
-
-// SecureNode issues a node certificate for n with the CA Secure (or
-// NewPKI) wrote in dir and replaces n's --tls-* flags (a node added later
-// with Add).
-func SecureNode(dir string, n *Node) error {
-	ca, err := security.LoadCA(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
-	if err != nil {
-		return err
-	}
-	files, err := security.IssueDev(ca, dir, n.ID)
-	if err != nil {
-		return err
-	}
-	admin := security.Files{CA: files.CA, Cert: filepath.Join(dir, "admin.pem"), Key: filepath.Join(dir, "admin-key.pem")}
-	if _, err := os.Stat(admin.Cert); err != nil {
-		admin = security.Files{}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.setTLS(files, admin)
-	return nil
-}
-
 // SetKeyring writes keys (primary first) to n's keyring file
 // (<dir>/<id>.keyring) and points --gossip-keyring-file at it; nil keys
 // drop the flag (gossip in the clear). Call it before Start.
@@ -216,12 +170,6 @@ func SetKeyring(n *Node, keys [][]byte) error {
 	n.Keyring = f
 	n.Args = append(n.Args, "--gossip-keyring-file", f)
 	return nil
-}
-
-// setTLS replaces n's --tls-* flags (or --insecure) with files'. n.mu held.
-func (n *Node) setTLS(files, admin security.Files) {
-	n.Args = append(withoutFlags(n.Args, "--tls-ca-file", "--tls-cert-file", "--tls-key-file"), tlsFlags(files)...)
-	n.TLS, n.Admin = files, admin
 }
 
 // DatasetRoot is the repository's datasets/ directory (absolute), found

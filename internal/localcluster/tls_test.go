@@ -23,8 +23,7 @@ func count(args []string, flag string) int {
 // TestNewSecureByDefault: New gives every node mutual TLS files of one
 // CA and its own 0600 copy of one gossip keyring, never --insecure; the
 // admin's files load as client material; Add issues from the same CA and
-// copies the first node's current keyring (after a rotation too); Secure
-// replaces the --tls-* flags rather than adding a second set.
+// copies the first node's current keyring (after a rotation too).
 func TestNewSecureByDefault(t *testing.T) {
 	dir := t.TempDir()
 	nodes, err := New("/bin/true", dir, 3)
@@ -89,19 +88,6 @@ func TestNewSecureByDefault(t *testing.T) {
 		t.Fatalf("n4's files: %v", err)
 	}
 
-	other := filepath.Join(dir, "other")
-	if err := os.MkdirAll(other, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := Secure(other, append(nodes, n4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range append(nodes, n4) {
-		if count(n.Args, "--tls-ca-file") != 1 || n.Admin != admin || filepath.Dir(n.TLS.Cert) != other {
-			t.Fatalf("%s after Secure: %v", n.ID, n.Args)
-		}
-	}
 	if err := SetKeyring(n4, nil); err != nil || count(n4.Args, "--gossip-keyring-file") != 0 || n4.Keyring != "" {
 		t.Fatalf("SetKeyring(nil): %v %v", err, n4.Args)
 	}
