@@ -186,16 +186,23 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				f, err := os.Create(out)
+				// Without a VERSION the newest complete one is exported;
+				// while it is read, checkpoints go on and may supersede
+				// it or drop it (keep_max): then the newest is picked
+				// again, a bounded number of times. A failure on a version
+				// that is still the newest is the error.
+				for attempt := 1; ; attempt++ {
+					err = exportFile(ctx, mgr, args[0], v, format, out)
+					if err == nil || len(args) > 1 || attempt == 5 {
+						break
+					}
+					again, aerr := versionArg(ctx, mgr, args)
+					if aerr != nil || again == v {
+						break
+					}
+					v = again
+				}
 				if err != nil {
-					return err
-				}
-				if err := exportAs(ctx, mgr, args[0], v, format, f); err != nil {
-					f.Close()
-					os.Remove(out)
-					return err
-				}
-				if err := f.Close(); err != nil {
 					return err
 				}
 				return g.printer.Object(map[string]any{"job": args[0], "version": v, "file": out}, func(w io.Writer) {
@@ -271,6 +278,21 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 		}
 	}
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
+}
+
+// exportFile writes version v of job to the file out (exportAs), removing
+// it if the export fails.
+func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := exportAs(ctx, mgr, job, v, format, f); err != nil {
+		f.Close()
+		os.Remove(out)
+		return err
+	}
+	return f.Close()
 }
 
 // exportAs writes version v of job to w in format "raftps" or
