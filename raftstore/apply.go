@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,8 +35,9 @@ type proposalResult struct {
 
 // pendingEntry is a proposed entry whose future the waiter resolves.
 type pendingEntry struct {
-	fut   raft.ApplyFuture
-	batch []*proposal
+	fut      raft.ApplyFuture
+	batch    []*proposal
+	proposed time.Time
 }
 
 // Apply proposes cmd and returns its Result once applied. On the leader
@@ -93,6 +95,7 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan proposalResult, 1)}
 	select {
 	case s.proposeCh <- p:
+		s.group.arrivals.Add(1)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-s.stopping:
@@ -202,10 +205,49 @@ func retryable(err error) bool {
 		errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress))
 }
 
+// groupCommit is what the batcher knows about the proposers the last
+// resolved entry answered: they are likely to propose again at once (a
+// client in a loop, a follower forwarding for one), and the batcher may
+// wait briefly for them.
+type groupCommit struct {
+	arrivals atomic.Int64 // proposals queued so far
+	answered atomic.Int64 // proposals the last resolved entry answered
+	mark     atomic.Int64 // arrivals when it was resolved
+	round    atomic.Int64 // its propose-to-resolve time, ns
+}
+
+// missing returns how many of the proposers the last entry answered have
+// not proposed again since, and how long the batcher may wait for them:
+// at most that entry's round, at most linger.
+func (g *groupCommit) missing(linger time.Duration) (int, time.Duration) {
+	n := g.answered.Load() - (g.arrivals.Load() - g.mark.Load())
+	if n <= 0 || linger <= 0 {
+		return 0, 0
+	}
+	return int(n), min(linger, time.Duration(g.round.Load()))
+}
+
+// resolved records an entry that answered n proposals after a round of d.
+func (g *groupCommit) resolved(n int, d time.Duration) {
+	g.mark.Store(g.arrivals.Load())
+	g.answered.Store(int64(n))
+	g.round.Store(int64(d))
+}
+
 // runBatcher coalesces queued proposals into log entries: it takes one,
 // drains what else is queued (up to MaxBatch), encodes them as one Entry and
 // hands it to raft. While raft's leader loop is busy writing the previous
 // entry, new proposals queue up and form the next batch.
+//
+// Group commit: with one entry in flight, concurrent proposers split into
+// groups that take turns (the proposals queued while entry A was in flight
+// form entry B as soon as A resolves, before A's proposers are back), so
+// every entry, and every fsync on every server, carries half of them. The
+// batcher therefore waits for the proposers the last entry answered that
+// have not proposed again, up to Config.BatchLinger and that entry's
+// round; it never waits for proposers that are back (a single client never
+// waits). This is the delay-until-count rule of MySQL's group commit
+// (binlog_group_commit_sync_delay, binlog_group_commit_sync_no_delay_count).
 func (s *Store) runBatcher() {
 	defer s.wg.Done()
 	defer close(s.waitCh)
@@ -236,6 +278,7 @@ func (s *Store) runBatcher() {
 				break drain
 			}
 		}
+		batch = s.linger(batch)
 		live := batch[:0]
 		for _, p := range batch {
 			if err := p.ctx.Err(); err != nil {
@@ -263,9 +306,33 @@ func (s *Store) runBatcher() {
 		s.metrics.batchSize.Observe(float64(len(live)))
 		s.metrics.entries.Add(1)
 		s.metrics.commands.Add(uint64(len(live)))
+		proposed := time.Now()
 		fut := s.raft.Apply(data, enqueueTimeout)
-		s.waitCh <- pendingEntry{fut: fut, batch: append([]*proposal(nil), live...)}
+		s.waitCh <- pendingEntry{fut: fut, batch: append([]*proposal(nil), live...), proposed: proposed}
 	}
+}
+
+// linger adds to batch the proposals that arrive while the batcher waits
+// for the proposers the last entry answered (see runBatcher).
+func (s *Store) linger(batch []*proposal) []*proposal {
+	n, wait := s.group.missing(s.cfg.BatchLinger)
+	if n == 0 || wait <= 0 {
+		return batch
+	}
+	want := min(len(batch)+n, s.cfg.MaxBatch)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(batch) < want {
+		select {
+		case p := <-s.proposeCh:
+			batch = append(batch, p)
+		case <-timer.C:
+			return batch
+		case <-s.stopping:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (s *Store) failQueued() {
@@ -285,6 +352,7 @@ func (s *Store) runWaiter() {
 	defer s.wg.Done()
 	for pe := range s.waitCh {
 		err := pe.fut.Error()
+		s.group.resolved(len(pe.batch), time.Since(pe.proposed))
 		<-s.inflight
 		var ar *fsm.ApplyResult
 		if err == nil {

@@ -72,7 +72,14 @@
 // hashicorp/raft's leader loop writes and replicates one entry, the next
 // batch forms, so throughput grows with concurrency: bare hashicorp/raft
 // over TCP went from ~19k to ~48k applies/s at 256 concurrent writers with
-// this coalescing. raft.Config.BatchApplyCh stays off: a buffered applyCh
+// this coalescing. Concurrent proposers would still split into two groups
+// that take turns (one queues while the other's entry is in flight), so
+// the batcher waits for the proposers the last entry answered that have
+// not proposed again (group commit, after MySQL's
+// binlog_group_commit_sync_delay/no_delay_count), up to Config.BatchLinger
+// (3 ms) and never longer than that entry took: a single client never
+// waits; at 16 clients an entry carries ~14 commands instead of ~7.5 and
+// puts went from ~0.8x to ~1.1x etcd's. raft.Config.BatchApplyCh stays off: a buffered applyCh
 // lets every single command become its own entry and defeats it. Lease
 // grants below Config.MinLeaseTTL (1.5 x ElectionTimeout, whole seconds)
 // are raised. If ctx ends after a command was proposed its outcome is

@@ -107,6 +107,7 @@ type Store struct {
 	proposeCh chan *proposal
 	inflight  chan struct{} // one token per proposed, unresolved entry
 	waitCh    chan pendingEntry
+	group     groupCommit
 
 	wakeMu sync.Mutex
 	wake   chan struct{} // closed and replaced on every FSM notification
