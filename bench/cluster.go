@@ -77,7 +77,7 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
 			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--log-level", "info",
 			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
-		args = append(args, "--insecure") // plaintext rows; TLS rows: TODO(issue 14)
+		args = append(args, "--insecure") // plaintext, as the etcd baseline runs; the tls section measures mutual TLS against this
 		if root := localcluster.DatasetRoot(); root != "" {
 			args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -14,6 +13,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/internal/groupcommit"
 )
 
 // enqueueTimeout bounds how long the batcher waits to hand an entry to
@@ -95,7 +95,7 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan proposalResult, 1)}
 	select {
 	case s.proposeCh <- p:
-		s.group.arrivals.Add(1)
+		s.group.Arrived()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-s.stopping:
@@ -205,49 +205,16 @@ func retryable(err error) bool {
 		errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress))
 }
 
-// groupCommit is what the batcher knows about the proposers the last
-// resolved entry answered: they are likely to propose again at once (a
-// client in a loop, a follower forwarding for one), and the batcher may
-// wait briefly for them.
-type groupCommit struct {
-	arrivals atomic.Int64 // proposals queued so far
-	answered atomic.Int64 // proposals the last resolved entry answered
-	mark     atomic.Int64 // arrivals when it was resolved
-	round    atomic.Int64 // its propose-to-resolve time, ns
-}
-
-// missing returns how many of the proposers the last entry answered have
-// not proposed again since, and how long the batcher may wait for them:
-// at most that entry's round, at most linger.
-func (g *groupCommit) missing(linger time.Duration) (int, time.Duration) {
-	n := g.answered.Load() - (g.arrivals.Load() - g.mark.Load())
-	if n <= 0 || linger <= 0 {
-		return 0, 0
-	}
-	return int(n), min(linger, time.Duration(g.round.Load()))
-}
-
-// resolved records an entry that answered n proposals after a round of d.
-func (g *groupCommit) resolved(n int, d time.Duration) {
-	g.mark.Store(g.arrivals.Load())
-	g.answered.Store(int64(n))
-	g.round.Store(int64(d))
-}
-
 // runBatcher coalesces queued proposals into log entries: it takes one,
 // drains what else is queued (up to MaxBatch), encodes them as one Entry and
 // hands it to raft. While raft's leader loop is busy writing the previous
 // entry, new proposals queue up and form the next batch.
 //
-// Group commit: with one entry in flight, concurrent proposers split into
-// groups that take turns (the proposals queued while entry A was in flight
-// form entry B as soon as A resolves, before A's proposers are back), so
-// every entry, and every fsync on every server, carries half of them. The
-// batcher therefore waits for the proposers the last entry answered that
-// have not proposed again, up to Config.BatchLinger and that entry's
-// round; it never waits for proposers that are back (a single client never
-// waits). This is the delay-until-count rule of MySQL's group commit
-// (binlog_group_commit_sync_delay, binlog_group_commit_sync_no_delay_count).
+// Group commit (package groupcommit): before closing a batch the batcher
+// waits for the proposers the last entry answered that have not proposed
+// again, up to Config.BatchLinger and that entry's round, so that
+// concurrent proposers do not split into groups taking turns. A single
+// client never waits.
 func (s *Store) runBatcher() {
 	defer s.wg.Done()
 	defer close(s.waitCh)
@@ -278,7 +245,7 @@ func (s *Store) runBatcher() {
 				break drain
 			}
 		}
-		batch = s.linger(batch)
+		batch = groupcommit.Fill(&s.group, s.proposeCh, batch, s.cfg.MaxBatch, s.cfg.BatchLinger, s.stopping)
 		live := batch[:0]
 		for _, p := range batch {
 			if err := p.ctx.Err(); err != nil {
@@ -312,29 +279,6 @@ func (s *Store) runBatcher() {
 	}
 }
 
-// linger adds to batch the proposals that arrive while the batcher waits
-// for the proposers the last entry answered (see runBatcher).
-func (s *Store) linger(batch []*proposal) []*proposal {
-	n, wait := s.group.missing(s.cfg.BatchLinger)
-	if n == 0 || wait <= 0 {
-		return batch
-	}
-	want := min(len(batch)+n, s.cfg.MaxBatch)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for len(batch) < want {
-		select {
-		case p := <-s.proposeCh:
-			batch = append(batch, p)
-		case <-timer.C:
-			return batch
-		case <-s.stopping:
-			return batch
-		}
-	}
-	return batch
-}
-
 func (s *Store) failQueued() {
 	for {
 		select {
@@ -352,7 +296,7 @@ func (s *Store) runWaiter() {
 	defer s.wg.Done()
 	for pe := range s.waitCh {
 		err := pe.fut.Error()
-		s.group.resolved(len(pe.batch), time.Since(pe.proposed))
+		s.group.Resolved(len(pe.batch), time.Since(pe.proposed))
 		<-s.inflight
 		var ar *fsm.ApplyResult
 		if err == nil {

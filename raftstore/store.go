@@ -18,6 +18,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/internal/groupcommit"
 )
 
 // boltOptions are the bbolt options of the raft log store, etcd's for its
@@ -107,7 +108,7 @@ type Store struct {
 	proposeCh chan *proposal
 	inflight  chan struct{} // one token per proposed, unresolved entry
 	waitCh    chan pendingEntry
-	group     groupCommit
+	group     groupcommit.Tracker // the batcher's group commit
 
 	wakeMu sync.Mutex
 	wake   chan struct{} // closed and replaced on every FSM notification

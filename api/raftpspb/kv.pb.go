@@ -2668,6 +2668,155 @@ func (x *ForwardApplyResponse) GetResult() []byte {
 	return nil
 }
 
+// ForwardApplyBatchRequest carries the commands a follower's clients sent
+// while its previous forward to the leader was in flight.
+type ForwardApplyBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// commands are encoded raftps.v1.Commands, applied independently (not
+	// atomically together); the leader coalesces them into its entries.
+	Commands      [][]byte `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardApplyBatchRequest) Reset() {
+	*x = ForwardApplyBatchRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardApplyBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardApplyBatchRequest) ProtoMessage() {}
+
+func (x *ForwardApplyBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardApplyBatchRequest.ProtoReflect.Descriptor instead.
+func (*ForwardApplyBatchRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ForwardApplyBatchRequest) GetCommands() [][]byte {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+type ForwardApplyBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outcomes[i] is the outcome of commands[i].
+	Outcomes      []*ForwardOutcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardApplyBatchResponse) Reset() {
+	*x = ForwardApplyBatchResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardApplyBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardApplyBatchResponse) ProtoMessage() {}
+
+func (x *ForwardApplyBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardApplyBatchResponse.ProtoReflect.Descriptor instead.
+func (*ForwardApplyBatchResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ForwardApplyBatchResponse) GetOutcomes() []*ForwardOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// ForwardOutcome is one forwarded command's outcome: a result, or the gRPC
+// status ForwardApply would have failed with.
+type ForwardOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// result is an encoded raftps.v1.Result (empty when status is set).
+	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// status is an encoded google.rpc.Status, set when the command failed.
+	Status        []byte `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardOutcome) Reset() {
+	*x = ForwardOutcome{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardOutcome) ProtoMessage() {}
+
+func (x *ForwardOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardOutcome.ProtoReflect.Descriptor instead.
+func (*ForwardOutcome) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ForwardOutcome) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ForwardOutcome) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 type ReadIndexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2676,7 +2825,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[37]
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2837,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[37]
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2850,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{37}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{40}
 }
 
 type ReadIndexResponse struct {
@@ -2713,7 +2862,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[38]
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2874,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[38]
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2887,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{38}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2759,7 +2908,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[39]
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2920,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[39]
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2933,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{39}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2816,7 +2965,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	mi := &file_raftps_v1_kv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2977,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	mi := &file_raftps_v1_kv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2990,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{40}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{43}
 }
 
 // RaftProgressRequest asks a node (any, not only the leader) how far its
@@ -2855,7 +3004,7 @@ type RaftProgressRequest struct {
 
 func (x *RaftProgressRequest) Reset() {
 	*x = RaftProgressRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	mi := &file_raftps_v1_kv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3016,7 @@ func (x *RaftProgressRequest) String() string {
 func (*RaftProgressRequest) ProtoMessage() {}
 
 func (x *RaftProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	mi := &file_raftps_v1_kv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3029,7 @@ func (x *RaftProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftProgressRequest.ProtoReflect.Descriptor instead.
 func (*RaftProgressRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{41}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{44}
 }
 
 type RaftProgressResponse struct {
@@ -2895,7 +3044,7 @@ type RaftProgressResponse struct {
 
 func (x *RaftProgressResponse) Reset() {
 	*x = RaftProgressResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	mi := &file_raftps_v1_kv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3056,7 @@ func (x *RaftProgressResponse) String() string {
 func (*RaftProgressResponse) ProtoMessage() {}
 
 func (x *RaftProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	mi := &file_raftps_v1_kv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3069,7 @@ func (x *RaftProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftProgressResponse.ProtoReflect.Descriptor instead.
 func (*RaftProgressResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{42}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaftProgressResponse) GetId() string {
@@ -3146,7 +3295,14 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x13ForwardApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\".\n" +
 	"\x14ForwardApplyResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\fR\x06result\"\x12\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\"6\n" +
+	"\x18ForwardApplyBatchRequest\x12\x1a\n" +
+	"\bcommands\x18\x01 \x03(\fR\bcommands\"R\n" +
+	"\x19ForwardApplyBatchResponse\x125\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x19.raftps.v1.ForwardOutcomeR\boutcomes\"@\n" +
+	"\x0eForwardOutcome\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"P\n" +
@@ -3179,9 +3335,10 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x06Status\x12\x18.raftps.v1.StatusRequest\x1a\x19.raftps.v1.StatusResponse\x12O\n" +
 	"\fMemberRemove\x12\x1e.raftps.v1.MemberRemoveRequest\x1a\x1f.raftps.v1.MemberRemoveResponse\x12F\n" +
 	"\tMemberAdd\x12\x1b.raftps.v1.MemberAddRequest\x1a\x1c.raftps.v1.MemberAddResponse\x12R\n" +
-	"\rMemberPromote\x12\x1f.raftps.v1.MemberPromoteRequest\x1a .raftps.v1.MemberPromoteResponse2\xa9\x03\n" +
+	"\rMemberPromote\x12\x1f.raftps.v1.MemberPromoteRequest\x1a .raftps.v1.MemberPromoteResponse2\x89\x04\n" +
 	"\bInternal\x12O\n" +
-	"\fForwardApply\x12\x1e.raftps.v1.ForwardApplyRequest\x1a\x1f.raftps.v1.ForwardApplyResponse\x12F\n" +
+	"\fForwardApply\x12\x1e.raftps.v1.ForwardApplyRequest\x1a\x1f.raftps.v1.ForwardApplyResponse\x12^\n" +
+	"\x11ForwardApplyBatch\x12#.raftps.v1.ForwardApplyBatchRequest\x1a$.raftps.v1.ForwardApplyBatchResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.raftps.v1.ReadIndexRequest\x1a\x1c.raftps.v1.ReadIndexResponse\x12Y\n" +
 	"\x12LeaseKeepAliveOnce\x12 .raftps.v1.LeaseKeepAliveRequest\x1a!.raftps.v1.LeaseKeepAliveResponse\x12X\n" +
 	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponse\x12O\n" +
@@ -3200,54 +3357,57 @@ func file_raftps_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_raftps_v1_kv_proto_goTypes = []any{
-	(Compare_CompareResult)(0),      // 0: raftps.v1.Compare.CompareResult
-	(Compare_CompareTarget)(0),      // 1: raftps.v1.Compare.CompareTarget
-	(Event_EventType)(0),            // 2: raftps.v1.Event.EventType
-	(*ResponseHeader)(nil),          // 3: raftps.v1.ResponseHeader
-	(*KeyValue)(nil),                // 4: raftps.v1.KeyValue
-	(*RangeRequest)(nil),            // 5: raftps.v1.RangeRequest
-	(*RangeResponse)(nil),           // 6: raftps.v1.RangeResponse
-	(*PutRequest)(nil),              // 7: raftps.v1.PutRequest
-	(*PutResponse)(nil),             // 8: raftps.v1.PutResponse
-	(*DeleteRangeRequest)(nil),      // 9: raftps.v1.DeleteRangeRequest
-	(*DeleteRangeResponse)(nil),     // 10: raftps.v1.DeleteRangeResponse
-	(*Compare)(nil),                 // 11: raftps.v1.Compare
-	(*RequestOp)(nil),               // 12: raftps.v1.RequestOp
-	(*ResponseOp)(nil),              // 13: raftps.v1.ResponseOp
-	(*TxnRequest)(nil),              // 14: raftps.v1.TxnRequest
-	(*TxnResponse)(nil),             // 15: raftps.v1.TxnResponse
-	(*LeaseGrantRequest)(nil),       // 16: raftps.v1.LeaseGrantRequest
-	(*LeaseGrantResponse)(nil),      // 17: raftps.v1.LeaseGrantResponse
-	(*LeaseRevokeRequest)(nil),      // 18: raftps.v1.LeaseRevokeRequest
-	(*LeaseRevokeResponse)(nil),     // 19: raftps.v1.LeaseRevokeResponse
-	(*LeaseKeepAliveRequest)(nil),   // 20: raftps.v1.LeaseKeepAliveRequest
-	(*LeaseKeepAliveResponse)(nil),  // 21: raftps.v1.LeaseKeepAliveResponse
-	(*LeaseTimeToLiveRequest)(nil),  // 22: raftps.v1.LeaseTimeToLiveRequest
-	(*LeaseTimeToLiveResponse)(nil), // 23: raftps.v1.LeaseTimeToLiveResponse
-	(*Event)(nil),                   // 24: raftps.v1.Event
-	(*WatchRequest)(nil),            // 25: raftps.v1.WatchRequest
-	(*WatchResponse)(nil),           // 26: raftps.v1.WatchResponse
-	(*Member)(nil),                  // 27: raftps.v1.Member
-	(*MembersRequest)(nil),          // 28: raftps.v1.MembersRequest
-	(*MembersResponse)(nil),         // 29: raftps.v1.MembersResponse
-	(*StatusRequest)(nil),           // 30: raftps.v1.StatusRequest
-	(*StatusResponse)(nil),          // 31: raftps.v1.StatusResponse
-	(*MemberRemoveRequest)(nil),     // 32: raftps.v1.MemberRemoveRequest
-	(*MemberRemoveResponse)(nil),    // 33: raftps.v1.MemberRemoveResponse
-	(*MemberAddRequest)(nil),        // 34: raftps.v1.MemberAddRequest
-	(*MemberAddResponse)(nil),       // 35: raftps.v1.MemberAddResponse
-	(*MemberPromoteRequest)(nil),    // 36: raftps.v1.MemberPromoteRequest
-	(*MemberPromoteResponse)(nil),   // 37: raftps.v1.MemberPromoteResponse
-	(*ForwardApplyRequest)(nil),     // 38: raftps.v1.ForwardApplyRequest
-	(*ForwardApplyResponse)(nil),    // 39: raftps.v1.ForwardApplyResponse
-	(*ReadIndexRequest)(nil),        // 40: raftps.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 41: raftps.v1.ReadIndexResponse
-	(*JoinRequest)(nil),             // 42: raftps.v1.JoinRequest
-	(*JoinResponse)(nil),            // 43: raftps.v1.JoinResponse
-	(*RaftProgressRequest)(nil),     // 44: raftps.v1.RaftProgressRequest
-	(*RaftProgressResponse)(nil),    // 45: raftps.v1.RaftProgressResponse
+	(Compare_CompareResult)(0),        // 0: raftps.v1.Compare.CompareResult
+	(Compare_CompareTarget)(0),        // 1: raftps.v1.Compare.CompareTarget
+	(Event_EventType)(0),              // 2: raftps.v1.Event.EventType
+	(*ResponseHeader)(nil),            // 3: raftps.v1.ResponseHeader
+	(*KeyValue)(nil),                  // 4: raftps.v1.KeyValue
+	(*RangeRequest)(nil),              // 5: raftps.v1.RangeRequest
+	(*RangeResponse)(nil),             // 6: raftps.v1.RangeResponse
+	(*PutRequest)(nil),                // 7: raftps.v1.PutRequest
+	(*PutResponse)(nil),               // 8: raftps.v1.PutResponse
+	(*DeleteRangeRequest)(nil),        // 9: raftps.v1.DeleteRangeRequest
+	(*DeleteRangeResponse)(nil),       // 10: raftps.v1.DeleteRangeResponse
+	(*Compare)(nil),                   // 11: raftps.v1.Compare
+	(*RequestOp)(nil),                 // 12: raftps.v1.RequestOp
+	(*ResponseOp)(nil),                // 13: raftps.v1.ResponseOp
+	(*TxnRequest)(nil),                // 14: raftps.v1.TxnRequest
+	(*TxnResponse)(nil),               // 15: raftps.v1.TxnResponse
+	(*LeaseGrantRequest)(nil),         // 16: raftps.v1.LeaseGrantRequest
+	(*LeaseGrantResponse)(nil),        // 17: raftps.v1.LeaseGrantResponse
+	(*LeaseRevokeRequest)(nil),        // 18: raftps.v1.LeaseRevokeRequest
+	(*LeaseRevokeResponse)(nil),       // 19: raftps.v1.LeaseRevokeResponse
+	(*LeaseKeepAliveRequest)(nil),     // 20: raftps.v1.LeaseKeepAliveRequest
+	(*LeaseKeepAliveResponse)(nil),    // 21: raftps.v1.LeaseKeepAliveResponse
+	(*LeaseTimeToLiveRequest)(nil),    // 22: raftps.v1.LeaseTimeToLiveRequest
+	(*LeaseTimeToLiveResponse)(nil),   // 23: raftps.v1.LeaseTimeToLiveResponse
+	(*Event)(nil),                     // 24: raftps.v1.Event
+	(*WatchRequest)(nil),              // 25: raftps.v1.WatchRequest
+	(*WatchResponse)(nil),             // 26: raftps.v1.WatchResponse
+	(*Member)(nil),                    // 27: raftps.v1.Member
+	(*MembersRequest)(nil),            // 28: raftps.v1.MembersRequest
+	(*MembersResponse)(nil),           // 29: raftps.v1.MembersResponse
+	(*StatusRequest)(nil),             // 30: raftps.v1.StatusRequest
+	(*StatusResponse)(nil),            // 31: raftps.v1.StatusResponse
+	(*MemberRemoveRequest)(nil),       // 32: raftps.v1.MemberRemoveRequest
+	(*MemberRemoveResponse)(nil),      // 33: raftps.v1.MemberRemoveResponse
+	(*MemberAddRequest)(nil),          // 34: raftps.v1.MemberAddRequest
+	(*MemberAddResponse)(nil),         // 35: raftps.v1.MemberAddResponse
+	(*MemberPromoteRequest)(nil),      // 36: raftps.v1.MemberPromoteRequest
+	(*MemberPromoteResponse)(nil),     // 37: raftps.v1.MemberPromoteResponse
+	(*ForwardApplyRequest)(nil),       // 38: raftps.v1.ForwardApplyRequest
+	(*ForwardApplyResponse)(nil),      // 39: raftps.v1.ForwardApplyResponse
+	(*ForwardApplyBatchRequest)(nil),  // 40: raftps.v1.ForwardApplyBatchRequest
+	(*ForwardApplyBatchResponse)(nil), // 41: raftps.v1.ForwardApplyBatchResponse
+	(*ForwardOutcome)(nil),            // 42: raftps.v1.ForwardOutcome
+	(*ReadIndexRequest)(nil),          // 43: raftps.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),         // 44: raftps.v1.ReadIndexResponse
+	(*JoinRequest)(nil),               // 45: raftps.v1.JoinRequest
+	(*JoinResponse)(nil),              // 46: raftps.v1.JoinResponse
+	(*RaftProgressRequest)(nil),       // 47: raftps.v1.RaftProgressRequest
+	(*RaftProgressResponse)(nil),      // 48: raftps.v1.RaftProgressResponse
 }
 var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 0: raftps.v1.RangeResponse.header:type_name -> raftps.v1.ResponseHeader
@@ -3288,49 +3448,52 @@ var file_raftps_v1_kv_proto_depIdxs = []int32{
 	27, // 35: raftps.v1.MemberAddResponse.members:type_name -> raftps.v1.Member
 	3,  // 36: raftps.v1.MemberPromoteResponse.header:type_name -> raftps.v1.ResponseHeader
 	27, // 37: raftps.v1.MemberPromoteResponse.members:type_name -> raftps.v1.Member
-	5,  // 38: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
-	7,  // 39: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
-	9,  // 40: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
-	14, // 41: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
-	16, // 42: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
-	18, // 43: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
-	20, // 44: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 45: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	25, // 46: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
-	28, // 47: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
-	30, // 48: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
-	32, // 49: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
-	34, // 50: raftps.v1.Cluster.MemberAdd:input_type -> raftps.v1.MemberAddRequest
-	36, // 51: raftps.v1.Cluster.MemberPromote:input_type -> raftps.v1.MemberPromoteRequest
-	38, // 52: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
-	40, // 53: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
-	20, // 54: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 55: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	44, // 56: raftps.v1.Internal.RaftProgress:input_type -> raftps.v1.RaftProgressRequest
-	6,  // 57: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
-	8,  // 58: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
-	10, // 59: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
-	15, // 60: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
-	17, // 61: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
-	19, // 62: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
-	21, // 63: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 64: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	26, // 65: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
-	29, // 66: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
-	31, // 67: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
-	33, // 68: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
-	35, // 69: raftps.v1.Cluster.MemberAdd:output_type -> raftps.v1.MemberAddResponse
-	37, // 70: raftps.v1.Cluster.MemberPromote:output_type -> raftps.v1.MemberPromoteResponse
-	39, // 71: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
-	41, // 72: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
-	21, // 73: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 74: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	45, // 75: raftps.v1.Internal.RaftProgress:output_type -> raftps.v1.RaftProgressResponse
-	57, // [57:76] is the sub-list for method output_type
-	38, // [38:57] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	42, // 38: raftps.v1.ForwardApplyBatchResponse.outcomes:type_name -> raftps.v1.ForwardOutcome
+	5,  // 39: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
+	7,  // 40: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
+	9,  // 41: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
+	14, // 42: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
+	16, // 43: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
+	18, // 44: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
+	20, // 45: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 46: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	25, // 47: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
+	28, // 48: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
+	30, // 49: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
+	32, // 50: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
+	34, // 51: raftps.v1.Cluster.MemberAdd:input_type -> raftps.v1.MemberAddRequest
+	36, // 52: raftps.v1.Cluster.MemberPromote:input_type -> raftps.v1.MemberPromoteRequest
+	38, // 53: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
+	40, // 54: raftps.v1.Internal.ForwardApplyBatch:input_type -> raftps.v1.ForwardApplyBatchRequest
+	43, // 55: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
+	20, // 56: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 57: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	47, // 58: raftps.v1.Internal.RaftProgress:input_type -> raftps.v1.RaftProgressRequest
+	6,  // 59: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
+	8,  // 60: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
+	10, // 61: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
+	15, // 62: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
+	17, // 63: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
+	19, // 64: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
+	21, // 65: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 66: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	26, // 67: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
+	29, // 68: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
+	31, // 69: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
+	33, // 70: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
+	35, // 71: raftps.v1.Cluster.MemberAdd:output_type -> raftps.v1.MemberAddResponse
+	37, // 72: raftps.v1.Cluster.MemberPromote:output_type -> raftps.v1.MemberPromoteResponse
+	39, // 73: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
+	41, // 74: raftps.v1.Internal.ForwardApplyBatch:output_type -> raftps.v1.ForwardApplyBatchResponse
+	44, // 75: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
+	21, // 76: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 77: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	48, // 78: raftps.v1.Internal.RaftProgress:output_type -> raftps.v1.RaftProgressResponse
+	59, // [59:79] is the sub-list for method output_type
+	39, // [39:59] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_kv_proto_init() }
@@ -3361,7 +3524,7 @@ func file_raftps_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

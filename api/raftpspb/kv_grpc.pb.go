@@ -831,6 +831,7 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Internal_ForwardApply_FullMethodName       = "/raftps.v1.Internal/ForwardApply"
+	Internal_ForwardApplyBatch_FullMethodName  = "/raftps.v1.Internal/ForwardApplyBatch"
 	Internal_ReadIndex_FullMethodName          = "/raftps.v1.Internal/ReadIndex"
 	Internal_LeaseKeepAliveOnce_FullMethodName = "/raftps.v1.Internal/LeaseKeepAliveOnce"
 	Internal_LeaseTimeToLive_FullMethodName    = "/raftps.v1.Internal/LeaseTimeToLive"
@@ -842,6 +843,11 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type InternalClient interface {
 	ForwardApply(ctx context.Context, in *ForwardApplyRequest, opts ...grpc.CallOption) (*ForwardApplyResponse, error)
+	// ForwardApplyBatch is ForwardApply for several commands in one call: a
+	// follower sends the commands queued while its previous forward was in
+	// flight. A leader without it (an older release) answers Unimplemented
+	// and the follower falls back to ForwardApply.
+	ForwardApplyBatch(ctx context.Context, in *ForwardApplyBatchRequest, opts ...grpc.CallOption) (*ForwardApplyBatchResponse, error)
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(ctx context.Context, in *LeaseKeepAliveRequest, opts ...grpc.CallOption) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(ctx context.Context, in *LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*LeaseTimeToLiveResponse, error)
@@ -861,6 +867,16 @@ func (c *internalClient) ForwardApply(ctx context.Context, in *ForwardApplyReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForwardApplyResponse)
 	err := c.cc.Invoke(ctx, Internal_ForwardApply_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *internalClient) ForwardApplyBatch(ctx context.Context, in *ForwardApplyBatchRequest, opts ...grpc.CallOption) (*ForwardApplyBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardApplyBatchResponse)
+	err := c.cc.Invoke(ctx, Internal_ForwardApplyBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -912,6 +928,11 @@ func (c *internalClient) RaftProgress(ctx context.Context, in *RaftProgressReque
 // for forward compatibility.
 type InternalServer interface {
 	ForwardApply(context.Context, *ForwardApplyRequest) (*ForwardApplyResponse, error)
+	// ForwardApplyBatch is ForwardApply for several commands in one call: a
+	// follower sends the commands queued while its previous forward was in
+	// flight. A leader without it (an older release) answers Unimplemented
+	// and the follower falls back to ForwardApply.
+	ForwardApplyBatch(context.Context, *ForwardApplyBatchRequest) (*ForwardApplyBatchResponse, error)
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(context.Context, *LeaseKeepAliveRequest) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(context.Context, *LeaseTimeToLiveRequest) (*LeaseTimeToLiveResponse, error)
@@ -929,6 +950,9 @@ type UnimplementedInternalServer struct{}
 
 func (UnimplementedInternalServer) ForwardApply(context.Context, *ForwardApplyRequest) (*ForwardApplyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardApply not implemented")
+}
+func (UnimplementedInternalServer) ForwardApplyBatch(context.Context, *ForwardApplyBatchRequest) (*ForwardApplyBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardApplyBatch not implemented")
 }
 func (UnimplementedInternalServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
@@ -977,6 +1001,24 @@ func _Internal_ForwardApply_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(InternalServer).ForwardApply(ctx, req.(*ForwardApplyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Internal_ForwardApplyBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardApplyBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).ForwardApplyBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_ForwardApplyBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).ForwardApplyBatch(ctx, req.(*ForwardApplyBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1063,6 +1105,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForwardApply",
 			Handler:    _Internal_ForwardApply_Handler,
+		},
+		{
+			MethodName: "ForwardApplyBatch",
+			Handler:    _Internal_ForwardApplyBatch_Handler,
 		},
 		{
 			MethodName: "ReadIndex",

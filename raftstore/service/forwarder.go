@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
@@ -27,8 +26,13 @@ type Forwarder struct {
 	resolve AddrResolver
 	dial    []grpc.DialOption
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	queues map[string]*forwardQueue // by leader ID: ForwardApply's batching
+	closed bool
+
+	closing chan struct{} // closed by Close
+	wg      sync.WaitGroup
 }
 
 var _ raftstore.Forwarder = (*Forwarder)(nil)
@@ -37,7 +41,8 @@ var _ raftstore.Forwarder = (*Forwarder)(nil)
 // with r; opts are added to its dial options (a node's TLS credentials
 // replace the plaintext default).
 func NewForwarder(r AddrResolver, opts ...grpc.DialOption) *Forwarder {
-	return &Forwarder{resolve: r, dial: opts, conns: map[string]*grpc.ClientConn{}}
+	return &Forwarder{resolve: r, dial: opts, conns: map[string]*grpc.ClientConn{},
+		queues: map[string]*forwardQueue{}, closing: make(chan struct{})}
 }
 
 func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
@@ -85,30 +90,6 @@ func fromStatus(err error, p *peer.Peer) error {
 		return fmt.Errorf("%w: leader unreachable, nothing sent: %w", raftstore.ErrNotLeader, err)
 	}
 	return err
-}
-
-// ForwardApply applies cmd on the leader and returns its result.
-func (f *Forwarder) ForwardApply(ctx context.Context, leaderID, _ string, cmd *pb.Command) (*pb.Result, error) {
-	c, err := f.client(leaderID)
-	if err != nil {
-		return nil, err
-	}
-	b, err := proto.Marshal(cmd)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	var p peer.Peer
-	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: b}, grpc.Peer(&p))
-	if err != nil {
-		return nil, fromStatus(err, &p)
-	}
-	res := &pb.Result{}
-	if err := proto.Unmarshal(resp.Result, res); err != nil {
-		return nil, fmt.Errorf("decode forwarded result: %w", err)
-	}
-	return res, nil
 }
 
 // ReadIndex asks the leader for its read index.
@@ -159,13 +140,20 @@ func (f *Forwarder) LeaseTimeToLive(ctx context.Context, leaderID, _ string, id 
 	return resp.Ttl, nil
 }
 
-// Close closes every pooled connection.
+// Close fails the queued ForwardApply calls, closes every pooled
+// connection (the calls in flight fail) and waits for the queues'
+// goroutines. It is safe to call twice.
 func (f *Forwarder) Close() error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	if !f.closed {
+		f.closed = true
+		close(f.closing)
+	}
 	for a, cc := range f.conns {
 		cc.Close()
 		delete(f.conns, a)
 	}
+	f.mu.Unlock()
+	f.wg.Wait()
 	return nil
 }

@@ -27,6 +27,13 @@ type fakeLeader struct {
 func (f fakeLeader) ForwardApply(context.Context, *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
 	return nil, f.err
 }
+func (f fakeLeader) ForwardApplyBatch(_ context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
+	out := make([]*pb.ForwardOutcome, len(req.Commands))
+	for i := range out {
+		out[i] = outcome(nil, f.err) // each command fails as ForwardApply would
+	}
+	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+}
 func (f fakeLeader) ReadIndex(context.Context, *pb.ReadIndexRequest) (*pb.ReadIndexResponse, error) {
 	return nil, f.err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -245,6 +246,39 @@ func (in *internal) ForwardApply(ctx context.Context, req *pb.ForwardApplyReques
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &pb.ForwardApplyResponse{Result: b}, nil
+}
+
+// ForwardApplyBatch applies the commands a follower forwarded in one call,
+// each as ForwardApply would (concurrently, so the leader's batcher
+// coalesces them), and returns each one's result or status in order.
+func (in *internal) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
+	if len(req.Commands) > maxForwardBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "forward: %d commands in one batch (max %d)", len(req.Commands), maxForwardBatch)
+	}
+	out := make([]*pb.ForwardOutcome, len(req.Commands))
+	var wg sync.WaitGroup
+	for i, raw := range req.Commands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := in.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: raw})
+			out[i] = outcome(resp, err)
+		}()
+	}
+	wg.Wait()
+	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+}
+
+// outcome encodes a ForwardApply answer as a ForwardOutcome.
+func outcome(resp *pb.ForwardApplyResponse, err error) *pb.ForwardOutcome {
+	if err == nil {
+		return &pb.ForwardOutcome{Result: resp.Result}
+	}
+	b, merr := proto.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		b, _ = proto.Marshal(status.New(codes.Internal, merr.Error()).Proto())
+	}
+	return &pb.ForwardOutcome{Status: b}
 }
 
 // ReadIndex returns the leader's read index for a follower's linearizable read.

@@ -604,6 +604,11 @@ class InternalStub(object):
                 request_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyResponse.FromString,
                 )
+        self.ForwardApplyBatch = channel.unary_unary(
+                '/raftps.v1.Internal/ForwardApplyBatch',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.FromString,
+                )
         self.ReadIndex = channel.unary_unary(
                 '/raftps.v1.Internal/ReadIndex',
                 request_serializer=raftps_dot_v1_dot_kv__pb2.ReadIndexRequest.SerializeToString,
@@ -631,6 +636,16 @@ class InternalServicer(object):
 
     def ForwardApply(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardApplyBatch(self, request, context):
+        """ForwardApplyBatch is ForwardApply for several commands in one call: a
+        follower sends the commands queued while its previous forward was in
+        flight. A leader without it (an older release) answers Unimplemented
+        and the follower falls back to ForwardApply.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -667,6 +682,11 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.ForwardApply,
                     request_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyResponse.SerializeToString,
+            ),
+            'ForwardApplyBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForwardApplyBatch,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.SerializeToString,
             ),
             'ReadIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadIndex,
@@ -712,6 +732,23 @@ class Internal(object):
         return grpc.experimental.unary_unary(request, target, '/raftps.v1.Internal/ForwardApply',
             raftps_dot_v1_dot_kv__pb2.ForwardApplyRequest.SerializeToString,
             raftps_dot_v1_dot_kv__pb2.ForwardApplyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForwardApplyBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Internal/ForwardApplyBatch',
+            raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,251 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
+)
+
+// echoLeader answers each forwarded command with a Result whose revision
+// is the command's PutRequest lease (so a caller can tell its own answer),
+// holding each call for delay; it records the size of every batch.
+type echoLeader struct {
+	pb.UnimplementedInternalServer
+	delay   time.Duration
+	noBatch bool // answer ForwardApplyBatch with Unimplemented (an older release)
+
+	mu      sync.Mutex
+	batches []int
+	singles int
+}
+
+func echo(raw []byte) ([]byte, error) {
+	var cmd pb.Command
+	var put pb.PutRequest
+	if err := proto.Unmarshal(raw, &cmd); err != nil {
+		return nil, err
+	}
+	if err := proto.Unmarshal(cmd.Payload, &put); err != nil {
+		return nil, err
+	}
+	if put.Lease < 0 {
+		return nil, status.Error(codes.InvalidArgument, "negative lease")
+	}
+	return proto.Marshal(&pb.Result{Revision: put.Lease})
+}
+
+func (l *echoLeader) ForwardApply(_ context.Context, req *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
+	l.mu.Lock()
+	l.singles++
+	l.mu.Unlock()
+	time.Sleep(l.delay)
+	b, err := echo(req.Command)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ForwardApplyResponse{Result: b}, nil
+}
+
+func (l *echoLeader) ForwardApplyBatch(_ context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
+	if l.noBatch {
+		return nil, status.Error(codes.Unimplemented, "unknown method ForwardApplyBatch")
+	}
+	l.mu.Lock()
+	l.batches = append(l.batches, len(req.Commands))
+	l.mu.Unlock()
+	time.Sleep(l.delay)
+	out := make([]*pb.ForwardOutcome, len(req.Commands))
+	for i, raw := range req.Commands {
+		b, err := echo(raw)
+		out[i] = outcome(&pb.ForwardApplyResponse{Result: b}, err)
+	}
+	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+}
+
+func serveEcho(t *testing.T, l *echoLeader) *Forwarder {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pb.RegisterInternalServer(g, l)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	f := NewForwarder(func(string) (string, bool) { return lis.Addr().String(), true })
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// forwardMany makes n concurrent ForwardApply calls, call i a put with
+// lease i (lease -1 for every bad-th call, which the leader refuses), and
+// checks each caller got its own answer.
+func forwardMany(t *testing.T, f *Forwarder, n, bad int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease := int64(i)
+			if bad > 0 && i%bad == 0 {
+				lease = -1
+			}
+			cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte("k"), Lease: lease})
+			if err != nil {
+				errs <- err
+				return
+			}
+			res, err := f.ForwardApply(ctx, "leader", "", cmd)
+			switch {
+			case lease < 0 && status.Code(err) != codes.InvalidArgument:
+				errs <- fmt.Errorf("call %d: err %v, want InvalidArgument", i, err)
+			case lease >= 0 && err != nil:
+				errs <- fmt.Errorf("call %d: %v", i, err)
+			case lease >= 0 && res.Revision != lease:
+				errs <- fmt.Errorf("call %d got the answer of call %d", i, res.Revision)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// More concurrent forwards than calls may be in flight: the rest queue and
+// leave together, each caller still gets its own answer, and a refused
+// command fails alone.
+func TestForwardBatchesQueuedCalls(t *testing.T) {
+	l := &echoLeader{delay: 20 * time.Millisecond}
+	f := serveEcho(t, l)
+	n := 4 * maxForwardsInFlight
+	forwardMany(t, f, n, 7)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sum, most := 0, 0
+	for _, b := range l.batches {
+		sum += b
+		most = max(most, b)
+	}
+	if sum != n || l.singles != 0 {
+		t.Fatalf("leader saw %d commands in batches and %d single calls, want %d and 0", sum, l.singles, n)
+	}
+	if len(l.batches) >= n || most < 2 {
+		t.Fatalf("%d calls for %d commands (largest batch %d): nothing was batched", len(l.batches), n, most)
+	}
+}
+
+// A leader of an older release answers ForwardApplyBatch with
+// Unimplemented: the follower forwards each command with ForwardApply.
+func TestForwardBatchFallsBackToSingleCalls(t *testing.T) {
+	l := &echoLeader{noBatch: true}
+	f := serveEcho(t, l)
+	forwardMany(t, f, 50, 5)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.singles != 50 {
+		t.Fatalf("leader saw %d single calls, want 50", l.singles)
+	}
+}
+
+// Close fails the calls still queued and waits for the queue's goroutines.
+func TestForwarderCloseFailsQueued(t *testing.T) {
+	l := &echoLeader{delay: 5 * time.Second}
+	f := serveEcho(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill every in-flight slot with a call of its own (each waits for the
+	// leader to see the previous one), then queue more behind them.
+	n := maxForwardsInFlight + 10
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := f.ForwardApply(ctx, "leader", "", cmd)
+			errs <- err
+		}()
+		for i < maxForwardsInFlight {
+			l.mu.Lock()
+			seen := len(l.batches)
+			l.mu.Unlock()
+			if seen > i {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	f.Close()
+	closed := 0
+	for range n {
+		if err := <-errs; errors.Is(err, errForwarderClosed) {
+			closed++
+		}
+	}
+	if closed != 10 {
+		t.Fatalf("%d calls failed with errForwarderClosed, want the 10 queued", closed)
+	}
+	if _, err := f.ForwardApply(ctx, "leader", "", cmd); !errors.Is(err, errForwarderClosed) {
+		t.Fatalf("after Close: %v, want errForwarderClosed", err)
+	}
+}
+
+// Through real stores: concurrent writes on a follower, some refused by
+// the FSM, each get their own outcome, and the accepted ones are applied.
+func TestForwardBatchOnCluster(t *testing.T) {
+	c := startGRPCCluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	fol := c.follower(t, ctx)
+	const n = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("k%03d", i))
+			if i%10 == 0 {
+				key = nil // empty key: fsm.ErrInvalid
+			}
+			_, err := fol.Put(ctx, &pb.PutRequest{Key: key, Value: []byte("v")})
+			switch {
+			case key == nil && !errors.Is(err, fsm.ErrInvalid):
+				errs <- fmt.Errorf("put %d with an empty key: %v, want fsm.ErrInvalid", i, err)
+			case key != nil && err != nil:
+				errs <- fmt.Errorf("put %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r, err := c.leader(t, ctx).Range(ctx, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Count != n-n/10 {
+		t.Fatalf("leader holds %d keys, want %d", r.Count, n-n/10)
+	}
+}
