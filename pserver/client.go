@@ -355,51 +355,61 @@ func (c *Client) NewParams() map[string][]float32 {
 // wrong-sized entries; pass the same map each step to reuse the buffers)
 // and records each slot's version for the next Push.
 func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
+	c.allocParams(dst)
+	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst) })
+}
+
+// allocParams gives dst a full-sized array for every dense parameter.
+func (c *Client) allocParams(dst map[string][]float32) {
 	for _, p := range c.layout.Params {
 		if n := p.Spec.GetName(); !p.Embedding && int64(len(dst[n])) != p.Size {
 			dst[n] = make([]float32, p.Size)
 		}
 	}
-	return c.parallel(func(slot int32) error {
-		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-			req := &pb.PullRequest{Job: c.job, Slot: slot}
-			// The tensor codec reads blocks straight into dst.
-			sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
-			complete := func() error {
-				if want := len(c.blocks[slot]); sink.placed != want {
-					return fmt.Errorf("pull: slot %d sent %d blocks, want %d", slot, sink.placed, want)
-				}
-				return nil
-			}
-			if !c.useStream(slot) {
-				if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
-					return err
-				}
-				c.setVersion(slot, sink.version)
-				return complete()
-			}
-			sctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			st, err := pb.NewPServerClient(cc).PullStream(sctx, tensorCallOption)
-			if err != nil {
+}
+
+// pullSlot pulls slot's dense blocks into dst (sized by allocParams).
+func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32) error {
+	return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+		req := &pb.PullRequest{Job: c.job, Slot: slot}
+		// The tensor codec reads blocks straight into dst.
+		sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
+		if !c.useStream(slot) {
+			if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
 				return err
 			}
-			if err := st.Send(req); err != nil {
+			c.setVersion(slot, sink.version)
+			return c.pulledAll(slot, sink)
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := pb.NewPServerClient(cc).PullStream(sctx, tensorCallOption)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(req); err != nil {
+			return err
+		}
+		if err := st.CloseSend(); err != nil {
+			return err
+		}
+		for {
+			if err := st.RecvMsg(sink); errors.Is(err, io.EOF) {
+				return c.pulledAll(slot, sink)
+			} else if err != nil {
 				return err
 			}
-			if err := st.CloseSend(); err != nil {
-				return err
-			}
-			for {
-				if err := st.RecvMsg(sink); errors.Is(err, io.EOF) {
-					return complete()
-				} else if err != nil {
-					return err
-				}
-				c.setVersion(slot, sink.version)
-			}
-		})
+			c.setVersion(slot, sink.version)
+		}
 	})
+}
+
+// pulledAll checks that sink received every dense block of slot.
+func (c *Client) pulledAll(slot int32, sink *pullSink) error {
+	if want := len(c.blocks[slot]); sink.placed != want {
+		return fmt.Errorf("pull: slot %d sent %d blocks, want %d", slot, sink.placed, want)
+	}
+	return nil
 }
 
 // SparseGrad is the gradient of some rows of an embedding table:
@@ -433,6 +443,23 @@ type Grads struct {
 // forgets the ids: there a retry applies unless the restored checkpoint
 // already held the push.
 func (c *Client) Push(ctx context.Context, g *Grads) error {
+	return c.push(ctx, g, nil)
+}
+
+// PushPull is Push followed by Pull(ctx, dst), in one round trip per slot:
+// each unary push asks for the slot's parameters in its reply
+// (PushRequest.pull), read after the push applied (sync: after the step
+// completed). A slot that answers without them (fenced meanwhile, or a
+// pserver older than the field), or that is large enough to stream, is
+// pulled after its push as Pull does. On error dst may hold some slots'
+// new parameters and not others': pull again before using it.
+func (c *Client) PushPull(ctx context.Context, g *Grads, dst map[string][]float32) error {
+	c.allocParams(dst)
+	return c.push(ctx, g, dst)
+}
+
+// push is Push, and with dst != nil PushPull.
+func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) error {
 	for name, d := range g.Dense {
 		p, ok := c.layout.Param(name)
 		if !ok || p.Embedding {
@@ -497,20 +524,40 @@ func (c *Client) Push(ctx context.Context, g *Grads) error {
 		ts = append(ts, sparse[slot]...)
 		v := c.version(slot)
 		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id}
-		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-			var resp *pb.PushResponse
-			var err error
-			if c.useStream(slot) && len(ts) > 1 {
-				resp, err = c.pushStream(ctx, cc, req)
-			} else {
-				resp, err = pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
+		stream := c.useStream(slot)
+		var sink *pullSink // the pull carried by the push's reply
+		err := c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+			switch {
+			case stream && len(ts) > 1:
+				resp, err := c.pushStream(ctx, cc, req)
+				if err != nil {
+					return err
+				}
+				c.setVersion(slot, resp.GetVersion())
+				return nil
+			case dst != nil && !stream:
+				req.Pull = true
+				sink = &pullSink{layout: c.layout, slot: slot, dst: dst}
+				if err := cc.Invoke(ctx, pb.PServer_Push_FullMethodName, req, sink, tensorCallOption); err != nil {
+					return err
+				}
+				c.setVersion(slot, sink.version)
+				return nil
 			}
+			resp, err := pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
 			if err != nil {
 				return err
 			}
 			c.setVersion(slot, resp.GetVersion())
 			return nil
 		})
+		if err != nil || dst == nil {
+			return err
+		}
+		if sink != nil && (sink.placed > 0 || len(c.blocks[slot]) == 0) {
+			return c.pulledAll(slot, sink)
+		}
+		return c.pullSlot(ctx, slot, dst)
 	})
 }
 

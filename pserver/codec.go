@@ -29,14 +29,16 @@ func init() { encoding.RegisterCodecV2(tensorCodec{}) }
 // protobuf peer can read what it writes), but moves tensor data without
 // the extra copies of the generic codec:
 //
-//   - Marshal of PullResponse and PushRequest emits the small field headers
-//     and references each Tensor.data in place (the caller must not mutate
-//     it until the call completes; Slot.Pull returns fresh copies and the
-//     Client waits for the push's reply);
+//   - Marshal of PullResponse, PushResponse and PushRequest emits the
+//     small field headers and references each Tensor.data in place (the
+//     caller must not mutate it until the call completes; Slot.Pull and
+//     Slot.Push return fresh copies and the Client waits for the push's
+//     reply);
 //   - Unmarshal of PullResponse and PushRequest reads each data field
 //     straight from the received frames into its own buffer, and a
-//     *pullSink (the Client's pull target) reads it straight into the
-//     trainer's parameter arrays.
+//     *pullSink (the Client's pull target, given for a Pull or for a Push
+//     with pull set, whose reply has PullResponse's field numbers) reads
+//     it straight into the trainer's parameter arrays.
 //
 // Every other message goes through the standard protobuf codec.
 type tensorCodec struct{}
@@ -49,13 +51,9 @@ const inlineBytes = 4096
 func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *pb.PullResponse:
-		w := &sliceWriter{}
-		w.varintField(1, uint64(m.Version))
-		w.varintField(3, uint64(m.Incarnation))
-		for _, t := range m.Tensors {
-			w.tensor(2, t)
-		}
-		return w.finish(), nil
+		return marshalParams(m.Version, m.Incarnation, m.Tensors), nil
+	case *pb.PushResponse: // PullResponse's field numbers
+		return marshalParams(m.Version, m.Incarnation, m.Tensors), nil
 	case *pb.PushRequest:
 		w := &sliceWriter{}
 		w.stringField(1, m.Job)
@@ -65,6 +63,9 @@ func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 		w.varintField(5, uint64(m.Step))
 		w.varintField(7, uint64(m.Examples))
 		w.varintField(8, m.PushId)
+		if m.Pull {
+			w.varintField(9, 1)
+		}
 		for _, t := range m.Grads {
 			w.tensor(6, t)
 		}
@@ -79,6 +80,18 @@ func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+// marshalParams writes a PullResponse (or a PushResponse, which has the
+// same field numbers).
+func marshalParams(version, incarnation int64, ts []*pb.Tensor) mem.BufferSlice {
+	w := &sliceWriter{}
+	w.varintField(1, uint64(version))
+	w.varintField(3, uint64(incarnation))
+	for _, t := range ts {
+		w.tensor(2, t)
+	}
+	return w.finish()
 }
 
 func (tensorCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -378,6 +391,8 @@ func (r *wireReader) pushRequest(m *pb.PushRequest) error {
 				m.Examples = int64(v)
 			case 8:
 				m.PushId = v
+			case 9:
+				m.Pull = v != 0
 			}
 			continue
 		}

@@ -650,6 +650,11 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 //
 // With spec.scale_lr_with_trainers the learning rate is multiplied by the
 // number of trainers in the step (sync) or of members (async).
+//
+// With req.pull the reply also carries every dense block of the slot, read
+// after the push applied (what a Pull right after it returns: version and
+// incarnation are those of the tensors); if the slot is fenced by then the
+// reply has the push's version and no tensors, and the caller pulls.
 func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
 	if err := s.checkFence(); err != nil {
 		return nil, err
@@ -658,7 +663,12 @@ func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse,
 	if err != nil {
 		return nil, err
 	}
-	return s.push(ctx, req, items)
+	resp, err := s.push(ctx, req, items)
+	if err != nil || !req.GetPull() || s.checkFence() != nil {
+		return resp, err
+	}
+	pr, _ := s.pullAll(nil)
+	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, nil
 }
 
 // push applies a validated push (see Push).

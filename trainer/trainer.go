@@ -54,6 +54,16 @@ type PS interface {
 	LeaveStep(ctx context.Context) error
 }
 
+// PushPuller is an optional PS extension: PushPull pushes as Push does and
+// returns what a Pull right after the push would (the parameters and their
+// version), in one round trip instead of two (pserver.Client.PushPull asks
+// for them in the push's reply). The trainer uses it for every step but a
+// task's last, and trains the next step on what it returned. params must
+// stay valid until the next call on the PS.
+type PushPuller interface {
+	PushPull(ctx context.Context, grads map[string][]float32, rowGrads map[string]RowGrad, version, step, examples int64) (params map[string][]float32, newVersion int64, err error)
+}
+
 // ErrRetryable marks an error as transient for IsRetryable (for PS or
 // Master implementations that do not speak gRPC status codes).
 var ErrRetryable = errors.New("trainer: transient error")
@@ -190,6 +200,10 @@ type Trainer struct {
 	x        []float32
 	y        []uint8
 	grads    model.Params // the gradient buffers, reused step after step
+	// next holds the parameters (at nextVersion) a PushPull returned with
+	// the last step's push, for the next step of the same task; nil: pull.
+	next        map[string][]float32
+	nextVersion int64
 
 	running atomic.Bool
 	mu      sync.Mutex
@@ -395,14 +409,15 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	}
 	var lossSum float64
 	var version int64
-	for _, batch := range dataset.Batches(recs, int(t.spec.GetBatchSize())) {
+	batches := dataset.Batches(recs, int(t.spec.GetBatchSize()))
+	for i, batch := range batches {
 		if err := ctx.Err(); err != nil {
 			return err // the task stays pending; the master requeues it
 		}
 		t.x, t.y = t.train.Gather(batch, t.x, t.y)
 		var loss float64
 		err := t.retry(ctx, deadline, "train step", func(ctx context.Context) (err error) {
-			loss, version, err = t.step(ctx)
+			loss, version, err = t.step(ctx, i < len(batches)-1)
 			return err
 		})
 		if err != nil {
@@ -431,11 +446,16 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	return t.finish(ctx, task, deadline, m)
 }
 
-// step pulls, computes and pushes one mini-batch held in t.x, t.y.
-func (t *Trainer) step(ctx context.Context) (loss float64, version int64, err error) {
-	dense, version, err := t.ps.Pull(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("pull: %w", err)
+// step pulls (or takes t.next), computes and pushes one mini-batch held in
+// t.x, t.y; with more (another step of the task follows) and a PushPuller
+// PS, the push brings back the next step's parameters into t.next.
+func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version int64, err error) {
+	dense, version := t.next, t.nextVersion
+	t.next = nil // used once; a failed step pulls again
+	if dense == nil {
+		if dense, version, err = t.ps.Pull(ctx); err != nil {
+			return 0, 0, fmt.Errorf("pull: %w", err)
+		}
 	}
 	p := model.Params{Dense: dense}
 	if p.Sparse, err = t.pullRows(ctx, t.model.SparseRows(t.x)); err != nil {
@@ -450,7 +470,16 @@ func (t *Trainer) step(ctx context.Context) (loss float64, version int64, err er
 		return 0, 0, err
 	}
 	t.joined = true
-	if _, err = t.ps.Push(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y))); err != nil {
+	if pp, ok := t.ps.(PushPuller); ok && more {
+		var next map[string][]float32
+		var nextVersion int64
+		if next, nextVersion, err = pp.PushPull(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y))); err == nil {
+			t.next, t.nextVersion = next, nextVersion
+		}
+	} else {
+		_, err = t.ps.Push(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y)))
+	}
+	if err != nil {
 		if status.Code(err) == codes.FailedPrecondition {
 			// The pservers' "stale push; re-pull": the step or version moved
 			// on (sync step ended, async staleness bound). Redo the batch.

@@ -172,6 +172,53 @@ func TestPushUnavailableIsRetried(t *testing.T) {
 	}
 }
 
+// TestPushPullTrainsAsPushThenPull: with a PS that is a PushPuller the
+// trainer pulls once per task (every other step trains on what the last
+// push brought back) and ends with the very parameters of Push then Pull;
+// a failed PushPull is retried after a fresh Pull.
+func TestPushPullTrainsAsPushThenPull(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "mlp", Hidden: []int32{16}})
+	spec.Passes, spec.EvalEachPass = 1, false
+	plain := mustFixture(t, spec, trainer.Config{})
+	mustRun(t, plain)
+	steps := int(spec.Dataset.Records) / int(spec.BatchSize)
+	tasks := int(spec.Dataset.Records / spec.RecordsPerTask)
+	if n := plain.ps.Pulls(); n != steps {
+		t.Fatalf("plain PS: %d pulls, want one per step (%d)", n, steps)
+	}
+	for _, failAt := range []int{0, 3} { // 0: no failure; 3: the third push
+		pp := mustFixture(t, spec, trainer.Config{})
+		pps := &trainertest.PushPullPS{PS: pp.ps}
+		pps.PushHook = func(n int) error {
+			if n == failAt {
+				return status.Error(codes.Unavailable, "pserver slot moved")
+			}
+			return nil
+		}
+		var err error
+		if pp.tr, err = trainer.New(trainer.Config{ID: "t1", Job: spec.GetName(), Logger: testLogger(t),
+			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, pp.master, pps); err != nil {
+			t.Fatal(err)
+		}
+		mustRun(t, pp)
+		retried := 0
+		if failAt > 0 {
+			retried = 1
+		}
+		if n, m := pp.ps.Pulls(), pps.PushPulls; n != tasks+retried || m != steps-tasks {
+			t.Fatalf("fail at push %d: %d pulls and %d push-pulls, want %d and %d", failAt, n, m, tasks+retried, steps-tasks)
+		}
+		want, got := plain.ps.Dense(), pp.ps.Dense()
+		for name, w := range want {
+			for i := range w {
+				if got[name][i] != w[i] {
+					t.Fatalf("fail at push %d: %s[%d] = %v, want %v (Push then Pull)", failAt, name, i, got[name][i], w[i])
+				}
+			}
+		}
+	}
+}
+
 // A push refused as stale (the pservers' FailedPrecondition "re-pull") is
 // redone from a fresh pull, at once and without TaskFailed.
 func TestStalePushIsRedone(t *testing.T) {

@@ -233,7 +233,13 @@ type PushRequest struct {
 	// push_id names one async push of this trainer (non-zero, chosen by the
 	// client, the same on every retry): a pserver applies each push id at
 	// most once, so a retry after a lost reply is not applied twice.
-	PushId        uint64 `protobuf:"varint,8,opt,name=push_id,json=pushId,proto3" json:"push_id,omitempty"`
+	PushId uint64 `protobuf:"varint,8,opt,name=push_id,json=pushId,proto3" json:"push_id,omitempty"`
+	// pull asks for the slot's dense parameters in the reply, read after this
+	// push is applied (sync: after its step completes), so the trainer's next
+	// step needs no Pull: one round trip per step instead of two. Unary Push
+	// only; a pserver that cannot read them answers without tensors (then
+	// Pull as usual).
+	Pull          bool `protobuf:"varint,9,opt,name=pull,proto3" json:"pull,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,9 +330,23 @@ func (x *PushRequest) GetPushId() uint64 {
 	return 0
 }
 
+func (x *PushRequest) GetPull() bool {
+	if x != nil {
+		return x.Pull
+	}
+	return false
+}
+
+// PushResponse has PullResponse's field numbers: with pull set it is the
+// PullResponse of a Pull made right after the push.
 type PushResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the slot's model version after the push (with pull: the
+	// version of tensors).
+	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// tensors: every dense block of the slot, when the request set pull.
+	Tensors       []*Tensor `protobuf:"bytes,2,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Incarnation   int64     `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +384,20 @@ func (*PushResponse) Descriptor() ([]byte, []int) {
 func (x *PushResponse) GetVersion() int64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *PushResponse) GetTensors() []*Tensor {
+	if x != nil {
+		return x.Tensors
+	}
+	return nil
+}
+
+func (x *PushResponse) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -949,7 +983,7 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xd9\x01\n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xed\x01\n" +
 	"\vPushRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
@@ -958,9 +992,12 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\x04step\x18\x05 \x01(\x03R\x04step\x12'\n" +
 	"\x05grads\x18\x06 \x03(\v2\x11.raftps.v1.TensorR\x05grads\x12\x1a\n" +
 	"\bexamples\x18\a \x01(\x03R\bexamples\x12\x17\n" +
-	"\apush_id\x18\b \x01(\x04R\x06pushId\"(\n" +
+	"\apush_id\x18\b \x01(\x04R\x06pushId\x12\x12\n" +
+	"\x04pull\x18\t \x01(\bR\x04pull\"w\n" +
 	"\fPushResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x03R\aversion\"R\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
+	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"R\n" +
 	"\x10LeaveStepRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
@@ -1044,31 +1081,32 @@ var file_raftps_v1_pserver_proto_depIdxs = []int32{
 	0,  // 0: raftps.v1.PullRequest.tensors:type_name -> raftps.v1.Tensor
 	0,  // 1: raftps.v1.PullResponse.tensors:type_name -> raftps.v1.Tensor
 	0,  // 2: raftps.v1.PushRequest.grads:type_name -> raftps.v1.Tensor
-	1,  // 3: raftps.v1.PServer.Pull:input_type -> raftps.v1.PullRequest
-	3,  // 4: raftps.v1.PServer.Push:input_type -> raftps.v1.PushRequest
-	1,  // 5: raftps.v1.PServer.PullStream:input_type -> raftps.v1.PullRequest
-	3,  // 6: raftps.v1.PServer.PushStream:input_type -> raftps.v1.PushRequest
-	5,  // 7: raftps.v1.PServer.LeaveStep:input_type -> raftps.v1.LeaveStepRequest
-	7,  // 8: raftps.v1.CheckpointStore.PutBlob:input_type -> raftps.v1.BlobChunk
-	9,  // 9: raftps.v1.CheckpointStore.GetBlob:input_type -> raftps.v1.GetBlobRequest
-	10, // 10: raftps.v1.CheckpointStore.GetManifest:input_type -> raftps.v1.GetManifestRequest
-	12, // 11: raftps.v1.CheckpointStore.VerifyBlob:input_type -> raftps.v1.VerifyBlobRequest
-	14, // 12: raftps.v1.CheckpointStore.DeleteVersions:input_type -> raftps.v1.DeleteVersionsRequest
-	2,  // 13: raftps.v1.PServer.Pull:output_type -> raftps.v1.PullResponse
-	4,  // 14: raftps.v1.PServer.Push:output_type -> raftps.v1.PushResponse
-	2,  // 15: raftps.v1.PServer.PullStream:output_type -> raftps.v1.PullResponse
-	4,  // 16: raftps.v1.PServer.PushStream:output_type -> raftps.v1.PushResponse
-	6,  // 17: raftps.v1.PServer.LeaveStep:output_type -> raftps.v1.LeaveStepResponse
-	8,  // 18: raftps.v1.CheckpointStore.PutBlob:output_type -> raftps.v1.PutBlobResponse
-	7,  // 19: raftps.v1.CheckpointStore.GetBlob:output_type -> raftps.v1.BlobChunk
-	11, // 20: raftps.v1.CheckpointStore.GetManifest:output_type -> raftps.v1.GetManifestResponse
-	13, // 21: raftps.v1.CheckpointStore.VerifyBlob:output_type -> raftps.v1.VerifyBlobResponse
-	15, // 22: raftps.v1.CheckpointStore.DeleteVersions:output_type -> raftps.v1.DeleteVersionsResponse
-	13, // [13:23] is the sub-list for method output_type
-	3,  // [3:13] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	0,  // 3: raftps.v1.PushResponse.tensors:type_name -> raftps.v1.Tensor
+	1,  // 4: raftps.v1.PServer.Pull:input_type -> raftps.v1.PullRequest
+	3,  // 5: raftps.v1.PServer.Push:input_type -> raftps.v1.PushRequest
+	1,  // 6: raftps.v1.PServer.PullStream:input_type -> raftps.v1.PullRequest
+	3,  // 7: raftps.v1.PServer.PushStream:input_type -> raftps.v1.PushRequest
+	5,  // 8: raftps.v1.PServer.LeaveStep:input_type -> raftps.v1.LeaveStepRequest
+	7,  // 9: raftps.v1.CheckpointStore.PutBlob:input_type -> raftps.v1.BlobChunk
+	9,  // 10: raftps.v1.CheckpointStore.GetBlob:input_type -> raftps.v1.GetBlobRequest
+	10, // 11: raftps.v1.CheckpointStore.GetManifest:input_type -> raftps.v1.GetManifestRequest
+	12, // 12: raftps.v1.CheckpointStore.VerifyBlob:input_type -> raftps.v1.VerifyBlobRequest
+	14, // 13: raftps.v1.CheckpointStore.DeleteVersions:input_type -> raftps.v1.DeleteVersionsRequest
+	2,  // 14: raftps.v1.PServer.Pull:output_type -> raftps.v1.PullResponse
+	4,  // 15: raftps.v1.PServer.Push:output_type -> raftps.v1.PushResponse
+	2,  // 16: raftps.v1.PServer.PullStream:output_type -> raftps.v1.PullResponse
+	4,  // 17: raftps.v1.PServer.PushStream:output_type -> raftps.v1.PushResponse
+	6,  // 18: raftps.v1.PServer.LeaveStep:output_type -> raftps.v1.LeaveStepResponse
+	8,  // 19: raftps.v1.CheckpointStore.PutBlob:output_type -> raftps.v1.PutBlobResponse
+	7,  // 20: raftps.v1.CheckpointStore.GetBlob:output_type -> raftps.v1.BlobChunk
+	11, // 21: raftps.v1.CheckpointStore.GetManifest:output_type -> raftps.v1.GetManifestResponse
+	13, // 22: raftps.v1.CheckpointStore.VerifyBlob:output_type -> raftps.v1.VerifyBlobResponse
+	15, // 23: raftps.v1.CheckpointStore.DeleteVersions:output_type -> raftps.v1.DeleteVersionsResponse
+	14, // [14:24] is the sub-list for method output_type
+	4,  // [4:14] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_pserver_proto_init() }

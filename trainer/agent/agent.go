@@ -459,6 +459,28 @@ func (p *psAdapter) PullRows(ctx context.Context, name string, rows []int64) ([]
 }
 
 func (p *psAdapter) Push(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, _, _, examples int64) (int64, error) {
+	if err := p.c.Push(ctx, pushGrads(grads, rowGrads, examples)); err != nil {
+		return 0, err
+	}
+	return p.version(), nil
+}
+
+// PushPull implements trainer.PushPuller: the parameters come back in the
+// pushes' replies, into the buffer Pull fills (the trainer is done with
+// the last step's parameters when it pushes).
+func (p *psAdapter) PushPull(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, _, _, examples int64) (map[string][]float32, int64, error) {
+	if p.buf == nil {
+		p.buf = p.c.NewParams()
+	}
+	if err := p.c.PushPull(ctx, pushGrads(grads, rowGrads, examples), p.buf); err != nil {
+		return nil, 0, err
+	}
+	return p.buf, p.version(), nil
+}
+
+// pushGrads is one step's gradients as pserver.Grads (embedding tables in
+// name order).
+func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, examples int64) *pserver.Grads {
 	g := &pserver.Grads{Dense: grads, Examples: examples}
 	if len(rowGrads) > 0 {
 		g.Sparse = map[string]pserver.SparseGrad{}
@@ -472,12 +494,11 @@ func (p *psAdapter) Push(ctx context.Context, grads map[string][]float32, rowGra
 			g.Sparse[n] = pserver.SparseGrad{Rows: rg.IDs, Values: rg.Values}
 		}
 	}
-	if err := p.c.Push(ctx, g); err != nil {
-		return 0, err
-	}
-	return p.version(), nil
+	return g
 }
 
 func (p *psAdapter) LeaveStep(ctx context.Context) error { return p.c.LeaveStep(ctx) }
 
 var _ trainer.PS = (*psAdapter)(nil)
+
+var _ trainer.PushPuller = (*psAdapter)(nil)

@@ -341,6 +341,44 @@ func (p *PS) LeaveStep(context.Context) error {
 	return nil
 }
 
+// Pulls returns the number of Pull calls so far.
+func (p *PS) Pulls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pulls
+}
+
+// Dense returns copies of the dense parameters (not counted as a Pull).
+func (p *PS) Dense() map[string][]float32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]float32, len(p.params.Dense))
+	for k, v := range p.params.Dense {
+		out[k] = append([]float32(nil), v...)
+	}
+	return out
+}
+
+// PushPullPS is a PS that is also a trainer.PushPuller, as the agent's
+// pserver client is: PushPull is Push (PushHook included) and then a copy
+// of the parameters, not counted as a Pull. PushPulls counts its calls.
+type PushPullPS struct {
+	*PS
+	PushPulls int
+}
+
+// PushPull implements trainer.PushPuller.
+func (p *PushPullPS) PushPull(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, version, step, examples int64) (map[string][]float32, int64, error) {
+	v, err := p.Push(ctx, grads, rowGrads, version, step, examples)
+	if err != nil {
+		return nil, 0, err
+	}
+	p.mu.Lock()
+	p.PushPulls++
+	p.mu.Unlock()
+	return p.Dense(), v, nil
+}
+
 // Version returns the number of pushes applied.
 func (p *PS) Version() int64 {
 	p.mu.Lock()
