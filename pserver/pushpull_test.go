@@ -40,15 +40,18 @@ func (s *countingServer) Push(ctx context.Context, req *pb.PushRequest) (*pb.Pus
 
 // TestClientPushPull: PushPull leaves dst and the client's versions as
 // Push then Pull would, over two sync pservers, for unary slots (one
-// round trip: no Pull call), streamed slots and pservers that predate the
-// pull field (both pull after the push).
+// round trip: no Pull call), streamed slots, pservers that predate the
+// pull field and slots too large for a push's reply (all pull after the
+// push).
 func TestClientPushPull(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		old       bool
 		threshold int
 		wantPulls int32 // Pull or PullStream calls per slot per PushPull
-	}{{"unary", false, -1, 0}, {"stream", false, 4, 1}, {"old-pserver", true, -1, 1}} {
+		replyMax  int   // Slot.maxReplyBytes (0: the default)
+	}{{"unary", false, -1, 0, 0}, {"stream", false, 4, 1, 0}, {"old-pserver", true, -1, 1, 0},
+		{"too-large-for-reply", false, -1, 1, 16}} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := syncSpec()
 			spec.NumPservers = 2
@@ -59,6 +62,7 @@ func TestClientPushPull(t *testing.T) {
 			for i := range int32(2) {
 				s := mustSlot(t, spec, i, 2)
 				s.SetTrainers([]string{"t"})
+				s.maxReplyBytes = tc.replyMax
 				srv := &countingServer{Server: NewServer(), old: tc.old}
 				srv.Host(spec.GetName(), i, s)
 				gs := grpc.NewServer(ServerOptions()...)

@@ -112,6 +112,11 @@ type Slot struct {
 	// maxPushBytes is the most gradient data one push can carry: 4 bytes
 	// per owned dense element plus every embedding table in full.
 	maxPushBytes int64
+	// maxReplyBytes bounds the tensor data a push with pull gets back
+	// (0: half of MaxMessageSize): a larger slot answers without it, since
+	// a push that succeeded must not fail on the size of its reply (the
+	// client pulls, streamed, instead).
+	maxReplyBytes int
 
 	fenced    atomic.Bool
 	fenceCh   chan struct{}
@@ -297,8 +302,7 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 		return nil, err
 	}
 	if len(req.GetTensors()) == 0 {
-		resp, _ := s.pullAll(nil)
-		return resp, nil
+		return s.pullAll(math.MaxInt), nil
 	}
 	params, total, err := s.checkPull(req.GetTensors())
 	if err != nil {
@@ -394,19 +398,20 @@ func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
 	return params, int(total), nil
 }
 
-// pullAll copies every dense block of the slot into buf (grown if too
-// short) and returns a response whose tensors alias it, and buf.
-func (s *Slot) pullAll(buf []byte) (*pb.PullResponse, []byte) {
+// pullAll copies every dense block of the slot into one new buffer and
+// returns a response whose tensors alias it; nil if their data would be
+// more than limit bytes.
+func (s *Slot) pullAll(limit int) *pb.PullResponse {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	total := 0
 	for _, k := range s.denseKeys {
 		total += len(s.dense[k].values)
 	}
-	if cap(buf) < 4*total {
-		buf = make([]byte, 4*total)
+	if 4*total > limit {
+		return nil
 	}
-	buf = buf[:4*total]
+	buf := make([]byte, 4*total)
 	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
 	off := 0
 	for _, k := range s.denseKeys {
@@ -416,7 +421,7 @@ func (s *Slot) pullAll(buf []byte) (*pb.PullResponse, []byte) {
 		off += len(b)
 		resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
 	}
-	return resp, buf
+	return resp
 }
 
 // newRow returns embedding row r of p at its initial value with zero
@@ -653,8 +658,9 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 //
 // With req.pull the reply also carries every dense block of the slot, read
 // after the push applied (what a Pull right after it returns: version and
-// incarnation are those of the tensors); if the slot is fenced by then the
-// reply has the push's version and no tensors, and the caller pulls.
+// incarnation are those of the tensors). If the slot is fenced by then, or
+// its dense data is more than half of MaxMessageSize, the reply has the push's
+// version and no tensors, and the caller pulls (the push stands).
 func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
 	if err := s.checkFence(); err != nil {
 		return nil, err
@@ -667,7 +673,14 @@ func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse,
 	if err != nil || !req.GetPull() || s.checkFence() != nil {
 		return resp, err
 	}
-	pr, _ := s.pullAll(nil)
+	limit := s.maxReplyBytes
+	if limit == 0 {
+		limit = MaxMessageSize / 2
+	}
+	pr := s.pullAll(limit)
+	if pr == nil {
+		return resp, nil
+	}
 	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, nil
 }
 
