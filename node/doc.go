@@ -37,12 +37,12 @@
 // Unimplemented naming the node's three addresses, before its message is
 // read.
 //
-//	class              address (Config)          services                         max recv   max send   streams/conn
-//	client API         GRPCAddr (7000)           KV, Lease, Watch, Cluster,        4 MiB     256 MiB    1000
+//	class              address (Config)          services                         max recv   max send   streams/conn  buffers/conn
+//	client API         GRPCAddr (7000)           KV, Lease, Watch, Cluster,        4 MiB     256 MiB    1000          2 x 256 KiB
 //	                                             Master, CheckpointStore
-//	pserver data path  PServerAddr (ephemeral)   PServer                           1 GiB       1 GiB    1000 (+ pserver
-//	                                                                                                          window tuning)
-//	node-to-node       PeerAddr (ephemeral)      Internal, CheckpointStore        64 MiB      64 MiB     256
+//	pserver data path  PServerAddr (ephemeral)   PServer                           1 GiB       1 GiB    1000          2 x 1 MiB (+ pserver
+//	                                                                                                                       window tuning)
+//	node-to-node       PeerAddr (ephemeral)      Internal, CheckpointStore        64 MiB      64 MiB     256           2 x 1 MiB
 //
 // A message over "max recv" is refused by gRPC with ResourceExhausted
 // before it is read into memory or reaches a handler (so a 64 MiB KV put

@@ -43,6 +43,17 @@ type serviceClass struct {
 	// tuned: the pserver's transport tuning (64 MiB flow-control windows,
 	// 1 MiB socket buffers, a non-zeroing buffer pool).
 	tuned bool
+	// connBuffer, if not 0, is the read and the write buffer of each
+	// connection (gRPC's default is 32 KiB), and the flow-control windows
+	// become static (1 MiB per stream, 8 MiB per connection: no BDP pings,
+	// and less than the 16 MiB gRPC's estimator may grow to). Many small
+	// calls on few connections (clients' puts, followers' forwarded
+	// batches) then take fewer syscalls: with 256 KiB on the client port
+	// and 1 MiB node to node (and on the forwarder's dial), puts on 3
+	// processes over loopback against the gRPC defaults, 5 interleaved
+	// pairs: servers' CPU per put -10% at 256 clients and -11% at 16,
+	// throughput +10% and +9%.
+	connBuffer int
 }
 
 // The node's three service classes (documented in doc.go).
@@ -52,6 +63,7 @@ var (
 		maxRecv:    4 << 20,
 		maxSend:    256 << 20,
 		maxStreams: 1000,
+		connBuffer: 256 << 10, // held per client connection
 		services: append([]string{pb.KV_ServiceDesc.ServiceName, pb.Lease_ServiceDesc.ServiceName,
 			pb.Watch_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName,
 			pb.Master_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
@@ -77,6 +89,7 @@ var (
 		maxRecv:    64 << 20,
 		maxSend:    64 << 20,
 		maxStreams: 256,
+		connBuffer: 1 << 20, // a few connections: one per peer
 		services:   []string{pb.Internal_ServiceDesc.ServiceName, pb.CheckpointStore_ServiceDesc.ServiceName, pb.Keyring_ServiceDesc.ServiceName},
 	}
 )
@@ -115,6 +128,10 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 			}
 			return ctx, nil
 		}),
+	}
+	if c.connBuffer > 0 {
+		opts = append(opts, grpc.ReadBufferSize(c.connBuffer), grpc.WriteBufferSize(c.connBuffer),
+			grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(8<<20))
 	}
 	if c.tuned {
 		// pserver.ServerOptions sets the same message limits; ours come
