@@ -59,8 +59,8 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 		// socket buffers and static windows, as the leader's node-to-node
 		// port has (node/grpc.go), for fewer syscalls per batch.
 		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithReadBufferSize(1<<20), grpc.WithWriteBufferSize(1<<20),
-			grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(8<<20),
+			grpc.WithReadBufferSize(1 << 20), grpc.WithWriteBufferSize(1 << 20),
+			grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(8 << 20),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}, f.dial...)...)
 		if err != nil {
 			return nil, fmt.Errorf("dial leader %s at %s: %w", leaderID, addr, err)
