@@ -1,7 +1,8 @@
-// Pypushpull measures push+pull throughput of raftps's Go pserver client
-// against a running job's pservers. bench/python.py runs it next to the
-// Python client (raftps.ps) against the same pservers in the same run, so
-// that `make bench` can print Python's MB/s as a ratio of Go's.
+// Package main is the pypushpull command. Pypushpull measures push+pull
+// throughput of raftps's Go pserver client against a running job's
+// pservers. bench/python.py runs it next to the Python client (raftps.ps)
+// against the same pservers in the same run, so that `make bench` can
+// print Python's MB/s as a ratio of Go's.
 //
 //	go run ./bench/pypushpull --endpoints 127.0.0.1:7000 --job J --iters 5
 //

@@ -1,8 +1,9 @@
-// Raftps-bench measures raftps against etcd 3.4 and against the machine's
-// own limits, and prints ratios. It is the command behind `make bench`
-// (the measurements themselves are package bench) and is kept out of the
-// product binary: `make bench` builds it, installs etcd with
-// scripts/install-etcd.sh and runs
+// Package main is the raftps-bench command. Raftps-bench measures raftps
+// against etcd 3.4 and against the machine's own limits, and prints
+// ratios. It is the command behind `make bench` (the measurements
+// themselves are package bench) and is kept out of the product binary:
+// `make bench` builds it, installs etcd with scripts/install-etcd.sh and
+// runs
 //
 //	raftps-bench --bin bin/raftps
 //
