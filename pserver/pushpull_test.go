@@ -49,7 +49,7 @@ func TestClientPushPull(t *testing.T) {
 		old       bool
 		threshold int
 		wantPulls int32 // Pull or PullStream calls per slot per PushPull
-		replyMax  int   // Slot.maxReplyBytes (0: the default)
+		replyMax  int   // Slot.maxReplyBytes (0: NewSlot's)
 	}{{"unary", false, -1, 0, 0}, {"stream", false, 4, 1, 0}, {"old-pserver", true, -1, 1, 0},
 		{"too-large-for-reply", false, -1, 1, 16}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +62,9 @@ func TestClientPushPull(t *testing.T) {
 			for i := range int32(2) {
 				s := mustSlot(t, spec, i, 2)
 				s.SetTrainers([]string{"t"})
-				s.maxReplyBytes = tc.replyMax
+				if tc.replyMax > 0 {
+					s.maxReplyBytes = tc.replyMax
+				}
 				srv := &countingServer{Server: NewServer(), old: tc.old}
 				srv.Host(spec.GetName(), i, s)
 				gs := grpc.NewServer(ServerOptions()...)

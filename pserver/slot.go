@@ -113,8 +113,8 @@ type Slot struct {
 	// per owned dense element plus every embedding table in full.
 	maxPushBytes int64
 	// maxReplyBytes bounds the tensor data a push with pull gets back
-	// (0: half of MaxMessageSize): a larger slot answers without it, since
-	// a push that succeeded must not fail on the size of its reply (the
+	// (half of MaxMessageSize): a larger slot answers without it, since a
+	// push that succeeded must not fail on the size of its reply (the
 	// client pulls, streamed, instead).
 	maxReplyBytes int
 
@@ -196,6 +196,8 @@ func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 		away:      map[string]bool{},
 		membersCh: make(chan struct{}),
 		cur:       newSyncStep(),
+
+		maxReplyBytes: MaxMessageSize / 2,
 	}
 	for v := int32(0); v < l.NumVShards; v++ {
 		s.owned[v] = SlotOfVShard(v, numPservers) == slot
@@ -673,11 +675,7 @@ func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse,
 	if err != nil || !req.GetPull() || s.checkFence() != nil {
 		return resp, err
 	}
-	limit := s.maxReplyBytes
-	if limit == 0 {
-		limit = MaxMessageSize / 2
-	}
-	pr := s.pullAll(limit)
+	pr := s.pullAll(s.maxReplyBytes)
 	if pr == nil {
 		return resp, nil
 	}

@@ -471,15 +471,12 @@ func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version in
 	}
 	t.joined = true
 	if pp, ok := t.ps.(PushPuller); ok && more {
-		var next map[string][]float32
-		var nextVersion int64
-		if next, nextVersion, err = pp.PushPull(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y))); err == nil {
-			t.next, t.nextVersion = next, nextVersion
-		}
+		t.next, t.nextVersion, err = pp.PushPull(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y)))
 	} else {
 		_, err = t.ps.Push(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y)))
 	}
 	if err != nil {
+		t.next = nil
 		if status.Code(err) == codes.FailedPrecondition {
 			// The pservers' "stale push; re-pull": the step or version moved
 			// on (sync step ended, async staleness bound). Redo the batch.

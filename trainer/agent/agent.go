@@ -445,13 +445,18 @@ func (p *psAdapter) version() int64 {
 }
 
 func (p *psAdapter) Pull(ctx context.Context) (map[string][]float32, int64, error) {
-	if p.buf == nil {
-		p.buf = p.c.NewParams()
-	}
-	if err := p.c.Pull(ctx, p.buf); err != nil {
+	if err := p.c.Pull(ctx, p.params()); err != nil {
 		return nil, 0, err
 	}
 	return p.buf, p.version(), nil
+}
+
+// params is the buffer Pull and PushPull fill, made on first use.
+func (p *psAdapter) params() map[string][]float32 {
+	if p.buf == nil {
+		p.buf = p.c.NewParams()
+	}
+	return p.buf
 }
 
 func (p *psAdapter) PullRows(ctx context.Context, name string, rows []int64) ([]float32, error) {
@@ -469,10 +474,7 @@ func (p *psAdapter) Push(ctx context.Context, grads map[string][]float32, rowGra
 // pushes' replies, into the buffer Pull fills (the trainer is done with
 // the last step's parameters when it pushes).
 func (p *psAdapter) PushPull(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, _, _, examples int64) (map[string][]float32, int64, error) {
-	if p.buf == nil {
-		p.buf = p.c.NewParams()
-	}
-	if err := p.c.PushPull(ctx, pushGrads(grads, rowGrads, examples), p.buf); err != nil {
+	if err := p.c.PushPull(ctx, pushGrads(grads, rowGrads, examples), p.params()); err != nil {
 		return nil, 0, err
 	}
 	return p.buf, p.version(), nil
@@ -499,6 +501,7 @@ func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, 
 
 func (p *psAdapter) LeaveStep(ctx context.Context) error { return p.c.LeaveStep(ctx) }
 
-var _ trainer.PS = (*psAdapter)(nil)
-
-var _ trainer.PushPuller = (*psAdapter)(nil)
+var (
+	_ trainer.PS         = (*psAdapter)(nil)
+	_ trainer.PushPuller = (*psAdapter)(nil)
+)
