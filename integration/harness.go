@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,22 +100,96 @@ func (c *Cluster) Stop(p *Proc) error { return p.Stop(20 * time.Second) }
 func (c *Cluster) Pause(p *Proc)  { p.Signal(syscall.SIGSTOP) }
 func (c *Cluster) Resume(p *Proc) { p.Signal(syscall.SIGCONT) }
 
-// KillAll kills every running node; on a failed test it prints the tails of the logs.
+// KillAll kills every running node. On a failed test it first asks each
+// running node for its goroutines (SIGQUIT: the Go runtime prints every
+// goroutine's stack and exits), then prints each node's log tail without
+// Raft's per-peer retry lines (a leader repeats them every few hundred
+// milliseconds for a dead peer and would fill the tail), and the stacks of
+// the node's trainer and pserver goroutines: where they wait is what a
+// stalled job needs explained.
 func (c *Cluster) KillAll() {
+	failed := c.T.Failed()
 	for _, p := range c.Procs {
+		if failed && p.Running() {
+			p.Signal(syscall.SIGQUIT)
+		}
+	}
+	for _, p := range c.Procs {
+		if failed {
+			for end := time.Now().Add(5 * time.Second); p.Running() && time.Now().Before(end); {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		if p.Running() {
 			p.Kill()
 		}
 	}
-	if c.T.Failed() {
-		for _, p := range c.Procs {
-			b, _ := os.ReadFile(p.LogPath)
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			c.T.Logf("---- log of %s (tail) ----\n%s", p.ID, b)
+	if !failed {
+		return
+	}
+	for _, p := range c.Procs {
+		b, _ := os.ReadFile(p.LogPath)
+		logPart, dump := string(b), ""
+		if i := strings.LastIndex(logPart, "SIGQUIT: quit"); i >= 0 {
+			logPart, dump = logPart[:i], logPart[i:]
+		}
+		c.T.Logf("---- log of %s (tail) ----\n%s", p.ID, lastBytes(dropRaftRetries(logPart), 8000))
+		if dump != "" {
+			c.T.Logf("---- %s: trainer and pserver goroutines ----\n%s", p.ID, firstBytes(goroutinesIn(dump, "/trainer", "/pserver"), 12000))
 		}
 	}
+}
+
+// dropRaftRetries drops hashicorp/raft's per-peer retry errors from a log
+// and says how many there were.
+func dropRaftRetries(log string) string {
+	var keep []string
+	dropped := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `msg="failed to heartbeat to"`) || strings.Contains(line, `msg="failed to appendEntries to"`) {
+			dropped++
+			continue
+		}
+		keep = append(keep, line)
+	}
+	if dropped > 0 {
+		keep = append(keep, fmt.Sprintf("(%d raft heartbeat/appendEntries retry lines left out)", dropped))
+	}
+	return strings.Join(keep, "\n")
+}
+
+// goroutinesIn returns the goroutine stacks of a Go traceback that
+// mention the first of the given substrings, then those that mention the
+// second, and so on.
+func goroutinesIn(dump string, subs ...string) string {
+	gs := strings.Split(dump, "\n\n")
+	var keep []string
+	taken := make([]bool, len(gs))
+	for _, s := range subs {
+		for i, g := range gs {
+			if !taken[i] && strings.Contains(g, "github.com/raftps/raftps"+s) {
+				taken[i] = true
+				keep = append(keep, g)
+			}
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}
+
+// firstBytes is the first n bytes of s.
+func firstBytes(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// lastBytes is the last n bytes of s.
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
 
 // Admin is the admin client's files of the cluster (localcluster's PKI);

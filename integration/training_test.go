@@ -114,11 +114,26 @@ func TestTrainingUnderFaults(t *testing.T) {
 				continue
 			}
 			c.Pause(p)
-			st := jobStatusOf(t, c, leader, job)
-			for _, pt := range st.PendingTasks {
-				if trainerOf(pt.Trainer, p) {
-					victim, victimTask = p, pt.Id
-					return true
+			// A call the trainer sent just before the freeze (a
+			// TaskFinished already forwarded to the leader) can still
+			// land: a task counts only if it is still held a moment later
+			// (well within gossip's failure detection, ~1 s).
+			held := func() map[int64]bool {
+				m := map[int64]bool{}
+				for _, pt := range jobStatusOf(t, c, leader, job).PendingTasks {
+					if trainerOf(pt.Trainer, p) {
+						m[pt.Id] = true
+					}
+				}
+				return m
+			}
+			if first := held(); len(first) > 0 {
+				time.Sleep(300 * time.Millisecond)
+				for id := range held() {
+					if first[id] {
+						victim, victimTask = p, id
+						return true
+					}
 				}
 			}
 			c.Resume(p)

@@ -115,6 +115,7 @@ type Client struct {
 	addrs    map[int32]string
 	conns    map[string]*grpc.ClientConn
 	versions []int64
+	incs     []int64 // per slot: the incarnation of the last pull (0: unknown)
 }
 
 // NewClient returns a client of spec's pservers (spec.num_pservers slots)
@@ -135,6 +136,7 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 		addrs:    map[int32]string{},
 		conns:    map[string]*grpc.ClientConn{},
 		versions: make([]int64, n),
+		incs:     make([]int64, n),
 	}
 	for _, o := range opts {
 		o(&c.cfg)
@@ -202,6 +204,23 @@ func (c *Client) setVersion(slot int32, v int64) {
 	c.mu.Lock()
 	c.versions[slot] = v
 	c.mu.Unlock()
+}
+
+// setIncarnation records the incarnation a pull (or a push's reply) of
+// slot came from; 0 (a reply without one) keeps the last.
+func (c *Client) setIncarnation(slot int32, inc int64) {
+	if inc == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.incs[slot] = inc
+	c.mu.Unlock()
+}
+
+func (c *Client) incarnation(slot int32) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.incs[slot]
 }
 
 func (c *Client) version(slot int32) int64 {
@@ -379,6 +398,7 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 				return err
 			}
 			c.setVersion(slot, sink.version)
+			c.setIncarnation(slot, sink.incarnation)
 			return c.pulledAll(slot, sink)
 		}
 		sctx, cancel := context.WithCancel(ctx)
@@ -400,6 +420,7 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 				return err
 			}
 			c.setVersion(slot, sink.version)
+			c.setIncarnation(slot, sink.incarnation)
 		}
 	})
 }
@@ -523,7 +544,8 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		}
 		ts = append(ts, sparse[slot]...)
 		v := c.version(slot)
-		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id}
+		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id,
+			Incarnation: c.incarnation(slot)}
 		stream := c.useStream(slot)
 		var sink *pullSink // the pull carried by the push's reply
 		err := c.do(ctx, slot, func(cc *grpc.ClientConn) error {
@@ -534,6 +556,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 					return err
 				}
 				c.setVersion(slot, resp.GetVersion())
+				c.setIncarnation(slot, resp.GetIncarnation())
 				return nil
 			case dst != nil && !stream:
 				req.Pull = true
@@ -542,6 +565,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 					return err
 				}
 				c.setVersion(slot, sink.version)
+				c.setIncarnation(slot, sink.incarnation)
 				return nil
 			}
 			resp, err := pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
@@ -549,6 +573,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 				return err
 			}
 			c.setVersion(slot, resp.GetVersion())
+			c.setIncarnation(slot, resp.GetIncarnation())
 			return nil
 		})
 		if err != nil || dst == nil {

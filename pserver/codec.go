@@ -66,6 +66,7 @@ func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 		if m.Pull {
 			w.varintField(9, 1)
 		}
+		w.varintField(10, uint64(m.Incarnation))
 		for _, t := range m.Grads {
 			w.tensor(6, t)
 		}
@@ -203,11 +204,12 @@ func (w *sliceWriter) finish() mem.BufferSlice {
 // pullSink is the Client's pull target: dense blocks are read from the
 // received frames straight into the parameter arrays.
 type pullSink struct {
-	layout  *Layout
-	slot    int32 // the slot asked: blocks of any other slot are refused
-	dst     map[string][]float32
-	version int64
-	placed  int // blocks written into dst
+	layout      *Layout
+	slot        int32 // the slot asked: blocks of any other slot are refused
+	dst         map[string][]float32
+	version     int64
+	incarnation int64
+	placed      int // blocks written into dst
 }
 
 // wireReader decodes protobuf wire format from a BufferSlice, one limit
@@ -364,7 +366,7 @@ func (r *wireReader) pullResponse(m *pb.PullResponse, sink *pullSink) error {
 		}
 	}
 	if sink != nil {
-		sink.version = m.Version
+		sink.version, sink.incarnation = m.Version, m.Incarnation
 	}
 	return nil
 }
@@ -393,6 +395,8 @@ func (r *wireReader) pushRequest(m *pb.PushRequest) error {
 				m.PushId = v
 			case 9:
 				m.Pull = v != 0
+			case 10:
+				m.Incarnation = int64(v)
 			}
 			continue
 		}

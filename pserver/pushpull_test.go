@@ -2,11 +2,15 @@ package pserver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -139,5 +143,83 @@ func TestSlotPushWithPull(t *testing.T) {
 		if !proto.Equal(got, pr) {
 			t.Fatalf("push with pull answered\n%v\na Pull after it\n%v", got, pr)
 		}
+	}
+}
+
+// TestSyncPushOfAnotherIncarnation: a sync push computed on another
+// incarnation of the slot (a retry after the slot was restored elsewhere or
+// rolled back) is stale at once instead of joining the new life's step: its
+// trainer may have moved past that step on the other slots, and joining
+// would make it and another trainer wait for each other on two slots.
+// Incarnation 0 (a client that does not send it) is not checked. Over gRPC,
+// the Client sends the incarnation it pulled, so after the slot is
+// replaced its push is refused as stale, and after a re-pull it applies.
+func TestSyncPushOfAnotherIncarnation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := mustSlot(t, syncSpec(), 0, 1)
+	s.SetIncarnation(3)
+	s.SetTrainers([]string{"a", "b"})
+	push := func(trainer string, inc int64) error {
+		_, err := s.Push(ctx, &pb.PushRequest{Trainer: trainer, Step: 0, Incarnation: inc, Examples: 1,
+			Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": ones(10, 1)})})
+		return err
+	}
+	if err := push("b", 1); !errors.Is(err, ErrStale) || status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("push of incarnation 1 to incarnation 3: %v, want ErrStale (FailedPrecondition)", err)
+	}
+	if w, ok := s.Waiting(); ok {
+		t.Fatalf("the refused push opened the step: %+v", w)
+	}
+	done := make(chan error, 1)
+	go func() { done <- push("a", 3) }()
+	waitPushed(t, s, "a")
+	if err := push("b", 0); err != nil { // unchecked: joins and completes the step
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s.Step() != 1 {
+		t.Fatalf("step %d, want 1", s.Step())
+	}
+
+	// Over gRPC: the client's pushes carry the incarnation of its pull.
+	spec := syncSpec()
+	addrs, srvs, slots := startServers(t, spec, 1)
+	slots[0].SetIncarnation(5)
+	slots[0].SetTrainers([]string{"t"})
+	c, err := NewClient(spec, "t", resolverOf(addrs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dst := c.NewParams()
+	if err := c.Pull(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
+	g := &Grads{Dense: map[string][]float32{"w": ones(10, 1)}, Examples: 1}
+	if err := c.Push(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	fresh := mustSlot(t, spec, 0, 1) // restored elsewhere: steps restart
+	fresh.SetIncarnation(9)
+	fresh.SetTrainers([]string{"t"})
+	srvs[0].Host(spec.GetName(), 0, fresh)
+	c.setVersion(0, 0) // the new life's step: only the incarnation tells them apart
+	if err := c.Push(ctx, g); !errors.Is(err, ErrStale) {
+		t.Fatalf("push after the slot was replaced: %v, want ErrStale", err)
+	}
+	if fresh.Step() != 0 {
+		t.Fatalf("the stale push was applied (step %d)", fresh.Step())
+	}
+	if err := c.Pull(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, g); err != nil {
+		t.Fatalf("push after a re-pull: %v", err)
+	}
+	if fresh.Step() != 1 {
+		t.Fatalf("step %d after the re-pulled push, want 1", fresh.Step())
 	}
 }

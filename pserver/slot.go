@@ -61,6 +61,7 @@ func newEntry(n, nstate int) *entry {
 // syncStep is the state of one synchronous step.
 type syncStep struct {
 	open   bool            // the step's membership is fixed (first push seen)
+	opened time.Time       // when it opened
 	expect map[string]bool // members that have neither pushed nor left
 	pushed map[string]bool
 	ids    map[string]uint64 // push id of each push counted (0: none)
@@ -248,7 +249,10 @@ func (s *Slot) Step() int64 {
 	return s.step
 }
 
-// SetIncarnation records the incarnation (claim revision) reported in pull responses.
+// SetIncarnation records the incarnation reported in pull responses: the
+// claim's revision, or for a slot rebuilt by a rollback the rollback
+// record's (a new life of the slot, whose steps restarted). A sync push
+// that names another incarnation is stale (PushRequest.incarnation).
 func (s *Slot) SetIncarnation(inc int64) {
 	s.mu.Lock()
 	s.incarnation = inc
@@ -836,6 +840,11 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		s.mu.Unlock()
 		return &pb.PushResponse{Version: v}, nil // a retry after its step completed
 	}
+	if inc := req.GetIncarnation(); inc != 0 && inc != s.incarnation {
+		cur := s.incarnation
+		s.mu.Unlock()
+		return nil, errorf(ErrStale, "push computed on incarnation %d of slot %d, which is at incarnation %d (restored or rolled back); re-pull", inc, s.slot, cur)
+	}
 	if step != s.step {
 		cur := s.step
 		s.mu.Unlock()
@@ -848,7 +857,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	}
 	delete(s.away, trainer)
 	if !st.open {
-		st.open = true
+		st.open, st.opened = true, time.Now()
 		st.expect = make(map[string]bool, len(s.members))
 		for t := range s.members {
 			if !s.away[t] {
@@ -965,6 +974,39 @@ func (s *Slot) maybeCompleteLocked() {
 	st.version = s.version
 	close(st.done)
 	s.cur = newSyncStep()
+}
+
+// StepWait describes the current sync step of a slot while it waits for
+// trainers (see Slot.Waiting).
+type StepWait struct {
+	Step    int64         // the step's number
+	For     time.Duration // since its first push
+	Waiting []string      // trainers expected that have neither pushed nor left, sorted
+	Pushed  []string      // trainers that pushed, sorted
+}
+
+// Waiting reports the current sync step if it is open (a trainer pushed)
+// and still waits for others; ok is false otherwise (async mode, no push
+// yet). A step that waits long names the trainers that hold it up: the
+// node logs it (pserver/agent), since a sync step waits for every live
+// trainer by design.
+func (s *Slot) Waiting() (w StepWait, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := s.cur
+	if s.mode == pb.UpdateMode_UPDATE_MODE_ASYNC || !st.open || len(st.expect) == 0 {
+		return StepWait{}, false
+	}
+	w = StepWait{Step: s.step, For: time.Since(st.opened)}
+	for t := range st.expect {
+		w.Waiting = append(w.Waiting, t)
+	}
+	for t := range st.pushed {
+		w.Pushed = append(w.Pushed, t)
+	}
+	slices.Sort(w.Waiting)
+	slices.Sort(w.Pushed)
+	return w, true
 }
 
 // maxAway bounds the trainers remembered as away (LeaveStep) that are no

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -491,4 +492,51 @@ func TestInitIndependentOfPartition(t *testing.T) {
 		}
 	}
 	_ = c1
+}
+
+// TestSyncWaiting: Waiting names the trainers an open step waits for and
+// those that pushed, and reports nothing before the first push, after the
+// step completes, or in async mode.
+func TestSyncWaiting(t *testing.T) {
+	s := mustSlot(t, syncSpec(), 0, 1)
+	s.SetTrainers([]string{"b", "a", "c"})
+	if w, ok := s.Waiting(); ok {
+		t.Fatalf("Waiting before any push = %+v, want none", w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := make(chan error, 3)
+	push := func(id string) {
+		go func() { _, err := pushW(ctx, s, id, 0, ones(10, 1), 1); res <- err }()
+	}
+	push("b")
+	waitPushed(t, s, "b")
+	time.Sleep(20 * time.Millisecond)
+	w, ok := s.Waiting()
+	if !ok || w.Step != 0 || !slices.Equal(w.Waiting, []string{"a", "c"}) || !slices.Equal(w.Pushed, []string{"b"}) || w.For < 20*time.Millisecond {
+		t.Fatalf("Waiting after b pushed = %+v, %v; want step 0 waiting [a c] pushed [b] for >= 20ms", w, ok)
+	}
+	s.LeaveStep("c")
+	if w, ok = s.Waiting(); !ok || !slices.Equal(w.Waiting, []string{"a"}) {
+		t.Fatalf("Waiting after c left = %+v, %v; want waiting [a]", w, ok)
+	}
+	push("a") // completes the step
+	for range 2 {
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, ok := s.Waiting(); ok {
+		t.Fatalf("Waiting after the step completed = %+v, want none", w)
+	}
+	as := syncSpec()
+	as.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+	a := mustSlot(t, as, 0, 1)
+	a.SetTrainers([]string{"a", "b"})
+	if _, err := pushW(ctx, a, "a", 0, ones(10, 1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := a.Waiting(); ok {
+		t.Fatalf("async Waiting = %+v, want none", w)
+	}
 }

@@ -623,12 +623,22 @@ func (t *Trainer) taskDeadline(task *pb.Task, start time.Time) time.Time {
 // or deadline (if non-zero) passes, in which case it returns an error
 // wrapping errDropped and the last error. Backoff doubles from MinBackoff to
 // MaxBackoff with ±50% jitter.
+//
+// A call that keeps failing is logged at warn level every retryWarnEvery
+// (the single retries are debug), so a trainer that cannot make progress
+// says why.
 func (t *Trainer) retry(ctx context.Context, deadline time.Time, what string, fn func(context.Context) error) error {
 	backoff := t.cfg.MinBackoff
+	start := time.Now()
+	warned := start
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil || ctx.Err() != nil || !t.cfg.Retryable(err) {
 			return err
+		}
+		if time.Since(warned) >= retryWarnEvery {
+			warned = time.Now()
+			t.log.Warn("still retrying", "op", what, "attempts", attempt, "for", time.Since(start).Round(time.Millisecond), "err", err)
 		}
 		wait := backoff/2 + rand.N(backoff)
 		if errors.Is(err, errStale) {
@@ -650,6 +660,9 @@ func (t *Trainer) retry(ctx context.Context, deadline time.Time, what string, fn
 		backoff = min(2*backoff, t.cfg.MaxBackoff)
 	}
 }
+
+// retryWarnEvery is how often retry logs a call that keeps failing.
+const retryWarnEvery = 5 * time.Second
 
 // sleep waits ms milliseconds (DefaultWait if 0, at most MaxWait) or until
 // ctx ends.

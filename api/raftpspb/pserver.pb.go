@@ -239,7 +239,15 @@ type PushRequest struct {
 	// step needs no Pull: one round trip per step instead of two. Unary Push
 	// only; a pserver that cannot read them answers without tensors (then
 	// Pull as usual).
-	Pull          bool `protobuf:"varint,9,opt,name=pull,proto3" json:"pull,omitempty"`
+	Pull bool `protobuf:"varint,9,opt,name=pull,proto3" json:"pull,omitempty"`
+	// incarnation is the slot's incarnation the gradients were computed on
+	// (PullResponse.incarnation of the pull). A sync slot of another
+	// incarnation (restored on another node, or rolled back: its steps
+	// restarted) refuses the push as stale, so a push retried onto a new
+	// life of the slot never joins a step its trainer has moved past on the
+	// other slots (which could make two trainers wait for each other on two
+	// slots). 0: not checked.
+	Incarnation   int64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +343,13 @@ func (x *PushRequest) GetPull() bool {
 		return x.Pull
 	}
 	return false
+}
+
+func (x *PushRequest) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 // PushResponse has PullResponse's field numbers: with pull set it is the
@@ -983,7 +998,7 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xed\x01\n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\x8f\x02\n" +
 	"\vPushRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
@@ -993,7 +1008,9 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\x05grads\x18\x06 \x03(\v2\x11.raftps.v1.TensorR\x05grads\x12\x1a\n" +
 	"\bexamples\x18\a \x01(\x03R\bexamples\x12\x17\n" +
 	"\apush_id\x18\b \x01(\x04R\x06pushId\x12\x12\n" +
-	"\x04pull\x18\t \x01(\bR\x04pull\"w\n" +
+	"\x04pull\x18\t \x01(\bR\x04pull\x12 \n" +
+	"\vincarnation\x18\n" +
+	" \x01(\x03R\vincarnation\"w\n" +
 	"\fPushResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +

@@ -42,6 +42,10 @@ type Config struct {
 	// Poll is the interval between reconciliations and between lease
 	// renewals (a keepalive every Poll; default 300ms).
 	Poll time.Duration
+	// StepWaitWarn is how long a sync step of a hosted slot may wait for
+	// trainers before the node logs the ones it waits for (again every
+	// StepWaitWarn while it waits; default 10s).
+	StepWaitWarn time.Duration
 	// MemoryBudget is the bytes the node's slots may hold together
 	// (parameters and optimizer state, SlotBytes): a slot that does not
 	// fit in what is left is not claimed, with a SLOT_NOT_CLAIMED event
@@ -98,6 +102,8 @@ type hosted struct {
 	// rollbackRev is the mod revision of schema.RollbackKey this slot has
 	// already followed (or that was there when it was claimed).
 	rollbackRev int64
+	// waitWarned is when reportWaits last logged this slot's waiting step.
+	waitWarned time.Time
 }
 
 // New returns an agent; Run starts it.
@@ -107,6 +113,9 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 300 * time.Millisecond
+	}
+	if cfg.StepWaitWarn <= 0 {
+		cfg.StepWaitWarn = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -1,14 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/testutil"
@@ -45,7 +50,12 @@ type testAgent struct {
 
 func startAgent(t *testing.T, meta *fakeMeta, share members, ttl int64) *testAgent {
 	t.Helper()
-	log := testutil.LoggerLevel(t, slog.LevelInfo)
+	return startAgentWith(t, meta, share, ttl, testutil.LoggerLevel(t, slog.LevelInfo), nil)
+}
+
+// startAgentWith is startAgent with a logger and a change to the Config.
+func startAgentWith(t *testing.T, meta *fakeMeta, share members, ttl int64, log *slog.Logger, edit func(*Config)) *testAgent {
+	t.Helper()
 	st, err := checkpoint.Open(t.TempDir(), log)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +65,11 @@ func startAgent(t *testing.T, meta *fakeMeta, share members, ttl int64) *testAge
 		t.Fatal(err)
 	}
 	srv := pserver.NewServer()
-	a := New(Config{NodeID: "n1", Addr: "127.0.0.1:1", LeaseTTL: ttl, Poll: 20 * time.Millisecond, Logger: log}, meta, srv, mgr, share)
+	cfg := Config{NodeID: "n1", Addr: "127.0.0.1:1", LeaseTTL: ttl, Poll: 20 * time.Millisecond, Logger: log}
+	if edit != nil {
+		edit(&cfg)
+	}
+	a := New(cfg, meta, srv, mgr, share)
 	ctx, cancel := context.WithCancel(context.Background())
 	ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(ta.done); _ = a.Run(ctx) }()
@@ -376,6 +390,52 @@ func TestRollbackFollowed(t *testing.T) {
 	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want })
 }
 
+// TestRollbackToInitializer: a rollback to version 0 (another slot, served
+// before, found no globally consistent version and started from the
+// initializer) resets this slot to the initializer on the new epoch, so the
+// model is one trajectory and its versions cannot collide with the
+// abandoned one's.
+func TestRollbackToInitializer(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 1)
+	meta.setJobs(running(spec))
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	ta := startAgent(t, meta, 1, 5)
+	s := servedWithTrainer(t, ta, "j", 0)
+	for v := int64(1); v <= 3; v++ {
+		stepTo(t, meta, s, "j", v, v)
+	}
+	meta.put(schema.RollbackKey("j"), schema.Rollback{Version: 0, Slot: 7, Node: "n9", Epoch: 1}.Marshal(), 0)
+	var s2 *pserver.Slot
+	waitFor(t, "reset to the initializer", func() bool {
+		var ok bool
+		s2, ok = ta.served("j", 0)
+		return ok && s2 != s && s2.Step() == 0
+	})
+	if !s.Fenced() {
+		t.Fatal("the slot that was reset still serves")
+	}
+	init, err := pserver.NewSlot(spec, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s2.Pull(context.Background(), &pb.PullRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := init.Pull(context.Background(), &pb.PullRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&pb.PullResponse{Tensors: got.Tensors}, &pb.PullResponse{Tensors: want.Tensors}) {
+		t.Fatal("the reset slot's parameters are not the initializer's")
+	}
+	servedWithTrainer(t, ta, "j", 0)
+	step(t, s2)
+	want1 := int64(EpochStride + 1)
+	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want1 })
+}
+
 // TestJobEndReleases: when the job is no longer running the agent writes a
 // last checkpoint of unsaved steps, stops serving and deletes its claim.
 func TestJobEndReleases(t *testing.T) {
@@ -542,4 +602,74 @@ func TestFencedUnderLiveLeaseRetakes(t *testing.T) {
 		_, inc2, held := slotRecord(meta, "j", 0)
 		return ok && s2 != s && held && inc2 == inc1
 	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStepWaitReported: a sync step that waits longer than StepWaitWarn
+// is logged with the trainers it waits for and those that pushed; a step
+// that completes in time is not.
+func TestStepWaitReported(t *testing.T) {
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	var logs lockedBuffer
+	ta := startAgentWith(t, meta, 1, 5, slog.New(slog.NewTextHandler(&logs, nil)), func(c *Config) { c.StepWaitWarn = 200 * time.Millisecond })
+	var s *pserver.Slot
+	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	meta.put(schema.TrainerKey("j", "t2"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	waitFor(t, "membership t1,t2", func() bool {
+		ta.a.mu.Lock()
+		defer ta.a.mu.Unlock()
+		h := ta.a.hosted[slotKey{"j", 0}]
+		return h != nil && h.trainers == "t1,t2"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	push := func(id string, step int64) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := s.Push(ctx, &pb.PushRequest{Trainer: id, Step: step, Examples: 1, Grads: []*pb.Tensor{{Name: "w", Data: packed(1, 1, 1, 1)}}})
+			ch <- err
+		}()
+		return ch
+	}
+	// Step 0 completes at once: nothing is reported.
+	a, b := push("t1", 0), push("t2", 0)
+	if err := errors.Join(<-a, <-b); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * ta.a.cfg.Poll)
+	if strings.Contains(logs.String(), "sync step waiting") {
+		t.Fatalf("a step that completed at once was reported:\n%s", logs.String())
+	}
+	// Step 1 waits for t2.
+	a = push("t1", 1)
+	want := "waiting_for=t2 pushed=t1"
+	waitFor(t, "the waiting step reported", func() bool { return strings.Contains(logs.String(), want) })
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, want) && !strings.Contains(line, "step=1 ") {
+			t.Fatalf("report names the wrong step: %s", line)
+		}
+	}
+	b = push("t2", 1)
+	if err := errors.Join(<-a, <-b); err != nil {
+		t.Fatal(err)
+	}
 }

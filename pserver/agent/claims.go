@@ -119,6 +119,7 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 	}
 	a.followRollback(ctx, spec)
 	a.feedTrainers(ctx, job)
+	a.reportWaits(job)
 	a.maybeCheckpoint(ctx, job)
 }
 
@@ -194,10 +195,15 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	if cur, rev, ok := a.readRollback(ctx, spec.Name); ok {
 		h.rollbackRev, h.epoch = rev, cur.Epoch
 	}
-	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && rec.Version > 0 {
+	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && (rec.Version > 0 || to.previous) {
 		// A new trajectory starts at the restored version: every slot
 		// follows it and labels what it writes from now on with the new
 		// epoch, so no version mixes the old trajectory with the new.
+		// That includes a slot served before that falls back to the
+		// initializer (no globally consistent version kept): the others
+		// reset to the initializer too, or the model would be half new,
+		// and this slot's step-N version would carry the number of the
+		// others' step-N version of the abandoned trajectory.
 		h.epoch++
 		v := schema.Rollback{Version: rec.Version, Slot: i, Node: a.cfg.NodeID, Epoch: h.epoch}.Marshal()
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)

@@ -34,9 +34,16 @@
 //   - when a slot is restored from version V, it publishes V under
 //     schema.RollbackKey (/jobs/<job>/rollback) and every other slot of the
 //     job reloads V (Horovod Elastic's restore-and-reset);
+//   - a slot served before that finds no globally consistent version
+//     restores from the initializer and publishes version 0: the other
+//     slots reset to the initializer too;
 //   - each rollback starts a new trajectory epoch, and versions are
 //     epoch*EpochStride + step, so no version can combine slots of an
-//     abandoned trajectory with the new one.
+//     abandoned trajectory with the new one;
+//   - a sync step that waits Config.StepWaitWarn (10 s) or more for
+//     trainers is logged with the trainers it waits for and those that
+//     pushed (every live trainer is expected in every step, so one that is
+//     alive but stuck holds the others up).
 //
 // Restores are recorded under schema.RestoreKey (/jobs/<job>/restores/<slot>,
 // shown by `raftps job status`) and as PSERVER_RESTORED job events.

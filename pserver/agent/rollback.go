@@ -53,26 +53,15 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 			continue
 		}
 		from := h.slot.Step()
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		blobs, err := a.ckpt.ReadVersion(rctx, spec.Name, rb.Version)
-		cancel()
+		s, err := a.rollbackSlot(ctx, spec, h.key.slot, rb.Version)
 		if err != nil {
-			a.log.Error("rollback: cannot read the version; this slot stays ahead (model inconsistent until the next restore)",
+			a.log.Error("rollback: this slot stays ahead (model inconsistent until the next restore)",
 				"job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
 			continue
 		}
-		mine := map[int32][]byte{}
-		for v, b := range blobs {
-			if pserver.SlotOfVShard(v, spec.NumPservers) == h.key.slot {
-				mine[v] = b
-			}
-		}
-		s, err := pserver.RestoreSlot(spec, h.key.slot, spec.NumPservers, mine)
-		if err != nil {
-			a.log.Error("rollback: blobs do not decode", "job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
-			continue
-		}
-		s.SetIncarnation(h.incarnation)
+		// A new life of the slot: pushes computed on the old one are
+		// stale (the rollback record's revision is unique in the store).
+		s.SetIncarnation(rev)
 		s.SetTrainers(splitIDs(h.trainers))
 		a.mu.Lock()
 		if a.hosted[h.key] != h {
@@ -93,4 +82,30 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
 			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (slot %d was restored)", h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Slot)})
 	}
+}
+
+// rollbackSlot builds slot i of spec at checkpoint version (its step
+// version%EpochStride): from the version's blobs, or from the initializer
+// for step 0 (a slot restored from the initializer published it).
+func (a *Agent) rollbackSlot(ctx context.Context, spec *pb.JobSpec, i int32, version int64) (*pserver.Slot, error) {
+	if version%EpochStride == 0 {
+		return pserver.NewSlot(spec, i, spec.NumPservers)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	blobs, err := a.ckpt.ReadVersion(rctx, spec.Name, version)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read version %d: %w", version, err)
+	}
+	mine := map[int32][]byte{}
+	for v, b := range blobs {
+		if pserver.SlotOfVShard(v, spec.NumPservers) == i {
+			mine[v] = b
+		}
+	}
+	s, err := pserver.RestoreSlot(spec, i, spec.NumPservers, mine)
+	if err != nil {
+		return nil, fmt.Errorf("version %d: blobs do not decode: %w", version, err)
+	}
+	return s, nil
 }

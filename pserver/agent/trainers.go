@@ -48,3 +48,27 @@ func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
 	h.slot.SetTrainers(ids)
 	a.log.Info("sync membership", "job", h.key.job, "slot", h.key.slot, "trainers", joined)
 }
+
+// reportWaits logs every hosted sync slot of job whose current step has
+// waited Config.StepWaitWarn or more, naming the trainers it waits for: a sync
+// step waits for every live trainer, so one that is alive but not pushing
+// (stuck, or far slower than the others) holds every trainer up.
+func (a *Agent) reportWaits(job string) {
+	a.mu.Lock()
+	var hs []*hosted
+	for k, h := range a.hosted {
+		if k.job == job {
+			hs = append(hs, h)
+		}
+	}
+	a.mu.Unlock()
+	for _, h := range hs {
+		w, ok := h.slot.Waiting()
+		if !ok || w.For < a.cfg.StepWaitWarn || time.Since(h.waitWarned) < a.cfg.StepWaitWarn {
+			continue
+		}
+		h.waitWarned = time.Now()
+		a.log.Warn("sync step waiting for trainers", "job", job, "slot", h.key.slot, "step", w.Step,
+			"for", w.For.Round(time.Millisecond), "waiting_for", strings.Join(w.Waiting, ","), "pushed", strings.Join(w.Pushed, ","))
+	}
+}
