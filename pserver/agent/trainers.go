@@ -12,17 +12,22 @@ import (
 
 // feedTrainers gives every hosted slot of job the job's live trainers.
 func (a *Agent) feedTrainers(ctx context.Context, job string) {
+	for _, h := range a.hostedOf(job) {
+		a.feedTrainersTo(ctx, h)
+	}
+}
+
+// hostedOf returns the slots of job this node serves.
+func (a *Agent) hostedOf(job string) []*hosted {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	var hs []*hosted
 	for k, h := range a.hosted {
 		if k.job == job {
 			hs = append(hs, h)
 		}
 	}
-	a.mu.Unlock()
-	for _, h := range hs {
-		a.feedTrainersTo(ctx, h)
-	}
+	return hs
 }
 
 func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
@@ -54,15 +59,7 @@ func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
 // step waits for every live trainer, so one that is alive but not pushing
 // (stuck, or far slower than the others) holds every trainer up.
 func (a *Agent) reportWaits(job string) {
-	a.mu.Lock()
-	var hs []*hosted
-	for k, h := range a.hosted {
-		if k.job == job {
-			hs = append(hs, h)
-		}
-	}
-	a.mu.Unlock()
-	for _, h := range hs {
+	for _, h := range a.hostedOf(job) {
 		w, ok := h.slot.Waiting()
 		if !ok || w.For < a.cfg.StepWaitWarn || time.Since(h.waitWarned) < a.cfg.StepWaitWarn {
 			continue
