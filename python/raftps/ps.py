@@ -23,9 +23,11 @@ How it finds and follows the pservers, exactly as the Go client does:
   :class:`raftps.errors.Unavailable`.
 - Every push goes to every slot (an empty one if it holds none of the
   gradients) with the version that slot returned on the last pull, as
-  the sync step. A stale push (FailedPrecondition: the sync step moved on,
-  or the async staleness bound) raises :class:`raftps.errors.StalePush`:
-  pull again and recompute the batch. A retried sync push after
+  the sync step, and the slot's incarnation of that pull. A stale push
+  (FailedPrecondition: the sync step moved on, the async staleness bound,
+  or, in sync mode, the slot was restored or rolled back since the pull)
+  raises :class:`raftps.errors.StalePush`: pull again and recompute the
+  batch. A retried sync push after
   Unavailable is applied once (the slot ignores a second push of a trainer
   in a step).
 
@@ -276,6 +278,8 @@ def _encode_push(req: "_Push") -> bytes:
         hdr += _tag(5, 0) + _enc_varint(req.version)
     if req.examples:
         hdr += _tag(7, 0) + _enc_varint(req.examples)
+    if req.incarnation:
+        hdr += _tag(10, 0) + _enc_varint(req.incarnation)
     parts.append(bytes(hdr))
     for t in req.tensors:
         parts.extend(_enc_tensor(*t))
@@ -283,11 +287,14 @@ def _encode_push(req: "_Push") -> bytes:
 
 
 class _Push:
-    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors")
+    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation")
 
-    def __init__(self, job, slot, trainer, version, examples, tensors):
+    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0):
         self.job, self.slot, self.trainer = job, slot, trainer
         self.version, self.examples, self.tensors = version, examples, tensors
+        # The slot incarnation the gradients were computed on (the pull's):
+        # a sync slot of another incarnation refuses the push as stale.
+        self.incarnation = incarnation
 
 
 class _SlotConn:
@@ -342,6 +349,9 @@ class ParamClient:
         self.max_backoff = 0.25
         n = self.layout.num_pservers
         self.versions = [0] * n
+        # Per slot, the incarnation of the last pull (0: unknown); pushes
+        # carry it (PushRequest.incarnation).
+        self.incarnations = [0] * n
         self._mu = threading.Lock()
         self._addrs: dict[int, str] = {}
         self._conns: dict[str, _SlotConn] = {}
@@ -492,6 +502,8 @@ class ParamClient:
                     raise errors.Internal(f"pull: tensor {t.name!r} block {t.block} has {t.n} bytes, want {(hi - lo) * 4}")
                 flat[p.name][lo:hi] = t.floats()
             self.versions[slot] = resp.version
+            if resp.incarnation:
+                self.incarnations[slot] = resp.incarnation
 
         self._parallel(one)
         return dst
@@ -544,9 +556,11 @@ class ParamClient:
         def one(slot):
             ts = [(p.name, b, None, flat[p.name][lo:hi]) for (p, b, lo, hi) in self._blocks[slot] if p.name in flat]
             ts += per_slot_sparse[slot]
-            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts)
+            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts, self.incarnations[slot])
             resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
             self.versions[slot] = resp.version
+            if resp.incarnation:
+                self.incarnations[slot] = resp.incarnation
             return resp.version
 
         return self._parallel(one)

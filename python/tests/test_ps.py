@@ -177,6 +177,34 @@ def test_stale_push_after_step_moved(client):
     raftps.jobs.cancel(client, job)
 
 
+def test_sync_push_of_another_incarnation_is_stale(client):
+    """A pull records each slot's incarnation and pushes carry it: a sync
+    push computed on another incarnation of the slot (restored elsewhere or
+    rolled back since the pull) is refused with StalePush and nothing is
+    applied; after a pull the push applies."""
+    job = name("incarnation")
+    params = [{"name": "w", "shape": [4], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, lr=1.0, pservers=1))
+    wait_slots(client, job, 1)
+    session = TrainerSession(client, job, "t", ttl=3)
+    session.wait_members(1, 10)
+    ps = ParamClient(client, job, "t")
+    time.sleep(1.5)  # the pserver's agent feeds it the trainer set every 300 ms
+    ps.pull()
+    inc = ps.incarnations[0]
+    assert inc > 0
+    one = np.ones(4, np.float32)
+    ps.incarnations[0] = inc + 1  # as if pulled from another life of the slot
+    with pytest.raises(errors.StalePush):
+        ps.push({"w": one})
+    assert (ps.pull()["w"] == 0).all() and ps.incarnations[0] == inc
+    ps.push({"w": one})
+    assert (ps.pull()["w"] == -1).all()
+    ps.close()
+    session.close()
+    raftps.jobs.cancel(client, job)
+
+
 def test_external_spec_validation_names_the_param(client):
     """An external job's bad parameter is InvalidArgument naming it; an
     external job without parameters is refused; nothing is created."""
