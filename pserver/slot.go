@@ -249,10 +249,10 @@ func (s *Slot) Step() int64 {
 	return s.step
 }
 
-// SetIncarnation records the incarnation reported in pull responses: the
-// claim's revision, or for a slot rebuilt by a rollback the rollback
-// record's (a new life of the slot, whose steps restarted). A sync push
-// that names another incarnation is stale (PushRequest.incarnation).
+// SetIncarnation records the incarnation (claim revision) reported in pull
+// responses. A sync push that names another incarnation is stale
+// (PushRequest.incarnation): it was computed on the slot as another claim
+// served it, before a restore.
 func (s *Slot) SetIncarnation(inc int64) {
 	s.mu.Lock()
 	s.incarnation = inc

@@ -242,11 +242,10 @@ type PushRequest struct {
 	Pull bool `protobuf:"varint,9,opt,name=pull,proto3" json:"pull,omitempty"`
 	// incarnation is the slot's incarnation the gradients were computed on
 	// (PullResponse.incarnation of the pull). A sync slot of another
-	// incarnation (restored on another node, or rolled back: its steps
-	// restarted) refuses the push as stale, so a push retried onto a new
-	// life of the slot never joins a step its trainer has moved past on the
-	// other slots (which could make two trainers wait for each other on two
-	// slots). 0: not checked.
+	// incarnation (a new claim: restored, its steps restarted) refuses the
+	// push as stale, so a push retried onto the restored slot never joins a
+	// step its trainer has moved past on the other slots (which could make
+	// two trainers wait for each other on two slots). 0: not checked.
 	Incarnation   int64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -59,9 +59,10 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 				"job", spec.Name, "slot", h.key.slot, "version", rb.Version, "err", err)
 			continue
 		}
-		// A new life of the slot: pushes computed on the old one are
-		// stale (the rollback record's revision is unique in the store).
-		s.SetIncarnation(rev)
+		// The claim's incarnation: a rollback is the same claim. A push
+		// the old slot was holding is retried on this one and is stale by
+		// its step (the trainers are past the rolled-back-to step).
+		s.SetIncarnation(h.incarnation)
 		s.SetTrainers(splitIDs(h.trainers))
 		a.mu.Lock()
 		if a.hosted[h.key] != h {

@@ -25,7 +25,7 @@ How it finds and follows the pservers, exactly as the Go client does:
   gradients) with the version that slot returned on the last pull, as
   the sync step, and the slot's incarnation of that pull. A stale push
   (FailedPrecondition: the sync step moved on, the async staleness bound,
-  or, in sync mode, the slot was restored or rolled back since the pull)
+  or, in sync mode, the slot was restored under a new claim since the pull)
   raises :class:`raftps.errors.StalePush`: pull again and recompute the
   batch. A retried sync push after
   Unavailable is applied once (the slot ignores a second push of a trainer
