@@ -843,7 +843,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	if inc := req.GetIncarnation(); inc != 0 && inc != s.incarnation {
 		cur := s.incarnation
 		s.mu.Unlock()
-		return nil, errorf(ErrStale, "push computed on incarnation %d of slot %d, which is at incarnation %d (restored or rolled back); re-pull", inc, s.slot, cur)
+		return nil, errorf(ErrStale, "push computed on incarnation %d of slot %d, which is at incarnation %d (restored under a new claim); re-pull", inc, s.slot, cur)
 	}
 	if step != s.step {
 		cur := s.step

@@ -179,9 +179,9 @@ def test_stale_push_after_step_moved(client):
 
 def test_sync_push_of_another_incarnation_is_stale(client):
     """A pull records each slot's incarnation and pushes carry it: a sync
-    push computed on another incarnation of the slot (restored elsewhere or
-    rolled back since the pull) is refused with StalePush and nothing is
-    applied; after a pull the push applies."""
+    push computed on another incarnation of the slot (restored under a new
+    claim since the pull) is refused with StalePush and nothing is applied;
+    after a pull the push applies."""
     job = name("incarnation")
     params = [{"name": "w", "shape": [4], "init": "INIT_ZEROS"}]
     raftps.jobs.submit(client, external_spec(job, params, lr=1.0, pservers=1))
