@@ -200,33 +200,23 @@ func (c *Client) Versions() []int64 {
 	return append([]int64(nil), c.versions...)
 }
 
-func (c *Client) setVersion(slot int32, v int64) {
+// setVersion records the version a pull or push reply of slot reported
+// and the incarnation it came from (inc 0, a reply without one, keeps the
+// last).
+func (c *Client) setVersion(slot int32, v, inc int64) {
 	c.mu.Lock()
 	c.versions[slot] = v
-	c.mu.Unlock()
-}
-
-// setIncarnation records the incarnation a pull (or a push's reply) of
-// slot came from; 0 (a reply without one) keeps the last.
-func (c *Client) setIncarnation(slot int32, inc int64) {
-	if inc == 0 {
-		return
+	if inc != 0 {
+		c.incs[slot] = inc
 	}
-	c.mu.Lock()
-	c.incs[slot] = inc
 	c.mu.Unlock()
 }
 
-func (c *Client) incarnation(slot int32) int64 {
+// version returns slot's last version and incarnation (what a push sends).
+func (c *Client) version(slot int32) (v, inc int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.incs[slot]
-}
-
-func (c *Client) version(slot int32) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.versions[slot]
+	return c.versions[slot], c.incs[slot]
 }
 
 // conn returns the connection to slot's pserver, resolving if needed.
@@ -397,8 +387,7 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 			if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
 				return err
 			}
-			c.setVersion(slot, sink.version)
-			c.setIncarnation(slot, sink.incarnation)
+			c.setVersion(slot, sink.version, sink.incarnation)
 			return c.pulledAll(slot, sink)
 		}
 		sctx, cancel := context.WithCancel(ctx)
@@ -419,8 +408,7 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 			} else if err != nil {
 				return err
 			}
-			c.setVersion(slot, sink.version)
-			c.setIncarnation(slot, sink.incarnation)
+			c.setVersion(slot, sink.version, sink.incarnation)
 		}
 	})
 }
@@ -543,9 +531,9 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 			ts = append(ts, &pb.Tensor{Name: br.p.Spec.GetName(), Block: br.b, Data: float32Bytes(d[br.lo:br.hi])})
 		}
 		ts = append(ts, sparse[slot]...)
-		v := c.version(slot)
+		v, inc := c.version(slot)
 		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id,
-			Incarnation: c.incarnation(slot)}
+			Incarnation: inc}
 		stream := c.useStream(slot)
 		var sink *pullSink // the pull carried by the push's reply
 		err := c.do(ctx, slot, func(cc *grpc.ClientConn) error {
@@ -555,8 +543,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 				if err != nil {
 					return err
 				}
-				c.setVersion(slot, resp.GetVersion())
-				c.setIncarnation(slot, resp.GetIncarnation())
+				c.setVersion(slot, resp.GetVersion(), resp.GetIncarnation())
 				return nil
 			case dst != nil && !stream:
 				req.Pull = true
@@ -564,16 +551,14 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 				if err := cc.Invoke(ctx, pb.PServer_Push_FullMethodName, req, sink, tensorCallOption); err != nil {
 					return err
 				}
-				c.setVersion(slot, sink.version)
-				c.setIncarnation(slot, sink.incarnation)
+				c.setVersion(slot, sink.version, sink.incarnation)
 				return nil
 			}
 			resp, err := pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
 			if err != nil {
 				return err
 			}
-			c.setVersion(slot, resp.GetVersion())
-			c.setIncarnation(slot, resp.GetIncarnation())
+			c.setVersion(slot, resp.GetVersion(), resp.GetIncarnation())
 			return nil
 		})
 		if err != nil || dst == nil {
@@ -658,7 +643,7 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 				return fmt.Errorf("pull rows: slot %d sent a bad response for %q", slot, name)
 			}
 			data[slot] = resp.Tensors[0].GetData()
-			c.setVersion(slot, resp.GetVersion())
+			c.setVersion(slot, resp.GetVersion(), resp.GetIncarnation())
 			return nil
 		})
 	})

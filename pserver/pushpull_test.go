@@ -206,7 +206,7 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 	fresh.SetIncarnation(9)
 	fresh.SetTrainers([]string{"t"})
 	srvs[0].Host(spec.GetName(), 0, fresh)
-	c.setVersion(0, 0) // the new life's step: only the incarnation tells them apart
+	c.setVersion(0, 0, 0) // the new life's step: only the incarnation tells them apart
 	if err := c.Push(ctx, g); !errors.Is(err, ErrStale) {
 		t.Fatalf("push after the slot was replaced: %v, want ErrStale", err)
 	}

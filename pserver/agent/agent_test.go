@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -360,11 +361,12 @@ func TestAsyncCheckpointByPoll(t *testing.T) {
 	waitFor(t, "a checkpoint of step 2", func() bool { p := pointer(meta, "a", 0); return p != nil && p.GetStep() >= 2 })
 }
 
-// TestRollbackFollowed: a rollback published by another slot's restore
-// brings this slot (which is ahead) back to that version, on the new
-// epoch, served by a new Slot (the old one fenced); versions written
-// afterwards carry the new epoch.
-func TestRollbackFollowed(t *testing.T) {
+// rollBack serves slot 0 of a 1-slot sync job (a checkpoint every step)
+// at step 3, publishes a rollback to version (as another slot's restore
+// would) and waits until the agent serves a new Slot at that version's
+// step, the old one fenced. It returns the meta, the agent and the new Slot.
+func rollBack(t *testing.T, version int64) (*fakeMeta, *testAgent, *pserver.Slot) {
+	t.Helper()
 	meta := newFakeMeta()
 	meta.setJobs(running(syncSpec("j", 1, 1)))
 	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
@@ -373,17 +375,26 @@ func TestRollbackFollowed(t *testing.T) {
 	for v := int64(1); v <= 3; v++ {
 		stepTo(t, meta, s, "j", v, v)
 	}
-	// Slot 1 of some other layout "restored" version 2: everyone follows.
-	meta.put(schema.RollbackKey("j"), schema.Rollback{Version: 2, Slot: 7, Node: "n9", Epoch: 1}.Marshal(), 0)
+	// Slot 7 of some other layout "restored" version: everyone follows.
+	meta.put(schema.RollbackKey("j"), schema.Rollback{Version: version, Slot: 7, Node: "n9", Epoch: 1}.Marshal(), 0)
 	var s2 *pserver.Slot
-	waitFor(t, "rolled back to step 2", func() bool {
+	waitFor(t, fmt.Sprintf("rolled back to step %d", version), func() bool {
 		var ok bool
 		s2, ok = ta.served("j", 0)
-		return ok && s2 != s && s2.Step() == 2
+		return ok && s2 != s && s2.Step() == version
 	})
 	if !s.Fenced() {
 		t.Fatal("the slot that was rolled back from still serves")
 	}
+	return meta, ta, s2
+}
+
+// TestRollbackFollowed: a rollback published by another slot's restore
+// brings this slot (which is ahead) back to that version, on the new
+// epoch, served by a new Slot (the old one fenced); versions written
+// afterwards carry the new epoch.
+func TestRollbackFollowed(t *testing.T) {
+	meta, ta, s2 := rollBack(t, 2)
 	servedWithTrainer(t, ta, "j", 0)
 	step(t, s2)
 	want := int64(EpochStride + 3)
@@ -396,25 +407,8 @@ func TestRollbackFollowed(t *testing.T) {
 // model is one trajectory and its versions cannot collide with the
 // abandoned one's.
 func TestRollbackToInitializer(t *testing.T) {
-	meta := newFakeMeta()
+	meta, ta, s2 := rollBack(t, 0)
 	spec := syncSpec("j", 1, 1)
-	meta.setJobs(running(spec))
-	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
-	ta := startAgent(t, meta, 1, 5)
-	s := servedWithTrainer(t, ta, "j", 0)
-	for v := int64(1); v <= 3; v++ {
-		stepTo(t, meta, s, "j", v, v)
-	}
-	meta.put(schema.RollbackKey("j"), schema.Rollback{Version: 0, Slot: 7, Node: "n9", Epoch: 1}.Marshal(), 0)
-	var s2 *pserver.Slot
-	waitFor(t, "reset to the initializer", func() bool {
-		var ok bool
-		s2, ok = ta.served("j", 0)
-		return ok && s2 != s && s2.Step() == 0
-	})
-	if !s.Fenced() {
-		t.Fatal("the slot that was reset still serves")
-	}
 	init, err := pserver.NewSlot(spec, 0, 1)
 	if err != nil {
 		t.Fatal(err)
