@@ -26,7 +26,11 @@ import (
 // so they are sent on etcd's method names. The response headers differ
 // and are not read. Status is decoded by hand (etcdStatus).
 //
-// Connections are like raftps' client: round robin over the endpoints.
+// Connections are like etcd's clientv3: round robin over the endpoints
+// (etcd's followers forward proposals to the leader inside Raft). raftps'
+// client balances the same way but sends writes to the leader
+// (raftstore/client/route.go); the put rows also compare with etcd
+// reached through its leader's endpoint alone.
 type etcdStore struct{ conn *grpc.ClientConn }
 
 var _ Store = (*etcdStore)(nil)

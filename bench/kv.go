@@ -33,6 +33,30 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 			}
 		}
 	}()
+	// viaLeader: etcd reached through its leader's endpoint alone, the
+	// route raftps' client takes for writes (raftstore/client/route.go);
+	// the put rows compare with it too, so that the client's routing and
+	// the servers are told apart.
+	var viaLeader []Store
+	if len(clusters) == 2 {
+		if l, err := clusters[1].Leader(ctx); err != nil {
+			r.logf("%s leader: %v", clusters[1].Name(), err)
+		} else {
+			for range 8 {
+				s, err := clusters[1].NewStore([]string{clusters[1].Endpoints()[l]})
+				if err != nil {
+					r.logf("%s: %v", clusters[1].Name(), err)
+					break
+				}
+				viaLeader = append(viaLeader, s)
+			}
+		}
+	}
+	defer func() {
+		for _, s := range viaLeader {
+			s.Close()
+		}
+	}()
 	leases := make([]*sync.Map, len(clusters))
 	for i := range leases {
 		leases[i] = &sync.Map{}
@@ -62,7 +86,22 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 			}
 			name = x.w(i).Name
 		}
+		if x.key == "put" && len(viaLeader) > 0 {
+			_, _ = RunLoad(ctx, viaLeader, x.w(1), 300*time.Millisecond, 1000)
+		}
+		var leaderTp []float64 // etcd via its leader, per pair (puts only)
 		for p := 0; p < Pairs; p++ {
+			if x.key == "put" && len(viaLeader) > 0 {
+				lr, err := RunLoad(ctx, viaLeader, x.w(1), dur, maxOps)
+				tp := NA
+				if err != nil {
+					r.logf("etcd via its leader %s pair %d: %v", name, p+1, err)
+				} else {
+					tp = lr.Throughput()
+					r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (via its leader)", "etcd", name, p+1, tp, ms(lr.P50), ms(lr.P99))
+				}
+				leaderTp = append(leaderTp, tp)
+			}
 			for i := 0; i < 2; i++ {
 				tp, p50, p99 := NA, NA, NA
 				if i < len(clusters) {
@@ -92,6 +131,10 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 			note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
 		}
 		r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, figures[0][0], figures[0][1]))
+		if len(leaderTp) > 0 {
+			r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput vs etcd via its leader", Unit: "ops/s", BaseName: "etcd-leader",
+				Note: "etcd's clients all on its leader's endpoint (raftps' client sends writes to the leader)"}, figures[0][0], leaderTp))
+		}
 		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
 		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))
 	}

@@ -39,6 +39,8 @@ type Client struct {
 	seq      uint64              // last sequence number handed out
 	inflight map[uint64]struct{} // seqs whose answer is not settled
 
+	leaderRoute *leaderRoute // where writes go (nil with one endpoint; see route.go)
+
 	KV      pb.KVClient
 	Lease   pb.LeaseClient
 	Watch   pb.WatchClient
@@ -81,7 +83,8 @@ func New(endpoints []string, opts ...grpc.DialOption) (*Client, error) {
 	conn, err := grpc.NewClient(r.Scheme()+":///raftps", append([]grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// Round-robin, with writes to the leader (route.go).
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"` + leaderBalancer + `":{}}]}`),
 		// Wait for any endpoint to be ready rather than failing on the first
 		// dead one the balancer tried; callers bound every call with a
 		// deadline (the CLI's --timeout).
@@ -93,6 +96,9 @@ func New(endpoints []string, opts ...grpc.DialOption) (*Client, error) {
 		return nil, fmt.Errorf("client: dial %v: %w", eps, err)
 	}
 	c.conn = conn
+	if len(eps) > 1 {
+		c.leaderRoute = newLeaderRoute()
+	}
 	c.KV, c.Lease, c.Watch = pb.NewKVClient(conn), pb.NewLeaseClient(conn), pb.NewWatchClient(conn)
 	c.Cluster, c.Master = pb.NewClusterClient(conn), pb.NewMasterClient(conn)
 	return c, nil
@@ -112,8 +118,13 @@ func newClientID() (string, error) {
 // Conn returns the underlying connection.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection (and stops a leader lookup in flight).
+func (c *Client) Close() error {
+	if c.leaderRoute != nil {
+		c.leaderRoute.close()
+	}
+	return c.conn.Close()
+}
 
 // Retryable reports whether err is worth retrying on another attempt: the
 // node was unreachable or had no leader, or the outcome is unknown.
@@ -162,11 +173,12 @@ func Retry(ctx context.Context, fn func(ctx context.Context) error) error {
 func PrefixEnd(p []byte) []byte { return schema.PrefixEnd(p) }
 
 // unary stamps every unary call with a request id (writes are applied
-// exactly once; reads ignore it) and maps its error back to our sentinels.
+// exactly once; reads ignore it), routes writes to the leader (route.go)
+// and maps its error back to our sentinels.
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	seq, settle := c.begin(ctx, method)
 	defer settle()
-	ctx = rpctypes.AppendRequestID(ctx, rpctypes.RequestID{Client: c.id, Seq: seq, Acked: c.acked()})
+	ctx = rpctypes.AppendRequestID(c.route(ctx, method), rpctypes.RequestID{Client: c.id, Seq: seq, Acked: c.acked()})
 	return rpctypes.FromStatus(invoker(ctx, method, req, reply, cc, opts...))
 }
 

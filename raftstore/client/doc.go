@@ -12,6 +12,16 @@
 // ready, so a dead endpoint costs nothing; bound every call with a
 // deadline. Retry re-runs an idempotent call on Unavailable.
 //
+// Writes (Put, DeleteRange, Txn, lease grants and revokes, the Master's
+// job and task calls) go straight to the leader when the client knows it
+// and has it among its endpoints: the client looks the leader up
+// (Cluster.Status, then Cluster.Members for its gRPC address) at most
+// once a second while it writes, and its balancer picks the leader's
+// connection for them. This saves the follower's forward, two hops and a
+// follower's CPU per write (route.go has the figures). The route is only
+// a hint: a write sent to a node that has just lost the lead is
+// forwarded as before, and one that cannot reach the leader is balanced.
+//
 // Every call carries a request id (client id, sequence number); writes
 // retried with Retry reuse it and are applied exactly once (the retry of a
 // write whose answer was lost gets the first answer).
