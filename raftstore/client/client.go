@@ -178,8 +178,13 @@ func PrefixEnd(p []byte) []byte { return schema.PrefixEnd(p) }
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	seq, settle := c.begin(ctx, method)
 	defer settle()
-	ctx = rpctypes.AppendRequestID(c.route(ctx, method), rpctypes.RequestID{Client: c.id, Seq: seq, Acked: c.acked()})
-	return rpctypes.FromStatus(invoker(ctx, method, req, reply, cc, opts...))
+	ctx, routed := c.route(ctx, method)
+	ctx = rpctypes.AppendRequestID(ctx, rpctypes.RequestID{Client: c.id, Seq: seq, Acked: c.acked()})
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if routed && Retryable(err) {
+		c.leaderRoute.forget()
+	}
+	return rpctypes.FromStatus(err)
 }
 
 // begin returns the sequence number of a call and what settles it: a

@@ -115,6 +115,15 @@ func (r *leaderRoute) close() {
 	r.wg.Wait()
 }
 
+// forget drops the route after a routed write failed in a way a dead,
+// cut-off or deposed leader causes (Retryable): writes are balanced again
+// and the next one looks the leader up at once.
+func (r *leaderRoute) forget() {
+	var none string
+	r.addr.Store(&none)
+	r.checked.Store(0)
+}
+
 // leader returns the leader's endpoint, "" if unknown.
 func (r *leaderRoute) leader() string {
 	if a := r.addr.Load(); a != nil {
@@ -124,12 +133,12 @@ func (r *leaderRoute) leader() string {
 }
 
 // route returns ctx naming the leader's endpoint if method is a write and
-// the leader is known, and starts a lookup if the last one is older than
-// leaderRefresh.
-func (c *Client) route(ctx context.Context, method string) context.Context {
+// the leader is known (routed), and starts a lookup if the last one is
+// older than leaderRefresh.
+func (c *Client) route(ctx context.Context, method string) (_ context.Context, routed bool) {
 	r := c.leaderRoute
 	if r == nil || !writeMethods[method] {
-		return ctx
+		return ctx, false
 	}
 	if now := time.Now().UnixNano(); now-r.checked.Load() >= int64(leaderRefresh) && r.running.CompareAndSwap(false, true) {
 		r.checked.Store(now)
@@ -142,9 +151,9 @@ func (c *Client) route(ctx context.Context, method string) context.Context {
 		}()
 	}
 	if a := r.leader(); a != "" {
-		return context.WithValue(ctx, routeKey{}, a)
+		return context.WithValue(ctx, routeKey{}, a), true
 	}
-	return ctx
+	return ctx, false
 }
 
 // lookupLeader asks any node for the leader's id and gRPC address; "" if

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -23,6 +25,7 @@ type fakeNode struct {
 	c      *fakeCluster
 	puts   atomic.Int64
 	ranges atomic.Int64
+	fail   atomic.Int64 // Puts still to refuse with Unavailable
 	g      *grpc.Server
 }
 
@@ -34,6 +37,9 @@ type fakeCluster struct {
 }
 
 func (n *fakeNode) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	if n.fail.Add(-1) >= 0 {
+		return nil, status.Error(codes.Unavailable, "no leader")
+	}
 	n.puts.Add(1)
 	return &pb.PutResponse{}, nil
 }
@@ -214,4 +220,35 @@ func TestOneEndpointNoLookup(t *testing.T) {
 	if _, err := c.KV.Put(ctx, &pb.PutRequest{Key: []byte("k")}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFailedRoutedWriteForgetsLeader: a routed write that fails as a
+// deposed or cut-off leader's would (Unavailable) drops the route at once,
+// and the next write looks the leader up without waiting for the refresh.
+func TestFailedRoutedWriteForgetsLeader(t *testing.T) {
+	defer func(d time.Duration) { leaderRefresh = d }(leaderRefresh)
+	leaderRefresh = 20 * time.Millisecond
+	fc := startFakeCluster(t, 3, nil)
+	fc.setLeader("n2")
+	c, err := New(fc.endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitRoute(ctx, t, c, fc.nodes[1].addr)
+	for c.leaderRoute.running.Load() { // no lookup reads leaderRefresh now
+		time.Sleep(time.Millisecond)
+	}
+	leaderRefresh = time.Hour // from here on only forget starts a lookup
+
+	fc.nodes[1].fail.Store(1)
+	if _, err := c.KV.Put(ctx, &pb.PutRequest{Key: []byte("k")}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("put on the failing leader: %v, want Unavailable", err)
+	}
+	if a := c.leaderRoute.leader(); a != "" {
+		t.Fatalf("route %q after the routed write failed, want none", a)
+	}
+	waitRoute(ctx, t, c, fc.nodes[1].addr) // looked up again, within the hour
 }
