@@ -56,15 +56,19 @@ type raftpsCluster struct {
 
 func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 	c := &raftpsCluster{bin: bin, dir: dir}
-	type addrs struct{ grpc, raft, gossip, http string }
+	type addrs struct{ grpc, raft, gossip, http, peer, pserver string }
 	var as []addrs
+	// One call for every port of every node: ports of separate calls can
+	// repeat, and a port left to the node (ephemeral) can be one chosen
+	// here for a node not started yet.
+	ps, err := localcluster.FreePorts(6 * n)
+	if err != nil {
+		return nil, err
+	}
+	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	for i := 0; i < n; i++ {
-		ps, err := localcluster.FreePorts(4)
-		if err != nil {
-			return nil, err
-		}
-		a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-		as = append(as, addrs{a(ps[0]), a(ps[1]), a(ps[2]), a(ps[3])})
+		p := ps[6*i:]
+		as = append(as, addrs{a(p[0]), a(p[1]), a(p[2]), a(p[3]), a(p[4]), a(p[5])})
 	}
 	for i, a := range as {
 		id := fmt.Sprintf("n%d", i+1)
@@ -75,7 +79,7 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 			}
 		}
 		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
-			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--log-level", "info",
+			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--peer-addr", a.peer, "--pserver-addr", a.pserver, "--log-level", "info",
 			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
 		args = append(args, "--insecure") // plaintext, as the etcd baseline runs; the tls section measures mutual TLS against this
 		if root := localcluster.DatasetRoot(); root != "" {
@@ -193,13 +197,13 @@ type etcdCluster struct {
 func newEtcdCluster(bin, dir string, n int) (*etcdCluster, error) {
 	c := &etcdCluster{ids: map[uint64]int{}}
 	var peers, initial []string
+	ps, err := localcluster.FreePorts(2 * n) // one call: distinct ports
+	if err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
-		ps, err := localcluster.FreePorts(2)
-		if err != nil {
-			return nil, err
-		}
-		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", ps[0]))
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", ps[1]))
+		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", ps[2*i]))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", ps[2*i+1]))
 		initial = append(initial, fmt.Sprintf("e%d=%s", i+1, peers[i]))
 	}
 	for i := 0; i < n; i++ {

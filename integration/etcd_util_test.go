@@ -64,13 +64,13 @@ func startEtcd(t *testing.T, n int) []string {
 	}
 	dir := t.TempDir()
 	var clients, peers, initial []string
+	ps, err := localcluster.FreePorts(2 * n) // one call: distinct ports
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
-		ps, err := localcluster.FreePorts(2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ps[0]))
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", ps[1]))
+		clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ps[2*i]))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", ps[2*i+1]))
 		initial = append(initial, fmt.Sprintf("e%d=%s", i+1, peers[i]))
 	}
 	var procs []*localcluster.Node

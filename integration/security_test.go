@@ -77,7 +77,9 @@ func extraPorts(t *testing.T, procs []*Proc, n int) []string {
 	t.Helper()
 	used := map[string]bool{}
 	for _, p := range procs {
-		used[p.GRPC], used[p.Raft], used[p.Gossip], used[p.HTTP] = true, true, true, true
+		for _, a := range p.Addrs() {
+			used[a] = true
+		}
 	}
 	for range 20 {
 		ps, err := localcluster.FreePorts(n)

@@ -44,6 +44,11 @@ func FreePorts(n int) ([]int, error) {
 type Node struct {
 	ID, DataDir, LogPath     string
 	GRPC, Raft, Gossip, HTTP string // host:port
+	// Peer and PServer are the node-to-node and pserver ports (--peer-addr,
+	// --pserver-addr), chosen here too: left to the node they would be
+	// ephemeral, and the kernel could hand one out that is already chosen
+	// for a node not started yet (its bind then fails: address in use).
+	Peer, PServer string
 	Bin                      string
 	// Args is the command line after the binary (the same on every start).
 	Args []string
@@ -63,27 +68,35 @@ type Node struct {
 // freePorts is FreePorts (a test replaces it).
 var freePorts = FreePorts
 
-// nodePorts returns n nodes' 4 ports each, all distinct and none in use
-// by taken: one FreePorts call for them all (ports from separate calls
-// can repeat, since each call releases its own before the next, and a
-// node whose gossip port is another's Raft port cannot start), retried
+// portsPerNode is how many ports a node listens on (Node.Addrs).
+const portsPerNode = 6
+
+// Addrs returns every address the node listens on.
+func (n *Node) Addrs() []string {
+	return []string{n.GRPC, n.Raft, n.Gossip, n.HTTP, n.Peer, n.PServer}
+}
+
+// nodePorts returns n nodes' portsPerNode ports each, all distinct and none
+// in use by taken: one FreePorts call for them all (ports from separate
+// calls can repeat, since each call releases its own before the next, and
+// a node whose gossip port is another's Raft port cannot start), retried
 // while it returns one of taken.
 func nodePorts(n int, taken []*Node) ([][]int, error) {
 	used := map[string]bool{}
 	for _, t := range taken {
-		for _, a := range []string{t.GRPC, t.Raft, t.Gossip, t.HTTP} {
+		for _, a := range t.Addrs() {
 			used[a] = true
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		ports, err := freePorts(4 * n)
+		ports, err := freePorts(portsPerNode * n)
 		if err != nil {
 			return nil, err
 		}
 		if !slices.ContainsFunc(ports, func(p int) bool { return used[fmt.Sprintf("127.0.0.1:%d", p)] }) {
 			out := make([][]int, n)
 			for i := range out {
-				out[i] = ports[4*i : 4*i+4]
+				out[i] = ports[portsPerNode*i : portsPerNode*(i+1)]
 			}
 			return out, nil
 		}
@@ -96,7 +109,7 @@ func nodePorts(n int, taken []*Node) ([][]int, error) {
 func newNode(bin, dir, id string, ports []int) *Node {
 	a := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	return &Node{ID: id, Bin: bin, DataDir: filepath.Join(dir, id), LogPath: filepath.Join(dir, id+".log"),
-		GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3])}
+		GRPC: a(ports[0]), Raft: a(ports[1]), Gossip: a(ports[2]), HTTP: a(ports[3]), Peer: a(ports[4]), PServer: a(ports[5])}
 }
 
 func (n *Node) setArgs(others []*Node, expect int, extra []string, pki *PKI) error {
@@ -107,7 +120,7 @@ func (n *Node) setArgs(others []*Node, expect int, extra []string, pki *PKI) err
 		}
 	}
 	n.Args = []string{"node", "--id", n.ID, "--data-dir", n.DataDir, "--grpc-addr", n.GRPC, "--raft-addr", n.Raft,
-		"--gossip-addr", n.Gossip, "--http-addr", n.HTTP}
+		"--gossip-addr", n.Gossip, "--http-addr", n.HTTP, "--peer-addr", n.Peer, "--pserver-addr", n.PServer}
 	if len(join) > 0 {
 		n.Args = append(n.Args, "--join", strings.Join(join, ","))
 	}

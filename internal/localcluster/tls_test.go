@@ -132,7 +132,9 @@ func TestNewInsecure(t *testing.T) {
 // released (as the kernel does for FreePorts' :0 listeners once closed).
 // Before, each node asked FreePorts on its own and n2's gossip port could
 // be n1's Raft port: n2 failed to start ("bind: address already in use")
-// and the cluster never had a leader.
+// and the cluster never had a leader. The node-to-node and pserver ports
+// are chosen the same way: left ephemeral, n1's peer port was once the
+// Raft port chosen for n2, with the same outcome.
 func TestPortsDistinct(t *testing.T) {
 	next := 20000
 	freePorts = func(n int) ([]int, error) { // each call overlaps the previous one
@@ -155,11 +157,16 @@ func TestPortsDistinct(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, n := range append(nodes, n4) {
-		for _, a := range []string{n.GRPC, n.Raft, n.Gossip, n.HTTP} {
+		for _, a := range n.Addrs() {
 			if other, ok := seen[a]; ok {
 				t.Fatalf("%s of %s is also %s's", a, n.ID, other)
 			}
 			seen[a] = n.ID
+		}
+		for _, f := range []string{"--peer-addr", "--pserver-addr"} {
+			if i := slices.Index(n.Args, f); i < 0 || i+1 >= len(n.Args) || n.Args[i+1] == "" {
+				t.Fatalf("%s starts without %s: %v", n.ID, f, n.Args)
+			}
 		}
 	}
 }
