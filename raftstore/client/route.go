@@ -101,6 +101,8 @@ type leaderRoute struct {
 	running atomic.Bool            // a lookup is in flight
 	ctx     context.Context        // ends at Close
 	cancel  context.CancelFunc
+	mu      sync.Mutex // orders closed and wg.Add against close's Wait
+	closed  bool
 	wg      sync.WaitGroup
 }
 
@@ -111,8 +113,27 @@ func newLeaderRoute() *leaderRoute {
 
 // close stops a lookup in flight and waits for it.
 func (r *leaderRoute) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
+}
+
+// lookup runs fn in a goroutine close waits for, unless closed.
+func (r *leaderRoute) lookup(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		r.running.Store(false)
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.running.Store(false)
+		fn()
+	}()
 }
 
 // forget drops the route after a routed write failed in a way a dead,
@@ -142,13 +163,10 @@ func (c *Client) route(ctx context.Context, method string) (_ context.Context, r
 	}
 	if now := time.Now().UnixNano(); now-r.checked.Load() >= int64(leaderRefresh) && r.running.CompareAndSwap(false, true) {
 		r.checked.Store(now)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer r.running.Store(false)
+		r.lookup(func() {
 			addr := c.lookupLeader(r.ctx)
 			r.addr.Store(&addr)
-		}()
+		})
 	}
 	if a := r.leader(); a != "" {
 		return context.WithValue(ctx, routeKey{}, a), true
