@@ -109,6 +109,26 @@ func (c *fakeCluster) counts() (puts, ranges []int64) {
 	return puts, ranges
 }
 
+// routedClient starts 3 fake nodes led by n2 (advertise as for
+// startFakeCluster) and a client of all of them that looks the leader up
+// every 20 ms; ctx bounds the test's calls.
+func routedClient(t *testing.T, advertise map[string]string) (*fakeCluster, *Client, context.Context) {
+	t.Helper()
+	d := leaderRefresh
+	leaderRefresh = 20 * time.Millisecond
+	t.Cleanup(func() { leaderRefresh = d }) // after Close (cleanups run last first)
+	fc := startFakeCluster(t, 3, advertise)
+	fc.setLeader("n2")
+	c, err := New(fc.endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return fc, c, ctx
+}
+
 // waitRoute puts until the client routes writes to want ("" = unknown).
 func waitRoute(ctx context.Context, t *testing.T, c *Client, want string) {
 	t.Helper()
@@ -129,17 +149,7 @@ func waitRoute(ctx context.Context, t *testing.T, c *Client, want string) {
 // a new leader is followed; and a leader the client has no endpoint for,
 // or none at all, leaves writes balanced too.
 func TestWritesGoToLeader(t *testing.T) {
-	defer func(d time.Duration) { leaderRefresh = d }(leaderRefresh)
-	leaderRefresh = 20 * time.Millisecond
-	fc := startFakeCluster(t, 3, map[string]string{"n3": "10.9.9.9:2379"})
-	fc.setLeader("n2")
-	c, err := New(fc.endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	fc, c, ctx := routedClient(t, map[string]string{"n3": "10.9.9.9:2379"})
 
 	const calls = 60
 	run := func() (puts, ranges []int64) {
@@ -226,17 +236,7 @@ func TestOneEndpointNoLookup(t *testing.T) {
 // deposed or cut-off leader's would (Unavailable) drops the route at once,
 // and the next write looks the leader up without waiting for the refresh.
 func TestFailedRoutedWriteForgetsLeader(t *testing.T) {
-	defer func(d time.Duration) { leaderRefresh = d }(leaderRefresh)
-	leaderRefresh = 20 * time.Millisecond
-	fc := startFakeCluster(t, 3, nil)
-	fc.setLeader("n2")
-	c, err := New(fc.endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	fc, c, ctx := routedClient(t, nil)
 	waitRoute(ctx, t, c, fc.nodes[1].addr)
 	for c.leaderRoute.running.Load() { // no lookup reads leaderRefresh now
 		time.Sleep(time.Millisecond)
