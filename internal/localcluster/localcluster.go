@@ -49,7 +49,7 @@ type Node struct {
 	// ephemeral, and the kernel could hand one out that is already chosen
 	// for a node not started yet (its bind then fails: address in use).
 	Peer, PServer string
-	Bin                      string
+	Bin           string
 	// Args is the command line after the binary (the same on every start).
 	Args []string
 	// TLS is the node's own files (--tls-*) and Admin the admin client's
