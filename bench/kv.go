@@ -15,24 +15,34 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 	if r.cfg.Quick {
 		dur, maxOps = 1*time.Second, 10000
 	}
-	pools := make([][]Store, len(clusters))
-	for i, c := range clusters {
-		for range 8 { // 8 connections per system, shared by the clients
-			s, err := c.NewStore(c.Endpoints())
-			if err != nil {
-				r.logf("%s: %v", c.Name(), err)
-				return
-			}
-			pools[i] = append(pools[i], s)
-		}
-	}
+	var opened [][]Store
 	defer func() {
-		for _, p := range pools {
+		for _, p := range opened {
 			for _, s := range p {
 				s.Close()
 			}
 		}
 	}()
+	// pool is 8 connections of c to endpoints, shared by a workload's clients.
+	pool := func(c Cluster, endpoints []string) []Store {
+		var p []Store
+		for range 8 {
+			s, err := c.NewStore(endpoints)
+			if err != nil {
+				r.logf("%s: %v", c.Name(), err)
+				break
+			}
+			p = append(p, s)
+		}
+		opened = append(opened, p)
+		return p
+	}
+	pools := make([][]Store, len(clusters))
+	for i, c := range clusters {
+		if pools[i] = pool(c, c.Endpoints()); len(pools[i]) < 8 {
+			return
+		}
+	}
 	// viaLeader: etcd reached through its leader's endpoint alone, the
 	// route raftps' client takes for writes (raftstore/client/route.go);
 	// the put rows compare with it too, so that the client's routing and
@@ -42,21 +52,9 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 		if l, err := clusters[1].Leader(ctx); err != nil {
 			r.logf("%s leader: %v", clusters[1].Name(), err)
 		} else {
-			for range 8 {
-				s, err := clusters[1].NewStore([]string{clusters[1].Endpoints()[l]})
-				if err != nil {
-					r.logf("%s: %v", clusters[1].Name(), err)
-					break
-				}
-				viaLeader = append(viaLeader, s)
-			}
+			viaLeader = pool(clusters[1], []string{clusters[1].Endpoints()[l]})
 		}
 	}
-	defer func() {
-		for _, s := range viaLeader {
-			s.Close()
-		}
-	}()
 	leases := make([]*sync.Map, len(clusters))
 	for i := range leases {
 		leases[i] = &sync.Map{}
