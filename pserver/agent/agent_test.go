@@ -245,14 +245,7 @@ func TestTrainerFeed(t *testing.T) {
 	ta := startAgent(t, meta, 1, 5)
 	var s *pserver.Slot
 	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
-	meta.put(schema.TrainerKey("j", "t2"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
-	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
-	waitFor(t, "membership t1,t2", func() bool {
-		ta.a.mu.Lock()
-		defer ta.a.mu.Unlock()
-		h := ta.a.hosted[slotKey{"j", 0}]
-		return h != nil && h.trainers == "t1,t2"
-	})
+	registerTrainers(t, meta, ta, "t2", "t1") // in that order: membership is sorted
 	// t1 alone does not complete the step: t2 is a member.
 	pushed := make(chan error, 1)
 	go func() {
@@ -626,14 +619,7 @@ func TestStepWaitReported(t *testing.T) {
 	ta := startAgentWith(t, meta, 1, 5, slog.New(slog.NewTextHandler(&logs, nil)), func(c *Config) { c.StepWaitWarn = 200 * time.Millisecond })
 	var s *pserver.Slot
 	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
-	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
-	meta.put(schema.TrainerKey("j", "t2"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
-	waitFor(t, "membership t1,t2", func() bool {
-		ta.a.mu.Lock()
-		defer ta.a.mu.Unlock()
-		h := ta.a.hosted[slotKey{"j", 0}]
-		return h != nil && h.trainers == "t1,t2"
-	})
+	registerTrainers(t, meta, ta, "t1", "t2")
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	push := func(id string, step int64) chan error {
@@ -666,4 +652,20 @@ func TestStepWaitReported(t *testing.T) {
 	if err := errors.Join(<-a, <-b); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// registerTrainers adds trainer records of job "j" (on n1) in the order
+// given and waits until slot 0's sync membership is all of them, sorted.
+func registerTrainers(t *testing.T, meta *fakeMeta, ta *testAgent, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		meta.put(schema.TrainerKey("j", id), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	}
+	want := strings.Join(slices.Sorted(slices.Values(ids)), ",")
+	waitFor(t, "membership "+want, func() bool {
+		ta.a.mu.Lock()
+		defer ta.a.mu.Unlock()
+		h := ta.a.hosted[slotKey{"j", 0}]
+		return h != nil && h.trainers == want
+	})
 }
