@@ -98,7 +98,11 @@ func TestDemoOffline(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	script := `ip link set lo up && test -z "$(ip route show)" && exec "$0" demo --no-faults --passes 1 --records 12000 --target-accuracy 0.7`
+	// One pass over 12000 records ends anywhere between 70% and 81% test
+	// accuracy, depending on which trainers' batches share each sync step
+	// (12 runs on a loaded machine: 69.99% to 80.71%, median 78.5%); the
+	// target sits below that spread, well above an untrained model's ~10%.
+	script := `ip link set lo up && test -z "$(ip route show)" && exec "$0" demo --no-faults --passes 1 --records 12000 --target-accuracy 0.6`
 	cmd := exec.CommandContext(ctx, "unshare", "--net", "--map-root-user", "--", "sh", "-c", script, binPath)
 	root, err := testutil.ModuleRoot()
 	if err != nil {
