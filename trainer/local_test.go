@@ -19,7 +19,7 @@ var fashionDir = filepath.Join("..", "datasets", "fashion-mnist")
 func mustFashion(tb testing.TB) (train, test *dataset.Dataset) {
 	tb.Helper()
 	if _, err := os.Stat(filepath.Join(fashionDir, "train-images-idx3-ubyte.gz")); err != nil {
-		tb.Skipf("Fashion-MNIST not present: %v", err)
+		tb.Fatalf("the repository's copy of Fashion-MNIST is missing (datasets/fashion-mnist): %v", err)
 	}
 	train, err := dataset.LoadFashionMNIST(fashionDir, "train")
 	if err != nil {

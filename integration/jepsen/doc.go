@@ -20,7 +20,7 @@
 //	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v  # the scenarios (see Scenarios)
 //
 // Flags (after the package): -jepsen.bin PATH (default: go build
-// ./cmd/raftps into a temp dir; the test skips, saying why, if that fails or
+// ./cmd/raftps into a temp dir; the test fails, saying why, if that fails or
 // `raftps node --help` lacks a flag the suite uses), -jepsen.out DIR,
 // -jepsen.seed N, -jepsen.faults kill-leader,loss,... (overrides the
 // schedule; kinds in AllFaults), -jepsen.training, -jepsen.long,

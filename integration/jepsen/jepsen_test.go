@@ -45,8 +45,8 @@ var built struct {
 	out  []byte
 }
 
-// raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; it skips the test
-// when the binary does not build yet or lacks the node flags the suite uses.
+// raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; the test fails
+// when the binary does not build or lacks a node flag the suite uses.
 func raftpsBinary(t *testing.T) string {
 	t.Helper()
 	bin := *flagBin
@@ -65,7 +65,7 @@ func raftpsBinary(t *testing.T) string {
 			}
 		})
 		if built.bin == "" {
-			t.Skipf("jepsen: ./cmd/raftps does not build yet; skipped:\n%s", built.out)
+			t.Fatalf("jepsen: ./cmd/raftps does not build:\n%s", built.out)
 		}
 		bin = built.bin
 	}
@@ -80,7 +80,7 @@ func raftpsBinary(t *testing.T) string {
 		}
 	}
 	if len(missing) > 0 {
-		t.Skipf("jepsen: `%s node --help` lacks %v; skipped\n%s", bin, missing, help.String())
+		t.Fatalf("jepsen: `%s node --help` lacks %v, which the suite passes to every node\n%s", bin, missing, help.String())
 	}
 	return bin
 }

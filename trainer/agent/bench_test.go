@@ -141,11 +141,11 @@ func rpcRunHook(tb testing.TB, spec *pb.JobSpec, before func(*pb.Task, trainer.S
 func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 	train, err := dataset.LoadFashionMNIST(fashionDir(), "train")
 	if err != nil {
-		b.Skip("dataset:", err)
+		b.Fatal("dataset:", err)
 	}
 	test, err := dataset.LoadFashionMNIST(fashionDir(), "test")
 	if err != nil {
-		b.Skip("dataset:", err)
+		b.Fatal("dataset:", err)
 	}
 	evalSet := test.Head(1) // TrainLocal's closing evaluation is not timed; keep it short
 	spec := benchSpec(b, 10000)
@@ -217,7 +217,7 @@ func cpuTime() time.Duration {
 // and checks every example was trained.
 func TestTrainerOverRPC(t *testing.T) {
 	if _, err := dataset.LoadFashionMNIST(fashionDir(), "train"); err != nil {
-		t.Skip("dataset:", err)
+		t.Fatal("dataset:", err)
 	}
 	eps := rpcRun(t, benchSpec(t, 2000))
 	if eps <= 0 {

@@ -145,7 +145,7 @@ func TestLoadCaches(t *testing.T) {
 func TestRealFashionMNIST(t *testing.T) {
 	dir := filepath.Join("..", "..", "datasets", "fashion-mnist")
 	if _, err := os.Stat(filepath.Join(dir, "t10k-images-idx3-ubyte.gz")); err != nil {
-		t.Skipf("Fashion-MNIST not present: %v", err)
+		t.Fatalf("the repository's copy of Fashion-MNIST is missing (datasets/fashion-mnist): %v", err)
 	}
 	splits := []struct {
 		split string
