@@ -21,9 +21,9 @@ import (
 // fallbackMemory is assumed when the machine's memory cannot be read.
 const fallbackMemory = 4 << 30
 
-// machineMemory returns MemTotal of /proc/meminfo in bytes, or
+// MachineMemory returns MemTotal of /proc/meminfo in bytes, or
 // fallbackMemory.
-func machineMemory() uint64 {
+func MachineMemory() uint64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return fallbackMemory
@@ -44,6 +44,6 @@ func machineMemory() uint64 {
 // defaultBudgets are half of the machine's memory for pserver slots and a
 // quarter for each trainer.
 func defaultBudgets() (pserver, trainer uint64) {
-	m := machineMemory()
+	m := MachineMemory()
 	return m / 2, m / 4
 }

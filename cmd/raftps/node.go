@@ -14,6 +14,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 		configFile string
 		reserve    uint64
 		insecure   bool
+		gcHeap     = defaultGCThreshold(node.MachineMemory())
 	)
 	c := &cobra.Command{
 		Use:   "node",
@@ -42,6 +43,7 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 			}
 			cfg.Logger = logger
 			cfg.DiskReserve = reserve << 20
+			tuneGC(gcHeap, logger)
 			n, err := node.New(cfg)
 			if err != nil {
 				return err
@@ -83,6 +85,7 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
 	f.Var(byteSize{&cfg.PServerMemoryBudget}, "pserver-memory-budget", "bytes this node's pserver slots may hold together (512MiB, 8GiB; default half the machine's memory); jobs are admitted against it")
 	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes this node's trainers may hold together, each the model and its gradients (default a quarter of the machine's memory); jobs are admitted against it")
+	f.Var(byteSize{&gcHeap}, "gc-heap-threshold", "heap size (bytes) up to which the Go GC runs less often than GOGC=100 would (GOGC tuned between 100 and 500 after each cycle; default 512MiB, at most an eighth of the machine's memory); an explicit GOGC in the environment turns the tuning off")
 	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	f.DurationVar(&cfg.PServerLeaseTTL, "pserver-lease-ttl", cfg.PServerLeaseTTL, "TTL of the lease under this node's pserver slots (whole seconds, 2s to 1h): a dead node's slots are served elsewhere about 2/3 of it after its last keepalive")
