@@ -397,6 +397,11 @@ func (n *Node) Close() error {
 			n.fwd.Close()
 		}
 		n.wg.Wait()
+		if n.disk != nil {
+			if err := n.disk.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close disk guard: %w", err))
+			}
+		}
 		if err := n.lock.release(); err != nil {
 			errs = append(errs, fmt.Errorf("release data dir lock: %w", err))
 		}

@@ -3,6 +3,8 @@ package raftstore
 import (
 	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"syscall"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -34,26 +36,60 @@ type DiskStatus struct {
 // DiskGuard watches the free space of a data dir's file system and turns
 // "almost full" into an immediate, explained refusal of writes (Check),
 // recovering by itself when space returns. Every Check and Status reads
-// statfs(2) afresh (a few microseconds, against the milliseconds of a
-// Raft write): a view cached even for 100 ms let a write through onto a
-// disk that had just filled. Safe for concurrent use.
+// the free space afresh (fstatfs(2) on the dir, held open: about half a
+// microsecond, against the milliseconds of a Raft write; statfs(2) by path
+// took 1.3 µs, 3% of a leader's CPU per put): a view cached even for
+// 100 ms let a write through onto a disk that had just filled. Safe for
+// concurrent use.
 type DiskGuard struct {
 	dir     string
 	reserve uint64
-	statfs  func(dir string) (free uint64, err error)
+	statfs  func(dir string) (free uint64, err error) // tests replace it
+
+	mu sync.RWMutex
+	f  *os.File // dir, open until Close; nil: statfs by path
+	fd int      // f's descriptor (a directory: never in the runtime's poller)
 }
 
 // NewDiskGuard guards dir with reserve bytes (DefaultDiskReserve if 0).
+// It holds dir open until Close (if dir cannot be opened, every read goes
+// by path and reports what is wrong).
 func NewDiskGuard(dir string, reserve uint64) *DiskGuard {
 	if reserve == 0 {
 		reserve = DefaultDiskReserve
 	}
-	return &DiskGuard{dir: dir, reserve: reserve, statfs: freeBytes}
+	g := &DiskGuard{dir: dir, reserve: reserve}
+	g.statfs = g.freeBytes
+	if f, err := os.Open(dir); err == nil {
+		g.f, g.fd = f, int(f.Fd())
+	}
+	return g
 }
 
-func freeBytes(dir string) (uint64, error) {
+// Close releases the open dir; later reads go by path.
+func (g *DiskGuard) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f == nil {
+		return nil
+	}
+	err := g.f.Close()
+	g.f = nil
+	return err
+}
+
+// freeBytes is the bytes available to the node's user on dir's file system.
+func (g *DiskGuard) freeBytes(dir string) (uint64, error) {
 	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
+	g.mu.RLock()
+	var err error
+	if g.f != nil {
+		err = syscall.Fstatfs(g.fd, &fs)
+	} else {
+		err = syscall.Statfs(dir, &fs)
+	}
+	g.mu.RUnlock()
+	if err != nil {
 		return 0, fmt.Errorf("statfs %q: %w", dir, err)
 	}
 	return fs.Bavail * uint64(fs.Bsize), nil

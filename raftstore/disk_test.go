@@ -2,7 +2,9 @@ package raftstore
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -49,5 +51,37 @@ func TestDiskGuard(t *testing.T) {
 	}
 	if NewDiskGuard("/x", 0).reserve != DefaultDiskReserve {
 		t.Fatal("reserve 0 is not the default")
+	}
+}
+
+// TestDiskGuardReadsTheDisk: the real reads (fstatfs on the open dir,
+// statfs by path after Close) see the file system's free space; a dir
+// that does not exist reports its error and refuses nothing.
+func TestDiskGuardReadsTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	var want syscall.Statfs_t
+	if err := syscall.Statfs(dir, &want); err != nil {
+		t.Fatal(err)
+	}
+	g := NewDiskGuard(dir, 1)
+	if g.f == nil {
+		t.Fatal("the dir is not held open")
+	}
+	for _, phase := range []string{"open", "closed"} {
+		st := g.Status()
+		total := want.Blocks * uint64(want.Bsize)
+		if st.Err != nil || st.Free == 0 || st.Free > total || st.Full {
+			t.Fatalf("%s: status %+v (file system of %d bytes)", phase, st, total)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := NewDiskGuard(filepath.Join(dir, "missing"), 1)
+	if st := missing.Status(); st.Err == nil || !strings.Contains(st.Err.Error(), "missing") {
+		t.Fatalf("missing dir: %+v", st)
+	}
+	if err := missing.Check(); err != nil {
+		t.Fatalf("a failing statfs refuses writes: %v", err)
 	}
 }
