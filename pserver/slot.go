@@ -567,16 +567,30 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 //
 // It compares bit patterns: for a float32 with the sign bit cleared, the
 // bits as an unsigned integer order like the magnitudes, and every NaN and
-// ±Inf orders above MaxGradient's, so one integer compare per element
-// does both checks (and branches less than float compares with NaN).
+// ±Inf orders above MaxGradient's, so the largest pattern alone decides.
+// The loop keeps four running maxima (independent dependency chains) and
+// no branch; only a refused gradient is scanned again, for the message.
 func checkGrad(p *ParamLayout, g []float32) (float64, error) {
-	var m uint32
-	for _, v := range g {
-		a := math.Float32bits(v) &^ (1 << 31)
-		if a > maxGradientBits {
-			return 0, errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+	const abs = ^uint32(1 << 31)
+	var m0, m1, m2, m3 uint32
+	i := 0
+	for ; i+4 <= len(g); i += 4 {
+		q := g[i : i+4 : i+4]
+		m0 = max(m0, math.Float32bits(q[0])&abs)
+		m1 = max(m1, math.Float32bits(q[1])&abs)
+		m2 = max(m2, math.Float32bits(q[2])&abs)
+		m3 = max(m3, math.Float32bits(q[3])&abs)
+	}
+	for ; i < len(g); i++ {
+		m0 = max(m0, math.Float32bits(g[i])&abs)
+	}
+	m := max(m0, m1, m2, m3)
+	if m > maxGradientBits {
+		for _, v := range g {
+			if math.Float32bits(v)&abs > maxGradientBits {
+				return 0, errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+			}
 		}
-		m = max(m, a)
 	}
 	return float64(math.Float32frombits(m)), nil
 }

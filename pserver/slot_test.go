@@ -540,3 +540,40 @@ func TestSyncWaiting(t *testing.T) {
 		t.Fatalf("async Waiting = %+v, want none", w)
 	}
 }
+
+// TestCheckGrad: every bad element (NaN of either sign, ±Inf, beyond
+// ±MaxGradient) is refused wherever it sits (in the four-wide body or the
+// tail), naming the param; ±MaxGradient itself passes; the returned
+// maximum is max |g|.
+func TestCheckGrad(t *testing.T) {
+	p := &ParamLayout{Spec: &pb.ParamSpec{Name: "w"}}
+	negNaN := math.Float32frombits(math.Float32bits(float32(math.NaN())) | 1<<31)
+	bad := []float32{float32(math.NaN()), negNaN, float32(math.Inf(1)), float32(math.Inf(-1)), 2 * MaxGradient, -1.5 * MaxGradient}
+	for _, n := range []int{1, 3, 4, 5, 8, 17} {
+		for pos := range n {
+			g := make([]float32, n)
+			for i := range g {
+				g[i] = float32(i%5) - 2 // |g| <= 2
+			}
+			for _, b := range bad {
+				g[pos] = b
+				if _, err := checkGrad(p, g); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
+					t.Fatalf("n=%d: %g at %d: err %v, want ErrInvalid naming the param", n, b, pos, err)
+				}
+			}
+			g[pos] = -MaxGradient
+			m, err := checkGrad(p, g)
+			if err != nil || m != float64(float32(MaxGradient)) {
+				t.Fatalf("n=%d: -MaxGradient at %d: max %g, err %v", n, pos, m, err)
+			}
+			g[pos] = 0
+			want := 0.0
+			for _, v := range g {
+				want = max(want, math.Abs(float64(v)))
+			}
+			if m, err := checkGrad(p, g); err != nil || m != want {
+				t.Fatalf("n=%d: max %g, err %v, want %g", n, m, err, want)
+			}
+		}
+	}
+}
