@@ -102,7 +102,8 @@ type recoveryScenario struct {
 	name, metric string
 	// victim picks the node to kill (index) given the leader and the job.
 	victim func(leader int, st *pb.JobStatus, c *raftpsCluster) (int, string)
-	// done matches the event that ends the recovery of victim id killed at t0.
+	// done matches the event that ends the recovery of victim id, dead (its
+	// process gone) at t0: events stamped earlier never match.
 	done func(e *pb.JobEvent, id string, t0 time.Time) bool
 	// clean reports whether killing the victim now is this fault alone
 	// (the trainer serves no slot, slot 0 is not on the leader, the
@@ -441,8 +442,12 @@ func (r *runner) recoveryTrial(ctx context.Context, c *raftpsCluster, events *ev
 			wait = 8 * time.Second
 		}
 		t0 := time.Now()
-		c.Kill(v)
-		ev := events.wait(ctx, wait, func(e *pb.JobEvent) bool { return s.done(e, id, t0) })
+		c.Kill(v) // returns once the process is gone
+		// Only events stamped after the death count: a dying leader could
+		// still commit a TASK_DONE between t0 and its exit (a run counted
+		// three of them, 4-32 ms after t0, as recoveries).
+		dead := time.Now()
+		ev := events.wait(ctx, wait, func(e *pb.JobEvent) bool { return s.done(e, id, dead) })
 		took := time.Since(t0)
 		if ev != nil {
 			took = time.Unix(0, ev.UnixNano).Sub(t0)
