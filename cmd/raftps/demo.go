@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"
 )
@@ -342,5 +343,13 @@ func printDemoSummary(w io.Writer, res *followResult, faults []*faultRecord, spe
 		}
 	}
 	v, md5s := res.LastCheckpoint()
-	fmt.Fprintf(w, "last checkpoint:  version %d, md5 %s\n", v, strings.Join(md5s, ","))
+	if len(md5s) == 0 {
+		why := ""
+		if n := spec.GetCheckpoint().GetEverySteps(); n > 0 {
+			why = fmt.Sprintf(" (the job ended before step %d, the first checkpoint)", n)
+		}
+		fmt.Fprintf(w, "last checkpoint:  none%s\n", why)
+		return
+	}
+	fmt.Fprintf(w, "last checkpoint:  version %d (epoch %d, step %d), md5 %s\n", v, v/agent.EpochStride, v%agent.EpochStride, strings.Join(md5s, ","))
 }

@@ -392,6 +392,19 @@ func TestRollbackFollowed(t *testing.T) {
 	step(t, s2)
 	want := int64(EpochStride + 3)
 	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want })
+	// The event names the version and what it means: its epoch and step.
+	meta.mu.Lock()
+	defer meta.mu.Unlock()
+	var msgs []string
+	for _, e := range meta.events {
+		if e.GetType() == pb.JobEvent_PSERVER_RESTORED {
+			msgs = append(msgs, e.GetMessage())
+		}
+	}
+	const msg = "slot 0 on n1: rolled back from step 3 to version 2 (epoch 0, step 2; slot 7 was restored)"
+	if !slices.Contains(msgs, msg) {
+		t.Fatalf("PSERVER_RESTORED events %q, want %q", msgs, msg)
+	}
 }
 
 // TestRollbackToInitializer: a rollback to version 0 (another slot, served
