@@ -58,24 +58,41 @@ def free_ports(n: int) -> list[int]:
     return out
 
 
+# PORTS_PER_NODE: the client API, Raft, gossip, HTTP, node-to-node and
+# pserver listeners (--grpc-addr, --raft-addr, --gossip-addr, --http-addr,
+# --peer-addr, --pserver-addr).
+PORTS_PER_NODE = 6
+
+
 class Node:
     """One `raftps node` process; ``args`` is the same on every start."""
 
-    def __init__(self, bin_path: str, workdir: str, node_id: str):
-        p = free_ports(4)
+    def __init__(self, bin_path: str, workdir: str, node_id: str, ports: Sequence[int] | None = None):
+        # Every listener gets a port chosen here (PORTS_PER_NODE): a port
+        # left to the node (ephemeral) could be one chosen for a node not
+        # started yet. Nodes started together take theirs from one
+        # free_ports call, since separate calls can repeat a port.
+        p = list(ports) if ports is not None else free_ports(PORTS_PER_NODE)
+        if len(p) != PORTS_PER_NODE:
+            raise ValueError(f"{len(p)} ports, want {PORTS_PER_NODE}")
         self.id, self.bin = node_id, bin_path
         self.data_dir = os.path.join(workdir, node_id)
         self.log_path = os.path.join(workdir, node_id + ".log")
-        self.grpc, self.raft, self.gossip, self.http = (f"127.0.0.1:{x}" for x in p)
+        self.grpc, self.raft, self.gossip, self.http, self.peer, self.pserver = (f"127.0.0.1:{x}" for x in p)
         self.args: list[str] = []
         self.proc: subprocess.Popen | None = None
         # TLS: the node's --tls-* files and the admin client's (None: plaintext).
         self.node_tls: TLS | None = None
         self.client_tls: TLS | None = None
 
+    def addrs(self) -> list[str]:
+        """Every listener's address: gRPC, Raft, gossip, HTTP, peer, pserver."""
+        return [self.grpc, self.raft, self.gossip, self.http, self.peer, self.pserver]
+
     def set_args(self, others: Sequence["Node"], expect: int, extra: Sequence[str]) -> None:
         self.args = ["node", "--id", self.id, "--data-dir", self.data_dir, "--grpc-addr", self.grpc,
-                     "--raft-addr", self.raft, "--gossip-addr", self.gossip, "--http-addr", self.http]
+                     "--raft-addr", self.raft, "--gossip-addr", self.gossip, "--http-addr", self.http,
+                     "--peer-addr", self.peer, "--pserver-addr", self.pserver]
         join = [o.gossip for o in others if o is not self]
         if join:
             self.args += ["--join", ",".join(join)]
@@ -158,6 +175,23 @@ def tls_dir(workdir: str) -> str:
     return os.path.join(workdir, "tls")
 
 
+def new_nodes(bin_path: str, workdir: str, n: int) -> list[Node]:
+    """Nodes n1..nN (not started) whose listeners' ports all differ: they
+    come from one free_ports call."""
+    ports = free_ports(PORTS_PER_NODE * n)
+    return [Node(bin_path, workdir, f"n{i + 1}", ports[PORTS_PER_NODE * i:PORTS_PER_NODE * (i + 1)]) for i in range(n)]
+
+
+def new_node(bin_path: str, workdir: str, existing: Sequence[Node]) -> Node:
+    """Node n<len+1> (not started) with ports none of existing's uses."""
+    taken = {a for nd in existing for a in nd.addrs()}
+    for _ in range(100):
+        ports = free_ports(PORTS_PER_NODE)
+        if not taken & {f"127.0.0.1:{x}" for x in ports}:
+            return Node(bin_path, workdir, f"n{len(existing) + 1}", ports)
+    raise RuntimeError("no free ports apart from the existing nodes' after 100 tries")
+
+
 def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver",
           extra: Sequence[str] = (), timeout: float = 60.0, secure: bool = True) -> list[Node]:
     """Starts n nodes n1..nN that join each other (--bootstrap-expect n)
@@ -165,7 +199,7 @@ def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver"
     TLS with a fresh CA in <workdir>/tls (see the module doc); each node's
     ``client_tls`` is the admin's certificate."""
     os.makedirs(workdir, exist_ok=True)
-    nodes = [Node(bin_path, workdir, f"n{i + 1}") for i in range(n)]
+    nodes = new_nodes(bin_path, workdir, n)
     if secure:
         admin = make_ca(bin_path, tls_dir(workdir))
         for nd in nodes:
@@ -181,7 +215,7 @@ def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver"
 def add(bin_path: str, workdir: str, existing: Sequence[Node], roles: str, extra: Sequence[str] = ()) -> Node:
     """Starts a node n<len+1> that joins the existing ones (with a node
     certificate from the cluster's CA if the cluster is secure)."""
-    nd = Node(bin_path, workdir, f"n{len(existing) + 1}")
+    nd = new_node(bin_path, workdir, existing)
     if existing and existing[0].client_tls is not None:
         _secure_node(nd, tls_dir(workdir), existing[0].client_tls)
     nd.set_args(existing, 0, ["--roles", roles, *extra])

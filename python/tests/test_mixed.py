@@ -22,8 +22,7 @@ from test_ps import softmax_grad
 
 
 def test_go_and_python_trainer_in_one_job(client, cluster, bin_path, workdir):
-    trainer_node = localcluster.add(bin_path, os.path.join(workdir, "c3"), cluster, roles="trainer",
-                                    extra=["--dataset-dir", DATASET])
+    trainer_node = None
     job = f"mixed-{uuid.uuid4().hex[:6]}"
     records = 3000
     spec = {"name": job, "model": {"name": "softmax"},
@@ -38,15 +37,20 @@ def test_go_and_python_trainer_in_one_job(client, cluster, bin_path, workdir):
         raftps.jobs.submit(client, spec)
         wait_slots(client, job, 2)
         events = raftps.jobs.events(client, job, from_seq=1)
-        # The trainer node joins the cluster, sees the job and registers its
-        # Go trainer; the Python trainer starts after it, so both share it.
+        # The Python trainer registers first, then the trainer node joins the
+        # cluster, sees the job and registers its Go trainer, and only then
+        # does the Python trainer start: every sync step expects both from
+        # the first, so neither runs through the queue alone (the Go trainer,
+        # started first, once did 58 of the 60 tasks before Python's first).
+        session = TrainerSession(client, job, "py-1", ttl=3)
+        ps = ParamClient(client, job, "py-1")
+        batches = TaskBatches(TaskSource(client, job, "py-1", ps=ps))
+        trainer_node = localcluster.add(bin_path, os.path.join(workdir, "c3"), cluster, roles="trainer",
+                                        extra=["--dataset-dir", DATASET])
         deadline = time.monotonic() + 60
         while not any(tr.startswith(trainer_node.id + "-") for tr in raftps.jobs.status(client, job).trainers):
             assert time.monotonic() < deadline, "the Go trainer never registered"
             time.sleep(0.2)
-        session = TrainerSession(client, job, "py-1", ttl=3)
-        ps = ParamClient(client, job, "py-1")
-        batches = TaskBatches(TaskSource(client, job, "py-1", ps=ps))
         errs = []
         last = {}
 
@@ -89,4 +93,5 @@ def test_go_and_python_trainer_in_one_job(client, cluster, bin_path, workdir):
         ps.close()
         session.close()
     finally:
-        trainer_node.stop(5)
+        if trainer_node is not None:
+            trainer_node.stop(5)
