@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/bytedance/gopkg/util/gctuner"
 	"github.com/dustin/go-humanize"
@@ -30,6 +31,8 @@ const (
 	gcDefaultThreshold = 512 << 20
 )
 
+var gcBoundsOnce sync.Once
+
 // defaultGCThreshold is gcDefaultThreshold, at most memTotal/8 (memTotal
 // in bytes, 0 if unknown).
 func defaultGCThreshold(memTotal uint64) uint64 {
@@ -49,8 +52,14 @@ func tuneGC(threshold uint64, log *slog.Logger) {
 	if threshold == 0 {
 		return
 	}
-	gctuner.SetMinGCPercent(gcMinPercent)
-	gctuner.SetMaxGCPercent(gcMaxPercent)
+	// The bounds are process-wide, and the tuner reads them after every
+	// GC without synchronisation: set them once, before the first tuner
+	// exists (a second node command in one process, as in tests, only
+	// moves the threshold, which the tuner reads atomically).
+	gcBoundsOnce.Do(func() {
+		gctuner.SetMinGCPercent(gcMinPercent)
+		gctuner.SetMaxGCPercent(gcMaxPercent)
+	})
 	gctuner.Tuning(threshold)
 	log.Debug("GC tuner on", "heap_threshold", humanize.IBytes(threshold), "gogc_min", gcMinPercent, "gogc_max", gcMaxPercent)
 }
