@@ -87,7 +87,7 @@
 // keepalives go on, the leader keeps leading (no write the node starts
 // meets ENOSPC in its log; the store's own revocations of expired leases
 // do not pass the guard, the reserve leaves room for them), and writes resume by themselves as soon as space returns (the
-// guard reads statfs on every write).
+// guard reads the free space, fstatfs on the open data dir, on every write).
 //
 // # Memory budgets
 //
