@@ -228,7 +228,7 @@ type sgd struct{}
 func (sgd) name() string         { return OptSGD }
 func (sgd) stateSlots() []string { return nil }
 func (sgd) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	w := e.values
+	w := e.values[:len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
@@ -294,6 +294,7 @@ func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bo
 // which order like the magnitudes.
 func (m momentum) commit(v, w, g []float32, wd, lr float64) float64 {
 	var mb uint32
+	v, w = v[:len(g)], w[:len(g)] // lets the compiler drop the bounds checks in the loops
 	if m.nesterov {
 		for i, gi := range g {
 			wi := float64(w[i])
@@ -333,7 +334,7 @@ type adam struct{ beta1, beta2, eps float64 }
 func (a adam) name() string         { return OptAdam }
 func (a adam) stateSlots() []string { return []string{"m", "v"} }
 func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) (bool, float64) {
-	m, v, w := e.state[0], e.state[1], e.values
+	m, v, w := e.state[0][:len(g)], e.state[1][:len(g)], e.values[:len(g)]
 	c1 := 1 - math.Pow(a.beta1, float64(t))
 	c2 := 1 - math.Pow(a.beta2, float64(t))
 	var amax float64
@@ -376,7 +377,7 @@ type adagrad struct{ eps float64 }
 func (a adagrad) name() string         { return OptAdagrad }
 func (a adagrad) stateSlots() []string { return []string{"accumulator"} }
 func (a adagrad) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	acc, w := e.state[0], e.values
+	acc, w := e.state[0][:len(g)], e.values[:len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])

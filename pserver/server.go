@@ -104,7 +104,10 @@ func (srv *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespo
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.Pull(ctx, req)
+	resp, buf, err := s.pull(ctx, req)
+	if err == nil {
+		lendReply(ctx, resp, buf)
+	}
 	return resp, toGRPC(err)
 }
 
@@ -114,10 +117,13 @@ func (srv *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespo
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.Push(ctx, req)
+	resp, buf, err := s.pushReply(ctx, req)
 	// The slot keeps no reference to the gradient bytes after Push returns
 	// (async applies them, sync accumulates a copy).
 	releaseTensors(req.Grads)
+	if err == nil {
+		lendReply(ctx, resp, buf)
+	}
 	return resp, toGRPC(err)
 }
 
@@ -151,9 +157,13 @@ func (srv *Server) PullStream(stream pb.PServer_PullStreamServer) error {
 		}
 		// The tensor codec sends resp's data in place, after Send returns:
 		// every pull allocates its own copy (no buffer reuse).
-		resp, err := srv.Pull(stream.Context(), req)
+		s, err := srv.lookup(req.GetJob(), req.GetSlot())
 		if err != nil {
 			return err
+		}
+		resp, err := s.Pull(stream.Context(), req)
+		if err != nil {
+			return toGRPC(err)
 		}
 		for _, chunk := range chunkTensors(resp.Tensors, StreamChunkBytes) {
 			if err := stream.Send(&pb.PullResponse{Version: resp.Version, Incarnation: resp.Incarnation, Tensors: chunk}); err != nil {

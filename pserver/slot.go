@@ -304,15 +304,23 @@ const MaxPullBytes = MaxMessageSize
 // above MaxPullBytes are ErrInvalid (InvalidArgument) naming the param.
 // Errors: ErrFenced, ErrInvalid.
 func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	resp, _, err := s.pull(ctx, req)
+	return resp, err
+}
+
+// pull is Pull, also returning the buffer every tensor of a whole-slot
+// reply aliases (see pullAll; nil for a named pull).
+func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 	if err := s.checkFence(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(req.GetTensors()) == 0 {
-		return s.pullAll(math.MaxInt), nil
+		resp, buf := s.pullAll(math.MaxInt)
+		return resp, buf, nil
 	}
 	params, total, err := s.checkPull(req.GetTensors())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	buf := make([]byte, total)
 	var scratch []float32
@@ -350,7 +358,7 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 		off += len(out.Data)
 		resp.Tensors = append(resp.Tensors, out)
 	}
-	return resp, nil
+	return resp, nil, nil
 }
 
 // checkPull validates a named pull and returns each tensor's param and the
@@ -404,10 +412,12 @@ func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
 	return params, int(total), nil
 }
 
-// pullAll copies every dense block of the slot into one new buffer and
-// returns a response whose tensors alias it; nil if their data would be
-// more than limit bytes.
-func (s *Slot) pullAll(limit int) *pb.PullResponse {
+// pullAll copies every dense block of the slot into one buffer (from the
+// data pool, see getDataBuf) and returns a response whose tensors alias
+// it, and the buffer, which nothing else references: the Server lends it
+// to the tensor codec, which returns it to the pool once the reply is on
+// the wire (lendReply). Nil if the data would be more than limit bytes.
+func (s *Slot) pullAll(limit int) (*pb.PullResponse, []byte) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	total := 0
@@ -415,9 +425,9 @@ func (s *Slot) pullAll(limit int) *pb.PullResponse {
 		total += len(s.dense[k].values)
 	}
 	if 4*total > limit {
-		return nil
+		return nil, nil
 	}
-	buf := make([]byte, 4*total)
+	buf := getDataBuf(4 * total) // every byte is written below
 	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
 	off := 0
 	for _, k := range s.denseKeys {
@@ -427,7 +437,7 @@ func (s *Slot) pullAll(limit int) *pb.PullResponse {
 		off += len(b)
 		resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
 	}
-	return resp
+	return resp, buf
 }
 
 // newRow returns embedding row r of p at its initial value with zero
@@ -682,22 +692,36 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 // its dense data is more than half of MaxMessageSize, the reply has the push's
 // version and no tensors, and the caller pulls (the push stands).
 func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	resp, _, err := s.pushReply(ctx, req)
+	return resp, err
+}
+
+// pushReply is Push, also returning the buffer the reply's tensors alias
+// (see pullAll; nil without them).
+func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, []byte, error) {
 	if err := s.checkFence(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	items, err := s.parseGrads(req.GetGrads())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return s.pushPull(ctx, req, items)
+}
+
+// pushPull applies a validated push (see push) and, with req.pull, adds
+// the slot's dense blocks to the reply as Push does (with the buffer they
+// alias, as pushReply).
+func (s *Slot) pushPull(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, []byte, error) {
 	resp, err := s.push(ctx, req, items)
 	if err != nil || !req.GetPull() || s.checkFence() != nil {
-		return resp, err
+		return resp, nil, err
 	}
-	pr := s.pullAll(s.maxReplyBytes)
+	pr, buf := s.pullAll(s.maxReplyBytes)
 	if pr == nil {
-		return resp, nil
+		return resp, nil, nil
 	}
-	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, nil
+	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, buf, nil
 }
 
 // push applies a validated push (see Push).
