@@ -201,7 +201,10 @@ type Trainer struct {
 	y        []uint8
 	grads    model.Params // the gradient buffers, reused step after step
 	// next holds the parameters (at nextVersion) a PushPull returned with
-	// the last step's push, for the next step of the same task; nil: pull.
+	// the last step's push, for the next step: of the same task, or in
+	// sync mode of the next training task too (the step cannot move on
+	// without this trainer until it leaves, and leaveStep drops next);
+	// nil: pull.
 	next        map[string][]float32
 	nextVersion int64
 
@@ -416,8 +419,11 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 		}
 		t.x, t.y = t.train.Gather(batch, t.x, t.y)
 		var loss float64
+		// Sync mode keeps the parameters of the task's last push for the
+		// next task's first step: one round trip per task fewer.
+		more := i < len(batches)-1 || t.spec.GetMode() == pb.UpdateMode_UPDATE_MODE_SYNC
 		err := t.retry(ctx, deadline, "train step", func(ctx context.Context) (err error) {
-			loss, version, err = t.step(ctx, i < len(batches)-1)
+			loss, version, err = t.step(ctx, more)
 			return err
 		})
 		if err != nil {
@@ -447,8 +453,9 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 }
 
 // step pulls (or takes t.next), computes and pushes one mini-batch held in
-// t.x, t.y; with more (another step of the task follows) and a PushPuller
-// PS, the push brings back the next step's parameters into t.next.
+// t.x, t.y; with more (another step follows: in this task, or in sync mode
+// the next task's) and a PushPuller PS, the push brings back the next
+// step's parameters into t.next.
 func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version int64, err error) {
 	dense, version := t.next, t.nextVersion
 	t.next = nil // used once; a failed step pulls again
@@ -596,6 +603,7 @@ func (t *Trainer) fail(ctx context.Context, task *pb.Task, deadline time.Time, c
 }
 
 func (t *Trainer) leaveStep(ctx context.Context) {
+	t.next = nil // the steps go on without this trainer: pull on return
 	if !t.joined {
 		return
 	}

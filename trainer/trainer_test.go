@@ -173,18 +173,33 @@ func TestPushUnavailableIsRetried(t *testing.T) {
 }
 
 // TestPushPullTrainsAsPushThenPull: with a PS that is a PushPuller the
-// trainer pulls once per task (every other step trains on what the last
-// push brought back) and ends with the very parameters of Push then Pull;
-// a failed PushPull is retried after a fresh Pull.
+// trainer trains every step but the first on what the last push brought
+// back: it pulls once per task in async mode, once per job (and after
+// leaving the step) in sync mode, where the last push of a task brings
+// back the next task's parameters; either way it ends with the very
+// parameters of Push then Pull. A failed PushPull is retried after a
+// fresh Pull.
 func TestPushPullTrainsAsPushThenPull(t *testing.T) {
+	for _, mode := range []pb.UpdateMode{pb.UpdateMode_UPDATE_MODE_SYNC, pb.UpdateMode_UPDATE_MODE_ASYNC} {
+		t.Run(mode.String(), func(t *testing.T) { testPushPullTrains(t, mode) })
+	}
+}
+
+func testPushPullTrains(t *testing.T, mode pb.UpdateMode) {
 	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "mlp", Hidden: []int32{16}})
-	spec.Passes, spec.EvalEachPass = 1, false
+	spec.Passes, spec.EvalEachPass, spec.Mode = 1, false, mode
 	plain := mustFixture(t, spec, trainer.Config{})
 	mustRun(t, plain)
 	steps := int(spec.Dataset.Records) / int(spec.BatchSize)
 	tasks := int(spec.Dataset.Records / spec.RecordsPerTask)
 	if n := plain.ps.Pulls(); n != steps {
 		t.Fatalf("plain PS: %d pulls, want one per step (%d)", n, steps)
+	}
+	// Pulls and push-pulls without failure: async pulls at every task's
+	// start and pushes without pull at its end; sync pulls once.
+	pulls, pushPulls := tasks, steps-tasks
+	if mode == pb.UpdateMode_UPDATE_MODE_SYNC {
+		pulls, pushPulls = 1, steps
 	}
 	for _, failAt := range []int{0, 3} { // 0: no failure; 3: the third push
 		pp := mustFixture(t, spec, trainer.Config{})
@@ -205,8 +220,8 @@ func TestPushPullTrainsAsPushThenPull(t *testing.T) {
 		if failAt > 0 {
 			retried = 1
 		}
-		if n, m := pp.ps.Pulls(), pps.PushPulls; n != tasks+retried || m != steps-tasks {
-			t.Fatalf("fail at push %d: %d pulls and %d push-pulls, want %d and %d", failAt, n, m, tasks+retried, steps-tasks)
+		if n, m := pp.ps.Pulls(), pps.PushPulls; n != pulls+retried || m != pushPulls {
+			t.Fatalf("fail at push %d: %d pulls and %d push-pulls, want %d and %d", failAt, n, m, pulls+retried, pushPulls)
 		}
 		want, got := plain.ps.Dense(), pp.ps.Dense()
 		for name, w := range want {
