@@ -25,8 +25,10 @@
 // embedding rows the batch needs (Model.SparseRows), computes the gradient
 // of the mean loss, and pushes it; in sync mode Push blocks until the step
 // completes. A PS that is a PushPuller (the agent's pserver client) returns
-// the parameters with the push's reply, so a task pulls once, before its
-// first step; a step that fails pulls afresh. TaskFinished then reports the mean loss, examples, duration
+// the parameters with the push's reply, so an async task pulls once,
+// before its first step, and a sync trainer once until it leaves the step
+// (the last push of a task brings back the next task's parameters); a step
+// that fails pulls afresh. TaskFinished then reports the mean loss, examples, duration
 // and the version trained on. An eval task scores the pulled parameters on
 // the test split and reports accuracy and loss.
 //
