@@ -211,14 +211,7 @@ func BenchmarkMemcpy(b *testing.B) {
 // gradient, then the update. cpu-us/op is the process's CPU per step, less
 // distorted by other load than ns/op.
 func BenchmarkSyncPush(b *testing.B) {
-	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_SYNC, Seed: 1, NumPservers: 1,
-		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.05, Momentum: 0.9},
-		Params: []*pb.ParamSpec{
-			{Name: "w1", Shape: []int64{784, 128}, Init: pb.Initializer_INIT_NORMAL},
-			{Name: "b1", Shape: []int64{128}},
-			{Name: "w2", Shape: []int64{128, 10}, Init: pb.Initializer_INIT_NORMAL},
-			{Name: "b2", Shape: []int64{10}},
-		}}
+	spec := mlpSpec()
 	s, err := NewSlot(spec, 0, 1)
 	if err != nil {
 		b.Fatal(err)
@@ -246,4 +239,58 @@ func BenchmarkSyncPush(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-us/op")
+}
+
+// mlpSpec is a sync job of the trainer bench's MLP (784x128, 128x10 and
+// biases: 101,770 float32s, 407 KB) with momentum, on one pserver.
+func mlpSpec() *pb.JobSpec {
+	return &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_SYNC, Seed: 1, NumPservers: 1,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.05, Momentum: 0.9},
+		Params: []*pb.ParamSpec{
+			{Name: "w1", Shape: []int64{784, 128}, Init: pb.Initializer_INIT_NORMAL},
+			{Name: "b1", Shape: []int64{128}},
+			{Name: "w2", Shape: []int64{128, 10}, Init: pb.Initializer_INIT_NORMAL},
+			{Name: "b2", Shape: []int64{10}},
+		}}
+}
+
+// BenchmarkPushPullMLP: one op = one sync step of one trainer through the
+// real client and a loopback gRPC pserver (Client.PushPull: the gradient
+// out, the step's update, the parameters back) on the MLP of mlpSpec: what
+// a trainer waits for between two steps. BenchmarkSyncPush is the
+// pserver's share of it. cpu-us/op counts both ends (one process).
+func BenchmarkPushPullMLP(b *testing.B) {
+	spec := mlpSpec()
+	addrs, _, slots := startServers(b, spec, 1)
+	slots[0].SetTrainers([]string{"t"})
+	c, err := NewClient(spec, "t", resolverOf(addrs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	params := c.NewParams()
+	g := &Grads{Dense: map[string][]float32{}, Examples: 64}
+	for name, w := range params {
+		x := make([]float32, len(w))
+		for i := range x {
+			x[i] = float32(i%7-3) * 1e-3
+		}
+		g.Dense[name] = x
+	}
+	ctx := context.Background()
+	if err := c.Pull(ctx, params); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(2 * 4 * 101_770)
+	b.ResetTimer()
+	c0 := cpuTime()
+	for range b.N {
+		if err := c.PushPull(ctx, g, params); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-us/op")
+	if v := slots[0].Version(); v != int64(b.N) {
+		b.Fatalf("slot at version %d after %d steps", v, b.N)
+	}
 }
