@@ -706,13 +706,6 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.pushPull(ctx, req, items)
-}
-
-// pushPull applies a validated push (see push) and, with req.pull, adds
-// the slot's dense blocks to the reply as Push does (with the buffer they
-// alias, as pushReply).
-func (s *Slot) pushPull(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, []byte, error) {
 	resp, err := s.push(ctx, req, items)
 	if err != nil || !req.GetPull() || s.checkFence() != nil {
 		return resp, nil, err
