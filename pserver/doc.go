@@ -118,7 +118,9 @@
 // # Concurrency
 //
 // Slot, Server and Client are safe for concurrent use. A Slot serializes
-// updates with one lock; pulls share it. Errors carry gRPC codes
+// updates with one lock; pulls share it. Within one update, the entries'
+// dry runs and commits run in chunks on every core (runChunks: the
+// handler and GOMAXPROCS-1 helper goroutines shared by all slots). Errors carry gRPC codes
 // (status.Code works on them) and wrap the sentinels of errors.go.
 //
 // # Sources

@@ -40,13 +40,14 @@ const (
 type optimizer interface {
 	name() string
 	stateSlots() []string
-	// step computes the update of e with gradient g (len(g) ==
-	// len(e.values)), weight decay wd, learning rate lr and t = e.t+1 (the
-	// update's number, 1 on the first). With commit it stores the new
+	// step computes the update of elements [lo, lo+len(g)) of e with
+	// their gradient g, weight decay wd, learning rate lr and t = e.t+1
+	// (the update's number, 1 on the first). With commit it stores the new
 	// values and state; without, it stores nothing. It reports whether
 	// every new value and state element is finite in float32 and, on
-	// commit, the largest magnitude among them.
-	step(e *entry, g []float32, wd, lr float64, t int64, commit bool) (ok bool, amax float64)
+	// commit, the largest magnitude among them. Calls on disjoint ranges
+	// of one entry may run concurrently (see Slot.applyLocked).
+	step(e *entry, lo int, g []float32, wd, lr float64, t int64, commit bool) (ok bool, amax float64)
 	// bound returns an upper bound on the magnitude of every value and
 	// state element after one update with max|g| = gmax, given that every
 	// value and state element is at most amax in magnitude now (and
@@ -114,30 +115,39 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 	return c, nil
 }
 
-// update checks (commit false) or applies (commit true) one optimizer step
-// on e with gradient g (len(g) == len(e.values), max|g| <= gmax); g is
-// never modified. lrScale multiplies the learning rate (Horovod's "scale
-// the learning rate by the number of workers"). It reports whether the
-// result is finite; on commit it also counts the update in e.t and
-// records the new magnitude bound.
-func (c *optConfig) update(e *entry, g []float32, gmax, lrScale float64, commit bool) bool {
-	lr := c.lr * lrScale / (1 + c.lrDecay*float64(e.t))
-	t := e.t + 1
-	if !commit {
-		if c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, t) < safeBound {
-			return true // no element can leave the float32 range
+// schedule returns the learning rate and the number of e's next update:
+// lr_t = lr·lrScale / (1 + lr_decay·t) and t+1. lrScale multiplies the
+// learning rate (Horovod's "scale the learning rate by the number of
+// workers").
+func (c *optConfig) schedule(e *entry, lrScale float64) (lr float64, t int64) {
+	return c.lr * lrScale / (1 + c.lrDecay*float64(e.t)), e.t + 1
+}
+
+// boundOK reports whether the magnitude bound alone shows that the next
+// update of e with gradient g, learning rate lr and number t leaves every
+// value and state element finite in float32; if not, the caller dry-runs
+// the update (step without commit). gmax is max |g|, or < 0 if not
+// computed: MaxGradient, which every pushed element obeys, is tried
+// first, and the exact maximum is taken only if that bound is too large
+// (Adam's and Adagrad's g², for instance).
+func (c *optConfig) boundOK(e *entry, g []float32, gmax, lr float64, t int64) bool {
+	amax := e.magnitude()
+	if gmax < 0 {
+		if c.opt.bound(amax, MaxGradient, c.weightDecay, lr, t) < safeBound {
+			return true
 		}
-		ok, _ := c.opt.step(e, g, c.weightDecay, lr, t, false)
-		return ok
+		gmax = maxAbs(g)
 	}
-	ok, amax := c.opt.step(e, g, c.weightDecay, lr, t, true)
-	if ok {
-		e.t++
-		// The maximum was taken before rounding to float32: widen it by
-		// more than float32's relative rounding error (2^-24).
-		e.amax, e.amaxKnown = amax*(1+1e-6), true
-	}
-	return ok
+	return c.opt.bound(amax, gmax, c.weightDecay, lr, t) < safeBound
+}
+
+// committed counts an update whose commit stored at most amax in magnitude
+// (the largest of its ranges') in e.t and e's magnitude bound.
+func (e *entry) committed(amax float64) {
+	e.t++
+	// The maximum was taken before rounding to float32: widen it by more
+	// than float32's relative rounding error (2^-24).
+	e.amax, e.amaxKnown = amax*(1+1e-6), true
 }
 
 // magnitude returns the largest |value| or |state| of e (computed once,
@@ -155,19 +165,11 @@ func (e *entry) magnitude() float64 {
 
 // maxAbs returns max |x| over f (+Inf if f holds NaN).
 func maxAbs(f []float32) float64 {
-	var m float32
-	for _, x := range f {
-		if x < 0 {
-			x = -x
-		}
-		if !(x <= m) { // also true for NaN
-			m = x
-		}
-	}
-	if m != m {
+	b := maxAbsBits(f)
+	if b > math.Float32bits(float32(math.Inf(1))) {
 		return math.Inf(1)
 	}
-	return float64(m)
+	return float64(math.Float32frombits(b))
 }
 
 // MaxUpdates bounds an entry's update count t restored from a checkpoint
@@ -227,8 +229,8 @@ type sgd struct{}
 
 func (sgd) name() string         { return OptSGD }
 func (sgd) stateSlots() []string { return nil }
-func (sgd) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	w := e.values[:len(g)]
+func (sgd) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
+	w := e.values[lo : lo+len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
@@ -265,8 +267,8 @@ type momentum struct {
 
 func (m momentum) name() string         { return OptMomentum }
 func (m momentum) stateSlots() []string { return []string{"velocity"} }
-func (m momentum) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	v, w := e.state[0][:len(g)], e.values[:len(g)]
+func (m momentum) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
+	v, w := e.state[0][lo:lo+len(g)], e.values[lo:lo+len(g)]
 	if commit {
 		return true, m.commit(v, w, g, wd, lr)
 	}
@@ -333,8 +335,9 @@ type adam struct{ beta1, beta2, eps float64 }
 
 func (a adam) name() string         { return OptAdam }
 func (a adam) stateSlots() []string { return []string{"m", "v"} }
-func (a adam) step(e *entry, g []float32, wd, lr float64, t int64, commit bool) (bool, float64) {
-	m, v, w := e.state[0][:len(g)], e.state[1][:len(g)], e.values[:len(g)]
+func (a adam) step(e *entry, lo int, g []float32, wd, lr float64, t int64, commit bool) (bool, float64) {
+	hi := lo + len(g)
+	m, v, w := e.state[0][lo:hi], e.state[1][lo:hi], e.values[lo:hi]
 	c1 := 1 - math.Pow(a.beta1, float64(t))
 	c2 := 1 - math.Pow(a.beta2, float64(t))
 	var amax float64
@@ -376,8 +379,8 @@ type adagrad struct{ eps float64 }
 
 func (a adagrad) name() string         { return OptAdagrad }
 func (a adagrad) stateSlots() []string { return []string{"accumulator"} }
-func (a adagrad) step(e *entry, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
-	acc, w := e.state[0][:len(g)], e.values[:len(g)]
+func (a adagrad) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, commit bool) (bool, float64) {
+	acc, w := e.state[0][lo:lo+len(g)], e.values[lo:lo+len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])

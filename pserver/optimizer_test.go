@@ -136,11 +136,16 @@ func TestOptimizerBoundsHold(t *testing.T) {
 			for _, x := range g {
 				gmax = max(gmax, math.Abs(float64(x)))
 			}
-			lr := c.lr / (1 + c.lrDecay*float64(e.t))
-			b := c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, e.t+1)
-			if !c.update(e, g, gmax, 1, true) {
+			lr, next := c.schedule(e, 1)
+			b := c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, next)
+			if b < safeBound && !c.boundOK(e, g, -1, lr, next) {
+				t.Fatalf("%s trial %d: bound %g < safeBound with max|g|, refused with max|g| not given", o.Name, trial, b)
+			}
+			ok, amax := c.opt.step(e, 0, g, c.weightDecay, lr, next, true)
+			if !ok {
 				continue // out of float32 range: refused, nothing to bound
 			}
+			e.committed(amax)
 			got := maxAbs(e.values)
 			for _, st := range e.state {
 				got = max(got, maxAbs(st))

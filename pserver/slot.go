@@ -489,7 +489,7 @@ type gradItem struct {
 	k    key
 	p    *ParamLayout
 	g    []float32
-	gmax float64 // max |g|
+	gmax float64 // max |g|, or -1: not computed (see optConfig.boundOK)
 	row  bool
 }
 
@@ -529,8 +529,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
 			g := viewFloat32s(t.GetData())
-			gmax, err := checkGrad(p, g)
-			if err != nil {
+			if err := checkGrad(p, g); err != nil {
 				return err
 			}
 			d := int(p.Dim)
@@ -543,7 +542,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 					return errorf(ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
 				}
 				pp.seen[k] = struct{}{}
-				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], gmax: gmax, row: true})
+				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], gmax: -1, row: true})
 			}
 			continue
 		}
@@ -564,45 +563,26 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 		}
 		pp.seen[k] = struct{}{}
 		g := viewFloat32s(t.GetData())
-		gmax, err := checkGrad(p, g)
-		if err != nil {
+		if err := checkGrad(p, g); err != nil {
 			return err
 		}
-		pp.items = append(pp.items, gradItem{k: k, p: p, g: g, gmax: gmax})
+		pp.items = append(pp.items, gradItem{k: k, p: p, g: g, gmax: -1})
 	}
 	return nil
 }
 
-// checkGrad refuses NaN, ±Inf and |g| > MaxGradient; it returns max |g|.
-//
-// It compares bit patterns: for a float32 with the sign bit cleared, the
-// bits as an unsigned integer order like the magnitudes, and every NaN and
-// ±Inf orders above MaxGradient's, so the largest pattern alone decides.
-// The loop keeps four running maxima (independent dependency chains) and
-// no branch; only a refused gradient is scanned again, for the message.
-func checkGrad(p *ParamLayout, g []float32) (float64, error) {
-	const abs = ^uint32(1 << 31)
-	var m0, m1, m2, m3 uint32
-	i := 0
-	for ; i+4 <= len(g); i += 4 {
-		q := g[i : i+4 : i+4]
-		m0 = max(m0, math.Float32bits(q[0])&abs)
-		m1 = max(m1, math.Float32bits(q[1])&abs)
-		m2 = max(m2, math.Float32bits(q[2])&abs)
-		m3 = max(m3, math.Float32bits(q[3])&abs)
+// checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see anyAbove);
+// only a refused gradient is scanned again, for the message.
+func checkGrad(p *ParamLayout, g []float32) error {
+	if !anyAbove(g, maxGradientBits) {
+		return nil
 	}
-	for ; i < len(g); i++ {
-		m0 = max(m0, math.Float32bits(g[i])&abs)
-	}
-	m := max(m0, m1, m2, m3)
-	if m > maxGradientBits {
-		for _, v := range g {
-			if math.Float32bits(v)&abs > maxGradientBits {
-				return 0, errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
-			}
+	for _, v := range g {
+		if math.Float32bits(v)&absMask > maxGradientBits {
+			return errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
 		}
 	}
-	return float64(math.Float32frombits(m)), nil
+	return nil
 }
 
 // maxGradientBits is the bit pattern of MaxGradient as a float32 (the
@@ -619,14 +599,19 @@ func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
 }
 
 // applyLocked applies items (distinct entries) with the learning rate
-// scaled by lrScale, all or nothing (write lock held): every update is
-// first computed without storing; if any value or optimizer state would
-// be NaN or Inf in float32, nothing is stored and the error (ErrInvalid)
-// names the entry. Rows not stored yet are created from their initializer
-// only when the updates are committed.
+// scaled by lrScale, all or nothing (write lock held): an update that the
+// magnitude bound does not show safe is first computed without storing;
+// if any value or optimizer state would be NaN or Inf in float32, nothing
+// is stored and the error (ErrInvalid) names the first such entry. Rows
+// not stored yet are created from their initializer only when the updates
+// are committed. Dry runs and commits run in chunks on every core (see
+// runChunks, chunkSpans).
 func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
+	c := &s.opt
 	es := make([]*entry, len(items))
-	var fresh []int
+	lrs := make([]float64, len(items))
+	ts := make([]int64, len(items))
+	var fresh, dry []int
 	for i, it := range items {
 		e := s.dense[it.k]
 		if it.row {
@@ -635,7 +620,24 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 				fresh = append(fresh, i)
 			}
 		}
-		if !s.opt.update(e, it.g, it.gmax, lrScale, false) {
+		es[i] = e
+		lrs[i], ts[i] = c.schedule(e, lrScale)
+		if !c.boundOK(e, it.g, it.gmax, lrs[i], ts[i]) {
+			dry = append(dry, i)
+		}
+	}
+	if len(dry) > 0 {
+		spans, chunks := chunkSpans(items, dry)
+		bad := make([]bool, len(spans))
+		runChunks(len(chunks)-1, func(k int) {
+			for j := chunks[k]; j < chunks[k+1]; j++ {
+				x := spans[j]
+				ok, _ := c.opt.step(es[x.item], x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], false)
+				bad[j] = !ok
+			}
+		})
+		if j := slices.Index(bad, true); j >= 0 {
+			it := items[spans[j].item] // spans are in item order: the first refused entry
 			what := "block"
 			if it.row {
 				what = "row"
@@ -643,18 +645,70 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			return errorf(ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
 				it.p.Spec.GetName(), what, it.k.i)
 		}
-		es[i] = e
 	}
 	for _, i := range fresh {
 		s.rows[items[i].k] = es[i]
 	}
-	for i, it := range items {
-		// The check above passed for this entry, so the commit does too
-		// (and a commit never stores a value that does not fit).
-		s.ownLocked(es[i])
-		s.opt.update(es[i], it.g, it.gmax, lrScale, true)
+	for _, e := range es {
+		s.ownLocked(e) // before any range of e is written
+	}
+	// Every update passed its bound or dry run, so every commit does too
+	// (and a commit never stores a value that does not fit).
+	spans, chunks := chunkSpans(items, nil)
+	amax := make([]float64, len(spans))
+	runChunks(len(chunks)-1, func(k int) {
+		for j := chunks[k]; j < chunks[k+1]; j++ {
+			x := spans[j]
+			_, amax[j] = c.opt.step(es[x.item], x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], true)
+		}
+	})
+	for j := 0; j < len(spans); {
+		i, m := spans[j].item, 0.0
+		for ; j < len(spans) && spans[j].item == i; j++ {
+			m = max(m, amax[j])
+		}
+		es[i].committed(m)
 	}
 	return nil
+}
+
+// chunkElems is the grain of a parallel update: about 10 µs of momentum
+// on one core.
+const chunkElems = 8192
+
+// span is elements [lo, hi) of the update of items[item].
+type span struct{ item, lo, hi int }
+
+// chunkSpans splits the updates of items (of those listed in only, or all
+// if only is nil), in item order, into spans of at most chunkElems
+// elements, and groups consecutive spans into chunks of about chunkElems
+// elements (many small rows make one chunk): chunk k is spans
+// [chunks[k], chunks[k+1]).
+func chunkSpans(items []gradItem, only []int) (spans []span, chunks []int) {
+	add := func(i int) {
+		n := len(items[i].g)
+		for lo := 0; lo < n || lo == 0; lo += chunkElems {
+			spans = append(spans, span{i, lo, min(lo+chunkElems, n)})
+		}
+	}
+	if only == nil {
+		for i := range items {
+			add(i)
+		}
+	} else {
+		for _, i := range only {
+			add(i)
+		}
+	}
+	size := 0
+	for j, x := range spans {
+		if j == 0 || size+x.hi-x.lo > chunkElems {
+			chunks = append(chunks, j)
+			size = 0
+		}
+		size += x.hi - x.lo
+	}
+	return spans, append(chunks, len(spans))
 }
 
 // Push applies a trainer's gradients (packed little-endian float32, one

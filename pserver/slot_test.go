@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -542,38 +543,69 @@ func TestSyncWaiting(t *testing.T) {
 }
 
 // TestCheckGrad: every bad element (NaN of either sign, ±Inf, beyond
-// ±MaxGradient) is refused wherever it sits (in the four-wide body or the
-// tail), naming the param; ±MaxGradient itself passes; the returned
-// maximum is max |g|.
+// ±MaxGradient) is refused wherever it sits (before, in or after the
+// 64-bit words anyAbove reads, at any alignment), naming the param;
+// ±MaxGradient itself passes; maxAbs returns max |g| exactly, and +Inf
+// with a NaN.
 func TestCheckGrad(t *testing.T) {
 	p := &ParamLayout{Spec: &pb.ParamSpec{Name: "w"}}
 	negNaN := math.Float32frombits(math.Float32bits(float32(math.NaN())) | 1<<31)
-	bad := []float32{float32(math.NaN()), negNaN, float32(math.Inf(1)), float32(math.Inf(-1)), 2 * MaxGradient, -1.5 * MaxGradient}
-	for _, n := range []int{1, 3, 4, 5, 8, 17} {
-		for pos := range n {
-			g := make([]float32, n)
-			for i := range g {
-				g[i] = float32(i%5) - 2 // |g| <= 2
-			}
-			for _, b := range bad {
-				g[pos] = b
-				if _, err := checkGrad(p, g); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
-					t.Fatalf("n=%d: %g at %d: err %v, want ErrInvalid naming the param", n, b, pos, err)
+	bad := []float32{float32(math.NaN()), negNaN, float32(math.Inf(1)), float32(math.Inf(-1)), 2 * MaxGradient, -1.5 * MaxGradient,
+		math.Nextafter32(MaxGradient, float32(math.Inf(1)))}
+	buf := make([]float32, 40)
+	for off := range 3 { // off 1: the slice starts mid-word
+		for _, n := range []int{1, 2, 3, 4, 5, 8, 9, 17, 18, 35} {
+			g := buf[off : off+n]
+			for pos := range n {
+				for i := range g {
+					g[i] = float32(i%5) - 2 // |g| <= 2
+				}
+				for _, b := range bad {
+					g[pos] = b
+					if err := checkGrad(p, g); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
+						t.Fatalf("off %d n=%d: %g at %d: err %v, want ErrInvalid naming the param", off, n, b, pos, err)
+					}
+					if b != b && !math.IsInf(maxAbs(g), 1) {
+						t.Fatalf("off %d n=%d: NaN at %d: maxAbs %g, want +Inf", off, n, pos, maxAbs(g))
+					}
+				}
+				g[pos] = -MaxGradient
+				if err := checkGrad(p, g); err != nil || maxAbs(g) != float64(float32(MaxGradient)) {
+					t.Fatalf("off %d n=%d: -MaxGradient at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
+				}
+				g[pos] = -2.5
+				if err := checkGrad(p, g); err != nil || maxAbs(g) != 2.5 {
+					t.Fatalf("off %d n=%d: -2.5 at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
 				}
 			}
-			g[pos] = -MaxGradient
-			m, err := checkGrad(p, g)
-			if err != nil || m != float64(float32(MaxGradient)) {
-				t.Fatalf("n=%d: -MaxGradient at %d: max %g, err %v", n, pos, m, err)
+		}
+	}
+	if maxAbs(nil) != 0 || checkGrad(p, nil) != nil {
+		t.Fatal("empty gradient")
+	}
+}
+
+// TestAnyAbove: anyAbove agrees with a comparison per element for random
+// bit patterns (every sign, NaN, Inf) and limits, at every alignment.
+func TestAnyAbove(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := make([]float32, 24)
+	for trial := range 20000 {
+		off, n := r.IntN(2), r.IntN(23)
+		g := buf[off : off+n]
+		limit := r.Uint32() & absMask
+		for i := range g {
+			g[i] = math.Float32frombits(r.Uint32())
+			if r.IntN(2) == 0 { // near the limit, where the carry decides
+				g[i] = math.Float32frombits(limit + uint32(r.IntN(3)) - 1)
 			}
-			g[pos] = 0
-			want := 0.0
-			for _, v := range g {
-				want = max(want, math.Abs(float64(v)))
-			}
-			if m, err := checkGrad(p, g); err != nil || m != want {
-				t.Fatalf("n=%d: max %g, err %v, want %g", n, m, err, want)
-			}
+		}
+		want := false
+		for _, x := range g {
+			want = want || math.Float32bits(x)&absMask > limit
+		}
+		if got := anyAbove(g, limit); got != want {
+			t.Fatalf("trial %d: anyAbove(%v, %#x) = %v, want %v", trial, g, limit, got, want)
 		}
 	}
 }
