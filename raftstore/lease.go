@@ -464,9 +464,15 @@ func (s *Store) LeaseTimeToLive(ctx context.Context, id int64) (ttl int64, err e
 }
 
 // LeaseTimeToLiveLocal is LeaseTimeToLive without forwarding; it waits
-// for the own-term barrier as LeaseKeepAliveLocal does.
+// for the own-term barrier and confirms leadership with a quorum as
+// LeaseKeepAliveLocal does: the timers are the leader's, and a leader cut
+// off and replaced (its Raft loop stalled, so it has not stepped down)
+// would otherwise report a lease alive that the new leader has revoked.
 func (s *Store) LeaseTimeToLiveLocal(ctx context.Context, id int64) (int64, error) {
 	if err := s.leaseLeader(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.confirmLeader(ctx); err != nil {
 		return 0, err
 	}
 	l, ok := s.fsm.Lease(id)

@@ -81,7 +81,8 @@ func mustStallNetCluster(t *testing.T, n int) (*netCluster, map[*Store]*stallLog
 // indefinitely while the new leader expires them. With the check, each
 // keepalive on it is refused with ErrNotLeader within the confirmation
 // bound (Config.ElectionTimeout), and the client fences or retries
-// elsewhere.
+// elsewhere. LeaseTimeToLive, which reads the same timers, is refused
+// the same way.
 func TestStalledLeaderRefusesKeepAlive(t *testing.T) {
 	nc, logs := mustStallNetCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
@@ -128,6 +129,13 @@ func TestStalledLeaderRefusesKeepAlive(t *testing.T) {
 		}
 		if took > bound {
 			t.Fatalf("keepalive %d refused after %v, want within %v", n, took, bound)
+		}
+		// Its lease timers are as stale: a TimeToLive there is refused too.
+		kctx, kcancel = context.WithTimeout(ctx, 10*time.Second)
+		ttl, err := old.LeaseTimeToLiveLocal(kctx, id)
+		kcancel()
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("time-to-live %d on the stalled, replaced leader: ttl %d, err %v, want ErrNotLeader", n, ttl, err)
 		}
 		n++
 	}
