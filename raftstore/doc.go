@@ -159,7 +159,7 @@
 // memberlist v0.6.0 and go-metrics v0.6.1. raft-boltdb/v2 v2.3.1 needs
 // go-metrics' armon compatibility package, which go-metrics v0.7.0 removed;
 // raft v1.8.0 and memberlist v0.7.0 pull go-metrics v0.7.0, so we stay on
-// v1.7.3. None of these three bugs is fixed in v1.8.0 either:
+// v1.7.3. None of these four bugs is fixed in v1.8.0 either:
 //
 //   - #695: log divergence when a heartbeat's term bump races the leader
 //     loop after a partition heals (fix proposed in PR #701). raftps cannot
@@ -177,6 +177,12 @@
 //     snapshot can keep restarting the transfer. raftps keeps
 //     Config.TrailingLogs (default 10240) entries after each snapshot so that
 //     a follower that was briefly away catches up from the log instead.
+//   - #717: a heartbeat that NetworkTransport runs on a connection goroutine
+//     (outside what Shutdown waits for) can reach the stable store after
+//     Close closed it, and raft panics ("failed to save current term:
+//     database not open"); our CI hit it once. Store wraps the TCP transport
+//     in a gate (heartbeat.go): Close waits for the heartbeats in flight
+//     before it closes the stores and refuses later ones.
 //
 // When upgrading, re-check these issues and the go-metrics constraint.
 package raftstore

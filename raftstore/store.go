@@ -122,6 +122,7 @@ type Store struct {
 	metrics *storeMetrics
 
 	wrapLogs func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
+	gate     *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
 
 	clusterID atomic.Pointer[string]
 	transfers atomic.Int64 // successful leadership transfers at Close
@@ -194,6 +195,10 @@ func (s *Store) Open() (err error) {
 	trans, err := s.openTransport(hcl)
 	if err != nil {
 		return err
+	}
+	if nt, ok := trans.(*raft.NetworkTransport); ok {
+		s.gate = &gatedTransport{NetworkTransport: nt}
+		trans = s.gate
 	}
 	defer func() {
 		if err != nil {
@@ -285,6 +290,9 @@ func (s *Store) Close() error {
 	var errs []error
 	if err := s.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: raft shutdown: %w", err))
+	}
+	if s.gate != nil {
+		s.gate.closeGate() // no heartbeat reaches the stores once they close
 	}
 	s.wg.Wait()
 	close(s.workersDone)
