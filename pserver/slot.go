@@ -649,17 +649,21 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 	for _, i := range fresh {
 		s.rows[items[i].k] = es[i]
 	}
-	for _, e := range es {
-		s.ownLocked(e) // before any range of e is written
-	}
 	// Every update passed its bound or dry run, so every commit does too
-	// (and a commit never stores a value that does not fit).
+	// (and a commit never stores a value that does not fit). An entry that
+	// a snapshot still shares is made the slot's own (ownLocked) by the
+	// first of its spans to commit, not all up front: the snapshot's copier
+	// copies entries meanwhile, and each one it copies first is one copy
+	// fewer for the update to wait for.
 	spans, chunks := chunkSpans(items, nil)
 	amax := make([]float64, len(spans))
+	owned := make([]sync.Once, len(items))
 	runChunks(len(chunks)-1, func(k int) {
 		for j := chunks[k]; j < chunks[k+1]; j++ {
 			x := spans[j]
-			_, amax[j] = c.opt.step(es[x.item], x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], true)
+			e := es[x.item]
+			owned[x.item].Do(func() { s.ownLocked(e) })
+			_, amax[j] = c.opt.step(e, x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], true)
 		}
 	})
 	for j := 0; j < len(spans); {
