@@ -212,13 +212,7 @@ func BenchmarkMemcpy(b *testing.B) {
 // gradient, then the update. cpu-us/op is the process's CPU per step, less
 // distorted by other load than ns/op.
 func BenchmarkSyncPush(b *testing.B) {
-	spec := mlpSpec()
-	s, err := NewSlot(spec, 0, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.SetTrainers([]string{"t"})
-	ts := constGrads(s.layout)
+	s, ts := soloSlot(b, mlpSpec())
 	ctx := context.Background()
 	b.ResetTimer()
 	c0 := cpuTime()
@@ -296,12 +290,7 @@ func BenchmarkPushPullMLP(b *testing.B) {
 func BenchmarkSyncPushCores(b *testing.B) {
 	spec := mlpSpec()
 	spec.Params = []*pb.ParamSpec{{Name: "w", Shape: []int64{4096, 2048}, Init: pb.Initializer_INIT_NORMAL}}
-	s, err := NewSlot(spec, 0, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.SetTrainers([]string{"t"})
-	ts := constGrads(s.layout)
+	s, ts := soloSlot(b, spec)
 	ctx := context.Background()
 	id := uint64(0)
 	push := func(serial bool) time.Duration {
@@ -338,6 +327,17 @@ func BenchmarkSyncPushCores(b *testing.B) {
 	b.ReportMetric(ratios[len(ratios)/2], "speedup")
 	b.ReportMetric(ratios[0], "speedup-min")
 	b.ReportMetric(ratios[len(ratios)-1], "speedup-max")
+}
+
+// soloSlot is slot 0 of spec (one pserver) with trainer "t" as its only
+// trainer, and a gradient for every dense block of it.
+func soloSlot(b *testing.B, spec *pb.JobSpec) (*Slot, []*pb.Tensor) {
+	s, err := NewSlot(spec, 0, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.SetTrainers([]string{"t"})
+	return s, constGrads(s.layout)
 }
 
 // constGrads is a gradient for every dense block of layout.
