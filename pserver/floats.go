@@ -71,15 +71,10 @@ func viewFloat32s(b []byte) []float32 {
 	return f
 }
 
-// allFinite reports whether f holds no NaN or Inf.
+// allFinite reports whether f holds no NaN or Inf: no |x| above
+// MaxFloat32 (see anyAbove).
 func allFinite(f []float32) bool {
-	for _, v := range f {
-		// v-v is NaN for both NaN and ±Inf.
-		if v-v != 0 {
-			return false
-		}
-	}
-	return true
+	return !anyAbove(f, math.Float32bits(math.MaxFloat32))
 }
 
 // absMask clears the sign bit of a float32's bits. With it cleared, the

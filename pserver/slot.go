@@ -1033,22 +1033,15 @@ func (s *Slot) maybeCompleteLocked() {
 			items = make([]gradItem, len(keys))
 			for j, k := range keys {
 				// The weighted mean of gradients bounded by MaxGradient is
-				// bounded too: it fits a float32.
+				// bounded too: it fits a float32, and boundOK may use
+				// MaxGradient for it (gmax -1).
 				a := st.acc[k]
 				g := make([]float32, len(a))
-				var gmax float32
 				for i, v := range a {
-					f := float32(v * inv)
-					g[i] = f
-					if f < 0 {
-						f = -f
-					}
-					if f > gmax {
-						gmax = f
-					}
+					g[i] = float32(v * inv)
 				}
 				p := s.layout.Params[k.p]
-				items[j] = gradItem{k: k, p: p, g: g, gmax: float64(gmax), row: p.Embedding}
+				items[j] = gradItem{k: k, p: p, g: g, gmax: -1, row: p.Embedding}
 			}
 		}
 		if st.err = s.applyLocked(items, scale); st.err == nil {
