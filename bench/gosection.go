@@ -41,7 +41,7 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	}
 
 	// pserver: push+pull of a 10M-parameter model vs the transports under it.
-	ps := run("./pserver", "^Benchmark(PushPull|GRPCEcho|RawTCP|Memcpy|SyncPushCores)$", bt)
+	ps := run("./pserver", "^Benchmark(PushPull|GRPCEcho|RawTCP|Memcpy|SyncPushCores|SyncStepTrainers)$", bt)
 	echo, tcp, mem := col(ps, "GRPCEcho", "MB/s"), col(ps, "RawTCP", "MB/s"), col(ps, "Memcpy", "MB/s")
 	best := make([]float64, len(ps))
 	bestName := map[string]int{}
@@ -65,6 +65,9 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	r.add(pairRow(Row{Section: "pserver (go bench)", Metric: "sync step update, 8.4M params, momentum: every core vs one", Unit: "Mparams/s", BaseName: "one core",
 		Note: "Slot.Push without gRPC; the two sides alternate inside the benchmark"},
 		col(ps, "SyncPushCores", "parallel-Mparams/s"), col(ps, "SyncPushCores", "serial-Mparams/s")))
+	r.add(pairRow(Row{Section: "pserver (go bench)", Metric: "sync step of 2 trainers, 8.4M params (mean + update): every core vs one", Unit: "Mparams/s", BaseName: "one core",
+		Note: "Slot.Push without gRPC; the two sides alternate inside the benchmark"},
+		col(ps, "SyncStepTrainers", "parallel-Mparams/s"), col(ps, "SyncStepTrainers", "serial-Mparams/s")))
 	r.add(pairRow(Row{Section: "pserver (go bench)", Metric: "PushPull/stream/trainers=1 per CPU-s vs gRPC echo", Unit: "MB/cpu-s", BaseName: "gRPC echo",
 		Note: "CPU-normalized: less sensitive to other load"}, col(ps, "PushPull/stream/trainers=1", "MB/cpu-s"), col(ps, "GRPCEcho", "MB/cpu-s")))
 

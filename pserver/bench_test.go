@@ -355,3 +355,73 @@ func constGrads(layout *Layout) []*pb.Tensor {
 	}
 	return ts
 }
+
+// BenchmarkSyncStepTrainers: one op = one sync step of an 8.4M-param layer
+// (momentum) to which 2 trainers push at once: the last push completes the
+// step (the weighted mean of both gradients, then the update). Parallel
+// and one-core steps alternate (as in BenchmarkSyncPushCores); ms/op is
+// the step's wall time, from both pushes sent to both answered, and
+// Mparams/s the params updated per second of it.
+func BenchmarkSyncStepTrainers(b *testing.B) {
+	spec := mlpSpec()
+	spec.Params = []*pb.ParamSpec{{Name: "w", Shape: []int64{4096, 2048}, Init: pb.Initializer_INIT_NORMAL}}
+	s, err := NewSlot(spec, 0, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	trainers := []string{"t1", "t2"}
+	s.SetTrainers(trainers)
+	ts := constGrads(s.layout)
+	ctx := context.Background()
+	id := uint64(0)
+	step := func(serial bool) time.Duration {
+		serialChunks.Store(serial)
+		defer serialChunks.Store(false)
+		id++
+		v := s.Version()
+		errs := make([]error, len(trainers))
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i, t := range trainers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = s.Push(ctx, &pb.PushRequest{Job: "j", Trainer: t, Version: v, Step: v, Grads: ts, Examples: 64, PushId: id})
+			}()
+		}
+		wg.Wait()
+		d := time.Since(t0)
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if s.Version() != v+1 {
+			b.Fatalf("version %d after a step from %d", s.Version(), v)
+		}
+		return d
+	}
+	step(false) // first touch of the optimizer state
+	var par, ser time.Duration
+	var ratios []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var p, q time.Duration
+		if i%2 == 0 {
+			p, q = step(false), step(true)
+		} else {
+			q, p = step(true), step(false)
+		}
+		par, ser = par+p, ser+q
+		ratios = append(ratios, q.Seconds()/p.Seconds())
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(par.Seconds()*1e3/float64(b.N), "parallel-ms/op")
+	b.ReportMetric(ser.Seconds()*1e3/float64(b.N), "serial-ms/op")
+	n := float64(b.N) * 4096 * 2048 / 1e6
+	b.ReportMetric(n/par.Seconds(), "parallel-Mparams/s")
+	b.ReportMetric(n/ser.Seconds(), "serial-Mparams/s")
+	b.ReportMetric(ratios[len(ratios)/2], "speedup")
+	b.ReportMetric(ratios[0], "speedup-min")
+	b.ReportMetric(ratios[len(ratios)-1], "speedup-max")
+}

@@ -37,7 +37,10 @@
 // or removal by SetTrainers, e.g. its lease expired), so a dead or finished
 // trainer never hangs the others. The update uses the example-weighted
 // average Σ nᵢgᵢ / Σ nᵢ: k trainers are exactly one process on the
-// concatenated batch. Push blocks until the step completes.
+// concatenated batch, each element summed in float64 in the order the
+// pushes were counted. Push blocks until the step completes; the step
+// reads each push's gradient from the request when it completes (a push
+// that stops waiting first copies its own).
 //
 // Retries: every Client.Push carries a push id (PushRequest.push_id, the
 // same on each retry); a slot applies a push id at most once and answers a
@@ -119,7 +122,8 @@
 //
 // Slot, Server and Client are safe for concurrent use. A Slot serializes
 // updates with one lock; pulls share it. Within one update, the entries'
-// dry runs and commits run in chunks on every core (runChunks: the
+// dry runs and commits, and a sync step's mean, run in chunks on every
+// core (runChunks: the
 // handler and GOMAXPROCS-1 helper goroutines shared by all slots). Errors carry gRPC codes
 // (status.Code works on them) and wrap the sentinels of errors.go.
 //

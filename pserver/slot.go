@@ -65,7 +65,12 @@ type syncStep struct {
 	expect map[string]bool // members that have neither pushed nor left
 	pushed map[string]bool
 	ids    map[string]uint64 // push id of each push counted (0: none)
-	acc    map[key][]float64 // Σ examples_i · g_i, in float64
+	// contribs are the step's pushes in the order they were counted; the
+	// mean is computed from them when the step completes (meanLocked). Their
+	// gradients are the requests' own buffers, which stay valid while the
+	// pushes wait for the step (waitStep); a push that stops waiting early
+	// copies its gradients first (ownContribution).
+	contribs []contrib
 	// solo is the items of a push that completes the step as its only
 	// contribution (set and consumed within that push's call): the
 	// weighted mean of one gradient is the gradient itself, bit for bit
@@ -79,8 +84,17 @@ type syncStep struct {
 	err      error         // the step's update was refused (set before done closes)
 }
 
+// contrib is one push counted in a sync step: its gradients, weighted by
+// its examples.
+type contrib struct {
+	trainer string
+	w       float64
+	items   []gradItem
+	owned   bool // items' gradients are copies, not the request's buffers
+}
+
 func newSyncStep() *syncStep {
-	return &syncStep{pushed: map[string]bool{}, ids: map[string]uint64{}, acc: map[key][]float64{}, done: make(chan struct{})}
+	return &syncStep{pushed: map[string]bool{}, ids: map[string]uint64{}, done: make(chan struct{})}
 }
 
 // Slot holds the virtual shards of one pserver slot of one job: parameter
@@ -136,6 +150,13 @@ type Slot struct {
 	away      map[string]bool // left sync steps (LeaveStep) until they push again
 	membersCh chan struct{}   // closed and replaced whenever members change
 	cur       *syncStep
+	// meanFree keeps, between sync steps of two or more trainers, each
+	// dense entry's buffer of the mean gradient for the next step: 4
+	// bytes per dense param that such a step needs anyway, kept instead of
+	// allocated, zeroed and collected again every step. A step completed
+	// by one trainer alone drops them. Embedding rows, a different set
+	// every step, are not kept.
+	meanFree map[key][]float32
 }
 
 // NewSlot builds slot `slot` of numPservers for spec, with every dense block
@@ -942,7 +963,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	st := s.cur
 	if st.pushed[trainer] {
 		s.mu.Unlock()
-		return s.waitStep(ctx, st, false)
+		return s.waitStep(ctx, st, trainer, false)
 	}
 	delete(s.away, trainer)
 	if !st.open {
@@ -956,7 +977,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	}
 	if !st.expect[trainer] {
 		s.mu.Unlock()
-		return s.waitStep(ctx, st, true)
+		return s.waitStep(ctx, st, trainer, true)
 	}
 	if st.trainers == 0 && len(st.expect) == 1 {
 		// The only contribution: maybeCompleteLocked below applies it as
@@ -964,16 +985,8 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 		st.solo = items
 		items = nil
 	}
-	w := float64(n)
-	for _, it := range items {
-		a := st.acc[it.k]
-		if a == nil {
-			a = make([]float64, len(it.g))
-			st.acc[it.k] = a
-		}
-		for i, g := range it.g {
-			a[i] += w * float64(g)
-		}
+	if len(items) > 0 {
+		st.contribs = append(st.contribs, contrib{trainer: trainer, w: float64(n), items: items})
 	}
 	st.pushed[trainer] = true
 	st.ids[trainer] = req.GetPushId()
@@ -982,17 +995,21 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	st.trainers++
 	s.maybeCompleteLocked()
 	s.mu.Unlock()
-	return s.waitStep(ctx, st, false)
+	return s.waitStep(ctx, st, trainer, false)
 }
 
 // waitStep waits for st to complete; joined reports a trainer that joined
-// mid-step, which gets ErrStale (re-pull) once the step is over.
-func (s *Slot) waitStep(ctx context.Context, st *syncStep, joined bool) (*pb.PushResponse, error) {
+// mid-step, which gets ErrStale (re-pull) once the step is over. If it
+// stops waiting first (ctx, fence), the gradients trainer counted in st
+// are copied (ownContribution): the caller then releases its request.
+func (s *Slot) waitStep(ctx context.Context, st *syncStep, trainer string, joined bool) (*pb.PushResponse, error) {
 	select {
 	case <-st.done:
 	case <-ctx.Done():
+		s.ownContribution(st, trainer)
 		return nil, ctx.Err()
 	case <-s.fenceCh:
+		s.ownContribution(st, trainer)
 		return nil, s.checkFence()
 	}
 	if joined {
@@ -1019,30 +1036,14 @@ func (s *Slot) maybeCompleteLocked() {
 			scale = float64(st.trainers)
 		}
 		var items []gradItem
-		if st.solo != nil {
+		solo := st.solo != nil
+		if solo {
 			items = slices.Clone(st.solo)
 			slices.SortFunc(items, func(a, b gradItem) int { return keyLess(a.k, b.k) })
 			st.solo = nil
+			s.meanFree = nil
 		} else {
-			inv := 1 / float64(st.examples)
-			keys := make([]key, 0, len(st.acc))
-			for k := range st.acc {
-				keys = append(keys, k)
-			}
-			slices.SortFunc(keys, keyLess)
-			items = make([]gradItem, len(keys))
-			for j, k := range keys {
-				// The weighted mean of gradients bounded by MaxGradient is
-				// bounded too: it fits a float32, and boundOK may use
-				// MaxGradient for it (gmax -1).
-				a := st.acc[k]
-				g := make([]float32, len(a))
-				for i, v := range a {
-					g[i] = float32(v * inv)
-				}
-				p := s.layout.Params[k.p]
-				items[j] = gradItem{k: k, p: p, g: g, gmax: -1, row: p.Embedding}
-			}
+			items = s.meanLocked(st)
 		}
 		if st.err = s.applyLocked(items, scale); st.err == nil {
 			s.version++
@@ -1052,10 +1053,123 @@ func (s *Slot) maybeCompleteLocked() {
 			}
 			s.stepSnapshotLocked()
 		}
+		if !solo {
+			for _, it := range items {
+				if !it.row {
+					s.meanFree[it.k] = it.g
+				}
+			}
+		}
 	}
 	st.version = s.version
 	close(st.done)
 	s.cur = newSyncStep()
+}
+
+// meanLocked returns the step's weighted mean gradient, Σ nᵢ·gᵢ / Σ nᵢ
+// over its pushes, one item per key in key order. Each element is summed
+// in float64 in the order the pushes were counted, starting from zero, and
+// rounded to float32 once: the mean does not depend on how the pushes were
+// cut into chunks or cores, and hardly on their order. It runs in one pass
+// over the pushes' gradients on every core (runChunks), into buffers kept
+// from an earlier step (meanFree) where there are. The weighted mean of
+// gradients bounded by MaxGradient is bounded too: it fits a float32, and
+// boundOK may use MaxGradient for it (gmax -1). Write lock held.
+func (s *Slot) meanLocked(st *syncStep) []gradItem {
+	type sources struct {
+		g [][]float32
+		w []float64
+	}
+	src := map[key]*sources{}
+	for _, c := range st.contribs {
+		for _, it := range c.items {
+			x := src[it.k]
+			if x == nil {
+				x = &sources{}
+				src[it.k] = x
+			}
+			x.g, x.w = append(x.g, it.g), append(x.w, c.w)
+		}
+	}
+	keys := make([]key, 0, len(src))
+	for k := range src {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, keyLess)
+	items := make([]gradItem, len(keys))
+	srcs := make([]*sources, len(keys))
+	for j, k := range keys {
+		srcs[j] = src[k]
+		n := len(srcs[j].g[0])
+		g := s.meanFree[k]
+		if len(g) == n {
+			delete(s.meanFree, k)
+		} else {
+			g = make([]float32, n)
+		}
+		p := s.layout.Params[k.p]
+		items[j] = gradItem{k: k, p: p, g: g, gmax: -1, row: p.Embedding}
+	}
+	if s.meanFree == nil {
+		s.meanFree = map[key][]float32{}
+	}
+	inv := 1 / float64(st.examples)
+	spans, chunks := chunkSpans(items, nil)
+	runChunks(len(chunks)-1, func(k int) {
+		for _, x := range spans[chunks[k]:chunks[k+1]] {
+			weightedMean(items[x.item].g[x.lo:x.hi], srcs[x.item].g, srcs[x.item].w, x.lo, inv)
+		}
+	})
+	return items
+}
+
+// weightedMean sets out[i] = float32((0 + w₀·g₀[lo+i] + w₁·g₁[lo+i] + …)·inv)
+// with the sum in float64, a block of elements at a time (the block's
+// sums stay in cache, so the pass reads each gradient and writes out once).
+func weightedMean(out []float32, g [][]float32, w []float64, lo int, inv float64) {
+	var acc [512]float64
+	for b := 0; b < len(out); b += len(acc) {
+		a := acc[:min(len(acc), len(out)-b)]
+		at := lo + b
+		for i, v := range g[0][at : at+len(a)] {
+			a[i] = 0 + w[0]*float64(v)
+		}
+		for c := 1; c < len(g); c++ {
+			wc := w[c]
+			for i, v := range g[c][at : at+len(a)] {
+				a[i] += wc * float64(v)
+			}
+		}
+		o := out[b : b+len(a)]
+		for i, v := range a {
+			o[i] = float32(v * inv)
+		}
+	}
+}
+
+// ownContribution copies the gradients trainer counted in st, if st is
+// still open, so that they outlive its push: called by a push that stops
+// waiting for its step (cancelled, fenced) before its request's buffers
+// are released.
+func (s *Slot) ownContribution(st *syncStep, trainer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-st.done:
+		return
+	default:
+	}
+	for i := range st.contribs {
+		c := &st.contribs[i]
+		if c.trainer != trainer || c.owned {
+			continue
+		}
+		items := slices.Clone(c.items)
+		for j := range items {
+			items[j].g = slices.Clone(items[j].g)
+		}
+		c.items, c.owned = items, true
+	}
 }
 
 // StepWait describes the current sync step of a slot while it waits for
