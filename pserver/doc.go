@@ -40,7 +40,8 @@
 // concatenated batch, each element summed in float64 in the order the
 // pushes were counted. Push blocks until the step completes; the step
 // reads each push's gradient from the request when it completes (a push
-// that stops waiting first copies its own).
+// that stops waiting first folds the pushes up to its own into one float64
+// sum per key).
 //
 // Retries: every Client.Push carries a push id (PushRequest.push_id, the
 // same on each retry); a slot applies a push id at most once and answers a

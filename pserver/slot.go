@@ -68,9 +68,14 @@ type syncStep struct {
 	// contribs are the step's pushes in the order they were counted; the
 	// mean is computed from them when the step completes (meanLocked). Their
 	// gradients are the requests' own buffers, which stay valid while the
-	// pushes wait for the step (waitStep); a push that stops waiting early
-	// copies its gradients first (ownContribution).
+	// pushes wait for the step (waitStep). A push that stops waiting early
+	// (cancelled, fenced) first folds every push up to its own into prefix
+	// (foldContribution): prefix is Σ nᵢgᵢ of contribs[:folded] in float64,
+	// summed as meanLocked sums, in the same order, so the step holds at
+	// most one float64 buffer per key however many pushes stop waiting.
 	contribs []contrib
+	prefix   map[key][]float64
+	folded   int
 	// solo is the items of a push that completes the step as its only
 	// contribution (set and consumed within that push's call): the
 	// weighted mean of one gradient is the gradient itself, bit for bit
@@ -85,12 +90,11 @@ type syncStep struct {
 }
 
 // contrib is one push counted in a sync step: its gradients, weighted by
-// its examples.
+// its examples (nil items once folded into syncStep.prefix).
 type contrib struct {
 	trainer string
 	w       float64
 	items   []gradItem
-	owned   bool // items' gradients are copies, not the request's buffers
 }
 
 func newSyncStep() *syncStep {
@@ -1001,15 +1005,16 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 // waitStep waits for st to complete; joined reports a trainer that joined
 // mid-step, which gets ErrStale (re-pull) once the step is over. If it
 // stops waiting first (ctx, fence), the gradients trainer counted in st
-// are copied (ownContribution): the caller then releases its request.
+// are folded into the step's sums (foldContribution): the caller then
+// releases its request.
 func (s *Slot) waitStep(ctx context.Context, st *syncStep, trainer string, joined bool) (*pb.PushResponse, error) {
 	select {
 	case <-st.done:
 	case <-ctx.Done():
-		s.ownContribution(st, trainer)
+		s.foldContribution(st, trainer)
 		return nil, ctx.Err()
 	case <-s.fenceCh:
-		s.ownContribution(st, trainer)
+		s.foldContribution(st, trainer)
 		return nil, s.checkFence()
 	}
 	if joined {
@@ -1070,18 +1075,23 @@ func (s *Slot) maybeCompleteLocked() {
 // over its pushes, one item per key in key order. Each element is summed
 // in float64 in the order the pushes were counted, starting from zero, and
 // rounded to float32 once: the mean does not depend on how the pushes were
-// cut into chunks or cores, and hardly on their order. It runs in one pass
-// over the pushes' gradients on every core (runChunks), into buffers kept
-// from an earlier step (meanFree) where there are. The weighted mean of
-// gradients bounded by MaxGradient is bounded too: it fits a float32, and
-// boundOK may use MaxGradient for it (gmax -1). Write lock held.
+// cut into chunks or cores, on which of them stopped waiting, and hardly
+// on their order. It runs in one pass over the pushes' gradients (and the
+// folded prefix) on every core (runChunks), into buffers kept from an
+// earlier step (meanFree) where there are. The weighted mean of gradients
+// bounded by MaxGradient is bounded too: it fits a float32, and boundOK
+// may use MaxGradient for it (gmax -1). Write lock held.
 func (s *Slot) meanLocked(st *syncStep) []gradItem {
 	type sources struct {
-		g [][]float32
-		w []float64
+		prefix []float64 // the folded pushes' sum, or nil
+		g      [][]float32
+		w      []float64
 	}
 	src := map[key]*sources{}
-	for _, c := range st.contribs {
+	for k, a := range st.prefix {
+		src[k] = &sources{prefix: a}
+	}
+	for _, c := range st.contribs[st.folded:] {
 		for _, it := range c.items {
 			x := src[it.k]
 			if x == nil {
@@ -1099,8 +1109,12 @@ func (s *Slot) meanLocked(st *syncStep) []gradItem {
 	items := make([]gradItem, len(keys))
 	srcs := make([]*sources, len(keys))
 	for j, k := range keys {
-		srcs[j] = src[k]
-		n := len(srcs[j].g[0])
+		x := src[k]
+		srcs[j] = x
+		n := len(x.prefix)
+		if x.prefix == nil {
+			n = len(x.g[0])
+		}
 		g := s.meanFree[k]
 		if len(g) == n {
 			delete(s.meanFree, k)
@@ -1117,24 +1131,32 @@ func (s *Slot) meanLocked(st *syncStep) []gradItem {
 	spans, chunks := chunkSpans(items, nil)
 	runChunks(len(chunks)-1, func(k int) {
 		for _, x := range spans[chunks[k]:chunks[k+1]] {
-			weightedMean(items[x.item].g[x.lo:x.hi], srcs[x.item].g, srcs[x.item].w, x.lo, inv)
+			y := srcs[x.item]
+			weightedMean(items[x.item].g[x.lo:x.hi], y.prefix, y.g, y.w, x.lo, inv)
 		}
 	})
 	return items
 }
 
-// weightedMean sets out[i] = float32((0 + w₀·g₀[lo+i] + w₁·g₁[lo+i] + …)·inv)
-// with the sum in float64, a block of elements at a time (the block's
-// sums stay in cache, so the pass reads each gradient and writes out once).
-func weightedMean(out []float32, g [][]float32, w []float64, lo int, inv float64) {
+// weightedMean sets out[i] = float32((p + w₀·g₀[lo+i] + w₁·g₁[lo+i] + …)·inv)
+// with the sum in float64 and p = prefix[lo+i], or 0 if prefix is nil, a
+// block of elements at a time (the block's sums stay in cache, so the
+// pass reads each input and writes out once).
+func weightedMean(out []float32, prefix []float64, g [][]float32, w []float64, lo int, inv float64) {
 	var acc [512]float64
 	for b := 0; b < len(out); b += len(acc) {
 		a := acc[:min(len(acc), len(out)-b)]
 		at := lo + b
-		for i, v := range g[0][at : at+len(a)] {
-			a[i] = 0 + w[0]*float64(v)
+		c0 := 0
+		if prefix != nil {
+			copy(a, prefix[at:at+len(a)])
+		} else {
+			for i, v := range g[0][at : at+len(a)] {
+				a[i] = 0 + w[0]*float64(v)
+			}
+			c0 = 1
 		}
-		for c := 1; c < len(g); c++ {
+		for c := c0; c < len(g); c++ {
 			wc := w[c]
 			for i, v := range g[c][at : at+len(a)] {
 				a[i] += wc * float64(v)
@@ -1147,11 +1169,14 @@ func weightedMean(out []float32, g [][]float32, w []float64, lo int, inv float64
 	}
 }
 
-// ownContribution copies the gradients trainer counted in st, if st is
-// still open, so that they outlive its push: called by a push that stops
+// foldContribution folds the pushes of st up to and including trainer's
+// into st.prefix, if st is still open and they are not folded yet, so
+// that trainer's gradients outlive its push: called by a push that stops
 // waiting for its step (cancelled, fenced) before its request's buffers
-// are released.
-func (s *Slot) ownContribution(st *syncStep, trainer string) {
+// are released. Folding a prefix, not the one push, keeps the order of
+// the sums; the pushes after it stay by reference (their calls still
+// wait). Write lock taken.
+func (s *Slot) foldContribution(st *syncStep, trainer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -1159,17 +1184,36 @@ func (s *Slot) ownContribution(st *syncStep, trainer string) {
 		return
 	default:
 	}
-	for i := range st.contribs {
-		c := &st.contribs[i]
-		if c.trainer != trainer || c.owned {
-			continue
-		}
-		items := slices.Clone(c.items)
-		for j := range items {
-			items[j].g = slices.Clone(items[j].g)
-		}
-		c.items, c.owned = items, true
+	i := slices.IndexFunc(st.contribs, func(c contrib) bool { return c.trainer == trainer })
+	if i < st.folded {
+		return // not counted in st, or folded already
 	}
+	if st.prefix == nil {
+		st.prefix = map[key][]float64{}
+	}
+	for j := st.folded; j <= i; j++ {
+		c := st.contribs[j]
+		sums := make([][]float64, len(c.items))
+		for n, it := range c.items {
+			a := st.prefix[it.k]
+			if a == nil {
+				a = make([]float64, len(it.g))
+				st.prefix[it.k] = a
+			}
+			sums[n] = a
+		}
+		spans, chunks := chunkSpans(c.items, nil)
+		runChunks(len(chunks)-1, func(k int) {
+			for _, x := range spans[chunks[k]:chunks[k+1]] {
+				a := sums[x.item][x.lo:x.hi]
+				for n, v := range c.items[x.item].g[x.lo:x.hi] {
+					a[n] += c.w * float64(v)
+				}
+			}
+		})
+		st.contribs[j].items = nil
+	}
+	st.folded = i + 1
 }
 
 // StepWait describes the current sync step of a slot while it waits for
