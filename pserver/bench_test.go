@@ -293,9 +293,7 @@ func BenchmarkSyncPushCores(b *testing.B) {
 	s, ts := soloSlot(b, spec)
 	ctx := context.Background()
 	id := uint64(0)
-	push := func(serial bool) time.Duration {
-		serialChunks.Store(serial)
-		defer serialChunks.Store(false)
+	push := func(bool) time.Duration {
 		id++
 		v := s.Version()
 		t0 := time.Now()
@@ -305,15 +303,29 @@ func BenchmarkSyncPushCores(b *testing.B) {
 		return time.Since(t0)
 	}
 	push(false) // first touch of the optimizer state
+	coresVsOne(b, 4096*2048, push)
+}
+
+// coresVsOne runs op on every core and on one (serialChunks) alternately,
+// b.N times each, starting with the other side each time, and reports
+// parallel-ms/op and serial-ms/op, params updated per second
+// (parallel-Mparams/s, serial-Mparams/s; params per op), and speedup, the
+// median of the per-op ratios serial/parallel (min and max beside it).
+func coresVsOne(b *testing.B, params float64, op func(serial bool) time.Duration) {
+	run := func(serial bool) time.Duration {
+		serialChunks.Store(serial)
+		defer serialChunks.Store(false)
+		return op(serial)
+	}
 	var par, ser time.Duration
 	var ratios []float64
 	b.ResetTimer()
 	for i := range b.N {
 		var p, q time.Duration
 		if i%2 == 0 {
-			p, q = push(false), push(true)
+			p, q = run(false), run(true)
 		} else {
-			q, p = push(true), push(false)
+			q, p = run(true), run(false)
 		}
 		par, ser = par+p, ser+q
 		ratios = append(ratios, q.Seconds()/p.Seconds())
@@ -321,7 +333,7 @@ func BenchmarkSyncPushCores(b *testing.B) {
 	slices.Sort(ratios)
 	b.ReportMetric(par.Seconds()*1e3/float64(b.N), "parallel-ms/op")
 	b.ReportMetric(ser.Seconds()*1e3/float64(b.N), "serial-ms/op")
-	n := float64(b.N) * 4096 * 2048 / 1e6
+	n := float64(b.N) * params / 1e6
 	b.ReportMetric(n/par.Seconds(), "parallel-Mparams/s")
 	b.ReportMetric(n/ser.Seconds(), "serial-Mparams/s")
 	b.ReportMetric(ratios[len(ratios)/2], "speedup")
@@ -374,9 +386,7 @@ func BenchmarkSyncStepTrainers(b *testing.B) {
 	ts := constGrads(s.layout)
 	ctx := context.Background()
 	id := uint64(0)
-	step := func(serial bool) time.Duration {
-		serialChunks.Store(serial)
-		defer serialChunks.Store(false)
+	step := func(bool) time.Duration {
 		id++
 		v := s.Version()
 		errs := make([]error, len(trainers))
@@ -402,26 +412,5 @@ func BenchmarkSyncStepTrainers(b *testing.B) {
 		return d
 	}
 	step(false) // first touch of the optimizer state
-	var par, ser time.Duration
-	var ratios []float64
-	b.ResetTimer()
-	for i := range b.N {
-		var p, q time.Duration
-		if i%2 == 0 {
-			p, q = step(false), step(true)
-		} else {
-			q, p = step(true), step(false)
-		}
-		par, ser = par+p, ser+q
-		ratios = append(ratios, q.Seconds()/p.Seconds())
-	}
-	slices.Sort(ratios)
-	b.ReportMetric(par.Seconds()*1e3/float64(b.N), "parallel-ms/op")
-	b.ReportMetric(ser.Seconds()*1e3/float64(b.N), "serial-ms/op")
-	n := float64(b.N) * 4096 * 2048 / 1e6
-	b.ReportMetric(n/par.Seconds(), "parallel-Mparams/s")
-	b.ReportMetric(n/ser.Seconds(), "serial-Mparams/s")
-	b.ReportMetric(ratios[len(ratios)/2], "speedup")
-	b.ReportMetric(ratios[0], "speedup-min")
-	b.ReportMetric(ratios[len(ratios)-1], "speedup-max")
+	coresVsOne(b, 4096*2048, step)
 }
