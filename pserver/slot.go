@@ -1059,6 +1059,9 @@ func (s *Slot) maybeCompleteLocked() {
 			s.stepSnapshotLocked()
 		}
 		if !solo {
+			if s.meanFree == nil {
+				s.meanFree = map[key][]float32{}
+			}
 			for _, it := range items {
 				if !it.row {
 					s.meanFree[it.k] = it.g
@@ -1123,9 +1126,6 @@ func (s *Slot) meanLocked(st *syncStep) []gradItem {
 		}
 		p := s.layout.Params[k.p]
 		items[j] = gradItem{k: k, p: p, g: g, gmax: -1, row: p.Embedding}
-	}
-	if s.meanFree == nil {
-		s.meanFree = map[key][]float32{}
 	}
 	inv := 1 / float64(st.examples)
 	spans, chunks := chunkSpans(items, nil)
