@@ -140,6 +140,28 @@ func (c *Cluster) KillAll() {
 	}
 }
 
+// Warnings returns, for every node, its last n log lines at level WARN or
+// ERROR (Raft's per-peer retry lines left out): a compact account of what
+// went wrong that a failing test prints before the long log tails.
+func (c *Cluster) Warnings(n int) string {
+	var b strings.Builder
+	for _, p := range c.Procs {
+		raw, _ := os.ReadFile(p.LogPath)
+		var lines []string
+		for _, line := range strings.Split(dropRaftRetries(string(raw)), "\n") {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				lines = append(lines, line)
+			}
+		}
+		fmt.Fprintf(&b, "-- %s (running %v): %d warnings/errors, the last %d:\n", p.ID, p.Running(), len(lines), min(n, len(lines)))
+		for _, line := range lines[max(0, len(lines)-n):] {
+			b.WriteString(firstBytes(line, 400))
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
 // dropRaftRetries drops hashicorp/raft's per-peer retry errors from a log
 // and says how many there were.
 func dropRaftRetries(log string) string {

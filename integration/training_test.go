@@ -90,13 +90,25 @@ func TestTrainingUnderFaults(t *testing.T) {
 	c.StartAll()
 	mustLeader(t, c, 20*time.Second)
 	const job = "e2e-train"
+	// On a failure, first (before the harness's long log tails) the job
+	// as the cluster sees it, the last events and every node's warnings.
+	var ev *jobEvents
+	defer func() {
+		if t.Failed() {
+			t.Logf("job at the failure: %s", jobSummary(c, job))
+			if ev != nil {
+				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 12))
+			}
+			t.Logf("warnings and errors of every node:\n%s", c.Warnings(10))
+		}
+	}()
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
 		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "300", "--passes", "3",
 		"--pservers", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "20", "--keep-max", "3")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	ev := &jobEvents{}
+	ev = &jobEvents{}
 	followDone := make(chan struct{})
 	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
 	done := func() int { return ev.count(pb.JobEvent_TASK_DONE, nil) }
@@ -271,6 +283,43 @@ func TestTrainingUnderFaults(t *testing.T) {
 	if acc < 0.75 {
 		t.Fatalf("final test accuracy %.2f%% < 75%%: the model did not survive the faults", 100*acc)
 	}
+}
+
+// jobSummary describes job as a running node's master reports it: state,
+// task counts, trainers, pserver slots and pending tasks.
+func jobSummary(c *Cluster, job string) string {
+	for _, p := range c.Procs {
+		if !p.Running() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		resp, err := c.Client(p).Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
+		cancel()
+		if err != nil {
+			continue
+		}
+		st := resp.Status
+		var b strings.Builder
+		fmt.Fprintf(&b, "%v pass %d: todo %d pending %d done %d failed %d requeued %d timeouts %d; trainers %v",
+			st.State, st.Pass, st.Todo, st.Pending, st.Done, st.Failed, st.Requeued, st.Timeouts, st.Trainers)
+		for _, ps := range st.Pservers {
+			fmt.Fprintf(&b, "; slot %d on %s", ps.Index, ps.Node)
+		}
+		for _, pt := range st.PendingTasks {
+			fmt.Fprintf(&b, "; task %d held by %s", pt.Id, pt.Trainer)
+		}
+		return b.String()
+	}
+	return "(no running node answered)"
+}
+
+// lastEvents formats the last n events, one per line.
+func lastEvents(evs []*pb.JobEvent, n int) string {
+	var b strings.Builder
+	for _, e := range evs[max(0, len(evs)-n):] {
+		fmt.Fprintf(&b, "%d %v pass %d task %d trainer %s %s\n", e.Seq, e.Type, e.Pass, e.TaskId, e.Trainer, e.Message)
+	}
+	return b.String()
 }
 
 // trainerOf reports whether trainer id belongs to node p (ids are
