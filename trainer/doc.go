@@ -48,9 +48,16 @@
 //
 // Sync-mode pservers wait for every trainer of the step, and a registered
 // trainer counts from the start, pushed or not. The trainer calls
-// LeaveStep whenever it stops pushing: before sleeping on WAIT (also when
-// WAIT is the first answer it gets), before an eval task, at PASS_OVER and
-// JOB_OVER, and when Run returns.
+// LeaveStep whenever it stops pushing: before every sleep on WAIT (also when
+// WAIT is the first answer it gets, and again at each later one: a slot
+// restored on another node or rolled back is a new Slot that expects every
+// registered trainer), before an eval task, at PASS_OVER and JOB_OVER, and
+// when Run returns.
+//
+// A call that keeps failing, or one call that has not returned (a sync push
+// whose step waits for another trainer), is logged at warn level every
+// Config.WarnEvery (5 s), so a trainer that makes no progress says where
+// it waits.
 //
 // # Baseline
 //

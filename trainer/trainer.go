@@ -110,6 +110,10 @@ type Config struct {
 	TaskRetryBudget time.Duration
 	// Retryable classifies errors as transient; default IsRetryable.
 	Retryable func(error) bool
+	// WarnEvery is how often a call that keeps failing, or one call that
+	// has not returned (a sync push whose step waits for another trainer),
+	// is logged at warn level. Default 5s.
+	WarnEvery time.Duration
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -117,7 +121,7 @@ func DefaultConfig() Config {
 	return Config{
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		MaxWait: 5 * time.Second, DefaultWait: 200 * time.Millisecond,
-		TaskRetryBudget: time.Minute, Retryable: IsRetryable,
+		TaskRetryBudget: time.Minute, Retryable: IsRetryable, WarnEvery: 5 * time.Second,
 	}
 }
 
@@ -136,6 +140,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = d.MaxBackoff
+	}
+	if c.WarnEvery <= 0 {
+		c.WarnEvery = d.WarnEvery
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = d.MaxWait
@@ -256,8 +263,9 @@ func (t *Trainer) count(f func(*Stats)) {
 //     TaskFailed.
 //   - TASK (eval): pull parameters, evaluate on the test split, TaskFinished
 //     with accuracy and loss.
-//   - WAIT: leave the sync step (also before the first push: a registered
-//     trainer is expected in sync steps), sleep retry_after_ms (at most
+//   - WAIT: leave the sync step, at every WAIT (also before the first push:
+//     a registered trainer is expected in sync steps, and a slot restored
+//     or rolled back expects it again), sleep retry_after_ms (at most
 //     MaxWait).
 //   - PASS_OVER: leave the sync step, sleep retry_after_ms, ask again.
 //   - JOB_OVER: leave the sync step and return nil.
@@ -324,6 +332,12 @@ func (t *Trainer) Run(ctx context.Context) error {
 				return err
 			}
 		case pb.GetTaskResponse_WAIT:
+			// Every WAIT tells the pservers again, as PASS_OVER does: a
+			// slot restored on another node or rolled back is a new Slot
+			// that expects every registered trainer until it pushes or
+			// leaves, and its step would otherwise wait for this one
+			// until a pending task timed out.
+			t.joined = true
 			t.leaveStep(ctx)
 			if err := t.sleep(ctx, resp.GetRetryAfterMs()); err != nil {
 				return err
@@ -632,19 +646,19 @@ func (t *Trainer) taskDeadline(task *pb.Task, start time.Time) time.Time {
 // wrapping errDropped and the last error. Backoff doubles from MinBackoff to
 // MaxBackoff with ±50% jitter.
 //
-// A call that keeps failing is logged at warn level every retryWarnEvery
-// (the single retries are debug), so a trainer that cannot make progress
-// says why.
+// A call that keeps failing is logged at warn level every Config.WarnEvery
+// (the single retries are debug), and so is one call that has not returned
+// (watched), so a trainer that cannot make progress says why.
 func (t *Trainer) retry(ctx context.Context, deadline time.Time, what string, fn func(context.Context) error) error {
 	backoff := t.cfg.MinBackoff
 	start := time.Now()
 	warned := start
 	for attempt := 1; ; attempt++ {
-		err := fn(ctx)
+		err := t.watched(what, func() error { return fn(ctx) })
 		if err == nil || ctx.Err() != nil || !t.cfg.Retryable(err) {
 			return err
 		}
-		if time.Since(warned) >= retryWarnEvery {
+		if time.Since(warned) >= t.cfg.WarnEvery {
 			warned = time.Now()
 			t.log.Warn("still retrying", "op", what, "attempts", attempt, "for", time.Since(start).Round(time.Millisecond), "err", err)
 		}
@@ -669,8 +683,33 @@ func (t *Trainer) retry(ctx context.Context, deadline time.Time, what string, fn
 	}
 }
 
-// retryWarnEvery is how often retry logs a call that keeps failing.
-const retryWarnEvery = 5 * time.Second
+// watched runs call and, for as long as it has not returned, logs a
+// warning every Config.WarnEvery: one call that neither returns nor fails (a
+// sync push whose step waits for another trainer, a call the cluster does
+// not answer) would otherwise leave no trace in the trainer's log.
+func (t *Trainer) watched(what string, call func() error) error {
+	start := time.Now()
+	var mu sync.Mutex
+	done := false
+	var timer *time.Timer
+	mu.Lock()
+	timer = time.AfterFunc(t.cfg.WarnEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		t.log.Warn("call in progress", "op", what, "for", time.Since(start).Round(time.Millisecond))
+		timer.Reset(t.cfg.WarnEvery)
+	})
+	mu.Unlock()
+	err := call()
+	mu.Lock()
+	done = true
+	timer.Stop()
+	mu.Unlock()
+	return err
+}
 
 // sleep waits ms milliseconds (DefaultWait if 0, at most MaxWait) or until
 // ctx ends.

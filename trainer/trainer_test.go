@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -429,21 +430,22 @@ func TestIsRetryable(t *testing.T) {
 	}
 }
 
-// waitFirstMaster answers the first GetTask with WAIT and records what the
-// PS had seen when the trainer asked again.
+// waitFirstMaster answers the first `waits` GetTasks (default 1) with WAIT
+// and records what the PS had seen when the trainer asked again.
 type waitFirstMaster struct {
 	*trainertest.Master
 	ps                        *trainertest.PS
+	waits                     int
 	calls                     int
 	leavesAfter, examplesThen int64
 }
 
 func (m *waitFirstMaster) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	m.calls++
-	switch m.calls {
-	case 1:
+	switch waits := max(1, m.waits); {
+	case m.calls <= waits:
 		return &pb.GetTaskResponse{Result: pb.GetTaskResponse_WAIT, RetryAfterMs: 1}, nil
-	case 2:
+	case m.calls == waits+1:
 		m.leavesAfter, m.examplesThen = int64(m.ps.Leaves), m.ps.Examples
 	}
 	return m.Master.GetTask(ctx, req)
@@ -470,4 +472,100 @@ func TestWaitBeforeFirstPushLeavesStep(t *testing.T) {
 	if m.examplesThen != 0 || m.leavesAfter != 1 {
 		t.Fatalf("after the first WAIT: %d LeaveStep calls (want 1) with %d examples pushed (want 0)", m.leavesAfter, m.examplesThen)
 	}
+}
+
+// TestEveryWaitLeavesStep: a trainer that keeps getting WAIT tells the
+// pservers at every one, not only the first. A slot restored on another
+// node or rolled back is a new Slot that expects every registered trainer;
+// if a waiting trainer stayed silent, that slot's step would wait for it
+// until a pending task timed out (the trainers holding the tasks wait in
+// the step, the waiting trainer for their tasks).
+func TestEveryWaitLeavesStep(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	m := &waitFirstMaster{Master: f.master, ps: f.ps, waits: 3}
+	tr, err := trainer.New(trainer.Config{ID: "waiting", Job: "job", Logger: testLogger(t), MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, m, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tr.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.examplesThen != 0 || m.leavesAfter != 3 {
+		t.Fatalf("after 3 WAITs: %d LeaveStep calls (want 3) with %d examples pushed (want 0)", m.leavesAfter, m.examplesThen)
+	}
+}
+
+// slowPushPS is a PS whose first push blocks for `block`.
+type slowPushPS struct {
+	*trainertest.PS
+	block time.Duration
+	once  sync.Once
+}
+
+func (p *slowPushPS) Push(ctx context.Context, grads map[string][]float32, rowGrads map[string]trainer.RowGrad, version, step, examples int64) (int64, error) {
+	p.once.Do(func() { time.Sleep(p.block) })
+	return p.PS.Push(ctx, grads, rowGrads, version, step, examples)
+}
+
+// TestCallInProgressIsLogged: one call that has not returned (a sync push
+// whose step waits for another trainer) is logged at warn level every
+// WarnEvery while it lasts, naming the operation, and no more once it
+// returns.
+func TestCallInProgressIsLogged(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ps := &slowPushPS{PS: f.ps, block: 250 * time.Millisecond}
+	tr, err := trainer.New(trainer.Config{ID: "slow", Job: "job", Logger: log, WarnEvery: 40 * time.Millisecond}, f.master, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tr.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int) {
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(line, `msg="call in progress"`) && strings.Contains(line, `op="train step"`) {
+				n++
+			}
+		}
+		return n
+	}
+	n := count()
+	// 250 ms / 40 ms: 6 warnings on an idle machine, fewer when timers
+	// fire late on a loaded one.
+	if n < 2 {
+		t.Fatalf("%d \"call in progress\" warnings for one push blocked 250ms with WarnEvery 40ms, want at least 2; log:\n%s", n, buf.String())
+	}
+	// Every call's timer stopped with its call: nothing more is logged.
+	time.Sleep(200 * time.Millisecond)
+	if m := count(); m != n {
+		t.Fatalf("%d \"call in progress\" warnings after Run returned, %d when it did", m, n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
