@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,22 +141,37 @@ func (c *Cluster) KillAll() {
 	}
 }
 
+// routineWarnings are warnings a healthy cluster under faults logs often
+// (a follower catching up, a checkpoint writer skipping a version, gossip
+// refuting a suspicion): Warnings leaves them out.
+var routineWarnings = []string{
+	`msg="failed to get previous log"`,
+	`msg="appendEntries rejected, sending older logs"`,
+	`msg="checkpoint writer lags: skipping a version"`,
+	`msg="Refuting a suspect message`,
+}
+
 // Warnings returns, for every node, its last n log lines at level WARN or
-// ERROR (Raft's per-peer retry lines left out): a compact account of what
-// went wrong that a failing test prints before the long log tails.
+// ERROR, cut to 300 bytes (Raft's per-peer retry lines and routineWarnings
+// left out): a compact account of what went wrong, which a failing test
+// prints before the long log tails (CI shows the head and the tail of a
+// long output).
 func (c *Cluster) Warnings(n int) string {
 	var b strings.Builder
 	for _, p := range c.Procs {
 		raw, _ := os.ReadFile(p.LogPath)
 		var lines []string
 		for _, line := range strings.Split(dropRaftRetries(string(raw)), "\n") {
-			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
+				continue
+			}
+			if !slices.ContainsFunc(routineWarnings, func(r string) bool { return strings.Contains(line, r) }) {
 				lines = append(lines, line)
 			}
 		}
 		fmt.Fprintf(&b, "-- %s (running %v): %d warnings/errors, the last %d:\n", p.ID, p.Running(), len(lines), min(n, len(lines)))
 		for _, line := range lines[max(0, len(lines)-n):] {
-			b.WriteString(firstBytes(line, 400))
+			b.WriteString(firstBytes(line, 300))
 			b.WriteString("\n")
 		}
 	}

@@ -97,9 +97,9 @@ func TestTrainingUnderFaults(t *testing.T) {
 		if t.Failed() {
 			t.Logf("job at the failure: %s", jobSummary(c, job))
 			if ev != nil {
-				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 12))
+				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 8))
 			}
-			t.Logf("warnings and errors of every node:\n%s", c.Warnings(10))
+			t.Logf("warnings and errors of every node:\n%s", c.Warnings(5))
 		}
 	}()
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
