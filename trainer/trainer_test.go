@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -95,6 +96,21 @@ func mustRun(tb testing.TB, f fixture) {
 	}
 	if !f.master.Over() {
 		tb.Fatal("Run returned before JOB_OVER")
+	}
+}
+
+// runTrainer runs a trainer of cfg on m and ps until it returns (a minute
+// at most) and fails tb on an error.
+func runTrainer(tb testing.TB, cfg trainer.Config, m trainer.Master, ps trainer.PS) {
+	tb.Helper()
+	tr, err := trainer.New(cfg, m, ps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tr.Run(ctx); err != nil {
+		tb.Fatalf("Run: %v", err)
 	}
 }
 
@@ -451,51 +467,27 @@ func (m *waitFirstMaster) GetTask(ctx context.Context, req *pb.GetTaskRequest) (
 	return m.Master.GetTask(ctx, req)
 }
 
-// TestWaitBeforeFirstPushLeavesStep: a trainer that registered near the end
-// of a pass and got WAIT is in the pservers' expected set for the sync step
-// though it never pushed; it must leave the step at that WAIT (before, its
-// leaveStep was a no-op until it had pushed, and the step stalled).
-func TestWaitBeforeFirstPushLeavesStep(t *testing.T) {
-	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
-	spec.Passes = 1
-	f := mustFixture(t, spec, trainer.Config{})
-	m := &waitFirstMaster{Master: f.master, ps: f.ps}
-	tr, err := trainer.New(trainer.Config{ID: "late", Job: "job", Logger: testLogger(t), MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, m, f.ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := tr.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if m.examplesThen != 0 || m.leavesAfter != 1 {
-		t.Fatalf("after the first WAIT: %d LeaveStep calls (want 1) with %d examples pushed (want 0)", m.leavesAfter, m.examplesThen)
-	}
-}
-
-// TestEveryWaitLeavesStep: a trainer that keeps getting WAIT tells the
-// pservers at every one, not only the first. A slot restored on another
-// node or rolled back is a new Slot that expects every registered trainer;
-// if a waiting trainer stayed silent, that slot's step would wait for it
-// until a pending task timed out (the trainers holding the tasks wait in
-// the step, the waiting trainer for their tasks).
-func TestEveryWaitLeavesStep(t *testing.T) {
-	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
-	spec.Passes = 1
-	f := mustFixture(t, spec, trainer.Config{})
-	m := &waitFirstMaster{Master: f.master, ps: f.ps, waits: 3}
-	tr, err := trainer.New(trainer.Config{ID: "waiting", Job: "job", Logger: testLogger(t), MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, m, f.ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := tr.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if m.examplesThen != 0 || m.leavesAfter != 3 {
-		t.Fatalf("after 3 WAITs: %d LeaveStep calls (want 3) with %d examples pushed (want 0)", m.leavesAfter, m.examplesThen)
+// TestWaitLeavesStep: a trainer that registered near the end of a pass
+// and got WAIT is in the pservers' expected set for the sync step though it
+// never pushed; it must leave the step at that WAIT (before, its leaveStep
+// was a no-op until it had pushed, and the step stalled). One that keeps
+// getting WAIT tells the pservers at every one, not only the first: a slot
+// restored on another node or rolled back is a new Slot that expects every
+// registered trainer; if a waiting trainer stayed silent, that slot's step
+// would wait for it until a pending task timed out (the trainers holding
+// the tasks wait in the step, the waiting trainer for their tasks).
+func TestWaitLeavesStep(t *testing.T) {
+	for _, waits := range []int{1, 3} {
+		t.Run(fmt.Sprintf("waits=%d", waits), func(t *testing.T) {
+			spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+			spec.Passes = 1
+			f := mustFixture(t, spec, trainer.Config{})
+			m := &waitFirstMaster{Master: f.master, ps: f.ps, waits: waits}
+			runTrainer(t, trainer.Config{ID: "late", Job: "job", Logger: testLogger(t), MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, m, f.ps)
+			if m.examplesThen != 0 || m.leavesAfter != int64(waits) {
+				t.Fatalf("after %d WAITs: %d LeaveStep calls (want %d) with %d examples pushed (want 0)", waits, m.leavesAfter, waits, m.examplesThen)
+			}
+		})
 	}
 }
 
@@ -519,18 +511,10 @@ func TestCallInProgressIsLogged(t *testing.T) {
 	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
 	spec.Passes = 1
 	f := mustFixture(t, spec, trainer.Config{})
-	var buf syncBuffer
+	var buf testutil.LockedBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ps := &slowPushPS{PS: f.ps, block: 250 * time.Millisecond}
-	tr, err := trainer.New(trainer.Config{ID: "slow", Job: "job", Logger: log, WarnEvery: 40 * time.Millisecond}, f.master, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := tr.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runTrainer(t, trainer.Config{ID: "slow", Job: "job", Logger: log, WarnEvery: 40 * time.Millisecond}, f.master, ps)
 	count := func() (n int) {
 		for _, line := range strings.Split(buf.String(), "\n") {
 			if strings.Contains(line, `msg="call in progress"`) && strings.Contains(line, `op="train step"`) {
@@ -550,22 +534,4 @@ func TestCallInProgressIsLogged(t *testing.T) {
 	if m := count(); m != n {
 		t.Fatalf("%d \"call in progress\" warnings after Run returned, %d when it did", m, n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"os"
@@ -76,4 +77,25 @@ func ModuleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// LockedBuffer is a bytes.Buffer safe for a logger writing and a test
+// reading at once (a test that checks what a component logged).
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -604,31 +602,13 @@ func TestFencedUnderLiveLeaseRetakes(t *testing.T) {
 	})
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestStepWaitReported: a sync step that waits longer than StepWaitWarn
 // is logged with the trainers it waits for and those that pushed; a step
 // that completes in time is not.
 func TestStepWaitReported(t *testing.T) {
 	meta := newFakeMeta()
 	meta.setJobs(running(syncSpec("j", 1, 0)))
-	var logs lockedBuffer
+	var logs testutil.LockedBuffer
 	ta := startAgentWith(t, meta, 1, 5, slog.New(slog.NewTextHandler(&logs, nil)), func(c *Config) { c.StepWaitWarn = 200 * time.Millisecond })
 	var s *pserver.Slot
 	waitFor(t, "slot served", func() bool { var ok bool; s, ok = ta.served("j", 0); return ok })
