@@ -19,6 +19,10 @@
 // the clear. Test clients take their credentials from DialOptions,
 // ClientTLS (etcd's client) or CLIFlags (the raftps CLI).
 //
+// Ports (FreePorts) are chosen at random below the kernel's ephemeral
+// range, each bound once to check it is free: a released ephemeral port can
+// become another process's outgoing source port before the node binds it.
+//
 // Each node logs to <dir>/<id>.log (appended across restarts). Children
 // are in their own process group and die with the parent (Pdeathsig).
 // A Node's methods are safe for concurrent use.

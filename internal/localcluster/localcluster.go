@@ -2,11 +2,13 @@ package localcluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,7 +18,13 @@ import (
 )
 
 // FreePorts returns n distinct ports on 127.0.0.1 that are free for TCP
-// and UDP (gossip uses both).
+// and UDP (gossip uses both). It takes them below the kernel's ephemeral
+// range (ip_local_port_range) where it can, at random: a port of that
+// range, once released here, can be handed to any process's outgoing
+// connection as its source port before the node binds it (the node then
+// fails: address already in use), which under a loaded test run (many
+// connections opened per second) happened often enough to fail a test.
+// A port is returned only if a listener could be bound to it here.
 func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var held []net.Listener
@@ -25,10 +33,17 @@ func FreePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	lo, hi := belowEphemeral()
 	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+		var l net.Listener
+		for try := 0; l == nil && hi > lo && try < 64; try++ {
+			l, _ = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo)))
+		}
+		if l == nil { // no such range here, or all tries taken: the kernel's choice
+			var err error
+			if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return nil, err
+			}
 		}
 		held = append(held, l)
 		p := l.Addr().(*net.TCPAddr).Port
@@ -38,6 +53,29 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}
 	return ports, nil
+}
+
+// minPort is the lowest port FreePorts takes (below it are the ports
+// services commonly listen on).
+const minPort = 10000
+
+// belowEphemeral returns [minPort, the first port of the kernel's
+// ephemeral range), or an empty range if that cannot be read or leaves
+// fewer than 1000 ports.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-minPort < 1000 {
+		return 0, 0
+	}
+	return minPort, first
 }
 
 // Node is one `raftps node` child process.
