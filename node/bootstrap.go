@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -18,10 +19,15 @@ import (
 // nodes, checks that none of them is already part of a cluster, and then
 // bootstraps all of them with the same configuration (Consul's
 // bootstrap_expect; identical configurations on every node are safe: they
-// make the same log entry 1).
+// make the same log entry 1). It does not bootstrap while a peer's state
+// cannot be confirmed (peersInCluster's error): a peer that does not answer
+// may be in a cluster, and a node that bootstraps beside a cluster makes an
+// entry 1 of its own with the same index and term as the cluster's. It
+// asks again on the next round and says why it waits.
 func (n *Node) bootstrapExpect(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	var warned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -38,11 +44,19 @@ func (n *Node) bootstrapExpect(ctx context.Context) {
 		if len(servers) < n.cfg.BootstrapExpect {
 			continue
 		}
-		if n.peersInCluster(ctx, servers) {
+		in, err := peersInCluster(ctx, n.cfg.ID, servers, n.peerStatus)
+		if err != nil {
+			if time.Since(warned) >= 5*time.Second {
+				warned = time.Now()
+				n.log.Warn("bootstrap-expect: not bootstrapping while a peer's cluster state is unknown; asking again", "err", err)
+			}
+			continue
+		}
+		if in {
 			n.log.Info("bootstrap-expect: a cluster exists; waiting to be added by its leader")
 			return
 		}
-		err := n.store.Bootstrap(servers)
+		err = n.store.Bootstrap(servers)
 		if errors.Is(err, raftstore.ErrHasState) {
 			return
 		}
@@ -76,27 +90,45 @@ func (n *Node) hasClusterState() (bool, error) {
 	return len(servers) > 0, nil
 }
 
-// peersInCluster asks each peer whether it already has a Raft configuration.
-func (n *Node) peersInCluster(ctx context.Context, servers []raft.Server) bool {
+// peerStatus asks node id (found in gossip) for its cluster status, within
+// a second.
+func (n *Node) peerStatus(ctx context.Context, id string) (*pb.StatusResponse, error) {
+	m, ok := n.gossip.Member(id)
+	if !ok {
+		return nil, fmt.Errorf("%s is no longer in gossip", id)
+	}
+	c, err := client.New([]string{m.Meta.GRPCAddr}, n.dial...)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return c.Cluster.Status(cctx, &pb.StatusRequest{})
+}
+
+// peersInCluster asks every server but self whether it already has a Raft
+// configuration (status). It returns true as soon as one has (voters or a
+// leader known), false if every one answered that it has none, and an
+// error naming a server that could not be asked (its state is unknown).
+func peersInCluster(ctx context.Context, self string, servers []raft.Server,
+	status func(ctx context.Context, id string) (*pb.StatusResponse, error)) (bool, error) {
+	var unknown error
 	for _, s := range servers {
-		if string(s.ID) == n.cfg.ID {
+		id := string(s.ID)
+		if id == self {
 			continue
 		}
-		m, ok := n.gossip.Member(string(s.ID))
-		if !ok {
-			continue
-		}
-		c, err := client.New([]string{m.Meta.GRPCAddr}, n.dial...)
+		st, err := status(ctx, id)
 		if err != nil {
+			if unknown == nil {
+				unknown = fmt.Errorf("cluster status of %s: %w", id, err)
+			}
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.Cluster.Status(cctx, &pb.StatusRequest{})
-		cancel()
-		c.Close()
-		if err == nil && (len(st.Voters) > 0 || st.Leader != "") {
-			return true
+		if len(st.Voters) > 0 || st.Leader != "" {
+			return true, nil
 		}
 	}
-	return false
+	return false, unknown
 }

@@ -123,8 +123,11 @@
 // With no Join and BootstrapExpect <= 1, a server node bootstraps a
 // single-node cluster. With BootstrapExpect = k > 1 it waits until gossip
 // shows k alive server nodes, asks them whether any is already in a
-// cluster (then the leader adds it), and otherwise bootstraps all k with
-// the same configuration (Store.Bootstrap; Consul's bootstrap_expect). A
+// cluster (then the leader adds it), and only if every one answered that
+// none is, bootstraps all k with the same configuration (Store.Bootstrap;
+// Consul's bootstrap_expect); while one cannot be asked it waits, warns
+// and asks again, since a node that bootstraps beside a cluster makes an
+// entry 1 of its own with the cluster's index and term. A
 // restarted node has Raft state and never bootstraps, so the same flags
 // serve every start. Nodes without RoleServer join as Raft non-voters. A
 // node added first with `raftps member add NAME --learner` (and then
