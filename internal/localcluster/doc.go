@@ -20,8 +20,10 @@
 // ClientTLS (etcd's client) or CLIFlags (the raftps CLI).
 //
 // Ports (FreePorts) are chosen at random below the kernel's ephemeral
-// range, each bound once to check it is free: a released ephemeral port can
-// become another process's outgoing source port before the node binds it.
+// range, each bound once to check it is free and reserved for ten minutes
+// across the processes of the machine ($TMPDIR/raftps-ports): between
+// that check and the node's bind no other process's outgoing connection
+// and no other test's cluster takes it.
 //
 // Each node logs to <dir>/<id>.log (appended across restarts). Children
 // are in their own process group and die with the parent (Pdeathsig).

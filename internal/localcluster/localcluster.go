@@ -1,7 +1,9 @@
 package localcluster
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,13 +20,19 @@ import (
 )
 
 // FreePorts returns n distinct ports on 127.0.0.1 that are free for TCP
-// and UDP (gossip uses both). It takes them below the kernel's ephemeral
-// range (ip_local_port_range) where it can, at random: a port of that
-// range, once released here, can be handed to any process's outgoing
-// connection as its source port before the node binds it (the node then
-// fails: address already in use), which under a loaded test run (many
-// connections opened per second) happened often enough to fail a test.
-// A port is returned only if a listener could be bound to it here.
+// and UDP (gossip uses both), for nodes to bind a moment later. Between
+// this check and the node's bind another process can take a port, and
+// the node then fails (address already in use). Two measures keep that
+// from happening:
+//   - the ports are taken at random below the kernel's ephemeral range
+//     (ip_local_port_range) where there is one: the kernel never hands
+//     those out as the source port of an outgoing connection;
+//   - each port is reserved (reserve) across the processes on this
+//     machine that call FreePorts, so two test processes starting
+//     clusters at once (go test runs packages in parallel) never hand
+//     out the same port, each having found it free in turn. With four
+//     processes starting clusters at once that happened once in 40 runs
+//     of TestTrainingUnderFaults before the reservation.
 func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var held []net.Listener
@@ -45,14 +53,46 @@ func FreePorts(n int) ([]int, error) {
 				return nil, err
 			}
 		}
-		held = append(held, l)
+		held = append(held, l) // held until the end: not tried twice
 		p := l.Addr().(*net.TCPAddr).Port
+		if !reserve(p) {
+			continue
+		}
 		if u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
 			u.Close()
 			ports = append(ports, p)
 		}
 	}
 	return ports, nil
+}
+
+// portDir holds FreePorts' reservations, an empty file per port.
+var portDir = filepath.Join(os.TempDir(), "raftps-ports")
+
+// portHold is how long a reservation keeps other processes off a port:
+// far longer than a node takes to bind its ports after FreePorts.
+const portHold = 10 * time.Minute
+
+// reserve claims port p for this process: false if another process (or
+// this one) reserved it less than portHold ago. A reservation older than
+// that is stale and taken over. If reservations cannot be made at all
+// (portDir not writable), every port counts as reserved.
+func reserve(p int) bool {
+	if err := os.MkdirAll(portDir, 0o777); err != nil {
+		return true
+	}
+	f := filepath.Join(portDir, strconv.Itoa(p))
+	if st, err := os.Lstat(f); err == nil && time.Since(st.ModTime()) > portHold {
+		_ = os.Remove(f)
+	}
+	fd, err := os.OpenFile(f, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	if errors.Is(err, fs.ErrExist) {
+		return false
+	}
+	if err == nil {
+		fd.Close()
+	}
+	return true
 }
 
 // minPort is the lowest port FreePorts takes (below it are the ports

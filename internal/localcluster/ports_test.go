@@ -3,7 +3,12 @@ package localcluster
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // TestFreePortsBelowEphemeral: FreePorts returns distinct ports that a
@@ -38,5 +43,39 @@ func TestFreePortsBelowEphemeral(t *testing.T) {
 		}
 		u.Close()
 		l.Close()
+	}
+}
+
+// TestFreePortsReserved: a port FreePorts handed out is not handed out
+// again (by any process on the machine) while its reservation holds, so
+// two test processes starting clusters at once never give two nodes one
+// port; a reservation older than portHold is taken over.
+func TestFreePortsReserved(t *testing.T) {
+	old := portDir
+	portDir = t.TempDir()
+	t.Cleanup(func() { portDir = old })
+
+	a, err := FreePorts(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FreePorts(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range b {
+		if slices.Contains(a, p) {
+			t.Fatalf("port %d handed out twice: %v then %v", p, a, b)
+		}
+	}
+	if reserve(a[0]) {
+		t.Fatalf("port %d reserved again while its reservation holds", a[0])
+	}
+	stale := time.Now().Add(-portHold - time.Minute)
+	if err := os.Chtimes(filepath.Join(portDir, strconv.Itoa(a[0])), stale, stale); err != nil {
+		t.Fatal(err)
+	}
+	if !reserve(a[0]) {
+		t.Fatalf("a reservation of port %d older than %v was not taken over", a[0], portHold)
 	}
 }
