@@ -119,7 +119,8 @@ func (srv *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespo
 	}
 	resp, buf, err := s.pushReply(ctx, req)
 	// The slot keeps no reference to the gradient bytes after Push returns
-	// (async applies them, sync accumulates a copy).
+	// (async applies them; a sync push waits until its step has used them,
+	// or folds them into the step's sums before it stops waiting).
 	releaseTensors(req.Grads)
 	if err == nil {
 		lendReply(ctx, resp, buf)
