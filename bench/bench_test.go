@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -208,5 +209,23 @@ func TestParsePprofTop(t *testing.T) {
 	cats := Categorize(ls)
 	if cats[0][0] != "syscalls (fsync, socket read/write)" || cats[0][1] != "26.7%" {
 		t.Errorf("categories %v", cats)
+	}
+}
+
+// TestLogStoreMeasured: the profile's text states the raft-wal rows of the
+// run and scales the 1-client put row by them; without the rows it says
+// nothing.
+func TestLogStoreMeasured(t *testing.T) {
+	r := &runner{rep: &Report{}}
+	if got := r.logStoreMeasured(); got != "" {
+		t.Fatalf("no rows: %q, want nothing", got)
+	}
+	r.add(pairRow(Row{Metric: fmt.Sprintf(LogStoreRowFormat, 1), Unit: "ops/s"}, []float64{2000, 2200, 1900}, []float64{1000, 1000, 1000}))
+	r.add(pairRow(Row{Metric: PutWorkload(1).Name + " throughput", Unit: "ops/s"}, []float64{700, 700, 700}, []float64{1000, 1000, 1000}))
+	got := r.logStoreMeasured()
+	for _, want := range []string{"reach 2.00x (1.90x to 2.20x)", "row is 0.70x of etcd", "about 1.40x"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"math"
 )
 
+// LogStoreRowFormat names the rows of puts with hashicorp/raft-wal in
+// place of raft-boltdb (%d: clients).
+const LogStoreRowFormat = "put 256B, %d clients: raft-wal log store vs raft-boltdb"
+
 // goBenchSection runs the Go benchmarks other engineers wrote and turns
 // their figures into ratios; a benchmark that does not exist gives n/a.
 // Each package's benchmarks run Pairs times, one `go test` after the other
@@ -76,6 +80,16 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	ck := run("./pserver/checkpoint", "^BenchmarkCheckpointVsFile$", "3x")
 	r.add(pairRow(Row{Section: "checkpoint (go bench)", Metric: "checkpoint write vs plain write+fsync", Unit: "MB/s", BaseName: "plain file"},
 		col(ck, "CheckpointVsFile", "ckpt_MB/s"), col(ck, "CheckpointVsFile", "file_MB/s")))
+
+	// raftstore: puts with hashicorp/raft-wal in place of raft-boltdb, the
+	// measured "why" of the 1-client put row (see fsyncAnalysis). Each run
+	// is two pairs, one in each order.
+	ls := run("./raftstore", "^BenchmarkPutLogStore$", "2x")
+	for _, c := range []int{1, 16} {
+		r.add(pairRow(Row{Section: "raft log store (go bench)", Metric: fmt.Sprintf(LogStoreRowFormat, c), Unit: "ops/s", BaseName: "raft-boltdb",
+			Note: "3 nodes in one process; raftps uses raft-boltdb, which the design names"},
+			col(ls, "PutLogStore", fmt.Sprintf("c%d-wal-ops/s", c)), col(ls, "PutLogStore", fmt.Sprintf("c%d-boltdb-ops/s", c))))
+	}
 
 	// trainer: examples/s of the task loop and over RPC vs in-process training.
 	tr := run("./trainer", "^Benchmark(TrainLocal|TrainerLoop)$", "1x")

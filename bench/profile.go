@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -216,7 +217,34 @@ pwrites on both the leader's and the follower's step; persisting the leader's
 entry in parallel with replication takes one store off the serial path but
 needs a change to hashicorp/raft's dispatchLogs (etcd's raft does this).
 `)
+	b.WriteString(r.logStoreMeasured())
 	return b.String()
+}
+
+// logStoreMeasured states what the raft-wal rows of this run measured,
+// and what the 1-client put row would be with that log store.
+func (r *runner) logStoreMeasured() string {
+	row, ok := r.row(fmt.Sprintf(LogStoreRowFormat, 1))
+	if !ok || math.IsNaN(row.Ratio()) {
+		return ""
+	}
+	lo, hi := row.Spread()
+	s := fmt.Sprintf("\nMeasured in this run (raftstore BenchmarkPutLogStore, 3 nodes in one process): 1-client puts with raft-wal in place of raft-boltdb reach %s (%s to %s) of raft-boltdb's ops/s.",
+		FormatRatio(row.Ratio()), FormatRatio(lo), FormatRatio(hi))
+	if put, ok := r.row(PutWorkload(1).Name + " throughput"); ok && !math.IsNaN(put.Ratio()) {
+		s += fmt.Sprintf(" The 1-client put row is %s of etcd; scaled by that factor it would be about %s.", FormatRatio(put.Ratio()), FormatRatio(put.Ratio()*row.Ratio()))
+	}
+	return s + "\n"
+}
+
+// row returns the row named metric.
+func (r *runner) row(metric string) (Row, bool) {
+	for _, row := range r.rep.Rows {
+		if row.Metric == metric {
+			return row, true
+		}
+	}
+	return Row{}, false
 }
 
 // cumOf returns the cumulative percent of the first function whose name

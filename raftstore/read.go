@@ -139,7 +139,7 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
 func (s *Store) lastCommandAtOrBelow(index, floor uint64) uint64 {
 	var l raft.Log
 	for i := index; i > floor; i-- {
-		if err := s.bolt.GetLog(i, &l); err != nil {
+		if err := s.logs.GetLog(i, &l); err != nil {
 			return floor
 		}
 		if l.Type == raft.LogCommand {

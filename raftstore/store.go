@@ -31,6 +31,28 @@ var boltOptions = func() *bbolt.Options {
 	return &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
 }
 
+// logStore is the raft log and stable store of a server (raft-boltdb's
+// BoltStore).
+type logStore interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
+// openLogStore opens the log and stable store in dir (<DataDir>/raft):
+// raft-boltdb with boltOptions, in raft.db. A variable so that
+// BenchmarkPutLogStore can measure another log store (hashicorp/raft-wal)
+// in its place in one run: the evidence for why puts at one client trail
+// etcd with the store the design names (bench/profile.go).
+var openLogStore = func(dir string) (logStore, error) {
+	path := filepath.Join(dir, "raft.db")
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: open log store %q: %w", path, err)
+	}
+	return bolt, nil
+}
+
 // Errors of the store, checked with errors.Is.
 // ErrNotLeader, ErrNoLeader and ErrNotOpen are defined in api/rpctypes (so
 // that clients can check them without importing the server) and
@@ -93,7 +115,7 @@ type Store struct {
 
 	raft  *raft.Raft
 	trans raft.Transport
-	bolt  *raftboltdb.BoltStore
+	logs  logStore // the log and stable store
 	snaps raft.SnapshotStore
 
 	stopping    chan struct{} // closed at Close
@@ -178,14 +200,13 @@ func (s *Store) Open() (err error) {
 	}
 	hcl := newHCLogger(s.cfg.Logger.With("component", "raft", "id", s.cfg.ID), "raft")
 
-	dbPath := filepath.Join(dir, "raft.db")
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: boltOptions()})
+	ls, err := openLogStore(dir)
 	if err != nil {
-		return fmt.Errorf("raftstore: open log store %q: %w", dbPath, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
-			bolt.Close()
+			ls.Close()
 		}
 	}()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hcl.Named("snapshot"))
@@ -206,11 +227,11 @@ func (s *Store) Open() (err error) {
 		}
 	}()
 
-	hasState, err := raft.HasExistingState(bolt, bolt, snaps)
+	hasState, err := raft.HasExistingState(ls, ls, snaps)
 	if err != nil {
 		return fmt.Errorf("raftstore: check existing state: %w", err)
 	}
-	cid, err := checkClusterID(dir, bolt)
+	cid, err := checkClusterID(dir, ls)
 	if err != nil {
 		return err
 	}
@@ -218,15 +239,15 @@ func (s *Store) Open() (err error) {
 	rc := s.cfg.raftConfig(s.notifyCh)
 	rc.Logger = hcl
 	if s.cfg.ForceNewCluster && hasState {
-		if err := s.forceNewCluster(rc, bolt, bolt, snaps, trans); err != nil {
+		if err := s.forceNewCluster(rc, ls, ls, snaps, trans); err != nil {
 			return err
 		}
 	}
-	var logs raft.LogStore = bolt
+	var logs raft.LogStore = ls
 	if s.wrapLogs != nil {
-		logs = s.wrapLogs(bolt)
+		logs = s.wrapLogs(ls)
 	}
-	r, err := raft.NewRaft(rc, s.fsm, logs, bolt, snaps, trans)
+	r, err := raft.NewRaft(rc, s.fsm, logs, ls, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
 	}
@@ -243,7 +264,7 @@ func (s *Store) Open() (err error) {
 	} else if s.cfg.Bootstrap {
 		s.logger.Info("existing raft state found, not bootstrapping")
 	}
-	s.raft, s.trans, s.bolt, s.snaps = r, trans, bolt, snaps
+	s.raft, s.trans, s.logs, s.snaps = r, trans, ls, snaps
 	s.opened = true
 
 	internal := s.LeaderCh()
@@ -299,7 +320,7 @@ func (s *Store) Close() error {
 	if err := closeTransport(s.trans); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
 	}
-	if err := s.bolt.Close(); err != nil {
+	if err := s.logs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close log store: %w", err))
 	}
 	s.logger.Info("raft store closed")
@@ -433,14 +454,14 @@ func (s *Store) learnClusterID(dir string) {
 			return
 		case <-t.C:
 		}
-		if first, err := s.bolt.FirstIndex(); err != nil || first > 1 {
+		if first, err := s.logs.FirstIndex(); err != nil || first > 1 {
 			if first > 1 {
 				s.logger.Info("cluster id unknown: log entry 1 was compacted before this server saw it")
 				return
 			}
 			continue
 		}
-		cid, err := checkClusterID(dir, s.bolt)
+		cid, err := checkClusterID(dir, s.logs)
 		if err != nil {
 			s.logger.Error("cluster id", "err", err)
 			return

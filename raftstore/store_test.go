@@ -751,7 +751,7 @@ func TestRestartAndSnapshotCatchUp(t *testing.T) {
 	}
 	// Wait for a snapshot and log truncation on the leader.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		first, _ := n1.bolt.FirstIndex()
+		first, _ := n1.logs.FirstIndex()
 		if first > 1 {
 			t.Logf("leader log starts at %d, last %d", first, n1.Raft().LastIndex())
 			break
