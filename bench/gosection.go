@@ -75,6 +75,14 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	r.add(pairRow(Row{Section: "pserver (go bench)", Metric: "PushPull/stream/trainers=1 per CPU-s vs gRPC echo", Unit: "MB/cpu-s", BaseName: "gRPC echo",
 		Note: "CPU-normalized: less sensitive to other load"}, col(ps, "PushPull/stream/trainers=1", "MB/cpu-s"), col(ps, "GRPCEcho", "MB/cpu-s")))
 
+	// The trainer row's round trip: the MLP's push+pull right after 2 ms of
+	// computing (the threads serving it woke from idle, as in a trainer)
+	// vs back to back.
+	mlp := run("./pserver", "^BenchmarkPushPullMLP$", "600x")
+	r.add(pairRow(Row{Section: "pserver (go bench)", Metric: "MLP push+pull (101,770 params) after 2 ms busy vs back to back", Unit: "us", BaseName: "back to back",
+		Note: "what waking idle threads adds to the trainer row's round trip on this machine"},
+		col(mlp, "PushPullMLP", "cold-us"), col(mlp, "PushPullMLP", "warm-us")))
+
 	// checkpoint: write throughput vs a plain sequential write + fsync of
 	// the same bytes, interleaved inside the benchmark too.
 	ck := run("./pserver/checkpoint", "^BenchmarkCheckpointVsFile$", "3x")
@@ -100,6 +108,9 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	ta := run("./trainer/agent", "^BenchmarkTrainerRPCvsLocal$", "1x")
 	r.add(pairRow(Row{Section: "training (go bench)", Metric: "1 trainer + 1 pserver over gRPC vs in-process", Unit: "examples/s", BaseName: "TrainLocal"},
 		col(ta, "TrainerRPCvsLocal", "rpc-examples/s"), col(ta, "TrainerRPCvsLocal", "local-examples/s")))
+	r.add(pairRow(Row{Section: "training (go bench)", Metric: "1 trainer + 1 pserver: time in pserver calls per step vs the whole step", Unit: "ms", BaseName: "whole step",
+		Note: "trainer.Stats.PSTime (push, update, parameters back); the ratio is its share of the step"},
+		col(ta, "TrainerRPCvsLocal", "rpc-ps-ms/step"), col(ta, "TrainerRPCvsLocal", "rpc-ms/step")))
 	r.add(pairRow(Row{Section: "training (go bench)", Metric: "1 trainer + 1 pserver over gRPC vs in-process per CPU-s", Unit: "examples/cpu-s", BaseName: "TrainLocal",
 		Note: "CPU-normalized (trainer and pserver in one process): less sensitive to other load"},
 		col(ta, "TrainerRPCvsLocal", "rpc-examples/cpu-s"), col(ta, "TrainerRPCvsLocal", "local-examples/cpu-s")))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -243,6 +244,15 @@ func mlpSpec() *pb.JobSpec {
 // out, the step's update, the parameters back) on the MLP of mlpSpec: what
 // a trainer waits for between two steps. BenchmarkSyncPush is the
 // pserver's share of it. cpu-us/op counts both ends (one process).
+//
+// Every third op first keeps the calling goroutine busy for 2 ms (the
+// trainer's forward and backward pass on this model take about that), so
+// that the threads serving the call have gone idle when it starts, as
+// they have in a trainer. cold-us is the mean round trip of those ops (the
+// busy time not counted), warm-us that of the ops two after them (the
+// third op of each cycle, whose predecessor was back to back too);
+// cold/warm is their ratio: what waking idle threads adds to a round trip
+// on this machine. ns/op includes the busy time.
 func BenchmarkPushPullMLP(b *testing.B) {
 	spec := mlpSpec()
 	addrs, _, slots := startServers(b, spec, 1)
@@ -265,17 +275,45 @@ func BenchmarkPushPullMLP(b *testing.B) {
 	if err := c.Pull(ctx, params); err != nil {
 		b.Fatal(err)
 	}
-	b.SetBytes(2 * 4 * 101_770)
+	var rtt [3]time.Duration // by i%3: cold, after cold (not reported), warm
+	var n [3]int
+	var busy time.Duration
 	b.ResetTimer()
 	c0 := cpuTime()
-	for range b.N {
+	for i := range b.N {
+		k := i % 3
+		if k == 0 {
+			t := time.Now()
+			spin(2 * time.Millisecond)
+			busy += time.Since(t)
+		}
+		t := time.Now()
 		if err := c.PushPull(ctx, g, params); err != nil {
 			b.Fatal(err)
 		}
+		rtt[k] += time.Since(t)
+		n[k]++
 	}
-	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-us/op")
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-c0-busy).Microseconds())/float64(b.N), "cpu-us/op")
 	if v := slots[0].Version(); v != int64(b.N) {
 		b.Fatalf("slot at version %d after %d steps", v, b.N)
+	}
+	if n[2] > 0 {
+		cold := float64(rtt[0].Microseconds()) / float64(n[0])
+		warm := float64(rtt[2].Microseconds()) / float64(n[2])
+		b.ReportMetric(warm, "warm-us")
+		b.ReportMetric(cold, "cold-us")
+		b.ReportMetric(cold/warm, "cold/warm")
+	}
+}
+
+// spin keeps the calling goroutine busy for d without touching memory.
+func spin(d time.Duration) {
+	for t := time.Now(); time.Since(t) < d; {
+		for i := 0; i < 1000; i++ {
+			runtime.KeepAlive(i)
+		}
 	}
 }
 

@@ -11,7 +11,7 @@
 //	tr, err := trainer.New(trainer.Config{ID: "n1-t0", Job: "fashion", Logger: log}, master, ps)
 //	if err != nil { ... }
 //	err = tr.Run(ctx) // nil when the job is over; ctx.Err() when cancelled
-//	st := tr.Stats()  // tasks, examples, retries, ExamplesPerSec()
+//	st := tr.Stats()  // tasks, examples, retries, ExamplesPerSec(), PSTime
 //
 // # The task loop
 //
@@ -29,7 +29,10 @@
 // before its first step, and a sync trainer once until it leaves the step
 // (the last push of a task brings back the next task's parameters); a step
 // that fails pulls afresh. TaskFinished then reports the mean loss, examples, duration
-// and the version trained on. An eval task scores the pulled parameters on
+// and the version trained on; the "task trained" log line also gives
+// ps_time, the part of the task spent in pserver calls (Stats.PSTime sums
+// it), which tells a trainer waiting on the network or on a sync step from
+// one busy computing. An eval task scores the pulled parameters on
 // the test split and reports accuracy and loss.
 //
 // # Faults

@@ -176,6 +176,10 @@ type Stats struct {
 	Retries, StalePushes int64
 	// TrainTime is the time spent in training tasks (pull, compute, push).
 	TrainTime time.Duration
+	// PSTime is the part of TrainTime spent in pserver calls (pulls, row
+	// pulls, pushes; in sync mode a push also waits for the step's other
+	// trainers): TrainTime - PSTime is the trainer's own work.
+	PSTime time.Duration
 }
 
 // ExamplesPerSec is Examples / TrainTime.
@@ -420,6 +424,7 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	if t.perm == nil || t.permPass != task.GetPass() {
 		t.perm, t.permPass = dataset.Permutation(t.records, t.spec.GetSeed(), task.GetPass()), task.GetPass()
 	}
+	ps0 := t.Stats().PSTime
 	recs, err := dataset.TaskRecords(t.perm, task.GetBegin(), task.GetEnd())
 	if err != nil {
 		return t.fail(ctx, task, deadline, err)
@@ -462,7 +467,8 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 	if n > 0 {
 		m.Loss = lossSum / float64(n)
 	}
-	log.Info("task trained", "loss", m.Loss, "examples", n, "duration", dur, "examples_per_sec", float64(n)/dur.Seconds(), "version", version)
+	log.Info("task trained", "loss", m.Loss, "examples", n, "duration", dur, "examples_per_sec", float64(n)/dur.Seconds(), "version", version,
+		"ps_time", (t.Stats().PSTime - ps0).Round(time.Microsecond))
 	return t.finish(ctx, task, deadline, m)
 }
 
@@ -472,7 +478,10 @@ func (t *Trainer) runTrain(ctx context.Context, task *pb.Task) error {
 // step's parameters into t.next.
 func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version int64, err error) {
 	dense, version := t.next, t.nextVersion
-	t.next = nil // used once; a failed step pulls again
+	t.next = nil         // used once; a failed step pulls again
+	var ps time.Duration // in pserver calls
+	defer func() { t.count(func(s *Stats) { s.PSTime += ps }) }()
+	call := time.Now()
 	if dense == nil {
 		if dense, version, err = t.ps.Pull(ctx); err != nil {
 			return 0, 0, fmt.Errorf("pull: %w", err)
@@ -482,6 +491,7 @@ func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version in
 	if p.Sparse, err = t.pullRows(ctx, t.model.SparseRows(t.x)); err != nil {
 		return 0, 0, err
 	}
+	ps = time.Since(call)
 	// Loss reuses the dense gradient buffers (PS.Push does not keep them);
 	// the rows are this batch's alone.
 	g := &t.grads
@@ -491,11 +501,13 @@ func (t *Trainer) step(ctx context.Context, more bool) (loss float64, version in
 		return 0, 0, err
 	}
 	t.joined = true
+	call = time.Now()
 	if pp, ok := t.ps.(PushPuller); ok && more {
 		t.next, t.nextVersion, err = pp.PushPull(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y)))
 	} else {
 		_, err = t.ps.Push(ctx, g.Dense, g.Sparse, version, version, int64(len(t.y)))
 	}
+	ps += time.Since(call)
 	if err != nil {
 		t.next = nil
 		if status.Code(err) == codes.FailedPrecondition {

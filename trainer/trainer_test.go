@@ -535,3 +535,49 @@ func TestCallInProgressIsLogged(t *testing.T) {
 		t.Fatalf("%d \"call in progress\" warnings after Run returned, %d when it did", m, n)
 	}
 }
+
+// TestPSTimeCountsPserverCalls: Stats.PSTime counts the time in pserver
+// calls, a part of TrainTime, and each task's "task trained" line gives
+// its own share (ps_time): one push blocked 200 ms shows in both.
+func TestPSTimeCountsPserverCalls(t *testing.T) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	var buf testutil.LockedBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	const block = 200 * time.Millisecond
+	ps := &slowPushPS{PS: f.ps, block: block}
+	tr, err := trainer.New(trainer.Config{ID: "slow", Job: "job", Logger: log}, f.master, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tr.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := tr.Stats()
+	if st.PSTime < block || st.PSTime > st.TrainTime {
+		t.Fatalf("PSTime %v, TrainTime %v: want PSTime in [%v, TrainTime]", st.PSTime, st.TrainTime, block)
+	}
+	var tasks int
+	var maxTask time.Duration
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.Contains(line, `msg="task trained"`) {
+			continue
+		}
+		tasks++
+		_, v, ok := strings.Cut(line, "ps_time=")
+		if !ok {
+			t.Fatalf("no ps_time in %q", line)
+		}
+		d, err := time.ParseDuration(strings.Fields(v)[0])
+		if err != nil {
+			t.Fatalf("ps_time in %q: %v", line, err)
+		}
+		maxTask = max(maxTask, d)
+	}
+	if tasks == 0 || maxTask < block {
+		t.Fatalf("%d task lines, largest ps_time %v: want one at least %v; log:\n%s", tasks, maxTask, block, buf.String())
+	}
+}

@@ -137,7 +137,9 @@ func rpcRunHook(tb testing.TB, spec *pb.JobSpec, before func(*pb.Task, trainer.S
 // local-examples/s over the other pairs, rpc/local (their ratio), the
 // median, min and max of the per-pair ratios (pairs: their count), and the
 // same per CPU-second of the process (rpc/local-cpu: the cost of a step,
-// trainer and pserver together, next to the in-process one).
+// trainer and pserver together, next to the in-process one), and where a
+// step's time goes: rpc-ms/step, of it rpc-ps-ms/step in pserver calls
+// (trainer.Stats.PSTime), and local-ms/step.
 func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 	train, err := dataset.LoadFashionMNIST(fashionDir(), "train")
 	if err != nil {
@@ -153,6 +155,8 @@ func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 		examples int64
 		time     time.Duration
 		cpu      time.Duration // the process's CPU time (both ends of the RPC side live in it)
+		steps    int64
+		ps       time.Duration // RPC side: in pserver calls (trainer.Stats.PSTime)
 	}
 	var rpc, local side
 	var ratios []float64
@@ -164,10 +168,12 @@ func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 		rpcRunHook(b, spec, func(t *pb.Task, st trainer.Stats) {
 			now := cpuTime()
 			if pair > 0 { // close the pair of the task just trained
-				r := side{st.Examples - prev.Examples, st.TrainTime - prev.TrainTime, now - cpuMark}
+				r := side{st.Examples - prev.Examples, st.TrainTime - prev.TrainTime, now - cpuMark, st.Steps - prev.Steps, st.PSTime - prev.PSTime}
 				if pair > 1 {
 					rpc.examples, rpc.time, rpc.cpu = rpc.examples+r.examples, rpc.time+r.time, rpc.cpu+r.cpu
+					rpc.steps, rpc.ps = rpc.steps+r.steps, rpc.ps+r.ps
 					local.examples, local.time, local.cpu = local.examples+chunk.examples, local.time+chunk.time, local.cpu+chunk.cpu
+					local.steps += chunk.steps
 					ratios = append(ratios, (float64(r.examples)/r.time.Seconds())/(float64(chunk.examples)/chunk.time.Seconds()))
 				}
 			}
@@ -182,7 +188,7 @@ func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 				b.Fatal(err)
 			}
 			cpuMark = cpuTime()
-			chunk = side{res.Examples, res.TrainTime, cpuMark - now}
+			chunk = side{examples: res.Examples, time: res.TrainTime, cpu: cpuMark - now, steps: res.Steps}
 			pair++
 		})
 	}
@@ -198,6 +204,14 @@ func BenchmarkTrainerRPCvsLocal(b *testing.B) {
 	b.ReportMetric(ratios[0], "rpc/local-min")
 	b.ReportMetric(ratios[len(ratios)-1], "rpc/local-max")
 	b.ReportMetric(float64(len(ratios)), "pairs")
+	// Where a step's time goes: the RPC side's step is its own work (the
+	// forward and backward pass) plus the time in pserver calls (push,
+	// the update, the parameters back); the in-process step is the
+	// forward and backward pass plus the update.
+	perStep := func(d time.Duration, steps int64) float64 { return d.Seconds() * 1e3 / float64(steps) }
+	b.ReportMetric(perStep(rpc.time, rpc.steps), "rpc-ms/step")
+	b.ReportMetric(perStep(rpc.ps, rpc.steps), "rpc-ps-ms/step")
+	b.ReportMetric(perStep(local.time, local.steps), "local-ms/step")
 	// Examples per CPU-second: what a step costs, which other load on the
 	// machine distorts far less than examples per wall-second.
 	rc, lc := float64(rpc.examples)/rpc.cpu.Seconds(), float64(local.examples)/local.cpu.Seconds()
