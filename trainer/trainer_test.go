@@ -101,7 +101,7 @@ func mustRun(tb testing.TB, f fixture) {
 
 // runTrainer runs a trainer of cfg on m and ps until it returns (a minute
 // at most) and fails tb on an error.
-func runTrainer(tb testing.TB, cfg trainer.Config, m trainer.Master, ps trainer.PS) {
+func runTrainer(tb testing.TB, cfg trainer.Config, m trainer.Master, ps trainer.PS) *trainer.Trainer {
 	tb.Helper()
 	tr, err := trainer.New(cfg, m, ps)
 	if err != nil {
@@ -112,6 +112,7 @@ func runTrainer(tb testing.TB, cfg trainer.Config, m trainer.Master, ps trainer.
 	if err := tr.Run(ctx); err != nil {
 		tb.Fatalf("Run: %v", err)
 	}
+	return tr
 }
 
 // checkJob verifies that every task of every pass finished once, that the
@@ -503,18 +504,25 @@ func (p *slowPushPS) Push(ctx context.Context, grads map[string][]float32, rowGr
 	return p.PS.Push(ctx, grads, rowGrads, version, step, examples)
 }
 
+// runSlowPush trains one pass of a small job whose first push blocks for
+// block, logging at level into the returned buffer (warnEvery 0: the
+// default).
+func runSlowPush(t *testing.T, block time.Duration, level slog.Level, warnEvery time.Duration) (*trainer.Trainer, *testutil.LockedBuffer) {
+	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
+	spec.Passes = 1
+	f := mustFixture(t, spec, trainer.Config{})
+	buf := &testutil.LockedBuffer{}
+	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}))
+	tr := runTrainer(t, trainer.Config{ID: "slow", Job: "job", Logger: log, WarnEvery: warnEvery}, f.master, &slowPushPS{PS: f.ps, block: block})
+	return tr, buf
+}
+
 // TestCallInProgressIsLogged: one call that has not returned (a sync push
 // whose step waits for another trainer) is logged at warn level every
 // WarnEvery while it lasts, naming the operation, and no more once it
 // returns.
 func TestCallInProgressIsLogged(t *testing.T) {
-	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
-	spec.Passes = 1
-	f := mustFixture(t, spec, trainer.Config{})
-	var buf testutil.LockedBuffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ps := &slowPushPS{PS: f.ps, block: 250 * time.Millisecond}
-	runTrainer(t, trainer.Config{ID: "slow", Job: "job", Logger: log, WarnEvery: 40 * time.Millisecond}, f.master, ps)
+	_, buf := runSlowPush(t, 250*time.Millisecond, slog.LevelWarn, 40*time.Millisecond)
 	count := func() (n int) {
 		for _, line := range strings.Split(buf.String(), "\n") {
 			if strings.Contains(line, `msg="call in progress"`) && strings.Contains(line, `op="train step"`) {
@@ -540,22 +548,8 @@ func TestCallInProgressIsLogged(t *testing.T) {
 // calls, a part of TrainTime, and each task's "task trained" line gives
 // its own share (ps_time): one push blocked 200 ms shows in both.
 func TestPSTimeCountsPserverCalls(t *testing.T) {
-	spec := smallSpec(synthDir(t), &pb.ModelSpec{Name: "softmax"})
-	spec.Passes = 1
-	f := mustFixture(t, spec, trainer.Config{})
-	var buf testutil.LockedBuffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	const block = 200 * time.Millisecond
-	ps := &slowPushPS{PS: f.ps, block: block}
-	tr, err := trainer.New(trainer.Config{ID: "slow", Job: "job", Logger: log}, f.master, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := tr.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tr, buf := runSlowPush(t, block, slog.LevelInfo, 0)
 	st := tr.Stats()
 	if st.PSTime < block || st.PSTime > st.TrainTime {
 		t.Fatalf("PSTime %v, TrainTime %v: want PSTime in [%v, TrainTime]", st.PSTime, st.TrainTime, block)
