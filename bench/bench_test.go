@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -220,7 +219,7 @@ func TestLogStoreMeasured(t *testing.T) {
 	if got := r.logStoreMeasured(); got != "" {
 		t.Fatalf("no rows: %q, want nothing", got)
 	}
-	r.add(pairRow(Row{Metric: fmt.Sprintf(LogStoreRowFormat, 1), Unit: "ops/s"}, []float64{2000, 2200, 1900}, []float64{1000, 1000, 1000}))
+	r.add(pairRow(Row{Metric: LogStoreRow(1), Unit: "ops/s"}, []float64{2000, 2200, 1900}, []float64{1000, 1000, 1000}))
 	r.add(pairRow(Row{Metric: PutWorkload(1).Name + " throughput", Unit: "ops/s"}, []float64{700, 700, 700}, []float64{1000, 1000, 1000}))
 	got := r.logStoreMeasured()
 	for _, want := range []string{"reach 2.00x (1.90x to 2.20x)", "row is 0.70x of etcd", "about 1.40x"} {

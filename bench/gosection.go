@@ -6,9 +6,11 @@ import (
 	"math"
 )
 
-// LogStoreRowFormat names the rows of puts with hashicorp/raft-wal in
-// place of raft-boltdb (%d: clients).
-const LogStoreRowFormat = "put 256B, %d clients: raft-wal log store vs raft-boltdb"
+// LogStoreRow names the row of puts by clients clients with
+// hashicorp/raft-wal in place of raft-boltdb.
+func LogStoreRow(clients int) string {
+	return PutWorkload(clients).Name + ": raft-wal log store vs raft-boltdb"
+}
 
 // goBenchSection runs the Go benchmarks other engineers wrote and turns
 // their figures into ratios; a benchmark that does not exist gives n/a.
@@ -94,7 +96,7 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	// is two pairs, one in each order.
 	ls := run("./raftstore", "^BenchmarkPutLogStore$", "2x")
 	for _, c := range []int{1, 16} {
-		r.add(pairRow(Row{Section: "raft log store (go bench)", Metric: fmt.Sprintf(LogStoreRowFormat, c), Unit: "ops/s", BaseName: "raft-boltdb",
+		r.add(pairRow(Row{Section: "raft log store (go bench)", Metric: LogStoreRow(c), Unit: "ops/s", BaseName: "raft-boltdb",
 			Note: "3 nodes in one process; raftps uses raft-boltdb, which the design names"},
 			col(ls, "PutLogStore", fmt.Sprintf("c%d-wal-ops/s", c)), col(ls, "PutLogStore", fmt.Sprintf("c%d-boltdb-ops/s", c))))
 	}

@@ -224,7 +224,7 @@ needs a change to hashicorp/raft's dispatchLogs (etcd's raft does this).
 // logStoreMeasured states what the raft-wal rows of this run measured,
 // and what the 1-client put row would be with that log store.
 func (r *runner) logStoreMeasured() string {
-	row, ok := r.row(fmt.Sprintf(LogStoreRowFormat, 1))
+	row, ok := r.row(LogStoreRow(1))
 	if !ok || math.IsNaN(row.Ratio()) {
 		return ""
 	}
