@@ -1292,6 +1292,21 @@ func (s *Slot) SetTrainers(ids []string) {
 	s.membersCh = make(chan struct{})
 }
 
+// Away returns, sorted, the trainers that left sync steps (LeaveStep) and
+// have not pushed since. A slot that replaces this one (a rollback) is
+// told of them, so that its steps do not wait for trainers that are not
+// training.
+func (s *Slot) Away() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := make([]string, 0, len(s.away))
+	for t := range s.away {
+		ids = append(ids, t)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // LeaveStep removes trainer from the current and later sync steps (it ran
 // out of data or is leaving) until it pushes again. A no-op in async mode.
 func (s *Slot) LeaveStep(trainer string) {

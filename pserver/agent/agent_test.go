@@ -275,8 +275,15 @@ func TestTrainerFeed(t *testing.T) {
 // trainer.
 func servedWithTrainer(t *testing.T, ta *testAgent, job string, slot int32) *pserver.Slot {
 	t.Helper()
+	return servedWithTrainers(t, ta, job, slot, "t1")
+}
+
+// servedWithTrainers is servedWithTrainer for the trainers ids (sorted).
+func servedWithTrainers(t *testing.T, ta *testAgent, job string, slot int32, ids ...string) *pserver.Slot {
+	t.Helper()
 	var s *pserver.Slot
-	waitFor(t, "slot served with trainer t1", func() bool {
+	want := strings.Join(ids, ",")
+	waitFor(t, "slot served with trainers "+want, func() bool {
 		var ok bool
 		if s, ok = ta.served(job, slot); !ok {
 			return false
@@ -284,7 +291,7 @@ func servedWithTrainer(t *testing.T, ta *testAgent, job string, slot int32) *pse
 		ta.a.mu.Lock()
 		defer ta.a.mu.Unlock()
 		h := ta.a.hosted[slotKey{job, slot}]
-		return h != nil && h.slot == s && h.trainers == "t1"
+		return h != nil && h.slot == s && h.trainers == want
 	})
 	return s
 }
@@ -356,13 +363,20 @@ func TestAsyncCheckpointByPoll(t *testing.T) {
 // at step 3, publishes a rollback to version (as another slot's restore
 // would) and waits until the agent serves a new Slot at that version's
 // step, the old one fenced. It returns the meta, the agent and the new Slot.
-func rollBack(t *testing.T, version int64) (*fakeMeta, *testAgent, *pserver.Slot) {
+// Trainer t1 makes the steps; the trainers away (sorted, after "t1") are
+// registered too and leave the steps first.
+func rollBack(t *testing.T, version int64, away ...string) (*fakeMeta, *testAgent, *pserver.Slot) {
 	t.Helper()
 	meta := newFakeMeta()
 	meta.setJobs(running(syncSpec("j", 1, 1)))
-	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	for _, id := range append([]string{"t1"}, away...) {
+		meta.put(schema.TrainerKey("j", id), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	}
 	ta := startAgent(t, meta, 1, 5)
-	s := servedWithTrainer(t, ta, "j", 0)
+	s := servedWithTrainers(t, ta, "j", 0, append([]string{"t1"}, away...)...)
+	for _, id := range away {
+		s.LeaveStep(id)
+	}
 	for v := int64(1); v <= 3; v++ {
 		stepTo(t, meta, s, "j", v, v)
 	}
@@ -402,6 +416,26 @@ func TestRollbackFollowed(t *testing.T) {
 	const msg = "slot 0 on n1: rolled back from step 3 to version 2 (epoch 0, step 2; slot 7 was restored)"
 	if !slices.Contains(msgs, msg) {
 		t.Fatalf("PSERVER_RESTORED events %q, want %q", msgs, msg)
+	}
+}
+
+// TestRollbackKeepsAway: a trainer that had left the sync steps (it is
+// waiting for a task) is away on the Slot a rollback builds too, so that
+// Slot's steps complete without it instead of waiting for it until it
+// leaves again at its next WAIT.
+func TestRollbackKeepsAway(t *testing.T) {
+	_, _, s2 := rollBack(t, 2, "t2")
+	if got := s2.Away(); !slices.Equal(got, []string{"t2"}) {
+		t.Fatalf("away after the rollback: %q, want [t2]", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s2.Push(ctx, &pb.PushRequest{Trainer: "t1", Step: 2, Examples: 1,
+		Grads: []*pb.Tensor{{Name: "w", Block: 0, Data: packed(1, 1, 1, 1)}}}); err != nil {
+		t.Fatalf("t1's push on the rolled-back slot (t2 had left the steps): %v", err)
+	}
+	if s2.Step() != 3 {
+		t.Fatalf("step %d after t1's push, want 3", s2.Step())
 	}
 }
 

@@ -33,7 +33,9 @@
 //     slot is the model after exactly N steps;
 //   - when a slot is restored from version V, it publishes V under
 //     schema.RollbackKey (/jobs/<job>/rollback) and every other slot of the
-//     job reloads V (Horovod Elastic's restore-and-reset);
+//     job reloads V (Horovod Elastic's restore-and-reset) into a new
+//     Slot, which keeps the old one's trainers that had left the steps
+//     (Slot.Away) so its steps do not wait for them;
 //   - a slot served before that finds no globally consistent version
 //     restores from the initializer and publishes version 0: the other
 //     slots reset to the initializer too;

@@ -64,6 +64,12 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		// its step (the trainers are past the rolled-back-to step).
 		s.SetIncarnation(h.incarnation)
 		s.SetTrainers(splitIDs(h.trainers))
+		// Trainers that had left the steps (waiting for a task) stay away:
+		// otherwise the new slot's first step would wait for each until it
+		// leaves again, at its next WAIT.
+		for _, t := range h.slot.Away() {
+			s.LeaveStep(t)
+		}
 		a.mu.Lock()
 		if a.hosted[h.key] != h {
 			a.mu.Unlock()
