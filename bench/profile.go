@@ -170,10 +170,8 @@ func (r *runner) profileSection(ctx context.Context, tmp string) {
 
 // rowValue returns the raftps and baseline values of the row named metric.
 func (r *runner) rowValue(metric string) (float64, float64) {
-	for _, row := range r.rep.Rows {
-		if row.Metric == metric {
-			return row.Ours, row.Base
-		}
+	if row, ok := r.row(metric); ok {
+		return row.Ours, row.Base
 	}
 	return NA, NA
 }

@@ -57,7 +57,8 @@ func BenchmarkPutLogStore(b *testing.B) {
 				}
 				openLogStore = stores[v].open
 				got[v] = putRun(b, nil, clients, *boltBenchPuts*clients)
-				ops[fmt.Sprintf("c%d-%s-ops/s", clients, stores[v].name)] = append(ops[fmt.Sprintf("c%d-%s-ops/s", clients, stores[v].name)], got[v])
+				unit := fmt.Sprintf("c%d-%s-ops/s", clients, stores[v].name)
+				ops[unit] = append(ops[unit], got[v])
 			}
 			ratios[clients] = append(ratios[clients], got[1]/got[0])
 		}
