@@ -324,7 +324,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 				continue
 			}
 			if task.GetKind() == pb.TaskKind_TASK_KIND_EVAL {
-				t.leaveStep(ctx)
+				if t.joined {
+					t.leaveStep(ctx)
+				}
 				err = t.runEval(ctx, task)
 			} else {
 				err = t.runTrain(ctx, task)
@@ -341,20 +343,17 @@ func (t *Trainer) Run(ctx context.Context) error {
 			// that expects every registered trainer until it pushes or
 			// leaves, and its step would otherwise wait for this one
 			// until a pending task timed out.
-			t.joined = true
 			t.leaveStep(ctx)
 			if err := t.sleep(ctx, resp.GetRetryAfterMs()); err != nil {
 				return err
 			}
 		case pb.GetTaskResponse_PASS_OVER:
-			t.joined = true // always tell the pservers at a pass boundary
-			t.leaveStep(ctx)
+			t.leaveStep(ctx) // always tell the pservers at a pass boundary
 			t.log.Info("pass over", "pass", resp.GetPass())
 			if err := t.sleep(ctx, resp.GetRetryAfterMs()); err != nil {
 				return err
 			}
 		case pb.GetTaskResponse_JOB_OVER:
-			t.joined = true
 			t.leaveStep(ctx)
 			st := t.Stats()
 			t.log.Info("job over", "tasks", st.Tasks, "examples", st.Examples, "examples_per_sec", st.ExamplesPerSec())
@@ -628,11 +627,11 @@ func (t *Trainer) fail(ctx context.Context, task *pb.Task, deadline time.Time, c
 	return nil
 }
 
+// leaveStep tells the pservers this trainer leaves the sync steps until it
+// pushes again (PS.LeaveStep, retried up to MaxWait); callers that only
+// need it after a push check t.joined first.
 func (t *Trainer) leaveStep(ctx context.Context) {
 	t.next = nil // the steps go on without this trainer: pull on return
-	if !t.joined {
-		return
-	}
 	err := t.retry(ctx, time.Now().Add(t.cfg.MaxWait), "leave step", t.ps.LeaveStep)
 	if err != nil {
 		t.log.Warn("leave step failed", "err", err)
