@@ -138,10 +138,10 @@ func TestOptimizerBoundsHold(t *testing.T) {
 			}
 			lr, next := c.schedule(e, 1)
 			b := c.opt.bound(e.magnitude(), gmax, c.weightDecay, lr, next)
-			if b < safeBound && !c.boundOK(e, g, -1, lr, next) {
+			if b < safeBound && !(c.updateBound(e, g, -1, lr, next) < safeBound) {
 				t.Fatalf("%s trial %d: bound %g < safeBound with max|g|, refused with max|g| not given", o.Name, trial, b)
 			}
-			ok, amax := c.opt.step(e, 0, g, c.weightDecay, lr, next, true)
+			ok, amax := c.opt.step(e, 0, g, c.weightDecay, lr, next, stepStore)
 			if !ok {
 				continue // out of float32 range: refused, nothing to bound
 			}
@@ -156,5 +156,90 @@ func TestOptimizerBoundsHold(t *testing.T) {
 				t.Fatalf("%s trial %d: produced %g, tracked %g, bound %g", o.Name, trial, got, e.amax, b)
 			}
 		}
+	}
+}
+
+// TestTrackedMagnitudeHolds: through real pushes, the magnitude bound each
+// entry keeps (exact every exactMaxEvery updates, the update's bound in
+// between: stepStoreFast) is never below the largest |value| or |state|
+// stored, with gradients from 1e-8 to MaxGradient and learning rates up
+// to 1e3, classical and Nesterov momentum with weight decay, and Adam.
+func TestTrackedMagnitudeHolds(t *testing.T) {
+	specs := []*pb.OptimizerSpec{
+		{Name: "momentum", LearningRate: 0.05, Momentum: 0.9},
+		{Name: "momentum", LearningRate: 1e3, Momentum: 0.99, Nesterov: true, WeightDecay: 0.1},
+		{Name: "adam", LearningRate: 0.01},
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, oc := range specs {
+		spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Optimizer: oc, Seed: 7, DenseBlockSize: 3000,
+			Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{2*chunkElems + 11}, Init: pb.Initializer_INIT_NORMAL}}}
+		s := mustSlot(t, spec, 0, 1)
+		n := int(spec.Params[0].Shape[0])
+		refused := 0
+		for step := range 3 * exactMaxEvery {
+			g := make([]float32, n)
+			scale := math.Pow(10, r.Float64()*20-8)
+			for i := range g {
+				g[i] = float32(min(max((2*r.Float64()-1)*scale, -MaxGradient), MaxGradient))
+			}
+			if _, err := s.Push(context.Background(), &pb.PushRequest{Version: s.Version(), Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": g})}); err != nil {
+				refused++ // out of float32's range: refused whole, checked elsewhere
+			}
+			for k, e := range s.dense {
+				got := maxAbs(e.values)
+				for _, st := range e.state {
+					got = max(got, maxAbs(st))
+				}
+				if math.IsInf(got, 1) || got > e.magnitude() {
+					t.Fatalf("%s step %d entry %v: stored max %g, tracked %g", oc.Name, step, k, got, e.magnitude())
+				}
+			}
+		}
+		if refused == 3*exactMaxEvery {
+			t.Fatalf("%s: every push refused; the test checked nothing", oc.Name)
+		}
+	}
+}
+
+// TestMomentumCheck32Sound: wherever momentum's dry run (check32) lets an
+// update through, commit32 stores only finite values, for values, state
+// and gradients near float32's limit and huge learning rates; and it does
+// let through the updates whose every term is far inside the range.
+func TestMomentumCheck32Sound(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	passed := 0
+	for trial := range 2000 {
+		m := momentum{mu: 0.5 + 0.49*r.Float64(), nesterov: trial%2 == 1}
+		wd, lr := 0.0, math.Pow(10, r.Float64()*40-10)
+		if trial%3 == 0 {
+			wd = r.Float64()
+		}
+		const n = 8
+		v, w, g := make([]float32, n), make([]float32, n), make([]float32, n)
+		scale := math.Pow(10, r.Float64()*38)
+		for i := range n {
+			v[i] = float32((2*r.Float64() - 1) * scale)
+			w[i] = float32((2*r.Float64() - 1) * scale)
+			g[i] = float32((2*r.Float64() - 1) * min(scale, MaxGradient))
+		}
+		if !m.float32OK(wd, lr) {
+			continue
+		}
+		if !m.check32(v, w, g, wd, lr) {
+			continue
+		}
+		passed++
+		m.commit32(v, w, g, wd, lr, false)
+		if !allFinite(v) || !allFinite(w) {
+			t.Fatalf("trial %d (mu %g nesterov %v wd %g lr %g scale %g): check32 passed, commit32 stored v=%v w=%v", trial, m.mu, m.nesterov, wd, lr, scale, v, w)
+		}
+	}
+	if passed < 200 {
+		t.Fatalf("only %d of 2000 trials passed check32; the test checked too little", passed)
+	}
+	m := momentum{mu: 0.9}
+	if !m.check32([]float32{1e30}, []float32{-1e30}, []float32{1e12}, 0.1, 1) {
+		t.Fatal("check32 refused an update far inside float32's range")
 	}
 }
