@@ -17,7 +17,9 @@ var ErrBadOptimizer = errors.New("trainer: bad optimizer spec")
 // Optimizer is a minimal in-process optimizer for TrainLocal and the test
 // parameter server in trainertest. Its update rules, defaults and schedule
 // are those of the pservers (pserver/optimizer.go), so that TrainLocal is a
-// faithful reference. With g' = g + weight_decay·w, t = updates already
+// faithful reference (it computes in float64 per element; the pservers'
+// momentum computes in float32, so the two agree to float32 rounding, not
+// bit for bit). With g' = g + weight_decay·w, t = updates already
 // applied to the entry (a dense tensor, or one embedding row) and
 // lr_t = learning_rate / (1 + lr_decay·t):
 //
