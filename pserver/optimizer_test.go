@@ -2,8 +2,10 @@ package pserver
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -241,5 +243,46 @@ func TestMomentumCheck32Sound(t *testing.T) {
 	m := momentum{mu: 0.9}
 	if !m.check32([]float32{1e30}, []float32{-1e30}, []float32{1e12}, 0.1, 1) {
 		t.Fatal("check32 refused an update far inside float32's range")
+	}
+}
+
+// TestMomentumBeyondFloat32Coefficients: a learning rate past float32's
+// range (finite in float64, so the spec is valid) takes momentum's float64
+// loop (step64): updates that fit are applied, and one that would leave
+// float32 is refused whole, the slot unchanged.
+func TestMomentumBeyondFloat32Coefficients(t *testing.T) {
+	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Seed: 7,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 1e39, Momentum: 0.9},
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{5}, Init: pb.Initializer_INIT_UNIFORM, Scale: 0.5}}}
+	if (momentum{mu: 0.9}).float32OK(0, 1e39) {
+		t.Fatal("float32OK accepts a learning rate of 1e39")
+	}
+	s := mustSlot(t, spec, 0, 1)
+	push := func(g float32) error {
+		gs := make([]float32, 5)
+		for i := range gs {
+			gs[i] = g
+		}
+		_, err := s.Push(context.Background(), &pb.PushRequest{Version: s.Version(), Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": gs})})
+		return err
+	}
+	w0 := pullAll(t, s)["w"]
+	if err := push(0); err != nil {
+		t.Fatalf("zero gradient: %v", err)
+	}
+	if err := push(1e-30); err != nil { // v = 1e-30, w -= 1e9
+		t.Fatalf("gradient 1e-30: %v", err)
+	}
+	w := pullAll(t, s)["w"]
+	for i := range w {
+		if d := float64(w0[i]) - float64(w[i]); math.Abs(d-1e9) > 1e3 {
+			t.Fatalf("w[%d] moved by %g, want 1e9", i, d)
+		}
+	}
+	if err := push(1); !errors.Is(err, ErrInvalid) { // w -= 1e39: past float32
+		t.Fatalf("gradient 1 with lr 1e39: %v, want ErrInvalid", err)
+	}
+	if got := pullAll(t, s)["w"]; !slices.Equal(got, w) {
+		t.Fatalf("refused push changed w: %v, was %v", got, w)
 	}
 }
