@@ -72,7 +72,7 @@ func TestFormatValue(t *testing.T) {
 			t.Errorf("FormatValue(%v) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	if got := FormatRatio(0.5); got != "0.50x" {
+	if got := FormatRatio(0.5); got != "0.500x" {
 		t.Errorf("FormatRatio(0.5) = %q", got)
 	}
 	if got := FormatRatio(NA); got != "n/a" {
@@ -118,7 +118,7 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("ratio not right-aligned at column %d in %q", col, l)
 		}
 	}
-	for _, want := range []string{"0.80x", "1.25x", "ms (lower better)", "n/a", "median of 5"} {
+	for _, want := range []string{"0.800x", "1.250x", "ms (lower better)", "n/a", "median of 5"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -222,7 +222,7 @@ func TestLogStoreMeasured(t *testing.T) {
 	r.add(pairRow(Row{Metric: LogStoreRow(1), Unit: "ops/s"}, []float64{2000, 2200, 1900}, []float64{1000, 1000, 1000}))
 	r.add(pairRow(Row{Metric: PutWorkload(1).Name + " throughput", Unit: "ops/s"}, []float64{700, 700, 700}, []float64{1000, 1000, 1000}))
 	got := r.logStoreMeasured()
-	for _, want := range []string{"reach 2.00x (1.90x to 2.20x)", "row is 0.70x of etcd", "about 1.40x"} {
+	for _, want := range []string{"reach 2.000x (1.900x to 2.200x)", "row is 0.700x of etcd", "about 1.400x"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q lacks %q", got, want)
 		}

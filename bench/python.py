@@ -147,9 +147,9 @@ def main():
         localcluster.stop(nodes)
     rows = [
         ("PyTorch CNN, 1 trainer + 1 pserver (loopback) vs one process",
-         f"{remote:.0f} vs {local:.0f} examples/s: {remote / local:.2f}x", f"{batches} batches of 64, sync, momentum; interleaved in chunks of 10"),
+         f"{remote:.0f} vs {local:.0f} examples/s: {remote / local:.3f}x", f"{batches} batches of 64, sync, momentum; interleaved in chunks of 10"),
         ("push+pull of 10M float32 params, Python vs Go client",
-         f"{py:.0f} vs {go:.0f} MB/s: {py / go:.2f}x", f"{iters} rounds, 2 slots, async sgd, same pservers"),
+         f"{py:.0f} vs {go:.0f} MB/s: {py / go:.3f}x", f"{iters} rounds, 2 slots, async sgd, same pservers"),
     ]
     md = "| what | figure | how |\n| --- | --- | --- |\n" + "".join(f"| {w} | {f} | {h} |\n" for w, f, h in rows)
     print(md)

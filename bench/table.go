@@ -131,23 +131,25 @@ func FormatValue(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
-// FormatRatio prints a ratio as "0.85x", or "n/a".
+// FormatRatio prints a ratio as "0.853x", or "n/a". Three decimals, so
+// that a row just below an aim (0.895) does not print as meeting it
+// (0.90x).
 func FormatRatio(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "n/a"
 	}
-	return strconv.FormatFloat(v, 'f', 2, 64) + "x"
+	return strconv.FormatFloat(v, 'f', 3, 64) + "x"
 }
 
 var tableHeader = []string{"SECTION", "METRIC", "UNIT", "RAFTPS", "BASELINE", "VALUE", "RATIO", "SPREAD (PAIRS)", "NOTE"}
 
-// FormatSpread prints a row's pair ratios as "0.70-0.93x (5)", or "-".
+// FormatSpread prints a row's pair ratios as "0.703-0.931x (5)", or "-".
 func (r Row) FormatSpread() string {
 	lo, hi := r.Spread()
 	if math.IsNaN(lo) {
 		return "-"
 	}
-	return fmt.Sprintf("%s-%s (%d)", strconv.FormatFloat(lo, 'f', 2, 64), FormatRatio(hi), len(r.Ratios))
+	return fmt.Sprintf("%s-%s (%d)", strconv.FormatFloat(lo, 'f', 3, 64), FormatRatio(hi), len(r.Ratios))
 }
 
 func (r Row) cells() []string {
