@@ -315,10 +315,12 @@ func (m momentum) float32OK(wd, lr float64) bool {
 //
 // With withMax it returns the largest |value| or |state| stored, taken
 // over the float32 bit patterns with the sign cleared (which order like
-// the magnitudes); without, it returns -1. Each element is rounded at most
-// four times. On the MLP of BenchmarkSyncPush (101,770 parameters) this
-// is about 4x faster than one float64 loop per element (step64), which
-// did not vectorize and was most of a sync step's update.
+// the magnitudes); without, it returns -1. Every product and sum is
+// rounded to float32: a few roundings per element, which check32's margin
+// and the bound's 1e-6 widening cover. It replaced one float64 loop per
+// element (now step64), which did not vectorize and was most of a sync
+// step: BenchmarkSyncPush (101,770 parameters) went from 167-176 µs to
+// 61-70 µs per step.
 func (m momentum) commit32(v, w, g []float32, wd, lr float64, withMax bool) float64 {
 	mu, wd32, lr32 := float32(m.mu), float32(wd), float32(lr)
 	buf := commitBufs.Get().(*[commitBlock]float32)
