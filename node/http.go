@@ -7,12 +7,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/raftps/raftps/raftstore"
 )
 
 // httpHandler serves /healthz (the process answers), /readyz (no health
-// error such as a full disk, a leader is known and the FSM has applied
-// everything committed; 503 with the reason otherwise) and /metrics
-// (Prometheus).
+// error such as a full disk, a leader is known and the FSM trails the
+// commit index by at most readyMaxLag entries; 503 with the reason
+// otherwise) and /metrics (Prometheus).
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,7 +29,7 @@ func (n *Node) httpHandler() http.Handler {
 			return
 		}
 		st := n.store.Stats()
-		if st.LeaderID == "" || st.AppliedIndex < st.CommitIndex {
+		if !raftReady(st) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: leader=%q applied=%d commit=%d\n", st.LeaderID, st.AppliedIndex, st.CommitIndex)
 			return
@@ -42,6 +44,23 @@ func (n *Node) httpHandler() http.Handler {
 	n.registerTrainingMetrics(reg)
 	mux.Handle("/", n.dashboardHandler()) // the web dashboard (package dashboard)
 	return mux
+}
+
+// readyMaxLag is how many entries the FSM may trail the commit index by
+// and still be ready (Consul autopilot's MaxTrailingLogs default). Some
+// entries never reach the FSM (the configuration, a new leader's no-op,
+// barriers), so its applied index can stay a few entries short of the
+// commit index, and every commit leaves it short for a moment: requiring
+// applied >= commit made /readyz answer 200 just after an election
+// (commit 0) and 503 a moment later (commit 2, applied 0), and could
+// flip a readiness probe under any write load. A node replaying its log
+// after a restart trails by more and is not ready until it catches up.
+const readyMaxLag = 250
+
+// raftReady reports whether st shows a known leader and an FSM within
+// readyMaxLag entries of the commit index.
+func raftReady(st raftstore.Status) bool {
+	return st.LeaderID != "" && st.CommitIndex <= st.AppliedIndex+readyMaxLag
 }
 
 // httpTLSConfig is the HTTP port's TLS with HTTPTLS (--http-tls): the
