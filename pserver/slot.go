@@ -701,14 +701,11 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 		}
 	})
 	for j := 0; j < len(spans); {
-		i, m := spans[j].item, 0.0
+		i, m, untaken := spans[j].item, 0.0, false
 		for ; j < len(spans) && spans[j].item == i; j++ {
-			if amax[j] < 0 { // not taken: the update's bound holds it
-				m = math.Inf(1)
-			}
-			m = max(m, amax[j])
+			m, untaken = max(m, amax[j]), untaken || amax[j] < 0
 		}
-		if math.IsInf(m, 1) {
+		if untaken { // some range left its maximum untaken: the update's bound holds it
 			m = bounds[i]
 		}
 		es[i].committed(m)
