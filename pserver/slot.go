@@ -654,7 +654,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 		case !(bounds[i] < safeBound):
 			dry = append(dry, i)
 			modes[i] = stepStore
-		case ts[i]%exactMaxEvery == 0:
+		case ts[i]%exactMaxEvery == 0 || bounds[i] > exactMaxAbove:
 			modes[i] = stepStore
 		default:
 			modes[i] = stepStoreFast
@@ -719,8 +719,14 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 // momentum's commit) and the entry keeps the update's bound instead, which
 // grows from one update to the next (by lr·μ·amax and lr·(1+μ)·MaxGradient
 // for momentum); taking the exact maximum again keeps it from reaching
-// safeBound, past which every update would pay for a dry run.
-const exactMaxEvery = 16
+// safeBound, past which every update would pay for a dry run. An update
+// whose bound is already above exactMaxAbove takes it at once (a learning
+// rate of 10 multiplies the bound by about 10 per update), so the bound
+// never runs up to safeBound between two exact maxima.
+const (
+	exactMaxEvery = 16
+	exactMaxAbove = safeBound * 1e-6
+)
 
 // chunkElems is the grain of a parallel update: about 10 µs of a float64
 // update loop on one core (momentum's float32 commit takes about 2.5 µs).
