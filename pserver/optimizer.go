@@ -297,11 +297,12 @@ func (m momentum) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, m
 	return true, m.commit32(v, w, g, wd, lr, mode == stepStore)
 }
 
-// float32OK reports whether μ, wd, lr and lr·μ are float32 numbers, as the
+// float32OK reports whether wd and lr are float32 numbers, as the
 // coefficients of commit32 (every real job; a learning rate or weight
-// decay beyond 3.4e38 takes step64).
-func (m momentum) float32OK(wd, lr float64) bool {
-	return fits(wd) && fits(lr) && fits(lr*m.mu)
+// decay beyond 3.4e38 takes step64). μ < 1 (newOptConfig), so μ and lr·μ
+// are then too.
+func (momentum) float32OK(wd, lr float64) bool {
+	return fits(wd) && fits(lr)
 }
 
 // commit32 stores the update in float32 as a few passes of gonum's BLAS
