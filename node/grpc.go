@@ -148,9 +148,10 @@ type grpcServers struct {
 	clientLis, pserverLis, peerLis net.Listener
 }
 
-// listenClass binds addr, or, if addr is empty, an ephemeral port on the
-// host of the client API address (peers learn it from gossip).
-func listenClass(addr, clientAddr string) (net.Listener, error) {
+// listenClass binds addr with listen (net.Listen over TCP, or
+// pserver.Listen), or, if addr is empty, an ephemeral port on the host of
+// the client API address (peers learn it from gossip).
+func listenClass(addr, clientAddr string, listen func(addr string) (net.Listener, error)) (net.Listener, error) {
 	if addr == "" {
 		host, _, err := net.SplitHostPort(clientAddr)
 		if err != nil {
@@ -158,5 +159,8 @@ func listenClass(addr, clientAddr string) (net.Listener, error) {
 		}
 		addr = net.JoinHostPort(host, "0")
 	}
-	return net.Listen("tcp", addr)
+	return listen(addr)
 }
+
+// listenTCP is net.Listen over TCP.
+func listenTCP(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }

@@ -167,10 +167,11 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.clientLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen gRPC %s: %w", n.cfg.GRPCAddr, err)
 	}
-	if n.peerLis, err = listenClass(n.cfg.PeerAddr, n.cfg.GRPCAddr); err != nil {
+	if n.peerLis, err = listenClass(n.cfg.PeerAddr, n.cfg.GRPCAddr, listenTCP); err != nil {
 		return fmt.Errorf("listen node-to-node gRPC %s: %w", n.cfg.PeerAddr, err)
 	}
-	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr); err != nil {
+	// The pserver port's sockets get pserver.SocketBufferBytes buffers.
+	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr, pserver.Listen); err != nil {
 		return fmt.Errorf("listen pserver gRPC %s: %w", n.cfg.PServerAddr, err)
 	}
 	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {

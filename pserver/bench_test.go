@@ -149,9 +149,9 @@ func BenchmarkGRPCEcho(b *testing.B) {
 }
 
 // BenchmarkRawTCP: the same 40 MB sent and echoed back over one loopback
-// TCP connection.
+// TCP connection with the pserver's sockets (Listen, dial).
 func BenchmarkRawTCP(b *testing.B) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := Listen("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func BenchmarkRawTCP(b *testing.B) {
 			}
 		}
 	}()
-	c, err := net.Dial("tcp", lis.Addr().String())
+	c, err := dial(context.Background(), lis.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func (r StaticResolver) Slots(context.Context, string) (map[int32]string, error)
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		dialOption,
 		grpc.WithInitialWindowSize(WindowSize),
 		grpc.WithInitialConnWindowSize(WindowSize),
 		grpc.WithReadBufferSize(bufferSize),

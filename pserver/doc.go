@@ -97,6 +97,8 @@
 //	srv.Host(spec.Name, slot, s)
 //	gs := grpc.NewServer(pserver.ServerOptions()...)
 //	pb.RegisterPServerServer(gs, srv)
+//	lis, err := pserver.Listen(addr) // SocketBufferBytes socket buffers
+//	go gs.Serve(lis)
 //	// on /jobs/<job>/trainers/ changes: s.SetTrainers(ids)
 //	// on lease loss:                    srv.Unhost(spec.Name, slot)
 //

@@ -2,7 +2,6 @@ package pserver
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -79,7 +78,7 @@ func startServers(tb testing.TB, spec *pb.JobSpec, n int32) ([]string, []*Server
 	var srvs []*Server
 	var slots []*Slot
 	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		lis, err := Listen("127.0.0.1:0")
 		if err != nil {
 			tb.Fatal(err)
 		}

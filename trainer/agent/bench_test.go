@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -96,7 +95,7 @@ func rpcRunHook(tb testing.TB, spec *pb.JobSpec, before func(*pb.Task, trainer.S
 	srv.Host(spec.Name, 0, slot)
 	g := grpc.NewServer(pserver.ServerOptions()...)
 	pb.RegisterPServerServer(g, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := pserver.Listen("127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
