@@ -66,8 +66,8 @@
 // rest deterministically in the FSM, including the cluster-wide cap
 // jobq.MaxJobBytes), and a valid job that does not fit in the memory
 // budgets the live nodes announce in gossip with ResourceExhausted naming
-// the need and the capacity (admission.go: the state within the sum of the
-// pserver budgets and one slot's share within the largest; the dense model
+// the need and the capacity (admission.go: the slots packing whole into the
+// pserver budgets, Σ floor(budget / slot share) >= slots; the dense model
 // and gradients within the largest trainer budget; a kind of node that no
 // live member announces a budget for is not checked).
 //

@@ -99,7 +99,9 @@
 // (gossip.Meta.PServerBudget, TrainerBudget). At submit the master refuses
 // with ResourceExhausted a job whose state exceeds the sum of the live
 // pservers' budgets, whose slot share (state / num_pservers) exceeds the
-// largest one, or whose model exceeds every trainer's (master/admission.go);
+// largest one, whose slots do not pack whole into the budgets
+// (Σ floor(budget / share) < num_pservers), or whose model exceeds every
+// trainer's (master/admission.go);
 // above all budgets, jobq.MaxJobBytes (64 GiB) is refused with
 // InvalidArgument. A job admitted against the cluster may still not fit a
 // node's remaining budget (other jobs): the pserver agent then does not
