@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
@@ -280,19 +282,28 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
 }
 
-// exportFile writes version v of job to the file out (exportAs), removing
-// it if the export fails.
+// exportFile writes version v of job to the file out (exportAs) through
+// writeFileAtomic: a failed or killed export leaves out as it was.
 func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string) error {
-	f, err := os.Create(out)
+	return writeFileAtomic(out, func(w io.Writer) error { return exportAs(ctx, mgr, job, v, format, w) })
+}
+
+// writeFileAtomic makes path hold exactly what write writes, or leaves it
+// as it was: write goes to a temporary file created mode 0600 in path's
+// directory (so the rename stays on one file system), which is fsynced and
+// renamed over path only if write succeeds, and removed otherwise
+// (google/renameio). A process killed mid-write leaves path untouched and
+// at most a ".<base>NNN" temporary file beside it.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o600))
 	if err != nil {
 		return err
 	}
-	if err := exportAs(ctx, mgr, job, v, format, f); err != nil {
-		f.Close()
-		os.Remove(out)
+	defer f.Cleanup()
+	if err := write(f); err != nil {
 		return err
 	}
-	return f.Close()
+	return f.CloseAtomicallyReplace()
 }
 
 // exportAs writes version v of job to w in format "raftps" or
