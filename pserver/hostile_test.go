@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -696,5 +697,44 @@ func TestPushRowsLengthOverflow(t *testing.T) {
 	}
 	if _, err := c.PullRows(context.Background(), "e", rows); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("client pull rows: %v, want ErrInvalid", err)
+	}
+}
+
+// TestLayoutRefusesJobsOverMaxJobBytes (issue 33, layout bound): a spec
+// whose parameters and optimizer state exceed jobq.MaxJobBytes (64 GiB),
+// as a job accepted under older, looser bounds may hold, is ErrBadSpec
+// from NewLayout naming the limit, and so from NewClient, RestoreSlot and
+// NewSlot before they allocate anything; a spec at the limit has a layout.
+// Before, NewLayout bounded only each tensor (2^48 elements) and a 128 GiB
+// job was laid out and allocated.
+func TestLayoutRefusesJobsOverMaxJobBytes(t *testing.T) {
+	at := &pb.JobSpec{Name: "at", NumPservers: 1, Optimizer: &pb.OptimizerSpec{Name: "sgd"},
+		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 33}}, {Name: "emb", Shape: []int64{1 << 27, 64}, Embedding: true}}}
+	if _, err := NewLayout(at, 1); err != nil {
+		t.Fatalf("NewLayout of a 64 GiB job (the limit): %v", err)
+	}
+	for _, spec := range []*pb.JobSpec{
+		// 2^35 float32 with sgd: 128 GiB.
+		{Name: "dense", NumPservers: 4, Optimizer: &pb.OptimizerSpec{Name: "sgd"},
+			Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 35}}}},
+		// 2^32 float32 embedding rows with Adam (x3): 48 GiB, plus a 2^31
+		// dense tensor (x3): 24 GiB more, 72 GiB in all.
+		{Name: "adam", NumPservers: 4, Optimizer: &pb.OptimizerSpec{Name: "adam"},
+			Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 26, 64}, Embedding: true}, {Name: "w", Shape: []int64{1 << 31}}}},
+	} {
+		_, err := NewLayout(spec, spec.NumPservers)
+		if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "MaxJobBytes") {
+			t.Fatalf("NewLayout(%s) = %v, want ErrBadSpec naming MaxJobBytes", spec.Name, err)
+		}
+		t.Logf("%s: %v", spec.Name, err)
+		if _, err := NewClient(spec, "t", StaticResolver{}); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("NewClient(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
+		if _, err := RestoreSlot(spec, 0, spec.NumPservers, nil); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("RestoreSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
+		if _, err := NewSlot(spec, 0, spec.NumPservers); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("NewSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
 	}
 }
