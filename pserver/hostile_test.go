@@ -94,7 +94,7 @@ func TestPullRefusesDuplicates(t *testing.T) {
 // exceed MaxPullBytes is refused before anything is allocated.
 func TestPullResponseCapped(t *testing.T) {
 	spec := &pb.JobSpec{Name: "j", Seed: 1, NumVirtualShards: 1,
-		Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 20, 1 << 20}, Embedding: true}}}
+		Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 14, 1 << 20}, Embedding: true}}} // 64 GiB, the bound
 	s := mustSlot(t, spec, 0, 1)
 	req := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb"}}}
 	for r := range int64(300) { // 300 rows of 4 MiB: 1.2 GiB
@@ -678,15 +678,22 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 
 // TestPushRowsLengthOverflow: len(rows)·dim overflowing int64 (2^18 rows of
 // an embedding of dim 2^46) made the length check pass on empty data and
-// the slicing of the gradient panic; now it is InvalidArgument.
+// the slicing of the gradient panic. Such an embedding is now refused by
+// the layout (over jobq.MaxJobBytes); at the bound (dim 2^34), 2^18 rows
+// with no data are InvalidArgument.
 func TestPushRowsLengthOverflow(t *testing.T) {
-	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
+	huge := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
 		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{4, 1 << 46}, Embedding: true}}}
+	if _, err := NewSlot(huge, 0, 1); !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("NewSlot with an embedding of dim 2^46: %v, want ErrBadSpec", err)
+	}
+	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
+		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{1, 1 << 34}, Embedding: true}}}
 	s := mustSlot(t, spec, 0, 1)
 	rows := make([]int64, 1<<18)
 	_, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "e", Rows: rows}}})
 	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("push of 2^18 rows of dim 2^46 with no data: %v, want ErrInvalid", err)
+		t.Fatalf("push of 2^18 rows of dim 2^34 with no data: %v, want ErrInvalid", err)
 	}
 	c, err := NewClient(spec, "t", StaticResolver{})
 	if err != nil {
