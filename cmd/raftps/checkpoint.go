@@ -74,28 +74,25 @@ func openManager(ctx context.Context, cl *client.Client, opts ...grpc.DialOption
 	return mgr, cleanup, nil
 }
 
-// evalMetrics maps checkpoint versions to the test accuracy of the pass
-// evaluated on them: the version the job recorded with the pass, else the
-// newest version at or before the step it was evaluated at.
+// evalMetrics maps checkpoint versions to the test accuracy measured on
+// their own parameters: the version the job recorded with a pass's eval
+// (PassMetric.checkpoint_version, the version holding the parameters after
+// exactly the step evaluated), and only if that version's step is the
+// evaluated step (records of older releases named the newest checkpoint
+// instead). A pass with no such version names none.
 func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []checkpoint.VersionInfo) checkpoint.Metrics {
 	resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
 	if err != nil {
 		return nil
 	}
+	step := make(map[int64]int64, len(versions))
+	for _, vi := range versions {
+		step[vi.Version] = vi.Step
+	}
 	out := checkpoint.Metrics{}
 	for _, m := range resp.Status.Metrics {
-		v := m.CheckpointVersion
-		if v == 0 {
-			// Versions carry a trajectory epoch; match by step.
-			var step int64 = -1
-			for _, vi := range versions {
-				if vi.Step <= m.Step && vi.Step > step {
-					v, step = vi.Version, vi.Step
-				}
-			}
-		}
-		if v > 0 {
-			out[v] = m.TestAccuracy
+		if s, ok := step[m.CheckpointVersion]; ok && m.CheckpointVersion > 0 && s == m.Step {
+			out[m.CheckpointVersion] = m.TestAccuracy
 		}
 	}
 	return out
