@@ -47,7 +47,10 @@
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished.
 //   - prunes finished jobs past Config.KeepFinishedJobs and
-//     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys.
+//     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys; ages
+//     are cluster time, and it proposes a prune only when the FSM's rule
+//     (jobq PruneDue) names a job at its estimate of the entry's clock, so
+//     every prune deletes something.
 //
 // # Services
 //
