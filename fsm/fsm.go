@@ -24,6 +24,12 @@ const (
 	MaxKeySize = 1536
 	// MaxValueSize is the largest value, in bytes (1.5 MiB).
 	MaxValueSize = 3 << 19
+	// MaxTxnResponseBytes bounds what the range ops of one txn may
+	// answer, in bytes (keys, values and 48 bytes per key/value): a txn
+	// over it is refused with ErrTooLarge before any result is built, on
+	// the store's read path and in Apply alike, so no replica materialises
+	// more than this for one command.
+	MaxTxnResponseBytes = 4 << 20
 	// HistoryRevisions is how many of the latest revisions keep their watch
 	// events (in memory and in snapshots). Older revisions are compacted
 	// automatically; COMMAND_COMPACT compacts further.

@@ -219,6 +219,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.RaftAddr = n.cfg.RaftAddr
 	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
 	rcfg.ForceNewCluster = n.cfg.ForceNewCluster
+	rcfg.MaxTxnOps = n.cfg.MaxTxnOps
 	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 && n.cfg.hasRole(gossip.RoleServer)
 	if n.cfg.HeartbeatTimeout > 0 {
 		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout

@@ -88,6 +88,11 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	if !s.IsLeader() {
 		return nil, ErrNotLeader
 	}
+	if cmd.GetType() == pb.CommandType_COMMAND_TXN {
+		if err := s.gateTxn(cmd); err != nil {
+			return nil, err
+		}
+	}
 	cmd, err := s.raiseLeaseTTL(cmd)
 	if err != nil {
 		return nil, err

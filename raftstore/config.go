@@ -68,6 +68,11 @@ type Config struct {
 	// MaxBatch is the maximum number of commands coalesced into one Raft log
 	// entry (default 256).
 	MaxBatch int
+	// MaxTxnOps is the most ops a txn may hold in each of its compares,
+	// success and failure branches (etcd's --max-txn-ops; default
+	// DefaultMaxTxnOps, 128). A larger txn is refused with fsm.ErrTooLarge
+	// before it reaches the log.
+	MaxTxnOps int
 	// MaxInflight is the number of entries the batcher keeps proposed but
 	// not yet applied (default 1). While they are in flight new commands
 	// queue and the next entry carries them all; on a 2-core box 1 gave
@@ -87,6 +92,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxTxnOps is Config.MaxTxnOps's default (etcd's --max-txn-ops).
+const DefaultMaxTxnOps = 128
+
 // DefaultConfig returns a Config with the LAN defaults documented on the
 // fields; ID, DataDir and RaftAddr still have to be set.
 func DefaultConfig() Config {
@@ -99,6 +107,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:   30 * time.Second,
 		TrailingLogs:       10240,
 		MaxBatch:           256,
+		MaxTxnOps:          DefaultMaxTxnOps,
 		MaxInflight:        1,
 		BatchLinger:        3 * time.Millisecond,
 	}
@@ -116,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.RaftAddr == "" && c.Transport == nil {
 		errs = append(errs, errors.New("raftstore: config: RaftAddr is required"))
+	}
+	if c.MaxTxnOps < 0 {
+		errs = append(errs, fmt.Errorf("raftstore: config: MaxTxnOps %d < 0", c.MaxTxnOps))
 	}
 	if c.MaxBatch < 0 || c.MaxInflight < 0 {
 		errs = append(errs, fmt.Errorf("raftstore: config: MaxBatch %d or MaxInflight %d < 0", c.MaxBatch, c.MaxInflight))
@@ -167,6 +179,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = d.MaxTxnOps
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch

@@ -76,9 +76,26 @@ func (s *Store) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*p
 	return out, nil
 }
 
-// Txn runs a transaction (compare, then success or failure ops). A Txn that
-// only reads still goes through the log, so it is linearizable.
+// Txn runs a transaction (compare, then success or failure ops). A txn
+// without puts and deletes in either branch is a read (etcd's
+// isTxnReadonly): it never enters the log, and is answered from this
+// server's state after a linearizable read barrier (fsm.TxnRead). Errors:
+// fsm.ErrTooLarge for more than Config.MaxTxnOps ops in the compares or a
+// branch, or results over fsm.MaxTxnResponseBytes (both refused before
+// the log), and those of Put, DeleteRange and Apply.
 func (s *Store) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := s.checkTxnOps(req); err != nil {
+		return nil, err
+	}
+	if fsm.TxnReadOnly(req) {
+		if err := fsm.Precheck(pb.CommandType_COMMAND_TXN, req); err != nil {
+			return nil, err
+		}
+		if err := s.LinearizableRead(ctx); err != nil {
+			return nil, err
+		}
+		return s.fsm.TxnRead(req)
+	}
 	out, rev, err := raftRequest[pb.TxnResponse](ctx, s, pb.CommandType_COMMAND_TXN, req)
 	if err != nil {
 		return nil, err
@@ -184,6 +201,45 @@ func (s *Store) RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerReques
 func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error) {
 	out, _, err := raftRequest[pb.JobEvent](ctx, s, pb.CommandType_COMMAND_JOB_EVENT, ev)
 	return out, err
+}
+
+// MaxTxnOps is Config.MaxTxnOps (after defaults): the most ops a txn may
+// hold in its compares and in each branch.
+func (s *Store) MaxTxnOps() int { return s.cfg.MaxTxnOps }
+
+// checkTxnOps refuses a txn with more than Config.MaxTxnOps compares or
+// ops in a branch (etcd's "too many operations in txn request").
+func (s *Store) checkTxnOps(req *pb.TxnRequest) error {
+	max := s.cfg.MaxTxnOps
+	for _, part := range []struct {
+		name string
+		n    int
+	}{{"compares", len(req.GetCompare())}, {"success ops", len(req.GetSuccess())}, {"failure ops", len(req.GetFailure())}} {
+		if part.n > max {
+			return fmt.Errorf("%w: txn of %d %s (max %d ops, --max-txn-ops)", fsm.ErrTooLarge, part.n, part.name, max)
+		}
+	}
+	return nil
+}
+
+// gateTxn is the leader's last check of a txn command before it enters
+// the log, whoever proposed it (this server or a follower's forward): the
+// op cap, no read-only txn (those are reads), and the response bound
+// against the current state (fsm.FSM.CheckTxn). Apply checks the bound
+// again against the state it applies to, so an entry in the log is always
+// applied within fsm.MaxTxnResponseBytes.
+func (s *Store) gateTxn(cmd *pb.Command) error {
+	var req pb.TxnRequest
+	if err := proto.Unmarshal(cmd.GetPayload(), &req); err != nil {
+		return fmt.Errorf("%w: txn: %v", fsm.ErrMalformed, err)
+	}
+	if err := s.checkTxnOps(&req); err != nil {
+		return err
+	}
+	if fsm.TxnReadOnly(&req) {
+		return fmt.Errorf("%w: a txn without puts or deletes is a read: Store.Txn serves it without the log", fsm.ErrInvalid)
+	}
+	return s.fsm.CheckTxn(&req)
 }
 
 // checkLeaseTTL refuses a TTL above fsm.MaxLeaseTTL (etcd's bound), whose

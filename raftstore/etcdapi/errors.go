@@ -26,7 +26,7 @@ var errDuplicateKey = errors.New("etcdapi: duplicate key given in txn request")
 // errInvalidSort: an unknown sort order or target.
 var errInvalidSort = errors.New("etcdapi: invalid sort option")
 
-// errTooManyOps: a Txn branch longer than MaxTxnOps.
+// errTooManyOps: a Txn branch longer than Store.MaxTxnOps.
 var errTooManyOps = errors.New("etcdapi: too many operations in txn request")
 
 // table maps raftps' sentinels to the status etcd's server answers for the

@@ -36,6 +36,9 @@ type Store interface {
 	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
+	// MaxTxnOps is the most ops a txn may hold in its compares and in
+	// each branch (raftstore.Config.MaxTxnOps, etcd's --max-txn-ops).
+	MaxTxnOps() int
 }
 
 var _ Store = (*raftstore.Store)(nil)
