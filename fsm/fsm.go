@@ -52,6 +52,8 @@ type FSM struct {
 	rev        int64 // current store revision; 1 for an empty store
 	compactRev int64 // events with mod_revision <= compactRev are gone
 	kvs        *btree.BTreeG[*pb.KeyValue]
+	used       int64             // bytes of every key and value (quota.go)
+	jobUse     map[string]*usage // per job under /jobs/<job>/ (quota.go)
 	leases     map[int64]*lease
 	nextLease  int64 // next candidate for a store-assigned lease id
 	hist       []revEvents
@@ -113,6 +115,7 @@ func New(logger *slog.Logger) *FSM {
 		logger:    logger,
 		rev:       1,
 		kvs:       newTree(),
+		jobUse:    map[string]*usage{},
 		leases:    map[int64]*lease{},
 		nextLease: 1,
 		histRevs:  HistoryRevisions,

@@ -184,7 +184,9 @@ func (w *writeTxn) put(req *pb.PutRequest) *pb.PutResponse {
 	// One traversal: insert, then complete kv from the item it replaced (kv
 	// is new and unshared, so finishing it in place is safe).
 	prev, had := f.kvs.ReplaceOrInsert(kv)
+	f.account(kv, 1)
 	if had {
+		f.account(prev, -1)
 		kv.CreateRevision = prev.CreateRevision
 		kv.Version = prev.Version + 1
 		if req.PrevKv {
@@ -221,6 +223,7 @@ func (w *writeTxn) deleteRange(req *pb.DeleteRangeRequest) *pb.DeleteRangeRespon
 
 func (w *writeTxn) deleteKey(kv *pb.KeyValue) {
 	w.f.kvs.Delete(kv)
+	w.f.account(kv, -1)
 	w.f.detach(kv.Lease, kv.Key)
 	w.events = append(w.events, &pb.Event{
 		Type:   pb.Event_DELETE,
@@ -231,6 +234,9 @@ func (w *writeTxn) deleteKey(kv *pb.KeyValue) {
 
 func (f *FSM) applyPut(_ *applyCtx, req *pb.PutRequest) (*pb.PutResponse, error) {
 	if err := validatePut(f, req); err != nil {
+		return nil, err
+	}
+	if err := f.checkQuota([]*pb.PutRequest{req}); err != nil {
 		return nil, err
 	}
 	w := f.begin()
@@ -280,6 +286,9 @@ func (f *FSM) applyTxn(_ *applyCtx, req *pb.TxnRequest) (*pb.TxnResponse, error)
 		if err != nil {
 			return nil, fmt.Errorf("txn op %d: %w", i, err)
 		}
+	}
+	if err := f.checkQuota(putsOf(ops)); err != nil {
+		return nil, err
 	}
 	if err := f.txnResponseBound(ops); err != nil {
 		return nil, err

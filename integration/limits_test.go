@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +47,25 @@ func mustAllRunning(t *testing.T, c *Cluster, when string) {
 	t.Helper()
 	for _, p := range c.Procs {
 		if !p.Running() {
-			t.Fatalf("%s: node %s exited (%v)", when, p.ID, p.ExitErr())
+			t.Fatalf("%s: node %s exited (%v): %s", when, p.ID, p.ExitErr(), fatalLines(c))
 		}
 	}
+}
+
+// fatalLines returns the lines of the nodes' logs that report a runtime
+// fatal error or a panic (the log tails a failed test prints are mostly
+// goroutine stacks).
+func fatalLines(c *Cluster) string {
+	var out []string
+	for _, p := range c.Procs {
+		b, _ := os.ReadFile(p.LogPath)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "fatal error") || strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "runtime: out of memory") {
+				out = append(out, p.ID+": "+line)
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // TestHostileTxnUnderMemoryLimit is issue 32 hole 1: a txn made only of
@@ -94,7 +111,7 @@ func TestHostileTxnUnderMemoryLimit(t *testing.T) {
 		_, err := cl.KV.Txn(tctx, tc.req)
 		tcancel()
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("%s: txn answered %v (code %v), want InvalidArgument naming the %s limit", tc.name, err, status.Code(err), tc.want)
+			t.Fatalf("%s: txn answered %v (code %v), want InvalidArgument naming the %s limit; nodes: %s", tc.name, err, status.Code(err), tc.want, fatalLines(c))
 		}
 		time.Sleep(2 * time.Second) // let every replica apply whatever was proposed
 		mustAllRunning(t, c, tc.name)
