@@ -119,6 +119,15 @@ type Config struct {
 	// cluster should use the same value (the leader's gates the log).
 	MaxTxnOps int
 
+	// QuotaBackendBytes is the most bytes of keys and values the store may
+	// hold (etcd's --quota-backend-bytes; default
+	// raftstore.DefaultQuotaBackendBytes, 2 GiB; negative: none): a write
+	// past it is refused with ResourceExhausted and arms the NOSPACE
+	// alarm (schema.NoSpaceAlarmKey), which refuses every write that adds
+	// keys or bytes until an admin frees space and deletes the key. The
+	// leader's value applies.
+	QuotaBackendBytes int64
+
 	// KeepFinishedJobs and FinishedJobMaxAge are the retention of finished
 	// (succeeded, failed, cancelled) jobs (master.Config): the leader
 	// deletes the oldest beyond the newest KeepFinishedJobs and those
@@ -156,6 +165,7 @@ func DefaultConfig() Config {
 		PServerLeaseTTL:    5 * time.Second,
 		DiskReserve:        raftstore.DefaultDiskReserve,
 		MaxTxnOps:          raftstore.DefaultMaxTxnOps,
+		QuotaBackendBytes:  raftstore.DefaultQuotaBackendBytes,
 		KeepFinishedJobs:   1000,
 	}
 	c.PServerMemoryBudget, c.TrainerMemoryBudget = defaultBudgets()
