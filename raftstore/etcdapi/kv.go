@@ -257,7 +257,8 @@ func raftpsDelete(r *etcdpb.DeleteRangeRequest) *pb.DeleteRangeRequest {
 }
 
 // Txn runs a transaction through Raft: compares against the state before
-// it, then one branch, as one revision.
+// it, then one branch, as one revision. A txn without puts and deletes is
+// a linearizable read served without the log (raftstore.Store.Txn).
 func (k kvServer) Txn(ctx context.Context, r *etcdpb.TxnRequest) (*etcdpb.TxnResponse, error) {
 	resp, err := k.s.txn(ctx, r)
 	if err != nil {
