@@ -60,6 +60,7 @@ type FSM struct {
 	histSize   int64 // sum of revEvents.size over hist
 	histRevs   int64 // HistoryRevisions; tests shrink it
 	histBytes  int64 // HistoryBytes; tests shrink it
+	maxLeases  int   // MaxLeases; tests shrink it
 	jobs       JobQueue
 	newJobs    func() JobQueue
 	clock      clock // the replicated clock (clock.go)
@@ -120,6 +121,7 @@ func New(logger *slog.Logger) *FSM {
 		nextLease: 1,
 		histRevs:  HistoryRevisions,
 		histBytes: HistoryBytes,
+		maxLeases: MaxLeases,
 		newJobs:   defaultJobQueue,
 	}
 	f.halt = f.haltProcess

@@ -17,6 +17,10 @@ const (
 	// MaxJobKeyBytes is the most bytes (keys and values) one job's keys
 	// may hold together (64 MiB).
 	MaxJobKeyBytes = 64 << 20
+	// MaxLeases is the most leases the store holds: a grant past it is
+	// refused with ErrQuotaExceeded (each lease costs a timer on the
+	// leader and a record in every snapshot).
+	MaxLeases = 100000
 )
 
 // usage is what a set of keys holds.

@@ -101,3 +101,20 @@ func TestNoSpaceAlarm(t *testing.T) {
 		t.Fatalf("put after the alarm was disarmed: %v", err)
 	}
 }
+
+// TestLeaseCap: a trainer could grant any number of leases; past the
+// store's cap (MaxLeases, shrunk here) a grant is refused with
+// ErrQuotaExceeded, and a revoke makes room.
+func TestLeaseCap(t *testing.T) {
+	f := newTestFSM(t)
+	f.maxLeases = 3
+	for range 3 {
+		f.grant(0, 10)
+	}
+	_, err := f.do(pb.CommandType_COMMAND_LEASE_GRANT, &pb.LeaseGrantRequest{Ttl: 10}, nil)
+	wantErr(t, err, ErrQuotaExceeded)
+	if _, err := f.do(pb.CommandType_COMMAND_LEASE_REVOKE, &pb.LeaseRevokeRequest{Id: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.grant(0, 10)
+}

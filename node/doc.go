@@ -85,14 +85,16 @@
 //	backend                     2 GiB of keys and values               ResourceExhausted at the leader's gate, and the NOSPACE
 //	                            (--quota-backend-bytes)                 alarm key /alarms/nospace is written: every replica then
 //	                                                                    refuses writes that add keys until an admin deletes keys
-//	                                                                    and then the alarm key (deletes go on)
+//	                                                                    and then the alarm key (deletes go on); etcd's API answers
+//	                                                                    "database space exceeded", and `etcdctl alarm list` and
+//	                                                                    `alarm disarm` show and delete the alarm
 //	watchers per etcd stream    1000 (etcdapi.DefaultMaxWatchersPerStream)  the create is answered created+canceled, reason naming it
 //	watchers per connection     5000 (raftstore.DefaultMaxWatchersPerConn)  same on etcd's API; ResourceExhausted on raftps's Watch
 //	watchers per node           20000 (raftstore.DefaultMaxWatchers)        same
 //	watch history               10000 revisions, 256 MiB                older revisions are compacted; a watcher behind them is
 //	                            (fsm.HistoryRevisions, HistoryBytes)    canceled with compact_revision
 //	lease TTL                   9e9 s (fsm.MaxLeaseTTL)                 InvalidArgument
-//	leases                      no cap yet                              (issue 32 "look into": a trainer may grant any number)
+//	leases                      100000 in the store (fsm.MaxLeases)     ResourceExhausted (Apply); no cap per identity yet
 //	disk                        64 MiB free (--disk-reserve-mib)        ResourceExhausted for every write (Disk space below)
 //
 // Watchers cost no goroutine while in sync: the store hands each applied

@@ -45,6 +45,7 @@ var table = []struct {
 	{fsm.ErrCompacted, rpctypes.ErrGRPCCompacted},
 	{fsm.ErrFutureRevision, rpctypes.ErrGRPCFutureRev},
 	{fsm.ErrTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{fsm.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{raftpsrpc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotOpen, rpctypes.ErrGRPCStopped},

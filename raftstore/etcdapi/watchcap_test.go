@@ -2,6 +2,7 @@ package etcdapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	etcdrpc "go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -180,4 +183,40 @@ func TestWatchFanOut(t *testing.T) {
 			t.Fatalf("put %s: watcher %d (%s) got %v", k, r.WatchId, ids[r.WatchId], r.Events)
 		}
 	}
+}
+
+// TestNoSpaceAlarmEtcd: past the backend quota etcd's client gets etcd's
+// "database space exceeded", `etcdctl alarm list` shows NOSPACE, writes
+// stay refused after space is freed, and `etcdctl alarm disarm` lifts it.
+func TestNoSpaceAlarmEtcd(t *testing.T) {
+	e := newEnv(t, 0, func(c *raftstore.Config) { c.QuotaBackendBytes = 100 << 10 })
+	ctx := ctxT(t)
+	value := strings.Repeat("v", 20<<10)
+	var err error
+	for i := 0; err == nil; i++ {
+		if i > 10 {
+			t.Fatal("no put refused past a quota of 100 KiB")
+		}
+		_, err = e.cli.Put(ctx, fmt.Sprintf("k%d", i), value)
+	}
+	if !errors.Is(err, etcdrpc.ErrNoSpace) {
+		t.Fatalf("put past the quota: %v, want %v", err, etcdrpc.ErrNoSpace)
+	}
+	al, err := e.cli.AlarmList(ctx)
+	if err != nil || len(al.Alarms) != 1 || al.Alarms[0].Alarm != etcdpb.AlarmType_NOSPACE {
+		t.Fatalf("alarm list: %v %v, want NOSPACE", al, err)
+	}
+	if _, err := e.cli.Delete(ctx, "k", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("delete under the alarm: %v", err)
+	}
+	if _, err := e.cli.Put(ctx, "small", "1"); !errors.Is(err, etcdrpc.ErrNoSpace) {
+		t.Fatalf("put with the alarm armed: %v", err)
+	}
+	if _, err := e.cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: al.Alarms[0].MemberID, Alarm: etcdpb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if al, err := e.cli.AlarmList(ctx); err != nil || len(al.Alarms) != 0 {
+		t.Fatalf("alarm list after disarm: %v %v", al, err)
+	}
+	mustPut(t, e.cli, "small", "1")
 }
