@@ -29,6 +29,9 @@ var (
 	ErrFailedPrecondition = errors.New("fsm: failed precondition")
 	// ErrLeaseTTLTooLarge: a lease grant asks for a TTL above MaxLeaseTTL.
 	ErrLeaseTTLTooLarge = errors.New("fsm: lease TTL too large")
+	// ErrTooManyLeases: a lease grant's owner already holds its limit of
+	// leases (LeaseGrantRequest.owner_limit).
+	ErrTooManyLeases = errors.New("fsm: too many leases")
 )
 
 // MaxLeaseTTL is the largest lease TTL in seconds a grant may ask for

@@ -31,6 +31,7 @@ type Store interface {
 	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
 	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
 	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
+	LeaseOwner(ctx context.Context, id int64) (string, error)
 	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
 	LinearizableRead(ctx context.Context) error
 	Configuration() ([]raft.Server, error)
