@@ -115,7 +115,9 @@ var rpcs = map[string]Rule{
 	// trainer reads its parameters from its pservers (Pull), not here.
 	pb.CheckpointStore_GetBlob_FullMethodName:     readRPC,
 	pb.CheckpointStore_GetManifest_FullMethodName: readRPC,
-	pb.CheckpointStore_VerifyBlob_FullMethodName:  readRPC,
+	// VerifyBlob re-hashes a blob (O(blob) per call; the dashboard's
+	// verify, O(checkpoint)): an operator's check, admin only.
+	pb.CheckpointStore_VerifyBlob_FullMethodName: {Roles: adminRPC.Roles, Limits: "O(blob) per call: admin only"},
 	// Replica deletion is the checkpoint manager's (node) and the CLI's
 	// (admin); blobs are written node to node only.
 	pb.CheckpointStore_DeleteVersions_FullMethodName: adminRPC,
