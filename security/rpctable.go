@@ -104,9 +104,10 @@ var rpcs = map[string]Rule{
 	pb.Master_TaskFinished_FullMethodName: trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.Master_TaskFailed_FullMethodName:   trainerWrite(limitAsTrainer, checkAsTrainer),
 
-	// Parameters on the pserver port.
-	pb.PServer_Pull_FullMethodName:       trainerRead(limitJob, checkAsTrainer),
-	pb.PServer_PullStream_FullMethodName: trainerRead(limitJob, checkAsTrainer),
+	// The pserver port is the training data path: trainers (and admin);
+	// a reader reads parameters from checkpoints.
+	pb.PServer_Pull_FullMethodName:       trainerWrite(limitJob, checkAsTrainer),
+	pb.PServer_PullStream_FullMethodName: trainerWrite(limitJob, checkAsTrainer),
 	pb.PServer_Push_FullMethodName:       trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.PServer_PushStream_FullMethodName: trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.PServer_LeaveStep_FullMethodName:  trainerWrite(limitAsTrainer, checkAsTrainer),

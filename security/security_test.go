@@ -287,7 +287,7 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer leave step as another", trainer, "/raftps.v1.PServer/LeaveStep", &pb.LeaveStepRequest{Job: "mnist", Trainer: "n1-1"}, false, false},
 		{"trainer pull own job", trainer, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "mnist"}, false, true},
 		{"trainer pull other job", trainer, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "cifar"}, false, false},
-		{"reader pull other job", reader, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "cifar"}, false, true},
+		{"reader pull", reader, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "cifar"}, false, false},
 		{"trainer push other job", trainer, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "cifar"}, false, false},
 		{"trainer task own job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "mnist", Trainer: "ci"}, false, true},
 		{"trainer task finished as ci-x", trainer, "/raftps.v1.Master/TaskFinished", &pb.TaskFinishedRequest{Job: "mnist", Trainer: "ci-x"}, false, false},

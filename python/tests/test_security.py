@@ -61,7 +61,12 @@ def test_reader_push_refused_trainer_push_applied(client, cluster, bin_path):
     with ParamClient(client, job, "admin", spec=spec) as ps:
         assert (ps.pull()["w"] == 0).all()
     # The job's own trainer certificate pushes (SGD, lr 1, from zeros).
-    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "t-mine", spec=spec) as ps:
+    # Its trainer field is its certificate's name (issue 32: a trainer acts
+    # only as the trainer its certificate names).
+    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "t-mine", spec=spec, retries=2) as ps:
+        with pytest.raises(errors.PermissionDenied):
+            ps.push(g, examples=1)
+    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "trainer-" + tag, spec=spec) as ps:
         ps.push(g, examples=1)
         assert (ps.pull()["w"] == -g["w"]).all()
 
