@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/schema"
@@ -177,6 +179,19 @@ func TestLeaseOwnership(t *testing.T) {
 		if _, err := pb.NewLeaseClient(rd).LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: lease}); err != nil {
 			t.Errorf("reader time-to-live: %v, want allowed (a reader reads every lease)", err)
 		}
+	}
+	// etcd's Lease API: no trainer's (the RPC table), a reader reads.
+	eka, err := etcdpb.NewLeaseClient(tb).LeaseKeepAlive(ctx)
+	if err == nil {
+		if err = eka.Send(&etcdpb.LeaseKeepAliveRequest{ID: id}); err == nil {
+			_, err = eka.Recv()
+		}
+	}
+	denied("trainer B etcd keep-alive", err)
+	_, err = etcdpb.NewLeaseClient(tb).LeaseTimeToLive(ctx, &etcdpb.LeaseTimeToLiveRequest{ID: id, Keys: true})
+	denied("trainer B etcd time-to-live", err)
+	if r, err := etcdpb.NewLeaseClient(rd).LeaseTimeToLive(ctx, &etcdpb.LeaseTimeToLiveRequest{ID: id}); err != nil || r.TTL <= 0 {
+		t.Errorf("reader etcd time-to-live: %v %v, want the lease's TTL", r, err)
 	}
 	denied("trainer A keep-alive of the node's lease", keepAliveOnce(ctx, ta, own.Id))
 	if err := keepAliveOnce(ctx, ta, id); err != nil {
