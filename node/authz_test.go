@@ -315,3 +315,31 @@ func TestTrainerReadsOwnJobs(t *testing.T) {
 		t.Errorf("reader manifest of job-b: %v, want the handler's answer", err)
 	}
 }
+
+// TestLeaseOwnerSurvivesRestart (issue 32 hole 7): the owner recorded at
+// the grant survives a Raft snapshot and a restart of the node: trainer B
+// still may not keep trainer A's lease alive, trainer A still may.
+func TestLeaseOwnerSurvivesRestart(t *testing.T) {
+	p := newRolePKI(t)
+	cfg := testConfig(t, "n1")
+	cfg.TLS = p.node
+	n := mustOpen(t, cfg)
+	ctx := ctxFor(t)
+	g, err := pb.NewLeaseClient(dialAs(t, n.GRPCAddr(), p.ta)).LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Store().Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = mustOpen(t, cfg)
+	if err := keepAliveOnce(ctx, dialAs(t, n.GRPCAddr(), p.tb), g.Id); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("trainer B keep-alive after a restart: %v, want PermissionDenied", err)
+	}
+	if err := keepAliveOnce(ctx, dialAs(t, n.GRPCAddr(), p.ta), g.Id); err != nil {
+		t.Errorf("trainer A keep-alive after a restart: %v", err)
+	}
+}
