@@ -18,11 +18,13 @@ const (
 	RoleNode = "node"
 	// RoleAdmin: everything a user can do on the client API.
 	RoleAdmin = "admin"
-	// RoleTrainer: the task API, pull/push, its own registration keys
-	// (/jobs/<job>/trainers/...) and reads, for the jobs its certificate
-	// names (raftps://job/<job>).
+	// RoleTrainer: for the jobs its certificate names (raftps://job/<job>)
+	// and as the trainer its common name names: the task API, pull/push,
+	// its registration key /jobs/<job>/trainers/<name>, reads of those
+	// jobs, and the leases it granted.
 	RoleTrainer = "trainer"
-	// RoleReader: get, watch, status, job and checkpoint listing.
+	// RoleReader: an operator's read-only view: every read of every job
+	// (keys, watches, status, checkpoints, leases); no write.
 	RoleReader = "reader"
 )
 
