@@ -285,7 +285,11 @@ func keyRead(id Identity, key, end []byte) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("keys [%q, %q) reach beyond %s<job>/ of its jobs %v", key, end, schema.JobsPrefix, id.Jobs)
+	what := fmt.Sprintf("key %q", key)
+	if len(end) > 0 {
+		what = fmt.Sprintf("keys [%q, %q)", key, end)
+	}
+	return fmt.Sprintf("%s outside %s<job>/ of its jobs %v", what, schema.JobsPrefix, id.Jobs)
 }
 
 // upper is the exclusive end of [key, end) as etcd reads it; nil: no end.

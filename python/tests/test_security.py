@@ -54,9 +54,14 @@ def test_reader_push_refused_trainer_push_applied(client, cluster, bin_path):
                 ps.push(g, examples=1)
             with pytest.raises(errors.PermissionDenied):
                 ps.pull()
-    with raftps.Client(eps, tls=theirs) as tc, ParamClient(tc, job, "t-other", spec=spec, retries=2) as ps:
+    # Another job's trainer reads nothing of this job (issue 32): not even
+    # its slot records, so it cannot find the pservers, let alone push.
+    with raftps.Client(eps, tls=theirs) as tc:
         with pytest.raises(errors.PermissionDenied):
-            ps.push(g, examples=1)
+            with ParamClient(tc, job, "trainer-other-" + tag, spec=spec, retries=2) as ps:
+                ps.push(g, examples=1)
+        with pytest.raises(errors.PermissionDenied):
+            raftps.jobs.status(tc, job)
     # Nothing was applied by the refused pushes.
     with ParamClient(client, job, "admin", spec=spec) as ps:
         assert (ps.pull()["w"] == 0).all()
