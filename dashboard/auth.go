@@ -26,8 +26,12 @@ const (
 	actVerify = "verify"
 )
 
+// The dashboard shows every job with its checkpoints: the roles that may
+// read every job's checkpoints (not a trainer, which reads only its own
+// jobs through the API). Verify hashes every blob of a checkpoint: as
+// VerifyBlob, admin only.
 var actionMethod = map[string]string{
-	actRead:   pb.Master_ListJobs_FullMethodName,
+	actRead:   pb.CheckpointStore_GetManifest_FullMethodName,
 	actCancel: pb.Master_CancelJob_FullMethodName,
 	actDelete: pb.Master_DeleteJob_FullMethodName,
 	actVerify: pb.CheckpointStore_VerifyBlob_FullMethodName,

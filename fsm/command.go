@@ -46,6 +46,8 @@ var (
 	ErrFailedPrecondition = errs.ErrFailedPrecondition
 	// ErrLeaseTTLTooLarge: a lease grant asks for more than MaxLeaseTTL seconds.
 	ErrLeaseTTLTooLarge = errs.ErrLeaseTTLTooLarge
+	// ErrTooManyLeases: the grant's owner holds its owner_limit of leases.
+	ErrTooManyLeases = errs.ErrTooManyLeases
 )
 
 // MaxLeaseTTL is the largest lease TTL in seconds (errs.MaxLeaseTTL, etcd's bound).

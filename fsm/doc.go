@@ -95,8 +95,12 @@
 //     (session.go, Raft thesis §6.3; bounded, in the snapshot). A proposer
 //     that retries after an unknown outcome reuses the id; acked lets the
 //     FSM forget answered Results.
-//   - Leases: the FSM stores only the granted TTL and the attached keys.
-//     Timers, keepalives, the minimum TTL and expiry belong to the leader
+//   - Leases: the FSM stores only the granted TTL, the owner (the
+//     identity that granted it, carried in the command; "" for a node's
+//     own and every lease of an older snapshot) and the attached keys.
+//     Ids are chosen at random by the proposer (random_id; a taken one
+//     moves to the next free id, the same on every replica). Timers,
+//     keepalives, the minimum TTL and expiry belong to the leader
 //     (raftstore), which revokes an expired lease through Raft.
 //   - Linearizable reads: Range reads whatever is applied; the caller waits
 //     for AppliedIndex to reach its read index first. hashicorp/raft hands

@@ -41,7 +41,7 @@ const (
 	// the replicated clock: now term+1 mono wall (varints; absent in older
 	// snapshots).
 	tagMeta  = 1
-	tagLease = 2 // id ttl (varints)
+	tagLease = 2 // id ttl (varints), then the owner's bytes (absent: no owner, and in older snapshots)
 	tagKV    = 3 // pb.KeyValue
 	tagEvent = 4 // pb.Event (revision = kv.mod_revision)
 	tagJobs  = 5 // JobQueue.MarshalBinary: the whole queue (older snapshots; read only)
@@ -58,7 +58,10 @@ var ErrNewerFormat = errors.New("fsm: snapshot written by a newer raftps")
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-type leaseRec struct{ id, ttl int64 }
+type leaseRec struct {
+	id, ttl int64
+	owner   string
+}
 
 // snapshot is a point-in-time capture of the FSM. The tree is a
 // copy-on-write clone and the history groups are immutable, so capturing is
@@ -97,7 +100,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		sessions:   f.sessions.marshal(),
 	}
 	for _, id := range slices.Sorted(maps.Keys(f.leases)) {
-		s.leases = append(s.leases, leaseRec{id, f.leases[id].ttl})
+		l := f.leases[id]
+		s.leases = append(s.leases, leaseRec{id, l.ttl, l.owner})
 	}
 	return s, nil
 }
@@ -145,6 +149,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, l := range s.leases {
 		body = protowire.AppendVarint(body[:0], uint64(l.id))
 		body = protowire.AppendVarint(body, uint64(l.ttl))
+		body = append(body, l.owner...)
 		if err := rec(tagLease, body); err != nil {
 			return err
 		}
@@ -285,8 +290,10 @@ func readErr(what string, err error) error {
 // maxRecord bounds each record's length by tag.
 func maxRecord(tag byte) uint64 {
 	switch tag {
-	case tagMeta, tagLease:
+	case tagMeta:
 		return 96
+	case tagLease:
+		return 96 + MaxLeaseOwner
 	case tagKV:
 		return MaxKeySize + MaxValueSize + 128
 	case tagEvent:
@@ -394,18 +401,18 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 			}
 			haveMeta = true
 		case tagLease:
-			vals, err := varints(body, 2)
+			vals, owner, err := varintsThen(body, 2)
 			if err != nil {
 				return nil, err
 			}
 			id, ttl := int64(vals[0]), int64(vals[1])
-			if id <= 0 || ttl <= 0 {
-				return nil, malformed("lease %d ttl %d", id, ttl)
+			if id <= 0 || ttl <= 0 || len(owner) > MaxLeaseOwner {
+				return nil, malformed("lease %d ttl %d owner of %d bytes", id, ttl, len(owner))
 			}
 			if _, dup := st.leases[id]; dup {
 				return nil, malformed("duplicate lease %d", id)
 			}
-			st.leases[id] = &lease{ttl: ttl, keys: map[string]struct{}{}}
+			st.leases[id] = &lease{ttl: ttl, owner: string(owner), keys: map[string]struct{}{}}
 		case tagKV:
 			kv := &pb.KeyValue{}
 			if err := proto.Unmarshal(body, kv); err != nil {
@@ -508,19 +515,26 @@ func checkKV(kv *pb.KeyValue, rev int64) error {
 	return nil
 }
 
-// varints decodes exactly n varints filling body.
-func varints(body []byte, n int) ([]uint64, error) {
+// varintsThen decodes n varints at the start of body and returns the
+// bytes after them.
+func varintsThen(body []byte, n int) ([]uint64, []byte, error) {
 	out := make([]uint64, 0, n)
 	for range n {
 		v, m := protowire.ConsumeVarint(body)
 		if m < 0 {
-			return nil, malformed("bad varint")
+			return nil, nil, malformed("bad varint")
 		}
 		out = append(out, v)
 		body = body[m:]
 	}
-	if len(body) != 0 {
-		return nil, malformed("%d stray bytes in record", len(body))
+	return out, body, nil
+}
+
+// varints decodes exactly n varints filling body.
+func varints(body []byte, n int) ([]uint64, error) {
+	out, rest, err := varintsThen(body, n)
+	if err == nil && len(rest) != 0 {
+		return nil, malformed("%d stray bytes in record", len(rest))
 	}
-	return out, nil
+	return out, err
 }

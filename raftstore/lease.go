@@ -445,6 +445,23 @@ func (s *Store) verifyLeader(timeout time.Duration) error {
 	}
 }
 
+// LeaseOwner returns the owner recorded for lease id (fsm.LeaseInfo.Owner).
+// A lease this node has not applied yet is looked up again after a
+// linearizable read, so a grant the caller saw acknowledged is found on a
+// follower too. Errors: fsm.ErrLeaseNotFound, those of LinearizableRead.
+func (s *Store) LeaseOwner(ctx context.Context, id int64) (string, error) {
+	if o, ok := s.fsm.LeaseOwner(id); ok {
+		return o, nil
+	}
+	if err := s.LinearizableRead(ctx); err != nil {
+		return "", err
+	}
+	if o, ok := s.fsm.LeaseOwner(id); ok {
+		return o, nil
+	}
+	return "", fmt.Errorf("%w: lease %d", fsm.ErrLeaseNotFound, id)
+}
+
 // LeaseTimeToLive returns the seconds left on lease id as the leader's
 // timer sees it (rounded up; a follower forwards). Errors:
 // fsm.ErrLeaseNotFound.

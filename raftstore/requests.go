@@ -2,6 +2,8 @@ package raftstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -114,12 +116,18 @@ func (s *Store) Compact(ctx context.Context, req *pb.CompactRequest) (*pb.Compac
 }
 
 // LeaseGrant creates a lease of req.Ttl seconds (raised to
-// Config.MinLeaseTTL; req.Id 0 picks an id). Errors:
+// Config.MinLeaseTTL) owned by req.Owner; req.Id 0 picks a random id in
+// [1, 2^63) here, carried in the command (RandomId), so ids cannot be
+// guessed and every replica grants the same. Errors:
 // fsm.ErrLeaseTTLTooLarge above fsm.MaxLeaseTTL (checked before
-// proposing), fsm.ErrLeaseExists.
+// proposing), fsm.ErrLeaseExists, fsm.ErrTooManyLeases.
 func (s *Store) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if err := checkLeaseTTL(req.GetTtl()); err != nil {
 		return nil, err
+	}
+	if req.GetId() == 0 {
+		req = proto.CloneOf(req)
+		req.Id, req.RandomId = randomLeaseID(), true
 	}
 	out, rev, err := raftRequest[pb.LeaseGrantResponse](ctx, s, pb.CommandType_COMMAND_LEASE_GRANT, req)
 	if err != nil {
@@ -299,6 +307,17 @@ func (s *Store) armNoSpace() error {
 	defer cancel()
 	_, err = s.ApplyLocal(ctx, cmd)
 	return err
+}
+
+// randomLeaseID is a uniformly random lease id in [1, 2^63).
+func randomLeaseID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+		if id := int64(binary.BigEndian.Uint64(b[:]) >> 1); id != 0 {
+			return id
+		}
+	}
 }
 
 // checkLeaseTTL refuses a TTL above fsm.MaxLeaseTTL (etcd's bound), whose

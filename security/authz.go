@@ -6,30 +6,31 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/schema"
 )
 
 // An Authorizer checks each gRPC call against the role of the caller's
-// certificate (verified by the TLS handshake against the cluster CA):
+// certificate (verified by the TLS handshake against the cluster CA) by
+// the RPC table (rpctable.go): every method any of the node's gRPC
+// servers registers has one row naming the roles that may call it and a
+// trainer's per-request limits:
 //
 //	node     everything (the internal APIs accept nothing else)
 //	admin    everything a user can do on the client API
-//	trainer  reads (KV Range, Watch, job and checkpoint reading, status);
-//	         GetTask, TaskFinished, TaskFailed, Pull, Push, LeaveStep for the
-//	         jobs its certificate names; Put/Delete of its own registration
-//	         keys /jobs/<job>/trainers/<name>[-...] of those jobs; lease
-//	         grant and keep-alive (not revoke: it deletes a lease's keys)
-//	reader   reads only
+//	trainer  for the jobs its certificate names only: reads under
+//	         /jobs/<job>/ (and keys outside /jobs/), its jobs' status and
+//	         events, GetTask/TaskFinished/TaskFailed/Pull/Push/LeaveStep
+//	         as the trainer its certificate names, Put/Delete of its own
+//	         registration key /jobs/<job>/trainers/<name>, the leases it
+//	         granted (TTL <= TrainerMaxLeaseTTL, at most
+//	         TrainerMaxLeases); none of etcd's API
+//	reader   an operator's read-only view: every read of every job
+//	         (parameters, checkpoints, keys, leases), no write
 //
 // A refused call ends with PermissionDenied naming the method, the
 // identity and what it lacks, before the handler runs, and a log line.
@@ -39,97 +40,6 @@ type Authorizer struct {
 	NodeOnly bool
 	// Log gets one Warn line per refusal (nil: discard).
 	Log *slog.Logger
-}
-
-// access levels of a method
-type access int
-
-const (
-	accessNode    access = iota // internal: node only
-	accessAdmin                 // writes: admin (and node)
-	accessTrainer               // trainer for its jobs (request-checked), admin, node
-	accessRead                  // every role
-)
-
-// methods maps a full method or a service (prefix ending in "/") to its
-// access; a method not in the table needs admin.
-var methods = map[string]access{
-	"/raftps.v1.Internal/":               accessNode,
-	"/raftps.v1.CheckpointStore/PutBlob": accessNode,
-	// Replica deletion is the checkpoint manager's (node) and the CLI's (admin).
-	"/raftps.v1.CheckpointStore/DeleteVersions": accessAdmin,
-	"/raftps.v1.CheckpointStore/GetBlob":        accessRead,
-	"/raftps.v1.CheckpointStore/GetManifest":    accessRead,
-	"/raftps.v1.CheckpointStore/VerifyBlob":     accessRead,
-
-	"/raftps.v1.KV/Range":       accessRead,
-	"/raftps.v1.KV/Put":         accessTrainer,
-	"/raftps.v1.KV/DeleteRange": accessTrainer,
-	"/raftps.v1.KV/Txn":         accessTrainer,
-	"/raftps.v1.Watch/":         accessRead,
-	"/raftps.v1.Cluster/":       accessRead,
-	// Membership changes are writes.
-	"/raftps.v1.Cluster/MemberAdd":     accessAdmin,
-	"/raftps.v1.Cluster/MemberPromote": accessAdmin,
-	"/raftps.v1.Cluster/MemberRemove":  accessAdmin,
-
-	"/raftps.v1.Lease/LeaseGrant": accessTrainer,
-	// Revoking deletes every key of the lease: a trainer lets its own
-	// expire rather than be able to revoke another's.
-	"/raftps.v1.Lease/LeaseRevoke":     accessAdmin,
-	"/raftps.v1.Lease/LeaseKeepAlive":  accessTrainer,
-	"/raftps.v1.Lease/LeaseTimeToLive": accessRead,
-
-	"/raftps.v1.Master/GetJob":       accessRead,
-	"/raftps.v1.Master/ListJobs":     accessRead,
-	"/raftps.v1.Master/WatchJob":     accessRead,
-	"/raftps.v1.Master/GetTask":      accessTrainer,
-	"/raftps.v1.Master/TaskFinished": accessTrainer,
-	"/raftps.v1.Master/TaskFailed":   accessTrainer,
-
-	"/raftps.v1.PServer/": accessTrainer,
-
-	// etcd's API: reads for every role, the rest admin.
-	"/etcdserverpb.KV/Range":                accessRead,
-	"/etcdserverpb.Watch/":                  accessRead,
-	"/etcdserverpb.Lease/LeaseTimeToLive":   accessRead,
-	"/etcdserverpb.Lease/LeaseLeases":       accessRead,
-	"/etcdserverpb.Cluster/MemberList":      accessRead,
-	"/etcdserverpb.Maintenance/Status":      accessRead,
-	"/etcdserverpb.Maintenance/HashKV":      accessRead,
-	"/etcdserverpb.Maintenance/Hash":        accessRead,
-	"/etcdserverpb.Maintenance/AlarmList":   accessRead,
-	"/raftps.v1.Master/SubmitJob":           accessAdmin,
-	"/raftps.v1.Master/CancelJob":           accessAdmin,
-	"/raftps.v1.Master/DeleteJob":           accessAdmin,
-	"/etcdserverpb.Maintenance/Snapshot":    accessAdmin,
-	"/etcdserverpb.Maintenance/Defragment":  accessAdmin,
-	"/etcdserverpb.Maintenance/MoveLeader":  accessAdmin,
-	"/etcdserverpb.Cluster/MemberAdd":       accessAdmin,
-	"/etcdserverpb.Cluster/MemberRemove":    accessAdmin,
-	"/etcdserverpb.Cluster/MemberPromote":   accessAdmin,
-	"/etcdserverpb.Cluster/MemberUpdate":    accessAdmin,
-	"/etcdserverpb.KV/Put":                  accessAdmin,
-	"/etcdserverpb.KV/DeleteRange":          accessAdmin,
-	"/etcdserverpb.KV/Txn":                  accessAdmin,
-	"/etcdserverpb.KV/Compact":              accessAdmin,
-	"/etcdserverpb.Lease/LeaseGrant":        accessAdmin,
-	"/etcdserverpb.Lease/LeaseRevoke":       accessAdmin,
-	"/etcdserverpb.Lease/LeaseKeepAlive":    accessAdmin,
-	"/etcdserverpb.Maintenance/Downgrade":   accessAdmin,
-	"/etcdserverpb.Maintenance/Alarm":       accessAdmin,
-	"/etcdserverpb.Maintenance/AlarmDisarm": accessAdmin,
-}
-
-func accessOf(method string) access {
-	if a, ok := methods[method]; ok {
-		return a
-	}
-	svc, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
-	if a, ok := methods["/"+svc+"/"]; ok {
-		return a
-	}
-	return accessAdmin
 }
 
 // IdentityFromContext returns the identity of a gRPC call's verified
@@ -178,106 +88,59 @@ func (a *Authorizer) denied(ctx context.Context, method string, id Identity, why
 	return status.Errorf(codes.PermissionDenied, "%s: permission denied to %s: %s", method, id, why)
 }
 
-// allow decides a call before its request is read; check (true) asks
-// for each request message to be checked with checkRequest.
-func (a *Authorizer) allow(ctx context.Context, method string) (id Identity, check bool, err error) {
+// allow decides a call before its request is read and returns the
+// method's rule (its trainer check applies to each request message).
+func (a *Authorizer) allow(ctx context.Context, method string) (id Identity, r Rule, err error) {
 	c := certFromContext(ctx)
 	if c == nil {
 		// The TLS handshake requires a certificate of the CA; no chain
 		// here means the server runs without TLS (--insecure).
-		return Identity{}, false, a.denied(ctx, method, Identity{Name: "unauthenticated"}, "no verified client certificate")
+		return Identity{}, r, a.denied(ctx, method, Identity{Name: "unauthenticated"}, "no verified client certificate")
 	}
 	id = IdentityOf(c)
 	if id.Role == RoleNode {
-		return id, false, nil
+		return id, r, nil
 	}
 	if a.NodeOnly {
-		return id, false, a.denied(ctx, method, id, "the node-to-node port serves cluster nodes only (role node)")
+		return id, r, a.denied(ctx, method, id, "the node-to-node port serves cluster nodes only (role node)")
 	}
-	acc := accessOf(method)
+	r, known := rpcs[method]
 	switch {
-	case acc == accessNode:
-		return id, false, a.denied(ctx, method, id, "an internal API (role node only)")
-	case id.Role == RoleAdmin:
-		return id, false, nil
-	case acc == accessRead && (id.Role == RoleReader || id.Role == RoleTrainer):
-		return id, false, nil
-	case acc == accessTrainer && id.Role == RoleTrainer:
-		return id, true, nil
+	case !known:
+		return id, r, a.denied(ctx, method, id, "a method not in the RPC table (security/rpctable.go): role node only")
+	case r.allows(id.Role):
+		return id, r, nil
+	case len(r.Roles) == 0:
+		return id, r, a.denied(ctx, method, id, "an internal API (role node only)")
 	case id.Role == RoleReader:
-		return id, false, a.denied(ctx, method, id, "the reader role is read-only")
+		return id, r, a.denied(ctx, method, id, "the reader role is read-only")
 	case id.Role == RoleTrainer:
-		return id, false, a.denied(ctx, method, id, "not a trainer's method (admin only)")
+		return id, r, a.denied(ctx, method, id, "not a trainer's method (admin only)")
+	case id.Role == RoleAdmin:
+		return id, r, a.denied(ctx, method, id, "not a client method (role node only)")
 	}
-	return id, false, a.denied(ctx, method, id, fmt.Sprintf("unknown role %q", id.Role))
+	return id, r, a.denied(ctx, method, id, fmt.Sprintf("unknown role %q", id.Role))
 }
 
-// jobRequest is every request that names its job (pserver, task API).
-type jobRequest interface{ GetJob() string }
-
-// checkRequest applies a trainer's per-request limits: the job must be
-// one its certificate names, and its KV writes must be its own
-// registration keys.
-func checkRequest(id Identity, req any) string {
-	switch r := req.(type) {
-	case *pb.PutRequest:
-		return trainerKey(id, r.GetKey(), nil)
-	case *pb.DeleteRangeRequest:
-		return trainerKey(id, r.GetKey(), r.GetRangeEnd())
-	case *pb.TxnRequest:
-		for _, ops := range [][]*pb.RequestOp{r.GetSuccess(), r.GetFailure()} {
-			for _, op := range ops {
-				if p := op.GetRequestPut(); p != nil {
-					if why := trainerKey(id, p.GetKey(), nil); why != "" {
-						return why
-					}
-				}
-				if d := op.GetRequestDeleteRange(); d != nil {
-					if why := trainerKey(id, d.GetKey(), d.GetRangeEnd()); why != "" {
-						return why
-					}
-				}
-			}
-		}
-		return ""
-	case jobRequest:
-		if !id.HasJob(r.GetJob()) {
-			return fmt.Sprintf("job %q is not one of the certificate's jobs %v", r.GetJob(), id.Jobs)
-		}
-		return ""
-	case *pb.LeaseGrantRequest, *pb.LeaseKeepAliveRequest:
-		return ""
-	}
-	return fmt.Sprintf("request %T is not allowed to a trainer", req)
-}
-
-// trainerKey allows a single key /jobs/<job>/trainers/<name>[-suffix] of
-// one of the identity's jobs.
-func trainerKey(id Identity, key, end []byte) string {
-	if len(end) > 0 {
-		return "a trainer may delete single keys only (no range)"
-	}
-	job, kind, tid, ok := schema.ParseJobKey(string(key))
-	if ok && kind == schema.KindTrainer && id.HasJob(job) && (tid == id.Name || strings.HasPrefix(tid, id.Name+"-")) {
-		return ""
-	}
-	return fmt.Sprintf("key %q is not one of its registration keys (%s<name>[-...] of its jobs %v)",
-		key, schema.TrainerPrefix("<job>"), id.Jobs)
-}
-
-// UnaryInterceptor checks unary calls.
+// UnaryInterceptor checks unary calls, and filters a trainer's answer
+// where the method's rule says (ListJobs: its jobs only).
 func (a *Authorizer) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		id, check, err := a.allow(ctx, info.FullMethod)
+		id, r, err := a.allow(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
-		if check {
-			if why := checkRequest(id, req); why != "" {
+		check, filter := r.forTrainer(id)
+		if check != nil {
+			if why := check(id, req); why != "" {
 				return nil, a.denied(ctx, info.FullMethod, id, why)
 			}
 		}
-		return handler(ctx, req)
+		resp, err := handler(ctx, req)
+		if err == nil && filter != nil {
+			filter(id, resp)
+		}
+		return resp, err
 	}
 }
 
@@ -285,12 +148,12 @@ func (a *Authorizer) UnaryInterceptor() grpc.UnaryServerInterceptor {
 // the client sends when the role's limits depend on the request.
 func (a *Authorizer) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		id, check, err := a.allow(ss.Context(), info.FullMethod)
+		id, r, err := a.allow(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
 		}
-		if check {
-			ss = &checkedStream{ServerStream: ss, a: a, id: id, method: info.FullMethod}
+		if check, _ := r.forTrainer(id); check != nil {
+			ss = &checkedStream{ServerStream: ss, a: a, id: id, method: info.FullMethod, check: check}
 		}
 		return handler(srv, ss)
 	}
@@ -301,27 +164,21 @@ type checkedStream struct {
 	a      *Authorizer
 	id     Identity
 	method string
+	check  func(Identity, any) string
 }
 
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if why := checkRequest(s.id, m); why != "" {
+	if why := s.check(s.id, m); why != "" {
 		return s.a.denied(s.Context(), s.method, s.id, why)
 	}
 	return nil
 }
 
-// Roles lists the roles allowed a method (for documentation and tests).
+// Roles lists the roles allowed a method, node first (a method not in the
+// RPC table: node only).
 func Roles(method string) []string {
-	switch accessOf(method) {
-	case accessNode:
-		return []string{RoleNode}
-	case accessAdmin:
-		return []string{RoleNode, RoleAdmin}
-	case accessTrainer:
-		return []string{RoleNode, RoleAdmin, RoleTrainer}
-	}
-	return slices.Clone([]string{RoleNode, RoleAdmin, RoleTrainer, RoleReader})
+	return append([]string{RoleNode}, rpcs[method].Roles...)
 }

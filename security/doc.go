@@ -21,14 +21,39 @@
 //
 // # Roles
 //
-// A certificate's role is its SAN URI raftps://role/<role> (RoleOf):
-// node, admin, trainer, reader; a trainer's jobs are raftps://job/<job>
-// URIs. Authorizer maps each method to the roles that may call it (node:
-// everything, and alone the internal APIs; admin: every user method;
-// trainer: reads, the task API and pull/push of its jobs, Put/Delete of
-// its own registration keys /jobs/<job>/trainers/<name>[-...]; reader:
-// reads). A refusal is PermissionDenied naming the method, the identity
-// and why, and a Warn log line. Streams are checked per received message.
+// A certificate's role is its SAN URI raftps://role/<role> (RoleOf),
+// spelled exactly so (the raw SAN is read; any other spelling of a
+// raftps URI, or two roles, gives no role): node, admin, trainer, reader;
+// a trainer's jobs are raftps://job/<job> URIs. Authorizer enforces the
+// RPC table (rpctable.go, RPCTable): one row per method of every gRPC
+// server of a node (a test walks the node's servers against it) with the
+// roles that may call it and a trainer's limits. node: everything, and
+// alone the internal APIs; admin: every user method; trainer: the jobs its
+// certificate names only (their keys, status, events, task API, pull and
+// push), as the trainer its certificate's name names, Put/Delete of its
+// registration key /jobs/<job>/trainers/<name>, leases of at most
+// TrainerMaxLeaseTTL and TrainerMaxLeases; reader: an operator's
+// read-only view of every job. A refusal is PermissionDenied naming the
+// method, the identity and why, and a Warn log line. Streams are checked
+// per received message; a trainer's ListJobs answer is trimmed to its
+// jobs.
+//
+// # Leases
+//
+// A lease belongs to the identity that granted it (Identity.Owner,
+// recorded in the replicated lease state). CheckLease, called by the Lease
+// services (raftps's and etcd's), lets node and admin act on any lease, a
+// reader read any, and a trainer keep alive, revoke or read only its own;
+// a lease without an owner (a node's, or one granted before owners were
+// recorded) is node's and admin's.
+//
+// # Connections after a CA rotation
+//
+// A certificate is verified at the TLS handshake. A connection and its
+// streams opened before the CA rotated keep their verified identity
+// until they end; after a rotation, Material closes every server-side
+// connection whose peer certificate no longer verifies against the new
+// CA (see Material.Reload).
 //
 // # Certificates
 //

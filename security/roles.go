@@ -2,6 +2,7 @@ package security
 
 import (
 	"crypto/x509"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"net/url"
@@ -17,11 +18,13 @@ const (
 	RoleNode = "node"
 	// RoleAdmin: everything a user can do on the client API.
 	RoleAdmin = "admin"
-	// RoleTrainer: the task API, pull/push, its own registration keys
-	// (/jobs/<job>/trainers/...) and reads, for the jobs its certificate
-	// names (raftps://job/<job>).
+	// RoleTrainer: for the jobs its certificate names (raftps://job/<job>)
+	// and as the trainer its common name names: the task API, pull/push,
+	// its registration key /jobs/<job>/trainers/<name>, reads of those
+	// jobs, and the leases it granted.
 	RoleTrainer = "trainer"
-	// RoleReader: get, watch, status, job and checkpoint listing.
+	// RoleReader: an operator's read-only view: every read of every job
+	// (keys, watches, status, checkpoints, leases); no write.
 	RoleReader = "reader"
 )
 
@@ -49,26 +52,84 @@ func RoleURI(r string) *url.URL { return &url.URL{Scheme: URIScheme, Host: "role
 // JobURI is the SAN URI that grants a trainer certificate job j.
 func JobURI(j string) *url.URL { return &url.URL{Scheme: URIScheme, Host: "job", Path: "/" + j} }
 
-// RoleOf is the role a certificate carries (its first raftps://role/ URI),
-// or "" if none.
+// RoleOf is the role a certificate carries: its one raftps://role/<role>
+// SAN URI, spelled exactly as RoleURI spells a known role, or "" (none).
+// A certificate with a URI of the raftps scheme in any other spelling
+// (RAFTPS://, %-escapes, user info, a port, a query, two roles) has no
+// role: x509 normalises what it parses, so the raw SAN is read
+// (rawURIs), and only one canonical form acts as a role.
 func RoleOf(c *x509.Certificate) string {
-	for _, u := range c.URIs {
-		if u.Scheme == URIScheme && u.Host == "role" {
-			return strings.TrimPrefix(u.Path, "/")
-		}
+	roles, _, ok := raftpsURIs(c)
+	if !ok || len(roles) != 1 {
+		return ""
 	}
-	return ""
+	return roles[0]
 }
 
-// JobsOf are the jobs a certificate names (raftps://job/<job>).
+// JobsOf are the jobs a certificate names (raftps://job/<job>, spelled as
+// JobURI spells it); none if any raftps URI of it is not canonical.
 func JobsOf(c *x509.Certificate) []string {
-	var jobs []string
-	for _, u := range c.URIs {
-		if u.Scheme == URIScheme && u.Host == "job" {
-			jobs = append(jobs, strings.TrimPrefix(u.Path, "/"))
-		}
+	_, jobs, ok := raftpsURIs(c)
+	if !ok {
+		return nil
 	}
 	return jobs
+}
+
+// raftpsURIs splits the certificate's raftps URIs into distinct roles and
+// jobs; ok is false if one is not in the canonical form.
+func raftpsURIs(c *x509.Certificate) (roles, jobs []string, ok bool) {
+	for _, raw := range rawURIs(c) {
+		if len(raw) < len(URIScheme)+1 || !strings.EqualFold(raw[:len(URIScheme)+1], URIScheme+":") {
+			continue // another scheme: not ours
+		}
+		switch {
+		case strings.HasPrefix(raw, RoleURI("").String()):
+			r := strings.TrimPrefix(raw, RoleURI("").String())
+			if !ValidRole(r) || RoleURI(r).String() != raw {
+				return nil, nil, false
+			}
+			if !slices.Contains(roles, r) {
+				roles = append(roles, r)
+			}
+		case strings.HasPrefix(raw, JobURI("").String()):
+			j := strings.TrimPrefix(raw, JobURI("").String())
+			if j == "" || strings.ContainsAny(j, "/%?#@:") || JobURI(j).String() != raw {
+				return nil, nil, false
+			}
+			if !slices.Contains(jobs, j) {
+				jobs = append(jobs, j)
+			}
+		default:
+			return nil, nil, false
+		}
+	}
+	return roles, jobs, true
+}
+
+// oidSAN is the subjectAltName extension (RFC 5280 4.2.1.6).
+var oidSAN = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// rawURIs are the certificate's SAN URIs as the issuer wrote them
+// (uniformResourceIdentifier [6] IA5String), unparsed; x509's URIs are
+// parsed and normalised (the scheme lower-cased).
+func rawURIs(c *x509.Certificate) []string {
+	var out []string
+	for _, e := range c.Extensions {
+		if !e.Id.Equal(oidSAN) {
+			continue
+		}
+		var names []asn1.RawValue
+		if rest, err := asn1.Unmarshal(e.Value, &names); err != nil || len(rest) > 0 {
+			return nil
+		}
+		for _, n := range names {
+			if n.Class == asn1.ClassContextSpecific && n.Tag == 6 {
+				out = append(out, string(n.Bytes))
+			}
+		}
+	}
+	return out
 }
 
 // Identity is who a verified certificate says the peer is.

@@ -273,7 +273,8 @@ func TestAuthorizer(t *testing.T) {
 		{"reader push", reader, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "mnist"}, false, false},
 		{"reader checkpoint blob", reader, "/raftps.v1.CheckpointStore/GetBlob", &pb.GetBlobRequest{}, false, true},
 		{"reader put blob", reader, "/raftps.v1.CheckpointStore/PutBlob", nil, false, false},
-		{"trainer own key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "ci-1")), false, true},
+		{"trainer own key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "ci")), false, true},
+		{"trainer key of a trainer named ci-x", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "ci-x")), false, false},
 		{"trainer other's key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "n1-1")), false, false},
 		{"trainer other job's key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("cifar", "ci")), false, false},
 		{"trainer delete prefix", trainer, "/raftps.v1.KV/DeleteRange",
@@ -281,15 +282,50 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer txn put elsewhere", trainer, "/raftps.v1.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{
 			{Request: &pb.RequestOp_RequestPut{RequestPut: put("/jobs/mnist/spec")}}}}, false, false},
 		{"trainer cancel", trainer, "/raftps.v1.Master/CancelJob", &pb.CancelJobRequest{Name: "mnist"}, false, false},
-		{"trainer push own job", trainer, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "mnist"}, false, true},
+		{"trainer push own job", trainer, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "mnist", Trainer: "ci"}, false, true},
+		{"trainer push as ci-x", trainer, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "mnist", Trainer: "ci-x"}, false, false},
+		{"trainer leave step as another", trainer, "/raftps.v1.PServer/LeaveStep", &pb.LeaveStepRequest{Job: "mnist", Trainer: "n1-1"}, false, false},
+		{"trainer pull own job", trainer, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "mnist"}, false, true},
+		{"trainer pull other job", trainer, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "cifar"}, false, false},
+		{"reader pull", reader, "/raftps.v1.PServer/Pull", &pb.PullRequest{Job: "cifar"}, false, false},
 		{"trainer push other job", trainer, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "cifar"}, false, false},
-		{"trainer task own job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "mnist"}, false, true},
+		{"trainer task own job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "mnist", Trainer: "ci"}, false, true},
+		{"trainer task finished as ci-x", trainer, "/raftps.v1.Master/TaskFinished", &pb.TaskFinishedRequest{Job: "mnist", Trainer: "ci-x"}, false, false},
+		{"trainer task failed as another", trainer, "/raftps.v1.Master/TaskFailed", &pb.TaskFailedRequest{Job: "mnist", Trainer: "other"}, false, false},
 		{"trainer task other job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "cifar"}, false, false},
-		{"trainer get job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "cifar"}, false, true},
+		{"trainer get own job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "mnist"}, false, true},
+		{"trainer get other job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "cifar"}, false, false},
+		{"trainer watch other job", trainer, "/raftps.v1.Master/WatchJob", &pb.WatchJobRequest{Name: "cifar"}, false, false},
+		{"reader get other job", reader, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "cifar"}, false, true},
+		{"trainer range own job", trainer, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobPrefix("mnist"))), false, true},
+		{"trainer range own slot", trainer, "/raftps.v1.KV/Range", &pb.RangeRequest{Key: []byte(schema.SlotKey("mnist", 0))}, false, true},
+		{"trainer range other job", trainer, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobPrefix("cifar"))), false, false},
+		{"trainer range every job", trainer, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobsPrefix)), false, false},
+		{"trainer range every key", trainer, "/raftps.v1.KV/Range", &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}}, false, false},
+		{"trainer range from mnist to the end", trainer, "/raftps.v1.KV/Range", &pb.RangeRequest{Key: []byte(schema.JobPrefix("mnist")), RangeEnd: []byte{0}}, false, false},
+		{"trainer range nodes", trainer, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.NodesPrefix)), false, true},
+		{"trainer watch other job keys", trainer, "/raftps.v1.Watch/Watch", &pb.WatchRequest{Key: []byte(schema.SlotKey("cifar", 0))}, false, false},
+		{"trainer txn range other job", trainer, "/raftps.v1.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(schema.SlotKey("cifar", 0))}}}}}, false, false},
+		{"trainer txn compare other job", trainer, "/raftps.v1.KV/Txn", &pb.TxnRequest{Compare: []*pb.Compare{{Key: []byte(schema.SlotKey("cifar", 0))}}}, false, false},
+		{"trainer checkpoint manifest", trainer, "/raftps.v1.CheckpointStore/GetManifest", &pb.GetManifestRequest{Key: "cifar/1/0"}, false, false},
+		{"trainer checkpoint blob", trainer, "/raftps.v1.CheckpointStore/GetBlob", &pb.GetBlobRequest{}, false, false},
+		{"reader checkpoint manifest", reader, "/raftps.v1.CheckpointStore/GetManifest", &pb.GetManifestRequest{Key: "cifar/1/0"}, false, true},
+		{"trainer etcd range", trainer, "/etcdserverpb.KV/Range", nil, false, false},
+		{"trainer etcd watch", trainer, "/etcdserverpb.Watch/Watch", nil, false, false},
+		{"trainer etcd lease keepalive", trainer, "/etcdserverpb.Lease/LeaseKeepAlive", nil, false, false},
+		{"reader etcd hash", reader, "/etcdserverpb.Maintenance/HashKV", nil, false, false},
+		{"trainer etcd hash", trainer, "/etcdserverpb.Maintenance/Hash", nil, false, false},
+		{"admin etcd hash", admin, "/etcdserverpb.Maintenance/HashKV", nil, false, true},
 		{"trainer lease grant", trainer, "/raftps.v1.Lease/LeaseGrant", &pb.LeaseGrantRequest{Ttl: 5}, false, true},
-		{"trainer lease revoke", trainer, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, false},
+		{"trainer lease grant an hour", trainer, "/raftps.v1.Lease/LeaseGrant", &pb.LeaseGrantRequest{Ttl: 3600}, false, false},
+		{"admin lease grant an hour", admin, "/raftps.v1.Lease/LeaseGrant", &pb.LeaseGrantRequest{Ttl: 3600}, false, true},
+		// The service checks the lease's owner (CheckLease).
+		{"trainer lease revoke", trainer, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, true},
+		{"reader lease revoke", reader, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, false},
 		{"trainer forward", trainer, "/raftps.v1.Internal/ForwardApply", &pb.ForwardApplyRequest{}, false, false},
-		{"unknown method", admin, "/raftps.v1.KV/Nope", nil, false, true},
+		{"unknown method", admin, "/raftps.v1.KV/Nope", nil, false, false},
+		{"unknown method node", node, "/raftps.v1.KV/Nope", nil, false, true},
 		{"unknown method reader", reader, "/raftps.v1.KV/Nope", nil, false, false},
 	}
 	for _, tc := range cases {
@@ -321,6 +357,8 @@ func TestAuthorizer(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
+func rangeOf(key, end []byte) *pb.RangeRequest { return &pb.RangeRequest{Key: key, RangeEnd: end} }
+
 // fakeStream is a ServerStream that receives msgs in order.
 type fakeStream struct {
 	grpc.ServerStream
@@ -343,7 +381,7 @@ func (s *fakeStream) RecvMsg(m any) error {
 func TestAuthorizerStream(t *testing.T) {
 	p := newPKI(t)
 	trainer := mustLoad(t, p.issue("ci", CertRequest{Role: RoleTrainer, Jobs: []string{"mnist"}})).Leaf()
-	ss := &fakeStream{ctx: callCtx(trainer), msgs: []*pb.PushRequest{{Job: "mnist"}, {Job: "cifar"}}}
+	ss := &fakeStream{ctx: callCtx(trainer), msgs: []*pb.PushRequest{{Job: "mnist", Trainer: "ci"}, {Job: "cifar", Trainer: "ci"}}}
 	got := 0
 	err := (&Authorizer{}).StreamInterceptor()(nil, ss, &grpc.StreamServerInfo{FullMethod: "/raftps.v1.PServer/PushStream"},
 		func(_ any, s grpc.ServerStream) error {

@@ -69,6 +69,9 @@ type Material struct {
 	pool    *x509.CertPool
 	stamp   string // sizes and mtimes of the files at the last load
 	checked time.Time
+	// conns are the open server connections of ServerCredentials, with
+	// the peer chain each verified (reverified on a reload).
+	conns map[*trackedConn]struct{}
 }
 
 // Load reads files (all three required) and returns their Material; log
@@ -173,6 +176,7 @@ func (m *Material) current() (*tls.Certificate, *x509.CertPool) {
 	}
 	m.cert, m.pool, m.stamp = cert, pool, stamp
 	m.log.Info("TLS material reloaded", "cert", m.files.Cert, "ca", m.files.CA)
+	m.reverify(pool)
 	return m.cert, m.pool
 }
 
@@ -244,9 +248,84 @@ func (m *Material) ClientConfig(serverName string, nextProtos ...string) *tls.Co
 
 // ServerCredentials are gRPC server credentials over ServerConfig: every
 // client must present a certificate of the cluster CA; the role checks
-// are the Authorizer's, per method.
+// are the Authorizer's, per method. The connections they accept are
+// tracked: when a reload changes the material, each one whose client
+// certificate no longer verifies against the (new) CA, or has expired,
+// is closed, ending its calls and streams (Unavailable at the client),
+// so a certificate the cluster stopped trusting keeps no live stream.
 func (m *Material) ServerCredentials() credentials.TransportCredentials {
-	return credentials.NewTLS(m.ServerConfig(nil, "h2"))
+	return &trackingCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig(nil, "h2")), m: m}
+}
+
+// trackingCreds are TLS server credentials that register each accepted
+// connection with its Material.
+type trackingCreds struct {
+	credentials.TransportCredentials
+	m *Material
+}
+
+func (c *trackingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return conn, info, err
+	}
+	ti, ok := info.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 {
+		return conn, info, nil
+	}
+	t := &trackedConn{Conn: conn, m: c.m, chain: ti.State.VerifiedChains[0]}
+	c.m.mu.Lock()
+	if c.m.conns == nil {
+		c.m.conns = map[*trackedConn]struct{}{}
+	}
+	c.m.conns[t] = struct{}{}
+	c.m.mu.Unlock()
+	return t, info, nil
+}
+
+func (c *trackingCreds) Clone() credentials.TransportCredentials {
+	return &trackingCreds{TransportCredentials: c.TransportCredentials.Clone(), m: c.m}
+}
+
+// trackedConn is a server connection of ServerCredentials with the chain
+// its client presented (leaf first).
+type trackedConn struct {
+	net.Conn
+	m     *Material
+	chain []*x509.Certificate
+	once  sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() {
+		t.m.mu.Lock()
+		delete(t.m.conns, t)
+		t.m.mu.Unlock()
+	})
+	return t.Conn.Close()
+}
+
+// reverify closes, in the background, every tracked connection whose
+// client chain does not verify against pool now; m.mu is held.
+func (m *Material) reverify(pool *x509.CertPool) {
+	var stale []*trackedConn
+	for t := range m.conns {
+		inter := x509.NewCertPool()
+		for _, c := range t.chain[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := t.chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			m.log.Warn("TLS reload: closing a connection whose certificate is no longer trusted",
+				"name", t.chain[0].Subject.CommonName, "peer", t.RemoteAddr().String(), "err", err)
+			stale = append(stale, t)
+		}
+	}
+	go func() {
+		for _, t := range stale {
+			_ = t.Close()
+		}
+	}()
 }
 
 // ClientCredentials are gRPC client credentials that take the current

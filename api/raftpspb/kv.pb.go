@@ -1197,8 +1197,21 @@ type LeaseGrantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ttl in seconds; raised to the minimum TTL (1.5 x election timeout).
 	Ttl int64 `protobuf:"varint,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// id requested by the client; 0 lets the store choose.
-	Id            int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// id requested by the client; 0 lets the store choose (a random id).
+	Id int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// owner is the identity the lease belongs to (security.Owner of the
+	// caller's certificate: "<role>/<name>[/<job>,...]"), set by the server
+	// from the verified certificate; a client's value is overwritten. Empty:
+	// a node's own lease or an insecure cluster's; only node and admin
+	// certificates may keep alive, revoke or read such a lease.
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// random_id: id was chosen at random by the proposing node (not by the
+	// client); if it is taken, the FSM takes the next free id above it
+	// (wrapping to 1), the same on every replica.
+	RandomId bool `protobuf:"varint,4,opt,name=random_id,json=randomId,proto3" json:"random_id,omitempty"`
+	// owner_limit, if > 0, refuses the grant (ResourceExhausted) when owner
+	// already holds that many leases: the per-role bound of the Authorizer.
+	OwnerLimit    int32 `protobuf:"varint,5,opt,name=owner_limit,json=ownerLimit,proto3" json:"owner_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1243,6 +1256,27 @@ func (x *LeaseGrantRequest) GetTtl() int64 {
 func (x *LeaseGrantRequest) GetId() int64 {
 	if x != nil {
 		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseGrantRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LeaseGrantRequest) GetRandomId() bool {
+	if x != nil {
+		return x.RandomId
+	}
+	return false
+}
+
+func (x *LeaseGrantRequest) GetOwnerLimit() int32 {
+	if x != nil {
+		return x.OwnerLimit
 	}
 	return 0
 }
@@ -3189,10 +3223,14 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\vTxnResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12\x1c\n" +
 	"\tsucceeded\x18\x02 \x01(\bR\tsucceeded\x123\n" +
-	"\tresponses\x18\x03 \x03(\v2\x15.raftps.v1.ResponseOpR\tresponses\"5\n" +
+	"\tresponses\x18\x03 \x03(\v2\x15.raftps.v1.ResponseOpR\tresponses\"\x89\x01\n" +
 	"\x11LeaseGrantRequest\x12\x10\n" +
 	"\x03ttl\x18\x01 \x01(\x03R\x03ttl\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\"i\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1b\n" +
+	"\trandom_id\x18\x04 \x01(\bR\brandomId\x12\x1f\n" +
+	"\vowner_limit\x18\x05 \x01(\x05R\n" +
+	"ownerLimit\"i\n" +
 	"\x12LeaseGrantResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x10\n" +

@@ -58,6 +58,7 @@ var table = []entry{
 	{errs.ErrNoSpace, codes.ResourceExhausted, "NOSPACE"},
 	{errs.ErrLeaseNotFound, codes.NotFound, "LEASE_NOT_FOUND"},
 	{errs.ErrLeaseExists, codes.AlreadyExists, "LEASE_EXISTS"},
+	{errs.ErrTooManyLeases, codes.ResourceExhausted, "TOO_MANY_LEASES"},
 	{errs.ErrCompacted, codes.OutOfRange, "COMPACTED"},
 	{errs.ErrFutureRevision, codes.OutOfRange, "FUTURE_REVISION"},
 	{errs.ErrNotFound, codes.NotFound, "NOT_FOUND"},

@@ -67,7 +67,8 @@ func newTLSCmd(g *globals) *cobra.Command {
 raftps://role/<role>. A node certificate (role node) is for the node's ports and
 its dials to other nodes; list every IP and DNS name clients and peers use to
 reach it. A client certificate carries admin, trainer or reader; a trainer's
-also names its jobs (--job, repeatable).
+also names its jobs (--job, repeatable), and its name is the trainer id it
+acts as (Push, GetTask, /jobs/<job>/trainers/<name>).
 
   raftps tls cert create --node n1 --ip 10.0.0.1 --dns n1.example
   raftps tls cert create --client alice --role admin

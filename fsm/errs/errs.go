@@ -35,6 +35,9 @@ var (
 	// backend quota): writes that add keys or bytes are refused until an
 	// admin frees space and disarms it (etcd's ErrNoSpace).
 	ErrNoSpace = errors.New("fsm: database space exceeded (NOSPACE alarm)")
+	// ErrTooManyLeases: a lease grant's owner already holds its limit of
+	// leases (LeaseGrantRequest.owner_limit).
+	ErrTooManyLeases = errors.New("fsm: too many leases")
 )
 
 // MaxLeaseTTL is the largest lease TTL in seconds a grant may ask for

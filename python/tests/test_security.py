@@ -54,14 +54,24 @@ def test_reader_push_refused_trainer_push_applied(client, cluster, bin_path):
                 ps.push(g, examples=1)
             with pytest.raises(errors.PermissionDenied):
                 ps.pull()
-    with raftps.Client(eps, tls=theirs) as tc, ParamClient(tc, job, "t-other", spec=spec, retries=2) as ps:
+    # Another job's trainer reads nothing of this job (issue 32): not even
+    # its slot records, so it cannot find the pservers, let alone push.
+    with raftps.Client(eps, tls=theirs) as tc:
         with pytest.raises(errors.PermissionDenied):
-            ps.push(g, examples=1)
+            with ParamClient(tc, job, "trainer-other-" + tag, spec=spec, retries=2) as ps:
+                ps.push(g, examples=1)
+        with pytest.raises(errors.PermissionDenied):
+            raftps.jobs.status(tc, job)
     # Nothing was applied by the refused pushes.
     with ParamClient(client, job, "admin", spec=spec) as ps:
         assert (ps.pull()["w"] == 0).all()
     # The job's own trainer certificate pushes (SGD, lr 1, from zeros).
-    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "t-mine", spec=spec) as ps:
+    # Its trainer field is its certificate's name (issue 32: a trainer acts
+    # only as the trainer its certificate names).
+    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "t-mine", spec=spec, retries=2) as ps:
+        with pytest.raises(errors.PermissionDenied):
+            ps.push(g, examples=1)
+    with raftps.Client(eps, tls=mine) as tc, ParamClient(tc, job, "trainer-" + tag, spec=spec) as ps:
         ps.push(g, examples=1)
         assert (ps.pull()["w"] == -g["w"]).all()
 

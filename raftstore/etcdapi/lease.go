@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/security"
 )
 
 type leaseServer struct {
@@ -16,17 +17,28 @@ type leaseServer struct {
 	s *Server
 }
 
-// LeaseGrant creates a lease through Raft (TTL raised to raftps' minimum).
+// LeaseGrant creates a lease through Raft (TTL raised to raftps' minimum)
+// owned by the caller's certificate (security.LeaseOwner).
 func (l leaseServer) LeaseGrant(ctx context.Context, r *etcdpb.LeaseGrantRequest) (*etcdpb.LeaseGrantResponse, error) {
-	out, err := l.s.store.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: r.TTL, Id: r.ID})
+	out, err := l.s.store.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: r.TTL, Id: r.ID,
+		Owner: security.LeaseOwner(ctx), OwnerLimit: security.LeaseOwnerLimit(ctx)})
 	if err != nil {
 		return nil, ToStatus(ctx, err)
 	}
 	return &etcdpb.LeaseGrantResponse{Header: l.s.header(out.GetHeader().GetRevision()), ID: out.Id, TTL: out.Ttl}, nil
 }
 
-// LeaseRevoke revokes a lease and deletes its keys through Raft.
+// checkLease is security.CheckLease over the store's lease owners.
+func (l leaseServer) checkLease(ctx context.Context, id int64, read bool) error {
+	return security.CheckLease(ctx, id, read, func() (string, error) { return l.s.store.LeaseOwner(ctx, id) })
+}
+
+// LeaseRevoke revokes a lease and deletes its keys through Raft (the
+// caller must own it: checkLease).
 func (l leaseServer) LeaseRevoke(ctx context.Context, r *etcdpb.LeaseRevokeRequest) (*etcdpb.LeaseRevokeResponse, error) {
+	if err := l.checkLease(ctx, r.ID, false); err != nil {
+		return nil, ToStatus(ctx, err)
+	}
 	out, err := l.s.store.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: r.ID})
 	if err != nil {
 		return nil, ToStatus(ctx, err)
@@ -36,7 +48,8 @@ func (l leaseServer) LeaseRevoke(ctx context.Context, r *etcdpb.LeaseRevokeReque
 
 // LeaseKeepAlive renews leases on the leader for as long as the client
 // streams requests. A lease that does not exist (or expired) answers
-// TTL 0, as etcd does; etcd's client then reports it expired.
+// TTL 0, as etcd does; etcd's client then reports it expired. Each
+// keepalive is checked against the lease's owner (checkLease).
 func (l leaseServer) LeaseKeepAlive(stream etcdpb.Lease_LeaseKeepAliveServer) error {
 	ctx := stream.Context()
 	for {
@@ -47,7 +60,11 @@ func (l leaseServer) LeaseKeepAlive(stream etcdpb.Lease_LeaseKeepAliveServer) er
 		if err != nil {
 			return err
 		}
-		ttl, err := l.s.store.LeaseKeepAlive(ctx, req.ID)
+		err = l.checkLease(ctx, req.ID, false)
+		var ttl int64
+		if err == nil {
+			ttl, err = l.s.store.LeaseKeepAlive(ctx, req.ID)
+		}
 		if errors.Is(err, fsm.ErrLeaseNotFound) {
 			ttl, err = 0, nil
 		}
@@ -69,7 +86,11 @@ func (l leaseServer) LeaseTimeToLive(ctx context.Context, r *etcdpb.LeaseTimeToL
 	if err := l.s.store.LinearizableRead(ctx); err != nil {
 		return nil, ToStatus(ctx, err)
 	}
-	ttl, err := l.s.store.LeaseTimeToLive(ctx, r.ID)
+	err := l.checkLease(ctx, r.ID, true)
+	var ttl int64
+	if err == nil {
+		ttl, err = l.s.store.LeaseTimeToLive(ctx, r.ID)
+	}
 	if errors.Is(err, fsm.ErrLeaseNotFound) {
 		return &etcdpb.LeaseTimeToLiveResponse{Header: l.s.header(0), ID: r.ID, TTL: -1}, nil
 	}

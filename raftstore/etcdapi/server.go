@@ -32,6 +32,7 @@ type Store interface {
 	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
 	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
 	WatchShared(ctx context.Context, req *pb.WatchRequest, id int64, out chan<- raftstore.WatchEvent) error
+	LeaseOwner(ctx context.Context, id int64) (string, error)
 	LinearizableRead(ctx context.Context) error
 	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status

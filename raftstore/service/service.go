@@ -17,6 +17,7 @@ import (
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/security"
 )
 
 // Store is what the KV, Lease, Watch and Internal services need of the
@@ -33,6 +34,7 @@ type Store interface {
 	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
 	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
+	LeaseOwner(ctx context.Context, id int64) (string, error)
 	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
@@ -139,12 +141,16 @@ func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse,
 	return out, nil
 }
 
-// LeaseGrant creates a lease through Raft.
+// LeaseGrant creates a lease through Raft, owned by the caller's
+// certificate (security.LeaseOwner; a client's owner is overwritten) and
+// within its role's lease count (security.LeaseOwnerLimit).
 func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
+	req = proto.CloneOf(req)
+	req.Owner, req.OwnerLimit, req.RandomId = security.LeaseOwner(ctx), security.LeaseOwnerLimit(ctx), false
 	out, err := s.store.LeaseGrant(ctx, req)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -153,11 +159,21 @@ func (s *Service) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*p
 	return out, nil
 }
 
-// LeaseRevoke revokes a lease and deletes its keys through Raft.
+// checkLease is security.CheckLease over the store's lease owners.
+func (s *Service) checkLease(ctx context.Context, id int64, read bool) error {
+	err := security.CheckLease(ctx, id, read, func() (string, error) { return s.store.LeaseOwner(ctx, id) })
+	return ToStatus(err)
+}
+
+// LeaseRevoke revokes a lease and deletes its keys through Raft (the
+// caller must own it: checkLease).
 func (s *Service) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {
 		return nil, ToStatus(err)
+	}
+	if err := s.checkLease(ctx, req.Id, false); err != nil {
+		return nil, err
 	}
 	out, err := s.store.LeaseRevoke(ctx, req)
 	if err != nil {
@@ -168,7 +184,8 @@ func (s *Service) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (
 }
 
 // LeaseKeepAlive renews leases for as long as the client streams requests.
-// Each keepalive goes to the leader (forwarded when this node follows).
+// Each keepalive goes to the leader (forwarded when this node follows);
+// each is checked against the lease's owner (checkLease).
 func (s *Service) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	for {
 		req, err := stream.Recv()
@@ -176,6 +193,9 @@ func (s *Service) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.checkLease(stream.Context(), req.Id, false); err != nil {
 			return err
 		}
 		ttl, err := s.store.LeaseKeepAlive(stream.Context(), req.Id)
@@ -190,6 +210,9 @@ func (s *Service) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 
 // LeaseTimeToLive reports a lease's remaining time (leader's timer) and keys.
 func (s *Service) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if err := s.checkLease(ctx, req.Id, true); err != nil {
+		return nil, err
+	}
 	ttl, err := s.store.LeaseTimeToLive(ctx, req.Id)
 	if err != nil {
 		return nil, ToStatus(err)
