@@ -10,16 +10,25 @@ import (
 // and the master (master.nodeGone).
 //
 // A pserver holder fences every slot it serves no later than
-// PServerFence(ttl) after it sent the last keepalive of its lease that
-// succeeded (its watchdog, measured on its own monotonic clock). When the
-// master revokes a holder's lease early (gossip declared the node dead; a
-// partitioned holder cannot hear it), the leader's record of when the
-// lease's last keepalive arrived (raftstore.Store.LeaseLastKeepAlive, read
-// after the revoke applied) bounds the send of the holder's last
+// PServerFence(ttl) after it sent the last renewal of its lease that
+// succeeded, the grant or a keepalive (its watchdog, measured on its own
+// monotonic clock, and every request's check of the same deadline). When
+// the master revokes a holder's lease early (gossip declared the node
+// dead; a partitioned holder cannot hear it), the leader's record of when
+// the lease's last renewal arrived (raftstore.Store.LeaseLastKeepAlive,
+// read after the revoke applied) bounds the send of the holder's last
 // successful one:
 //   - a keepalive is sent before it arrives, and the leader records the
 //     arrival before it looks the lease up, so every keepalive it accepted
 //     before the revoke applied is in the record;
+//   - a grant is sent before it applies; the leader records its apply as
+//     an arrival if it has established its term by then (the FSM notifies
+//     on the apply goroutine, before the revoke, a later entry, applies),
+//     and otherwise the grant applied before the leader established
+//     itself, so the leadership start below bounds it. Without that, a
+//     holder revoked before its first keepalive would get a record counted
+//     from the leadership start, before its grant, and the next claimant
+//     would serve while the holder still may (issue 33);
 //   - the record holds only arrivals since this leader established its
 //     term; a pserver agent's keepalives go through its own node's store
 //     to the leader that node's Raft follows, which only moves to later
