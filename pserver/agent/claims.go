@@ -194,8 +194,15 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		}
 		rec.Version = 0
 	}
+	until := a.renewals.deadline(lease)
+	if until == nil {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: lease %d replaced while restoring; not serving", i, lease)
+	}
 	s.SetIncarnation(inc)
-	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc,
+	s.SetDeadline(until)
+	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc, until: until,
 		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now(), lastVersion: rec.Version}
 	if wait := time.Until(notBefore); wait > 0 {
 		a.log.Info("slot handover: waiting for the previous holder to fence", "job", spec.Name, "slot", i, "wait", wait.Round(time.Millisecond))

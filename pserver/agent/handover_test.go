@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/pserver"
@@ -358,5 +361,47 @@ func TestLostClaimPublishesNoRollback(t *testing.T) {
 	}
 	if _, ok := ta.server.Slot("j", 0); ok {
 		t.Fatal("the slot is served after its claim was lost")
+	}
+}
+
+// TestPausedHolderRefusesAfterDeadline (issue 33, a paused old holder):
+// the watchdog is not the only fence. Here the watchdog's fence cannot
+// run (the test holds the agent's lock, which it needs, as a process that
+// was paused past its deadline and has not yet run its timer's goroutine
+// when the requests queued meanwhile are handled): a request that comes
+// after the last renewal's send plus schema.PServerFence is refused by the
+// slot itself, Unavailable, though the slot is still hosted.
+func TestPausedHolderRefusesAfterDeadline(t *testing.T) {
+	const ttl = 3 // the deadline is 2 s after the last renewal's send
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 0)
+	spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+	meta.setJobs(running(spec))
+	m1 := newNodeMeta(meta)
+	a1 := startNode(t, m1, "n1", ttl)
+	waitFor(t, "n1 serves slot 0", func() bool { _, ok := a1.served("j", 0); return ok })
+	lease := meta.get(schema.SlotKey("j", 0)).GetLease()
+	waitFor(t, "a keepalive of n1's lease", func() bool { return !m1.lastArrival(lease).IsZero() })
+
+	a1.a.mu.Lock()
+	unlock := sync.OnceFunc(a1.a.mu.Unlock)
+	defer unlock()
+	m1.setCut(true)
+	last := m1.lastArrival(lease) // final: every later keepalive fails
+	time.Sleep(time.Until(last.Add(schema.PServerFence(ttl) + 100*time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, pullErr := a1.server.Pull(ctx, &pb.PullRequest{Job: "j", Slot: 0})
+	_, pushErr := a1.server.Push(ctx, &pb.PushRequest{Job: "j", Slot: 0, Trainer: "t1", Examples: 1,
+		Grads: []*pb.Tensor{{Name: "w", Block: 0, Data: packed(1, 1, 1, 1)}}})
+	unlock()
+	for _, c := range []struct {
+		what string
+		err  error
+	}{{"pull", pullErr}, {"push", pushErr}} {
+		if status.Code(c.err) != codes.Unavailable {
+			t.Errorf("%s %v after n1's last keepalive (deadline %v after it): %v, want Unavailable: a paused holder served past its deadline",
+				c.what, time.Since(last).Round(time.Millisecond), schema.PServerFence(ttl), c.err)
+		}
 	}
 }
