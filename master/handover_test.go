@@ -13,10 +13,10 @@ import (
 // the master revokes its lease and writes, for each slot it held, a
 // handover record whose wait is schema.HandoverWait from the age of the
 // lease's last keepalive at this leader: short when that keepalive is old.
-// When the leader saw no keepalive of the lease (it took over since), the
-// record's wait is taken from the start of its leadership
-// (raftstore.Store.LeaderSince): every keepalive an earlier leader
-// acknowledged arrived before it.
+// When the leader saw no renewal of the lease (it took over since the
+// grant and the last keepalive), the record's wait is taken from the start
+// of its leadership (raftstore.Store.LeaderSince): every keepalive an
+// earlier leader acknowledged arrived before it.
 func TestNodeGoneHandoverRecord(t *testing.T) {
 	s := openStore(t)
 	submit(t, s, "j")
@@ -62,14 +62,15 @@ func TestNodeGoneHandoverRecord(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 
-	// A lease this leader never saw a keepalive of: revoked, and the record
-	// counts from the start of this leadership.
+	// A lease this leader never saw a renewal of (as after a leader change
+	// since its grant and keepalives: the store forgets them): revoked, and
+	// the record counts from the start of this leadership.
 	start, ok := s.LeaderSince()
 	if !ok {
 		t.Fatal("the leader reports no leadership start")
 	}
 	before := time.Now()
-	m.nodeGone(ctx, member("n3", gossip.StatusDead, "", gossip.RolePServer))
+	New(Config{Logger: slogDiscard()}, noArrivals{s}, &fakeMembers{}).nodeGone(ctx, member("n3", gossip.StatusDead, "", gossip.RolePServer))
 	done = time.Now()
 	if _, ok := s.FSM().Lease(unknown); ok {
 		t.Fatal("lease of the second dead node not revoked")
@@ -94,6 +95,42 @@ func TestNodeGoneHandoverRecord(t *testing.T) {
 	}
 }
 
+// TestHandoverRecordCountsFromGrant (issue 33, defect 1): a holder whose
+// lease was granted in the current leader's term and revoked before its
+// first keepalive arrived gets a record counted from the grant: the
+// holder's watchdog counts the grant as a renewal and fences 2/3 TTL after
+// sending it, which is later than 2/3 TTL after the leader's start.
+func TestHandoverRecordCountsFromGrant(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	time.Sleep(1500 * time.Millisecond) // the leader has led a while before the grant
+	sent := time.Now()
+	resp, err := s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, schema.SlotKey("j", 0), schema.SlotRecord{Node: "n2", Addr: "n2:7000"}.Marshal(), resp.Id)
+	newMaster(s, &fakeMembers{}).nodeGone(ctx, member("n2", gossip.StatusDead, "", gossip.RolePServer))
+	sinceSent := time.Since(sent)
+	kvs, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey("j", 0))})
+	if err != nil || len(kvs.Kvs) != 1 {
+		t.Fatalf("handover record of slot 0: %v %v", kvs, err)
+	}
+	rec, err := schema.ParseHandoverRecord(kvs.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Duration(rec.SinceKeepAliveNanos)
+	if rec.FromLeaderStart || since > sinceSent {
+		t.Fatalf("record %+v: last renewal %v before the record, but the grant was sent only %v before: the next claimant would serve before the holder fences",
+			rec, since, sinceSent)
+	}
+	if w := time.Duration(rec.WaitNanos); w < schema.PServerFence(5)-sinceSent {
+		t.Fatalf("record wait %v, shorter than the holder's fence %v after its grant", w, schema.PServerFence(5)-sinceSent)
+	}
+}
+
 // TestNodeGoneHandoverRecordNotLeader: a master whose store does not lead
 // (or has not established its term) knows no bound and writes no record;
 // the claimant waits a whole TTL.
@@ -109,3 +146,9 @@ func TestNodeGoneHandoverRecordNotLeader(t *testing.T) {
 type notLeading struct{ Store }
 
 func (notLeading) LeaderSince() (time.Time, bool) { return time.Time{}, false }
+
+// noArrivals is a store whose leader knows no renewal of any lease, as a
+// leader that took over since.
+type noArrivals struct{ Store }
+
+func (noArrivals) LeaseLastKeepAlive(int64) (time.Time, bool) { return time.Time{}, false }

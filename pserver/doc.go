@@ -73,6 +73,13 @@
 // lost the node calls Slot.Fence (or Server.Unhost): from then on every call
 // fails with gRPC Unavailable "slot lost its lease; re-resolve", blocked
 // sync pushes included, and clients re-resolve the slot's new owner.
+// Timers are not the only fence: the node attaches its lease's
+// serve-until (Deadline, extended only by renewals that succeeded) with
+// Slot.SetDeadline, and the slot checks it on every request and again
+// before every reply, so a node paused past its deadline answers the
+// requests queued meanwhile Unavailable, and an update that finishes after
+// the deadline or a Fence is not acknowledged (Push says what the trainer
+// sees then).
 //
 // # Checkpoints
 //
@@ -93,6 +100,7 @@
 // On a pserver node:
 //
 //	s, err := pserver.NewSlot(spec, slot, spec.NumPservers) // or RestoreSlot
+//	s.SetDeadline(until) // the lease's serve-until (Deadline)
 //	srv := pserver.NewServer()
 //	srv.Host(spec.Name, slot, s)
 //	gs := grpc.NewServer(pserver.ServerOptions()...)

@@ -44,8 +44,9 @@ type slotID struct {
 }
 
 // Server implements pb.PServerServer for every (job, slot) hosted on a node.
-// A request for a (job, slot) not hosted, or whose Slot is fenced, fails
-// with gRPC Unavailable so the client re-resolves the slot's owner.
+// A request for a (job, slot) not hosted, or whose Slot is fenced or past
+// its Deadline (checked by the Slot on entry and again before the reply),
+// fails with gRPC Unavailable so the client re-resolves the slot's owner.
 type Server struct {
 	pb.UnimplementedPServerServer
 

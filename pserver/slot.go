@@ -140,6 +140,9 @@ type Slot struct {
 	fenced    atomic.Bool
 	fenceCh   chan struct{}
 	fenceOnce sync.Once
+	// deadline is the serve-until of the lease the slot is served under
+	// (nil: none; SetDeadline): checkFence fences the slot once it passed.
+	deadline atomic.Pointer[Deadline]
 
 	mu          sync.RWMutex
 	dense       map[key]*entry
@@ -293,6 +296,16 @@ func (s *Slot) Fence() {
 	s.fenceOnce.Do(func() { close(s.fenceCh) })
 }
 
+// SetDeadline attaches d, the serve-until of the lease the slot is served
+// under: from the moment d passes, every call is refused with ErrFenced
+// (and the slot fenced, as by Fence), and an update that finishes after
+// it is not acknowledged (see Push). The node sets it before it serves
+// the slot. A slot without one is fenced only by Fence.
+func (s *Slot) SetDeadline(d *Deadline) { s.deadline.Store(d) }
+
+// Deadline returns the slot's serve-until (nil if none).
+func (s *Slot) Deadline() *Deadline { return s.deadline.Load() }
+
 // Close fences the slot. Safe to call more than once.
 func (s *Slot) Close() error {
 	s.Fence()
@@ -302,9 +315,30 @@ func (s *Slot) Close() error {
 // Fenced reports whether Fence or Close was called.
 func (s *Slot) Fenced() bool { return s.fenced.Load() }
 
+// checkFence returns ErrFenced if the slot was fenced or its deadline has
+// passed (then it fences the slot, waking the pushes waiting in it). Every
+// call checks it on entry and, before it replies, again after it read or
+// updated the slot (acked), so nothing is acknowledged after the fence.
 func (s *Slot) checkFence() error {
 	if s.fenced.Load() {
 		return errorf(ErrFenced, "slot %d", s.slot)
+	}
+	if d := s.deadline.Load(); d != nil && !d.Holds() {
+		s.Fence()
+		return errorf(ErrFenced, "slot %d: past its lease's serve-until deadline", s.slot)
+	}
+	return nil
+}
+
+// acked returns err, or ErrFenced if the slot was fenced or its deadline
+// passed while the call ran: a push then is not acknowledged, though its
+// update applied (the trainer retries on the slot's next holder; see Push).
+func (s *Slot) acked(err error) error {
+	if err != nil {
+		return err
+	}
+	if s.checkFence() != nil {
+		return errorf(ErrFenced, "slot %d: fenced while the request ran, so it is not acknowledged (a push may have applied here; retry it on the slot's next holder)", s.slot)
 	}
 	return nil
 }
@@ -339,6 +373,16 @@ func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, [
 	if err := s.checkFence(); err != nil {
 		return nil, nil, err
 	}
+	resp, buf, err := s.read(req)
+	if err = s.acked(err); err != nil {
+		putDataBuf(buf)
+		return nil, nil, err
+	}
+	return resp, buf, nil
+}
+
+// read is pull after its fence check.
+func (s *Slot) read(req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 	if len(req.GetTensors()) == 0 {
 		resp, buf := s.pullAll(math.MaxInt)
 		return resp, buf, nil
@@ -801,6 +845,21 @@ func chunkSpans(items []gradItem, only []int) (spans []span, chunks []int) {
 // incarnation are those of the tensors). If the slot is fenced by then, or
 // its dense data is more than half of MaxMessageSize, the reply has the push's
 // version and no tensors, and the caller pulls (the push stands).
+//
+// A push is acknowledged only if, after its update, the slot is neither
+// fenced nor past its Deadline: the check is made again then, so a reply
+// never leaves after the fence, however long the update took (a
+// 100M-parameter Adam step takes longer than the handover margin).
+// Otherwise the trainer gets ErrFenced (Unavailable) though the update
+// may have applied here, and the client retries with the same push id on
+// the slot's next holder, which does not know the id: async, it applies
+// the gradient once to what it restored (the last checkpoint, which lacks
+// this update unless this slot checkpointed after it while its claim still
+// held; then the gradient counts twice, as any push whose reply was lost
+// across a handover); sync, the next holder starts a new epoch and the
+// retry, computed on this incarnation, is ErrStale (re-pull). Acknowledged
+// updates all finished before the deadline, so before the next holder
+// serves (schema.HandoverWait).
 func (s *Slot) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
 	resp, _, err := s.pushReply(ctx, req)
 	return resp, err
@@ -821,7 +880,8 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 		return resp, nil, err
 	}
 	pr, buf := s.pullAll(s.maxReplyBytes)
-	if pr == nil {
+	if pr == nil || s.checkFence() != nil {
+		putDataBuf(buf)
 		return resp, nil, nil
 	}
 	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, buf, nil
@@ -835,10 +895,17 @@ func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) 
 	if n := req.GetExamples(); n < 0 || n > MaxExamples {
 		return nil, errorf(ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
 	}
+	var resp *pb.PushResponse
+	var err error
 	if s.mode == pb.UpdateMode_UPDATE_MODE_ASYNC {
-		return s.pushAsync(req, items)
+		resp, err = s.pushAsync(req, items)
+	} else {
+		resp, err = s.pushSync(ctx, req, items)
 	}
-	return s.pushSync(ctx, req, items)
+	if err = s.acked(err); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {

@@ -22,10 +22,12 @@ type leaseTimers struct {
 	active   bool                // this server leads and has established leadership
 	deadline map[int64]time.Time // lease ID → expiry
 	revoking map[int64]time.Time // lease ID → when the revoke was last proposed
-	// arrived is when the last keepalive for a lease arrived at this
-	// leader since it established leadership (recorded before the lease is
-	// looked up, so every keepalive that succeeds before a revoke applies
-	// is in it). Cleared on step-down: a new leader does not know it.
+	// arrived is when the last renewal of a lease arrived at this leader
+	// since it established leadership: a keepalive (recorded before the
+	// lease is looked up, so every keepalive that succeeds before a revoke
+	// applies is in it) or the lease's grant (recorded as the grant
+	// applies, after the grant was sent: the holder counts its grant as a
+	// renewal). Cleared on step-down: a new leader does not know it.
 	arrived map[int64]time.Time
 	// since is when (local clock, with its monotonic reading) this server
 	// established its leadership in term sinceTerm: taken under mu as
@@ -111,7 +113,9 @@ func (t *leaseTimers) leaderSince() (at time.Time, term uint64, ok bool) {
 	return t.since, t.sinceTerm, t.active
 }
 
-// applied records grants (deadline now+TTL) and revokes from an FSM notification.
+// applied records grants (deadline now+TTL, and now as the lease's last
+// arrival) and revokes from an FSM notification. A grant applied before
+// establish is covered by since, which is taken later.
 func (t *leaseTimers) applied(now time.Time, granted []fsm.LeaseInfo, revoked []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,6 +124,9 @@ func (t *leaseTimers) applied(now time.Time, granted []fsm.LeaseInfo, revoked []
 	}
 	for _, l := range granted {
 		t.deadline[l.ID] = now.Add(ttlDuration(l.TTL))
+		if now.After(t.arrived[l.ID]) {
+			t.arrived[l.ID] = now
+		}
 	}
 	for _, id := range revoked {
 		delete(t.deadline, id)
@@ -304,13 +311,16 @@ func (s *Store) LeaseKeepAliveLocal(ctx context.Context, id int64) (int64, error
 }
 
 // LeaseLastKeepAlive returns when (this server's clock, with its monotonic
-// reading) the last keepalive for lease id arrived at this server since it
-// established its leadership, whether it succeeded or not; ok is false if
+// reading) the last renewal of lease id arrived at this server since it
+// established its leadership: a keepalive, whether it succeeded or not, or
+// the grant itself if it applied here since then (a holder counts its
+// grant as its first renewal: pserver/agent's watchdog); ok is false if
 // none did or it does not lead. Every keepalive that succeeds arrives
-// before the lease's revoke applies, so read after the revoke it bounds the
-// send of the holder's last successful renewal (package master uses it for
-// slot handover, schema.HandoverRecord). Leader-local: nothing of it is
-// replicated, and a new leader starts without it.
+// before the lease's revoke applies, and a grant is sent before it
+// applies, so read after the revoke it bounds the send of the holder's
+// last successful renewal (package master uses it for slot handover,
+// schema.HandoverRecord). Leader-local: nothing of it is replicated, and a
+// new leader starts without it.
 func (s *Store) LeaseLastKeepAlive(id int64) (at time.Time, ok bool) {
 	at, term, ok := s.leases.lastArrival(id)
 	if !ok || !s.leadsIn(term) {

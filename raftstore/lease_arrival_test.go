@@ -17,9 +17,6 @@ func TestLeaseLastKeepAlive(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	l := c.leader(ctx)
 	id, _ := mustGrant(ctx, t, l, 5)
-	if _, ok := l.LeaseLastKeepAlive(id); ok {
-		t.Fatal("last keepalive known before any keepalive")
-	}
 	before := time.Now()
 	if _, err := c.follower(ctx).LeaseKeepAlive(ctx, id); err != nil { // forwarded to the leader
 		t.Fatal(err)
@@ -48,5 +45,36 @@ func TestLeaseLastKeepAlive(t *testing.T) {
 	l.leases.stepDown()
 	if _, ok := l.LeaseLastKeepAlive(id); ok {
 		t.Fatal("last keepalive still known after stepping down")
+	}
+}
+
+// TestLeaseGrantCountsAsArrival: a lease granted in the leader's term has
+// its grant recorded as its last arrival, from the moment the grant
+// applies, before any keepalive: the holder counts the grant as a renewal
+// (pserver/agent's watchdog fences 2/3 TTL after the grant's send), so a
+// handover record for a holder that was revoked before its first keepalive
+// must count from the grant, not from the earlier start of the leadership.
+func TestLeaseGrantCountsAsArrival(t *testing.T) {
+	c := mustCluster(t, 1)
+	ctx := ctxT(t, 30*time.Second)
+	l := c.leader(ctx)
+	start, ok := l.LeaderSince()
+	if !ok {
+		t.Fatal("the leader reports no leadership start")
+	}
+	sent := time.Now()
+	id, _ := mustGrant(ctx, t, l, 5)
+	at, ok := l.LeaseLastKeepAlive(id)
+	if !ok {
+		t.Fatalf("a lease granted in this leader's term (which started %v before the grant) has no recorded arrival", sent.Sub(start))
+	}
+	if at.Before(sent) || at.After(time.Now()) {
+		t.Fatalf("the grant's arrival is recorded at %v, want between the send %v and now", at, sent)
+	}
+	if _, err := l.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	if at2, ok := l.LeaseLastKeepAlive(id); !ok || !at2.Equal(at) {
+		t.Fatalf("after the revoke: last arrival %v (known %v), want the grant's %v", at2, ok, at)
 	}
 }

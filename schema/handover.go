@@ -10,16 +10,25 @@ import (
 // and the master (master.nodeGone).
 //
 // A pserver holder fences every slot it serves no later than
-// PServerFence(ttl) after it sent the last keepalive of its lease that
-// succeeded (its watchdog, measured on its own monotonic clock). When the
-// master revokes a holder's lease early (gossip declared the node dead; a
-// partitioned holder cannot hear it), the leader's record of when the
-// lease's last keepalive arrived (raftstore.Store.LeaseLastKeepAlive, read
-// after the revoke applied) bounds the send of the holder's last
+// PServerFence(ttl) after it sent the last renewal of its lease that
+// succeeded, the grant or a keepalive (its watchdog, measured on its own
+// monotonic clock, and every request's check of the same deadline). When
+// the master revokes a holder's lease early (gossip declared the node
+// dead; a partitioned holder cannot hear it), the leader's record of when
+// the lease's last renewal arrived (raftstore.Store.LeaseLastKeepAlive,
+// read after the revoke applied) bounds the send of the holder's last
 // successful one:
 //   - a keepalive is sent before it arrives, and the leader records the
 //     arrival before it looks the lease up, so every keepalive it accepted
 //     before the revoke applied is in the record;
+//   - a grant is sent before it applies; the leader records its apply as
+//     an arrival if it has established its term by then (the FSM notifies
+//     on the apply goroutine, before the revoke, a later entry, applies),
+//     and otherwise the grant applied before the leader established
+//     itself, so the leadership start below bounds it. Without that, a
+//     holder revoked before its first keepalive would get a record counted
+//     from the leadership start, before its grant, and the next claimant
+//     would serve while the holder still may (issue 33);
 //   - the record holds only arrivals since this leader established its
 //     term; a pserver agent's keepalives go through its own node's store
 //     to the leader that node's Raft follows, which only moves to later
@@ -42,8 +51,16 @@ import (
 // the current leader established itself (up to hashicorp/raft's limit
 // documented at raftstore's leaderCheck: an acknowledgment in flight for
 // longer than HeartbeatTimeout). Only when the master's server
-// does not lead is no record written; the claimant then waits a whole TTL
-// after its claim.
+// does not lead is no record written (or a claim beat the record's Txn,
+// or an operator revoked the lease); the claimant then waits
+// HandoverWait(ttl, 0) after its claim, where ttl is the holder's lease
+// TTL, which the holder's restore record carries (RestoreRecord.lease_ttl;
+// TTLs are per node): the holder's last renewal was sent before its lease
+// ended, hence before the claim. A claimant uses a record only if it
+// describes the holder that wrote the slot's restore record (same
+// incarnation): a holder writes that record, in a Txn that requires its
+// claim, only after it waited out every holder before it, right before it
+// serves, so that holder is the only earlier one that may still serve.
 //
 // Upgrade note: both bounds assume holders of this release (the watchdog
 // at PServerFence after the send; earlier agents fenced up to a whole TTL
@@ -52,14 +69,19 @@ import (
 // acknowledging keepalives (this release; earlier servers did not). While
 // a cluster runs older nodes, a record may give a claimant less than such
 // a holder's fence: upgrade every node before relying on short handovers
-// (a claimant that finds no record still waits a whole TTL).
+// (a claimant that finds no record, or a restore record without
+// lease_ttl, waits a whole TTL of its own, as earlier releases did).
 //
 // Clock rates: the holder, the leader and the claimant each measure on
 // their own monotonic clock, and HandoverWait allows each to run fast or
 // slow by a factor of up to 1+HandoverDrift (5%, a hundred times NTP's
-// 500 ppm slew limit). HandoverMargin (500 ms) covers a watchdog timer that
-// fires late on a loaded holder (Go timers fire late, never early) and the
-// fence itself (unhosting under the agent's lock).
+// 500 ppm slew limit). The holder's fence does not wait for its timers:
+// every request and every reply checks the same deadline on the holder's
+// monotonic clock (pserver.Deadline), so a holder paused past it, or whose
+// watchdog fires late, answers nothing after it, and an update that
+// finishes after it is not acknowledged. HandoverMargin (500 ms) is kept
+// on top for what no clock check covers: a reply written just before the
+// deadline and still in flight.
 const (
 	HandoverDrift  = 0.05
 	HandoverMargin = 500 * time.Millisecond

@@ -1479,8 +1479,19 @@ type RestoreRecord struct {
 	Md5     string                 `protobuf:"bytes,3,opt,name=md5,proto3" json:"md5,omitempty"`
 	Source  string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	// reason: "newest", "fallback: ...", "initializer: ...".
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	UnixNano      int64  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Reason   string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	UnixNano int64  `protobuf:"varint,6,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	// incarnation is the claim of the slot the record was written under (its
+	// key's create revision); the record is written only while that claim is
+	// held, after the claimant waited out every earlier holder, right before
+	// it serves. 0 in records written before it existed.
+	Incarnation int64 `protobuf:"varint,7,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// lease_ttl is the TTL (seconds) of the lease that claim was made under:
+	// the holder fences schema.PServerFence(lease_ttl) after its last
+	// renewal, so a later claimant without a handover record for it waits
+	// schema.HandoverWait(lease_ttl, 0) after its own claim. 0 in records
+	// written before it existed.
+	LeaseTtl      int64 `protobuf:"varint,8,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1553,6 +1564,20 @@ func (x *RestoreRecord) GetReason() string {
 func (x *RestoreRecord) GetUnixNano() int64 {
 	if x != nil {
 		return x.UnixNano
+	}
+	return 0
+}
+
+func (x *RestoreRecord) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *RestoreRecord) GetLeaseTtl() int64 {
+	if x != nil {
+		return x.LeaseTtl
 	}
 	return 0
 }
@@ -2936,14 +2961,16 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\vincarnation\x18\t \x01(\x03R\vincarnation\x12#\n" +
 	"\rkept_versions\x18\n" +
 	" \x03(\x03R\fkeptVersions\x12\x1b\n" +
-	"\tkept_md5s\x18\v \x03(\tR\bkeptMd5s\"\x9c\x01\n" +
+	"\tkept_md5s\x18\v \x03(\tR\bkeptMd5s\"\xdb\x01\n" +
 	"\rRestoreRecord\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x10\n" +
 	"\x03md5\x18\x03 \x01(\tR\x03md5\x12\x16\n" +
 	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1b\n" +
-	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\"\xfd\x05\n" +
+	"\tunix_nano\x18\x06 \x01(\x03R\bunixNano\x12 \n" +
+	"\vincarnation\x18\a \x01(\x03R\vincarnation\x12\x1b\n" +
+	"\tlease_ttl\x18\b \x01(\x03R\bleaseTtl\"\xfd\x05\n" +
 	"\tJobStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.raftps.v1.JobStateR\x05state\x12\x12\n" +

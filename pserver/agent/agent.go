@@ -99,6 +99,9 @@ type hosted struct {
 	snaps chan *pserver.SlotSnapshot
 	// epoch is the sync trajectory the slot is on (see EpochStride).
 	epoch int64
+	// until is the serve-until of the lease the slot was claimed under
+	// (every Slot that serves it, a rollback's too, checks it).
+	until *pserver.Deadline
 	// rollbackRev is the mod revision of schema.RollbackKey this slot has
 	// already followed (or that was there when it was claimed).
 	rollbackRev int64
@@ -120,7 +123,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	rn := &renewals{api: meta}
+	rn := &renewals{api: meta, fence: schema.PServerFence(cfg.LeaseTTL)}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(rn, cfg.LeaseTTL), renewals: rn,
 		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
@@ -167,6 +170,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // itself, not from the session's cached answers; and the lease is renewed
 // every Poll (not only every TTL/3, as the session would), so a renewal
 // that fails for a while still leaves 2/3 of the TTL before the fence.
+// The watchdog is a timer, which a paused or loaded process runs late; the
+// slots check the same deadline themselves on every request and reply
+// (renewals extends the lease's pserver.Deadline), so the bound holds
+// without it, and the watchdog only unhosts what already refuses.
 func (a *Agent) keepAlive(ctx context.Context) {
 	safe := schema.PServerFence(a.cfg.LeaseTTL)
 	watchdog := time.AfterFunc(time.Hour, func() {
@@ -218,21 +225,30 @@ func (a *Agent) keepAlive(ctx context.Context) {
 
 // renewals is the session's LeaseAPI over the agent's Meta: it records
 // when the last grant or keepalive that succeeded was sent, for the
-// watchdog (schema.PServerFence is measured from that send).
+// watchdog, and extends the lease's serve-until (pserver.Deadline) that
+// every slot claimed under the lease checks on each request: both are
+// that send plus fence (schema.PServerFence of the TTL), and nothing else
+// moves them.
 type renewals struct {
-	api concurrency.LeaseAPI
+	api   concurrency.LeaseAPI
+	fence time.Duration
 
-	mu   sync.Mutex
-	id   int64     // the lease last granted
-	sent time.Time // send of its last successful grant or keepalive
+	mu    sync.Mutex
+	id    int64             // the lease last granted
+	sent  time.Time         // send of its last successful grant or keepalive
+	until *pserver.Deadline // lease id's serve-until: sent + fence
 }
 
 func (r *renewals) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
 	sent := time.Now()
 	id, err := r.api.LeaseGrant(ctx, ttl)
 	if err == nil {
+		// A new lease gets a new deadline: slots claimed under an earlier
+		// lease are never extended by this one's renewals.
+		until := pserver.NewDeadline(nil)
+		until.Extend(sent.Add(r.fence))
 		r.mu.Lock()
-		r.id, r.sent = id, sent
+		r.id, r.sent, r.until = id, sent, until
 		r.mu.Unlock()
 	}
 	return id, err
@@ -245,6 +261,7 @@ func (r *renewals) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) 
 		r.mu.Lock()
 		if id == r.id && sent.After(r.sent) {
 			r.sent = sent
+			r.until.Extend(sent.Add(r.fence))
 		}
 		r.mu.Unlock()
 	}
@@ -260,6 +277,17 @@ func (r *renewals) last(id int64) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sent, id != 0 && id == r.id
+}
+
+// deadline returns lease id's serve-until, or nil if id is not the lease
+// last granted.
+func (r *renewals) deadline(id int64) *pserver.Deadline {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id == 0 || id != r.id {
+		return nil
+	}
+	return r.until
 }
 
 // currentLease is the lease new claims are made under (0: none known live).

@@ -129,20 +129,25 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 // exists and is not the one this node last wrote), that holder may still
 // be serving it. Its claim is gone, but a lease can end before its TTL (the
 // master revokes the lease of a node that gossip declares dead, which a
-// partitioned node cannot hear), and the holder fences only when its own
-// watchdog fires, schema.PServerFence (2/3 of the TTL) after the send of
-// its last successful keepalive. So the slot is served from here no
-// earlier than:
+// partitioned node cannot hear; an operator may revoke it), and the holder
+// fences only at its deadline, schema.PServerFence (2/3 of its lease's
+// TTL) after the send of its last successful renewal. So the slot is
+// served from here no earlier than (takeover.notBefore):
 //   - the wait of the master's schema.HandoverRecord for the slot, if this
-//     claim consumed it (the leader knew when the holder's last keepalive
-//     arrived: schema.HandoverWait), counted from the consuming Txn;
-//   - one lease TTL after the claim otherwise (the holder's last keepalive
-//     was sent before its claim ended, hence before this claim).
+//     claim consumed it and it describes the holder that wrote the restore
+//     record (the leader knew when that holder's last renewal arrived:
+//     schema.HandoverWait), counted from the consuming Txn;
+//   - otherwise schema.HandoverWait(holder's lease TTL, 0) after the claim:
+//     the holder's last renewal was sent before its claim ended, hence
+//     before this claim, and the TTL is the holder's (its restore record
+//     carries it), never this node's --pserver-lease-ttl.
 //
 // The restore runs meanwhile, so two servers never accept pushes for one
-// slot at once. The restore record is written before serving and only
-// while the claim is held, so a later claimant always knows that there was
-// a holder to wait for.
+// slot at once. The restore record (and, for a sync job, the rollback) is
+// written after the wait, right before serving, in one Txn that requires
+// the claim: so a holder that wrote one had waited out every holder before
+// it, a later claimant always knows that there was a holder to wait for and
+// what its TTL was, and a claim lost meanwhile publishes nothing.
 func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int64) error {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
@@ -156,7 +161,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		a.releaseKey(ctx, spec.Name, i, inc)
 		return err
 	}
-	notBefore := start.Add(to.wait(a.cfg.LeaseTTL))
+	notBefore := to.notBefore(start, a.cfg.LeaseTTL)
 	handover := to.previous
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	blobs, rec, err := a.ckpt.Restore(rctx, checkpoint.RestoreRequest{Job: spec.Name, Slot: i, NumPservers: spec.NumPservers,
@@ -189,46 +194,16 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		}
 		rec.Version = 0
 	}
-	s.SetIncarnation(inc)
-	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc,
-		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now(), lastVersion: rec.Version}
-	if cur, rev, ok := a.readRollback(ctx, spec.Name); ok {
-		h.rollbackRev, h.epoch = rev, cur.Epoch
-	}
-	if spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && (rec.Version > 0 || to.previous) {
-		// A new trajectory starts at the restored version: every slot
-		// follows it and labels what it writes from now on with the new
-		// epoch, so no version mixes the old trajectory with the new.
-		// That includes a slot served before that falls back to the
-		// initializer (no globally consistent version kept): the others
-		// reset to the initializer too, or the model would be half new,
-		// and this slot's step-N version would carry the number of the
-		// others' step-N version of the abandoned trajectory.
-		h.epoch++
-		v := schema.Rollback{Version: rec.Version, Slot: i, Node: a.cfg.NodeID, Epoch: h.epoch}.Marshal()
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		if resp, err := a.meta.Txn(pctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{
-			RequestPut: &pb.PutRequest{Key: []byte(schema.RollbackKey(spec.Name)), Value: v}}}}}); err == nil {
-			h.rollbackRev = resp.GetHeader().GetRevision()
-		}
-		pcancel()
-	}
-	// The record (slot, version, md5, source, reason) is what `raftps job
-	// status` shows and what checkers verify against the pointers; it is
-	// also the handover marker (see above), so it is durable before the
-	// slot is served, or the slot is not served.
-	b, err := schema.MarshalRestore(rec)
-	if err == nil {
-		err = a.putWhileClaimed(ctx, spec.Name, i, inc, []byte(schema.RestoreKey(spec.Name, i)), b)
-	}
-	if err != nil {
+	until := a.renewals.deadline(lease)
+	if until == nil {
 		s.Close()
 		a.releaseKey(ctx, spec.Name, i, inc)
-		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
+		return fmt.Errorf("slot %d: lease %d replaced while restoring; not serving", i, lease)
 	}
-	a.mu.Lock()
-	a.written[h.key] = b
-	a.mu.Unlock()
+	s.SetIncarnation(inc)
+	s.SetDeadline(until)
+	h := &hosted{key: slotKey{spec.Name, i}, spec: spec, slot: s, incarnation: inc, until: until,
+		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now(), lastVersion: rec.Version}
 	if wait := time.Until(notBefore); wait > 0 {
 		a.log.Info("slot handover: waiting for the previous holder to fence", "job", spec.Name, "slot", i, "wait", wait.Round(time.Millisecond))
 		select {
@@ -238,7 +213,20 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		case <-time.After(wait):
 		}
 	}
+	if a.currentLease() != lease {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: lease %d lost or in doubt while restoring; not serving", i, lease)
+	}
+	rec.Incarnation, rec.LeaseTtl = inc, a.cfg.LeaseTTL
+	b, err := a.publish(ctx, spec, h, rec, to.previous)
+	if err != nil {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
+	}
 	a.mu.Lock()
+	a.written[h.key] = b
 	if a.lease != lease {
 		// Fenced while restoring: the claim's lease is lost or in doubt.
 		a.mu.Unlock()
@@ -264,6 +252,8 @@ type takeover struct {
 	// record exists and is not the one this node last wrote; every holder
 	// writes one, while it holds the claim, before serving).
 	previous bool
+	// holder is that holder's restore record (nil if unreadable).
+	holder *pb.RestoreRecord
 	// record: the master's handover record this claim consumed (nil: none,
 	// or consumed by an earlier claim).
 	record *schema.HandoverRecord
@@ -271,17 +261,24 @@ type takeover struct {
 	at time.Time
 }
 
-// wait is how long after the claim the slot may be served: 0 if no other
-// holder may serve it; the record's wait if one was consumed; else a whole
-// lease TTL of ttl seconds.
-func (t takeover) wait(ttl int64) time.Duration {
-	switch {
+// notBefore is when a claim made before start may serve the slot: at
+// start if no other holder may serve it; the consumed record's wait after
+// at if the record describes the holder (same incarnation: a record about
+// a later claim that never wrote its restore record, hence never served,
+// says nothing about the holder); else schema.HandoverWait of the holder's
+// lease TTL after start. A restore record written before it carried the
+// TTL (an older release) leaves only ownTTL, this node's lease TTL in
+// seconds, waited whole, as those releases did.
+func (t takeover) notBefore(start time.Time, ownTTL int64) time.Time {
+	switch inc := t.holder.GetIncarnation(); {
 	case !t.previous:
-		return 0
-	case t.record != nil:
-		return time.Duration(t.record.WaitNanos)
+		return start
+	case t.record != nil && inc != 0 && t.record.Incarnation == inc:
+		return t.at.Add(time.Duration(t.record.WaitNanos))
+	case t.holder.GetLeaseTtl() > 0:
+		return start.Add(schema.HandoverWait(t.holder.GetLeaseTtl(), 0))
 	default:
-		return time.Duration(ttl) * time.Second
+		return start.Add(time.Duration(ownTTL) * time.Second)
 	}
 }
 
@@ -323,6 +320,13 @@ func (a *Agent) takeOver(ctx context.Context, job string, i int32, inc int64) (t
 		mine := a.written[slotKey{job, i}]
 		a.mu.Unlock()
 		t.previous = mine == nil || !bytes.Equal(kvs[0].GetValue(), mine)
+		if t.previous {
+			holder, err := schema.ParseRestore(kvs[0].GetValue())
+			if err != nil {
+				a.log.Warn("slot restore record unreadable: waiting a whole TTL", "job", job, "slot", i, "err", err)
+			}
+			t.holder = holder
+		}
 	}
 	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		rec, err := schema.ParseHandoverRecord(kvs[0].GetValue())
@@ -342,19 +346,80 @@ func (a *Agent) takeOver(ctx context.Context, job string, i int32, inc int64) (t
 
 // putWhileClaimed puts key=value only while claim inc of slot i is held.
 func (a *Agent) putWhileClaimed(ctx context.Context, job string, i int32, inc int64, key, value []byte) error {
+	_, err := a.txnWhileClaimed(ctx, job, i, inc, putOp(key, value))
+	return err
+}
+
+// txnWhileClaimed runs ops in one Txn only while claim inc of slot i is
+// held (the slot key's create revision is inc): every write a claim makes
+// goes through it or compares the same (checkpoint pointers), so a claim
+// that was lost, even one that does not know it yet, writes nothing.
+func (a *Agent) txnWhileClaimed(ctx context.Context, job string, i int32, inc int64, ops ...*pb.RequestOp) (*pb.TxnResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
 		Compare: []*pb.Compare{pserver.FenceCompareKey([]byte(schema.SlotKey(job, i)), inc)},
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: value}}}},
+		Success: ops,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !resp.GetSucceeded() {
-		return fmt.Errorf("slot %d: claim %d lost", i, inc)
+		return nil, fmt.Errorf("slot %d: claim %d lost", i, inc)
 	}
-	return nil
+	return resp, nil
+}
+
+func putOp(key, value []byte) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: value}}}
+}
+
+// publish writes, in one Txn that requires claim h.incarnation, the slot's
+// restore record rec and, for a sync job restored from a version or taken
+// over from another holder (previous), the rollback every other slot of
+// the job follows, on a new trajectory epoch. It returns the record as
+// written.
+//
+// The record (slot, version, md5, source, reason, incarnation, lease TTL)
+// is what `raftps job status` shows and what checkers verify against the
+// pointers; it is also the handover marker (see claim), so it is durable
+// before the slot is served, or the slot is not served. The rollback is
+// the claim's too: a claim lost during its restore (up to a minute) must
+// not roll the other slots back while the real holder stays ahead, nor
+// leave a rollback key behind a deleted job.
+func (a *Agent) publish(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *pb.RestoreRecord, previous bool) ([]byte, error) {
+	b, err := schema.MarshalRestore(rec)
+	if err != nil {
+		return nil, err
+	}
+	ops := []*pb.RequestOp{putOp([]byte(schema.RestoreKey(spec.Name, h.key.slot)), b)}
+	epoch := h.epoch
+	if cur, rev, ok := a.readRollback(ctx, spec.Name); ok {
+		h.rollbackRev, epoch = rev, cur.Epoch
+	}
+	// A new trajectory starts at the restored version: every slot follows
+	// it and labels what it writes from now on with the new epoch, so no
+	// version mixes the old trajectory with the new. That includes a slot
+	// served before that falls back to the initializer (no globally
+	// consistent version kept): the others reset to the initializer too,
+	// or the model would be half new, and this slot's step-N version would
+	// carry the number of the others' step-N version of the abandoned
+	// trajectory.
+	rollback := spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && (rec.Version > 0 || previous)
+	if rollback {
+		epoch++
+		v := schema.Rollback{Version: rec.Version, Slot: h.key.slot, Node: a.cfg.NodeID, Epoch: epoch}.Marshal()
+		ops = append(ops, putOp([]byte(schema.RollbackKey(spec.Name)), v))
+	}
+	resp, err := a.txnWhileClaimed(ctx, spec.Name, h.key.slot, h.incarnation, ops...)
+	if err != nil {
+		return nil, err
+	}
+	h.epoch = epoch
+	if rollback {
+		h.rollbackRev = resp.GetHeader().GetRevision()
+	}
+	return b, nil
 }
 
 // finish handles a slot of a job that ended: a last checkpoint, then stop

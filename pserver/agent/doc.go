@@ -12,16 +12,21 @@
 // never serve the same slot at the same incarnation (DESIGN.md §5, §6).
 // Across incarnations, a lost lease fences every slot within
 // schema.PServerFence (2/3 of the TTL) of the send of the last successful
-// keepalive (a watchdog; the lease is renewed every Poll), and a slot that
+// renewal (a watchdog, and every request's check of the lease's
+// pserver.Deadline, which holds when the watchdog runs late; the lease is
+// renewed every Poll), and a slot that
 // another node held (its restore record exists and is not this node's) is
 // served only once that holder has surely fenced: the master may revoke a
 // gossip-dead holder's lease early, and the holder, if only partitioned,
 // serves on until its watchdog fires. When the master's
 // schema.HandoverRecord for the slot is there (the leader knew when the
 // holder's last keepalive arrived), the new claimant consumes it and waits
-// its schema.HandoverWait; otherwise it waits one lease TTL after the
-// claim. The restore record is written (only while the claim is held)
-// before serving, so it marks every handover.
+// its schema.HandoverWait; otherwise it waits schema.HandoverWait of the
+// holder's lease TTL (which the holder's restore record carries, never the
+// claimant's own) after the claim. The restore record (and a sync job's
+// rollback) is written after that wait, right before serving, in a Txn
+// that requires the claim, so it marks every handover and a lost claim
+// publishes nothing.
 // Keys and records are schema's: slot claims schema.SlotKey /
 // schema.SlotRecord, restore records schema.RestoreKey, handover records
 // schema.HandoverKey / schema.HandoverRecord, rollbacks schema.RollbackKey /

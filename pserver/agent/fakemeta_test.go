@@ -34,6 +34,7 @@ type fakeMeta struct {
 	// off from the leader: it cannot tell whether its lease still lives).
 	unreachable bool
 	keepalives  int
+	jobsCalls   int // Jobs calls: one per reconciliation round
 	// A Range whose key starts with slowPrefix signals slowEntered and
 	// waits for slowGate to close (a restore stuck reading pointers).
 	slowPrefix  string
@@ -330,5 +331,25 @@ func (f *fakeMeta) RecordJobEvent(_ context.Context, ev *pb.JobEvent) error {
 func (f *fakeMeta) Jobs() []*pb.JobStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.jobsCalls++
 	return f.jobs
+}
+
+// rounds is the number of reconciliation rounds an agent started.
+func (f *fakeMeta) rounds() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.jobsCalls
+}
+
+// deletePrefix deletes every key under prefix (a job delete).
+func (f *fakeMeta) deletePrefix(prefix string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	for k := range f.kvs {
+		if strings.HasPrefix(k, prefix) {
+			delete(f.kvs, k)
+		}
+	}
 }

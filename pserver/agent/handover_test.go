@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/pserver"
@@ -214,13 +217,15 @@ func TestHandoverNotBeforeHolderFence(t *testing.T) {
 }
 
 // TestHandoverWait: a slot another node held is served after the wait of
-// an unconsumed handover record (short when the old holder's last
-// keepalive is old), and a whole lease TTL after the claim when there is
-// no record (the leader did not know the last keepalive) or it was
-// consumed by an earlier claim.
+// an unconsumed handover record about that holder (short when the old
+// holder's last keepalive is old), and schema.HandoverWait of the holder's
+// lease TTL after the claim when there is no record (the leader did not
+// know the last keepalive), it was consumed by an earlier claim, or it
+// describes a later claim that never served (no restore record of its
+// own).
 func TestHandoverWait(t *testing.T) {
 	const ttl = 2
-	held := &pb.RestoreRecord{Slot: 0, Source: "n9", Reason: "initializer"}
+	held := &pb.RestoreRecord{Slot: 0, Source: "n9", Reason: "initializer", Incarnation: 2, LeaseTtl: ttl}
 	for _, tc := range []struct {
 		name   string
 		record *schema.HandoverRecord
@@ -230,6 +235,7 @@ func TestHandoverWait(t *testing.T) {
 			SinceKeepAliveNanos: int64(3 * time.Second), WaitNanos: int64(schema.HandoverWait(ttl, 3*time.Second))}, true},
 		{"unknown", nil, false},
 		{"consumed", &schema.HandoverRecord{Node: "n9", Incarnation: 2, Lease: 7, RevokedRevision: 3, WaitNanos: 0, ConsumedBy: 4}, false},
+		{"another claim's", &schema.HandoverRecord{Node: "n8", Incarnation: 5, Lease: 8, RevokedRevision: 6, WaitNanos: 0}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta := newFakeMeta()
@@ -257,8 +263,8 @@ func TestHandoverWait(t *testing.T) {
 				t.Fatalf("served %v after the claim, want the record's wait (0 s), under the TTL %ds", w, ttl)
 			}
 			// The test sees the claim up to a poll after the agent does.
-			if !tc.short && w < ttl*time.Second-100*time.Millisecond {
-				t.Fatalf("served %v after the claim, want at least the TTL %ds", w, ttl)
+			if want := schema.HandoverWait(ttl, 0); !tc.short && w < want-100*time.Millisecond {
+				t.Fatalf("served %v after the claim, want at least HandoverWait(%d s, 0) = %v", w, ttl, want)
 			}
 			got, err := schema.ParseHandoverRecord(meta.get(schema.HandoverKey("j", 0)).GetValue())
 			_, inc, _ := slotRecord(meta, "j", 0)
@@ -266,5 +272,136 @@ func TestHandoverWait(t *testing.T) {
 				t.Fatalf("handover key after the claim: %+v %v (claim %d)", got, err, inc)
 			}
 		})
+	}
+}
+
+// TestHandoverWaitsHolderTTL (issue 33, defect 2): without a handover
+// record (an operator revoked the holder's lease), the next claimant waits
+// for the holder's fence, which its lease TTL sets, not its own: a holder
+// with a 6 s lease, cut off from the cluster, fences 4 s after its last
+// keepalive, and a claimant whose lease is 2 s must not serve before that.
+func TestHandoverWaitsHolderTTL(t *testing.T) {
+	const ttl1, ttl2 = 6, 2
+	meta := newFakeMeta()
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	m1 := newNodeMeta(meta)
+	a1 := startNode(t, m1, "n1", ttl1)
+	var s1 *pserver.Slot
+	waitFor(t, "n1 serves slot 0", func() bool { var ok bool; s1, ok = a1.served("j", 0); return ok })
+	rec, err := schema.ParseRestore(meta.get(schema.RestoreKey("j", 0)).GetValue())
+	if _, inc, _ := slotRecord(meta, "j", 0); err != nil || rec.GetIncarnation() != inc || rec.GetLeaseTtl() != ttl1 {
+		t.Fatalf("n1's restore record %v (%v): want incarnation %d and lease TTL %d", rec, err, inc, ttl1)
+	}
+
+	m1.setCut(true)
+	cut := time.Now()
+	fenced := make(chan time.Time, 1)
+	go func() {
+		for !s1.Fenced() {
+			time.Sleep(time.Millisecond)
+		}
+		fenced <- time.Now()
+	}()
+	// An operator revokes n1's lease: no handover record.
+	if err := meta.LeaseRevoke(context.Background(), meta.get(schema.SlotKey("j", 0)).GetLease()); err != nil {
+		t.Fatal(err)
+	}
+	a2 := startNode(t, newNodeMeta(meta), "n2", ttl2)
+	var servedAt time.Time
+	waitFor(t, "n2 serves slot 0", func() bool {
+		if _, ok := a2.served("j", 0); ok {
+			servedAt = time.Now()
+			return true
+		}
+		time.Sleep(time.Millisecond)
+		return false
+	})
+	var fencedAt time.Time
+	select {
+	case fencedAt = <-fenced:
+	case <-time.After(waitTimeout):
+		t.Fatal("n1 never fenced")
+	}
+	t.Logf("n1 (TTL %d s) fenced %v after the cut; n2 (TTL %d s) served %v after it",
+		ttl1, fencedAt.Sub(cut).Round(time.Millisecond), ttl2, servedAt.Sub(cut).Round(time.Millisecond))
+	if !fencedAt.Before(servedAt) {
+		t.Fatalf("slot 0 served from two nodes for %v: n2 waited its own TTL, not n1's", fencedAt.Sub(servedAt).Round(time.Millisecond))
+	}
+}
+
+// TestLostClaimPublishesNoRollback (issue 33, defect 3): a sync slot taken
+// over from another holder publishes a rollback, but only while its claim
+// is held. A claim lost during its restore (here the job is deleted, its
+// keys with it) publishes neither the rollback, which would roll the other
+// slots back while the real holder stays ahead, nor a restore record, and
+// leaves no key behind the deleted job.
+func TestLostClaimPublishesNoRollback(t *testing.T) {
+	meta := newFakeMeta()
+	b, _ := schema.MarshalRestore(&pb.RestoreRecord{Slot: 0, Source: "n9", Reason: "initializer", Incarnation: 1, LeaseTtl: 1})
+	meta.put(schema.RestoreKey("j", 0), b, 0)
+	entered, release := meta.blockRanges(schema.CheckpointPrefix("j"))
+	t.Cleanup(release)
+	meta.setJobs(running(syncSpec("j", 1, 0)))
+	ta := startAgent(t, meta, 1, 1)
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the restore of j/0 never started")
+	}
+	meta.deletePrefix(schema.JobPrefix("j"))
+	meta.setJobs()
+	round := meta.rounds()
+	release()
+	waitFor(t, "the round of the claim to end", func() bool { return meta.rounds() > round })
+	if kv := meta.get(schema.RollbackKey("j")); kv != nil {
+		t.Fatalf("a claim lost during its restore published a rollback, left behind the deleted job: %s", kv.GetValue())
+	}
+	if kv := meta.get(schema.RestoreKey("j", 0)); kv != nil {
+		t.Fatalf("a claim lost during its restore wrote a restore record: %s", kv.GetValue())
+	}
+	if _, ok := ta.server.Slot("j", 0); ok {
+		t.Fatal("the slot is served after its claim was lost")
+	}
+}
+
+// TestPausedHolderRefusesAfterDeadline (issue 33, a paused old holder):
+// the watchdog is not the only fence. Here the watchdog's fence cannot
+// run (the test holds the agent's lock, which it needs, as a process that
+// was paused past its deadline and has not yet run its timer's goroutine
+// when the requests queued meanwhile are handled): a request that comes
+// after the last renewal's send plus schema.PServerFence is refused by the
+// slot itself, Unavailable, though the slot is still hosted.
+func TestPausedHolderRefusesAfterDeadline(t *testing.T) {
+	const ttl = 3 // the deadline is 2 s after the last renewal's send
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 0)
+	spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+	meta.setJobs(running(spec))
+	m1 := newNodeMeta(meta)
+	a1 := startNode(t, m1, "n1", ttl)
+	waitFor(t, "n1 serves slot 0", func() bool { _, ok := a1.served("j", 0); return ok })
+	lease := meta.get(schema.SlotKey("j", 0)).GetLease()
+	waitFor(t, "a keepalive of n1's lease", func() bool { return !m1.lastArrival(lease).IsZero() })
+
+	a1.a.mu.Lock()
+	unlock := sync.OnceFunc(a1.a.mu.Unlock)
+	defer unlock()
+	m1.setCut(true)
+	last := m1.lastArrival(lease) // final: every later keepalive fails
+	time.Sleep(time.Until(last.Add(schema.PServerFence(ttl) + 100*time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, pullErr := a1.server.Pull(ctx, &pb.PullRequest{Job: "j", Slot: 0})
+	_, pushErr := a1.server.Push(ctx, &pb.PushRequest{Job: "j", Slot: 0, Trainer: "t1", Examples: 1,
+		Grads: []*pb.Tensor{{Name: "w", Block: 0, Data: packed(1, 1, 1, 1)}}})
+	unlock()
+	for _, c := range []struct {
+		what string
+		err  error
+	}{{"pull", pullErr}, {"push", pushErr}} {
+		if status.Code(c.err) != codes.Unavailable {
+			t.Errorf("%s %v after n1's last keepalive (deadline %v after it): %v, want Unavailable: a paused holder served past its deadline",
+				c.what, time.Since(last).Round(time.Millisecond), schema.PServerFence(ttl), c.err)
+		}
 	}
 }

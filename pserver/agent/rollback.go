@@ -63,6 +63,7 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		// the old slot was holding is retried on this one and is stale by
 		// its step (the trainers are past the rolled-back-to step).
 		s.SetIncarnation(h.incarnation)
+		s.SetDeadline(h.until)
 		s.SetTrainers(splitIDs(h.trainers))
 		// Trainers that had left the steps (waiting for a task) stay away:
 		// otherwise the new slot's first step would wait for each until it
