@@ -58,6 +58,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newTrainCmd(g),
 		newCheckpointCmd(g),
 		newDemoCmd(g),
+		newDevCmd(g),
 		newSnapshotCmd(g),
 		newVersionCmd(g),
 		newTLSCmd(g),
