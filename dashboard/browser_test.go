@@ -294,16 +294,22 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	clusterPage := page{t: t, ctx: clusterCtx}
 
-	// A leaderless period early in the job: the two nodes that do not
-	// serve the pages stopped (SIGSTOP) for 10 s, so the cluster has no
-	// quorum. Times shown afterwards must still be the wall clock's.
+	// A leaderless period early in the job: the leader's two followers
+	// stopped (SIGSTOP) for 10 s, so the cluster has no quorum and the
+	// leader steps down; the next one has a new term, whose first entry
+	// re-bases the cluster clock (were the leader stopped instead, it
+	// could lead on in its term after SIGCONT: with pre-vote the lone
+	// node never starts an election). Times shown afterwards must still
+	// be the wall clock's. The pages' node may be one of those stopped:
+	// its streams stall and go on.
 	if err := jobPage.waitFor("five tasks on the loss plot", `raftps.charts.loss && raftps.charts.loss.data[0].length >= 5`,
 		200*time.Millisecond, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var paused []*localcluster.Node
+	pauseLeader := waitLeader(t, ctx, cl, "")
 	for _, n := range nodes {
-		if n != server {
+		if n.ID != pauseLeader {
 			n.Signal(syscall.SIGSTOP)
 			paused = append(paused, n)
 		}
