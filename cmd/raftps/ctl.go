@@ -50,7 +50,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newNodeCmd(g),
 		newKVCmd(g),
 		withLeaseListing(newLeaseCmd(g), g),
-		deprecatedAlias(g, newMembersCmd(g), "member list"),
+		hiddenAlias(newMembersCmd(g)),
 		newMemberCmd(g),
 		newEndpointCmd(g),
 		newStatusCmd(g),
@@ -68,14 +68,11 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	return root
 }
 
-// deprecatedAlias hides an older spelling of a command, kept working, and
-// says so on stderr: cobra's Deprecated prints to the command's output,
-// stdout here, which would break -w json.
-func deprecatedAlias(g *globals, c *cobra.Command, now string) *cobra.Command {
+// hiddenAlias keeps an older spelling of a command working, silently and
+// out of the help: `raftps members` is `raftps member list` (the README
+// named the old one, whose deprecation notice every reader then saw).
+func hiddenAlias(c *cobra.Command) *cobra.Command {
 	c.Hidden = true
-	c.PreRun = func(*cobra.Command, []string) {
-		fmt.Fprintf(g.err, "Command %q is deprecated, use `raftps %s`\n", c.Name(), now)
-	}
 	return c
 }
 
