@@ -47,7 +47,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	pf.StringVar(&g.tls.files.Key, "key", "", "client certificate's key (PEM)")
 
 	root.AddCommand(
-		newNodeCmd(g),
+		withoutClientFlags(newNodeCmd(g)),
 		newKVCmd(g),
 		withLeaseListing(newLeaseCmd(g), g),
 		hiddenAlias(newMembersCmd(g)),
@@ -58,12 +58,13 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newTrainCmd(g),
 		newCheckpointCmd(g),
 		newDemoCmd(g),
-		newDevCmd(g),
+		withoutClientFlags(newDevCmd(g)),
 		newSnapshotCmd(g),
 		newVersionCmd(g),
-		newTLSCmd(g),
+		withoutClientFlags(newTLSCmd(g)),
 		newKeyringCmd(g),
 	)
+	envUsage(pf)
 	refuseUnknownSubcommands(root)
 	return root
 }
