@@ -26,6 +26,9 @@ const esc = (s) =>
 const pct = (x) => (x === undefined || x === null ? "–" : (100 * x).toFixed(2) + "%");
 const pill = (s) => `<span class="pill ${esc(s)}">${esc(s)}</span>`;
 const fmtTime = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "–");
+// fmtVersion shows a checkpoint version as the CLI's tables do: e1/s3842
+// for epoch 1 (after a rollback), step 3842 (version = epoch * 1e9 + step).
+const fmtVersion = (v) => (v >= 1e9 ? `<span title="${v}">e${Math.floor(v / 1e9)}/s${v % 1e9}</span>` : String(v));
 
 async function api(path, opts) {
   const r = await fetch(path, opts);
@@ -472,12 +475,12 @@ function renderJobTables(st) {
     s.pservers.map((p) => `<tr><td>${p.slot}</td><td>${esc(p.node)}</td><td>${esc(p.addr)}</td><td>${p.incarnation}</td></tr>`).join("");
   $("#trainers").textContent = s.trainers.length ? s.trainers.join(", ") : "none";
   $("#restores").innerHTML = `<tr><th>time</th><th>slot</th><th>version</th><th>md5</th><th>source</th><th>reason</th></tr>` +
-    s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${r.version}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
+    s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${fmtVersion(r.version)}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
   const table = $("#checkpoints");
   const keep = {};
   table.querySelectorAll("td[data-verify]").forEach((td) => (keep[td.dataset.verify] = td.innerHTML));
   table.innerHTML = `<tr><th>version</th><th>step</th><th>time</th><th>slots</th><th>md5 (per slot)</th><th>replicas</th><th>bytes</th><th>accuracy</th><th>best</th><th></th></tr>` +
-    s.checkpoints.map((c) => `<tr><td>${c.version}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
+    s.checkpoints.map((c) => `<tr><td>${fmtVersion(c.version)}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
       <td class="md5 wrap">${c.md5s.map(esc).join("<br>")}</td><td>${esc(c.replicas.join(","))}</td><td>${c.bytes || "–"}</td><td>${pct(c.accuracy)}</td>
       <td>${c.best ? "★" : ""}</td><td data-verify="${c.version}">${keep[c.version] || (raftps.identity.can.verify ? `<button data-v="${c.version}">verify</button>` : "")}</td></tr>`).join("");
   table.querySelectorAll("button[data-v]").forEach((b) => {
