@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/node"
@@ -112,5 +115,23 @@ func TestTrainDetach(t *testing.T) {
 	got, err := run(t, n, "job", "status", "detach", "-o", "json")
 	if err != nil || !strings.Contains(got, "JOB_RUNNING") {
 		t.Fatalf("job after detach: %v\n%s", err, got)
+	}
+}
+
+// TestErrorsNameNoPackage (issue 37): the CLI's errors read as a user
+// would say them, without the server's Go package prefixes, and keep
+// their gRPC code (a script can still ask for it). `job status` of an
+// unknown job printed "NotFound: fsm: not found: job \"nosuch\"".
+func TestErrorsNameNoPackage(t *testing.T) {
+	n := mustNode(t)
+	_, err := run(t, n, "job", "status", "nosuch")
+	if err == nil || err.Error() != `job "nosuch" not found` || status.Code(err) != codes.NotFound {
+		t.Fatalf("job status nosuch: %v (code %v); want `job \"nosuch\" not found` with code NotFound", err, status.Code(err))
+	}
+	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
+	_, err = run(t, n, "job", "submit", "--name", "bad", "--lr", "-1", "--dataset", ds)
+	if err == nil || strings.Contains(err.Error(), "fsm:") || strings.Contains(err.Error(), "invalid argument: ") ||
+		!strings.HasPrefix(err.Error(), "InvalidArgument: ") || !strings.Contains(err.Error(), "learning_rate") {
+		t.Fatalf("bad spec: %v; want InvalidArgument naming learning_rate and no package", err)
 	}
 }
