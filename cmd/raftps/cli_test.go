@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -133,5 +134,41 @@ func TestErrorsNameNoPackage(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "fsm:") || strings.Contains(err.Error(), "invalid argument: ") ||
 		!strings.HasPrefix(err.Error(), "InvalidArgument: ") || !strings.Contains(err.Error(), "learning_rate") {
 		t.Fatalf("bad spec: %v; want InvalidArgument naming learning_rate and no package", err)
+	}
+}
+
+// TestGetPutEtcdctlFlags (issue 37): kv get takes etcdctl's --keys-only,
+// --print-value-only, --limit and --from-key (refusing it with --prefix,
+// as etcdctl does), and kv put --prev-kv prints the previous key and
+// value after OK.
+func TestGetPutEtcdctlFlags(t *testing.T) {
+	n := mustNode(t)
+	for _, kv := range [][2]string{{"/f/a", "1"}, {"/f/b", "2"}, {"/f/c", "3"}, {"/g/a", "4"}} {
+		if _, err := run(t, n, "kv", "put", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"kv", "get", "/f/", "--prefix"}, "/f/a\n1\n/f/b\n2\n/f/c\n3\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--keys-only"}, "/f/a\n/f/b\n/f/c\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--print-value-only"}, "1\n2\n3\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--limit", "2"}, "/f/a\n1\n/f/b\n2\n"},
+		{[]string{"kv", "get", "/f/c", "--from-key", "--limit", "2"}, "/f/c\n3\n/g/a\n4\n"}, // the node's own keys (/nodes/...) follow
+		{[]string{"kv", "get", "/f/c", "--from-key", "--keys-only", "--limit", "1"}, "/f/c\n"},
+		{[]string{"kv", "put", "/f/a", "10", "--prev-kv"}, "OK\n/f/a\n1\n"},
+		{[]string{"kv", "put", "/f/new", "1", "--prev-kv"}, "OK\n"},
+	} {
+		out, err := run(t, n, c.args...)
+		if err != nil || out != c.want {
+			t.Errorf("raftps %s: %q, %v; want %q", strings.Join(c.args, " "), out, err, c.want)
+		}
+	}
+	for _, bad := range [][]string{{"--prefix", "--from-key"}, {"--keys-only", "--print-value-only"}, {"--limit", "-1"}} {
+		if _, err := run(t, n, append([]string{"kv", "get", "/f/"}, bad...)...); !errors.Is(err, ErrFlags) {
+			t.Errorf("kv get %v: %v; want ErrFlags", bad, err)
+		}
 	}
 }
