@@ -10,13 +10,23 @@ PROTOS := $(wildcard api/raftps/v1/*.proto)
 # Python package index).
 PYTHON := /usr/bin/python3
 
-# VERSION is stamped into release binaries (internal/version.Version).
+# VERSION, REVISION, COMMIT_TIME and MODIFIED are stamped from git into
+# every binary build and release make (internal/version; `raftps version`).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_TIME ?= $(shell git show -s --format=%cI HEAD 2>/dev/null)
+MODIFIED ?= $(shell git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+VERSION_PKG := github.com/raftps/raftps/internal/version
+STAMP := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+  -X $(VERSION_PKG).CommitTime=$(COMMIT_TIME) -X $(VERSION_PKG).Modified=$(MODIFIED)
 RELEASE_PLATFORMS := linux/amd64 linux/arm64
-LDFLAGS := -s -w -X github.com/raftps/raftps/internal/version.Version=$(VERSION)
+LDFLAGS := -s -w $(STAMP)
+
+# BIN is where build writes the raftps binary.
+BIN ?= bin/raftps
 
 build:
-	$(GO) build -o bin/raftps ./cmd/raftps
+	$(GO) build -ldflags '$(STAMP)' -o $(BIN) ./cmd/raftps
 
 # release builds static binaries (CGO_ENABLED=0: every dependency is pure
 # Go) of raftps and raftps-bench for each of RELEASE_PLATFORMS into

@@ -245,6 +245,41 @@ type jobView struct {
 	Finished    int64            `json:"finished,omitempty"`
 }
 
+// modelText describes a job's model for people: "mlp, hidden 128-64",
+// "hashed_lr, embedding 16 x 1048576 buckets", "softmax", or for a model
+// raftps does not implement (jobq.ModelExternal) its parameter list's size:
+// "external: 8 tensors, 421642 parameters". It was "%s %v" of the name
+// and hidden widths, "external []" for every PyTorch job.
+func modelText(s *pb.JobSpec) string {
+	m := s.GetModel()
+	if m == nil {
+		return ""
+	}
+	out := m.Name
+	if len(m.Hidden) > 0 {
+		w := make([]string, len(m.Hidden))
+		for i, h := range m.Hidden {
+			w[i] = fmt.Sprint(h)
+		}
+		out += ", hidden " + strings.Join(w, "-")
+	}
+	if m.EmbeddingDim > 0 || m.HashBuckets > 0 {
+		out += fmt.Sprintf(", embedding %d x %d buckets", m.EmbeddingDim, m.HashBuckets)
+	}
+	if len(s.Params) > 0 {
+		var n int64
+		for _, p := range s.Params {
+			k := int64(1)
+			for _, d := range p.Shape {
+				k *= d
+			}
+			n += k
+		}
+		out += fmt.Sprintf(": %d tensors, %d parameters", len(s.Params), n)
+	}
+	return out
+}
+
 // lowerEnum is an enum's name in lower case without prefix ("running").
 func lowerEnum(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
 
@@ -259,9 +294,7 @@ func newJobView(j *pb.JobStatus) jobView {
 	}
 	if s := j.Spec; s != nil {
 		v.Passes, v.Target, v.Mode, v.NumPservers = s.Passes, s.TargetAccuracy, lowerEnum(s.Mode.String(), "UPDATE_MODE_"), s.NumPservers
-		if s.Model != nil {
-			v.Model = fmt.Sprintf("%s %v", s.Model.Name, s.Model.Hidden)
-		}
+		v.Model = modelText(s)
 	}
 	if all := j.TotalTasks * int64(max(v.Passes, 1)); all > 0 {
 		done := int64(j.Pass)*j.TotalTasks + j.Done // pass is 0-based

@@ -74,5 +74,10 @@
 // nothing is fetched at run time and no served file names an external URL
 // (TestAssetsNameNoExternalURL), so an air-gapped cluster sees the same
 // page. The page is a single document with three views (#/cluster,
-// #/jobs, #/jobs/<job>).
+// #/jobs, #/jobs/<job>). The job view's charts (loss, test accuracy with
+// a fitted axis, examples/s, the task queue, examples/s per trainer, the
+// fault timeline) share one time axis on one clock, the wall clock: job
+// events carry their proposer's wall time (package fsm/jobq), node and
+// leader changes this node's. While the cursor is off a chart its legend
+// shows the newest point.
 package dashboard

@@ -181,3 +181,59 @@ func TestClockEstimator(t *testing.T) {
 		t.Fatalf("estimate %d at the saturated clock", got)
 	}
 }
+
+// TestShownTimesAreTheProposersWallClock (issue 37): what users read of a
+// job (its events' unix_nano, submitted_unix_nano, finished_unix_nano) is
+// the wall clock its proposer stamped into the entry, so a leaderless
+// period, which the cluster clock skips, does not put them behind: a job
+// cancelled 10 s after its submission across a leader change shows 10 s,
+// not 0 s, while the cluster clock (deadlines, retention) re-based. The
+// stamps survive a snapshot and restore; an entry without a wall stamp (an
+// older proposer's) shows cluster time.
+func TestShownTimesAreTheProposersWallClock(t *testing.T) {
+	const (
+		s  = int64(time.Second)
+		t0 = int64(1_700_000_000) * s
+	)
+	f := newTestFSM(t)
+	f.applyAt(1, t0, 1*s, mustCmd(t, pb.CommandType_COMMAND_SUBMIT_JOB, &pb.SubmitJobRequest{Spec: testJobSpec("j")}))
+	// 10 s without a leader, then a new leader (term 2) cancels the job.
+	f.applyAt(2, t0+10*s, 700*s, mustCmd(t, pb.CommandType_COMMAND_CANCEL_JOB, &pb.CancelJobRequest{Name: "j"}))
+	if got := f.Clock(); got != t0 {
+		t.Fatalf("cluster clock %+d s from t0 after the leaderless period, want 0 (re-based)", (got-t0)/s)
+	}
+	// An entry of an older proposer: no wall stamp.
+	f.applyAt(2, 0, 702*s, mustCmd(t, pb.CommandType_COMMAND_JOB_EVENT,
+		&pb.JobEvent{Job: "j", Type: pb.JobEvent_TRAINER_LEFT, Trainer: "t1"}))
+	check := func(when string, r JobReader) {
+		t.Helper()
+		st, ok := r.Job("j")
+		if !ok {
+			t.Fatalf("%s: job gone", when)
+		}
+		if st.SubmittedUnixNano != t0 || st.FinishedUnixNano != t0+10*s {
+			t.Errorf("%s: submitted %+d s, finished %+d s from t0; want 0 and 10 (the proposers' wall clocks)",
+				when, (st.SubmittedUnixNano-t0)/s, (st.FinishedUnixNano-t0)/s)
+		}
+		evs, err := r.Events("j", 1, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[pb.JobEvent_Type]int64{pb.JobEvent_JOB_SUBMITTED: t0, pb.JobEvent_JOB_ENDED: t0 + 10*s, pb.JobEvent_TRAINER_LEFT: t0 + 2*s}
+		for _, ev := range evs {
+			if w, ok := want[ev.Type]; ok && ev.UnixNano != w {
+				t.Errorf("%s: %v at %+.0f s from t0, want %+d", when, ev.Type, float64(ev.UnixNano-t0)/float64(s), (w-t0)/s)
+			}
+			delete(want, ev.Type)
+		}
+		if len(want) > 0 {
+			t.Errorf("%s: events missing: %v", when, want)
+		}
+	}
+	check("applied", f.Jobs())
+	g := newTestFSM(t)
+	if err := restore(g.FSM, mustSnapshot(t, f.FSM)); err != nil {
+		t.Fatal(err)
+	}
+	check("restored", g.Jobs())
+}

@@ -85,7 +85,9 @@
 //
 //   - Time: the FSM reads no clock. The proposer stamps Entry.now_unix_nano
 //     (its wall clock) and Entry.mono_nano (Monotonic()) with EncodeEntryAt;
-//     job commands run on the replicated clock derived from them (above).
+//     job commands run on the replicated clock derived from them (above);
+//     what users read of jobs (event times, submit and finish times) is
+//     now_unix_nano itself, so it does not lag by leaderless periods.
 //   - Jobs: COMMAND_DELETE_JOB removes a finished job; COMMAND_PRUNE_JOBS
 //     deletes finished jobs past a count or age (judged in cluster time);
 //     at most jobq.MaxJobs jobs are kept (a submit beyond deletes the oldest

@@ -268,6 +268,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	res.Results = make([]*pb.Result, len(entry.Commands))
 	f.mu.Lock()
 	c.now = f.clock.tick(l.Term, entry.NowUnixNano, entry.MonoNano)
+	f.jobs.SetEntryWall(entry.NowUnixNano)
 	for i, cmd := range entry.Commands {
 		res.Results[i] = f.applyOnce(c, l.Index, i, cmd)
 	}

@@ -28,6 +28,10 @@ type JobQueue interface {
 	// older snapshots.
 	MarshalJobs() ([][]byte, error)
 	UnmarshalJobs([][]byte) error
+	// SetEntryWall gives the wall clock of the proposer of the entry about
+	// to be applied (Entry.now_unix_nano, 0 if none): what the queue
+	// stamps on what users read (events, submit and finish times).
+	SetEntryWall(wallUnixNano int64)
 	UnmarshalBinary([]byte) error
 }
 

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/nodetest"
 	"github.com/raftps/raftps/node"
@@ -26,7 +29,7 @@ func TestSubmitHugeModelRefused(t *testing.T) {
 			t.Fatalf("submit --hidden %s: %v, want InvalidArgument naming %s", hidden, err, want)
 		}
 		t.Logf("--hidden %s refused: %v", hidden, err)
-		if _, err := run(t, n, "job", "status", "huge"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		if _, err := run(t, n, "job", "status", "huge"); err == nil || status.Code(err) != codes.NotFound {
 			t.Fatalf("job after the refused submit: %v, want NotFound", err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +132,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 					if v.Metric != nil {
 						acc = fmt.Sprintf("%.2f%%", 100**v.Metric)
 					}
-					rows = append(rows, []string{fmt.Sprint(v.Version), fmt.Sprint(v.Step), fmt.Sprint(v.Complete), fmt.Sprint(v.Bytes), acc,
+					rows = append(rows, []string{fmtVersion(v.Version), fmt.Sprint(v.Step), fmt.Sprint(v.Complete), fmt.Sprint(v.Bytes), acc,
 						time.Unix(0, v.TimestampUnixNano).Format(time.DateTime), strings.Join(v.Replicas, ",")})
 				}
 				return g.printer.Table(map[string]any{"versions": vs}, []string{"VERSION", "STEP", "COMPLETE", "BYTES", "ACCURACY", "TIME", "REPLICAS"}, rows)
@@ -157,13 +156,13 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 						fmt.Fprintf(w, "MISMATCH node %s slot %d vshard %d md5 %s: %s %s\n", m.Node, m.Slot, m.VShard, m.MD5, m.Problem, m.Actual)
 					}
 					if len(bad) == 0 {
-						fmt.Fprintf(w, "version %d of %s: every blob verified on every replica\n", v, args[0])
+						fmt.Fprintf(w, "version %s of %s: every blob verified on every replica\n", fmtVersion(v), args[0])
 					}
 				}); err != nil {
 					return err
 				}
 				if len(bad) > 0 {
-					return &exitError{code: 5, err: fmt.Errorf("version %d of %s: %d mismatches", v, args[0], len(bad))}
+					return &exitError{code: 5, err: fmt.Errorf("version %s of %s: %d mismatches", fmtVersion(v), args[0], len(bad))}
 				}
 				return nil
 			})
@@ -205,7 +204,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 					return err
 				}
 				return g.printer.Object(map[string]any{"job": args[0], "version": v, "file": out}, func(w io.Writer) {
-					fmt.Fprintf(w, "exported version %d of %s to %s\n", v, args[0], out)
+					fmt.Fprintf(w, "exported version %s of %s to %s\n", fmtVersion(v), args[0], out)
 				})
 			})
 		},
@@ -228,7 +227,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				if !ok {
 					return &exitError{code: 1, err: fmt.Errorf("no complete version of %s has an eval metric", args[0])}
 				}
-				fmt.Fprintf(g.err, "version %d (step %d): test accuracy %.2f%%\n", b.Version, b.Step, 100**b.Metric)
+				fmt.Fprintf(g.err, "version %s (step %d): test accuracy %.2f%%\n", fmtVersion(b.Version), b.Step, 100**b.Metric)
 				return g.printer.Object(b, func(w io.Writer) { fmt.Fprintf(w, "%d\n", b.Version) })
 			})
 		},
@@ -260,11 +259,7 @@ func withManager(parent context.Context, g *globals, fn func(context.Context, *c
 // versionArg is args[1] or the newest complete version.
 func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (int64, error) {
 	if len(args) > 1 {
-		v, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("version %q: %v", args[1], err)
-		}
-		return v, nil
+		return parseVersion(args[1])
 	}
 	vs, err := mgr.List(ctx, args[0], nil)
 	if err != nil {

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/nodetest"
@@ -112,5 +116,59 @@ func TestTrainDetach(t *testing.T) {
 	got, err := run(t, n, "job", "status", "detach", "-o", "json")
 	if err != nil || !strings.Contains(got, "JOB_RUNNING") {
 		t.Fatalf("job after detach: %v\n%s", err, got)
+	}
+}
+
+// TestErrorsNameNoPackage (issue 37): the CLI's errors read as a user
+// would say them, without the server's Go package prefixes, and keep
+// their gRPC code (a script can still ask for it). `job status` of an
+// unknown job printed "NotFound: fsm: not found: job \"nosuch\"".
+func TestErrorsNameNoPackage(t *testing.T) {
+	n := mustNode(t)
+	_, err := run(t, n, "job", "status", "nosuch")
+	if err == nil || err.Error() != `job "nosuch" not found` || status.Code(err) != codes.NotFound {
+		t.Fatalf("job status nosuch: %v (code %v); want `job \"nosuch\" not found` with code NotFound", err, status.Code(err))
+	}
+	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))
+	_, err = run(t, n, "job", "submit", "--name", "bad", "--lr", "-1", "--dataset", ds)
+	if err == nil || strings.Contains(err.Error(), "fsm:") || strings.Contains(err.Error(), "invalid argument: ") ||
+		!strings.HasPrefix(err.Error(), "InvalidArgument: ") || !strings.Contains(err.Error(), "learning_rate") {
+		t.Fatalf("bad spec: %v; want InvalidArgument naming learning_rate and no package", err)
+	}
+}
+
+// TestGetPutEtcdctlFlags (issue 37): kv get takes etcdctl's --keys-only,
+// --print-value-only, --limit and --from-key (refusing it with --prefix,
+// as etcdctl does), and kv put --prev-kv prints the previous key and
+// value after OK.
+func TestGetPutEtcdctlFlags(t *testing.T) {
+	n := mustNode(t)
+	for _, kv := range [][2]string{{"/f/a", "1"}, {"/f/b", "2"}, {"/f/c", "3"}, {"/g/a", "4"}} {
+		if _, err := run(t, n, "kv", "put", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"kv", "get", "/f/", "--prefix"}, "/f/a\n1\n/f/b\n2\n/f/c\n3\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--keys-only"}, "/f/a\n/f/b\n/f/c\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--print-value-only"}, "1\n2\n3\n"},
+		{[]string{"kv", "get", "/f/", "--prefix", "--limit", "2"}, "/f/a\n1\n/f/b\n2\n"},
+		{[]string{"kv", "get", "/f/c", "--from-key", "--limit", "2"}, "/f/c\n3\n/g/a\n4\n"}, // the node's own keys (/nodes/...) follow
+		{[]string{"kv", "get", "/f/c", "--from-key", "--keys-only", "--limit", "1"}, "/f/c\n"},
+		{[]string{"kv", "put", "/f/a", "10", "--prev-kv"}, "OK\n/f/a\n1\n"},
+		{[]string{"kv", "put", "/f/new", "1", "--prev-kv"}, "OK\n"},
+	} {
+		out, err := run(t, n, c.args...)
+		if err != nil || out != c.want {
+			t.Errorf("raftps %s: %q, %v; want %q", strings.Join(c.args, " "), out, err, c.want)
+		}
+	}
+	for _, bad := range [][]string{{"--prefix", "--from-key"}, {"--keys-only", "--print-value-only"}, {"--limit", "-1"}} {
+		if _, err := run(t, n, append([]string{"kv", "get", "/f/"}, bad...)...); !errors.Is(err, ErrFlags) {
+			t.Errorf("kv get %v: %v; want ErrFlags", bad, err)
+		}
 	}
 }

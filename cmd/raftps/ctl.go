@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftps/raftps/raftstore/client"
@@ -47,10 +50,10 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	pf.StringVar(&g.tls.files.Key, "key", "", "client certificate's key (PEM)")
 
 	root.AddCommand(
-		newNodeCmd(g),
+		withoutClientFlags(newNodeCmd(g)),
 		newKVCmd(g),
 		withLeaseListing(newLeaseCmd(g), g),
-		deprecatedAlias(g, newMembersCmd(g), "member list"),
+		hiddenAlias(newMembersCmd(g)),
 		newMemberCmd(g),
 		newEndpointCmd(g),
 		newStatusCmd(g),
@@ -58,23 +61,22 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newTrainCmd(g),
 		newCheckpointCmd(g),
 		newDemoCmd(g),
+		withoutClientFlags(newDevCmd(g)),
 		newSnapshotCmd(g),
 		newVersionCmd(g),
-		newTLSCmd(g),
+		withoutClientFlags(newTLSCmd(g)),
 		newKeyringCmd(g),
 	)
+	envUsage(pf)
 	refuseUnknownSubcommands(root)
 	return root
 }
 
-// deprecatedAlias hides an older spelling of a command, kept working, and
-// says so on stderr: cobra's Deprecated prints to the command's output,
-// stdout here, which would break -w json.
-func deprecatedAlias(g *globals, c *cobra.Command, now string) *cobra.Command {
+// hiddenAlias keeps an older spelling of a command working, silently and
+// out of the help: `raftps members` is `raftps member list` (the README
+// named the old one, whose deprecation notice every reader then saw).
+func hiddenAlias(c *cobra.Command) *cobra.Command {
 	c.Hidden = true
-	c.PreRun = func(*cobra.Command, []string) {
-		fmt.Fprintf(g.err, "Command %q is deprecated, use `raftps %s`\n", c.Name(), now)
-	}
 	return c
 }
 
@@ -136,16 +138,57 @@ func exitCode(err error) int {
 	return 1
 }
 
-// rpcError turns a gRPC error into a user-facing one: "Code: message".
+// rpcError turns a gRPC error into a user-facing one that names no Go
+// package: the server's sentinels read "fsm: not found: job \"x\"", and
+// the user reads `job "x" not found` (NotFound), `job "x" already exists`
+// (AlreadyExists) and "Code: message" for the other codes, the package
+// prefixes ("fsm: ", "raftstore: ", ...) and the phrase the code already
+// says ("invalid argument: ") dropped. The error keeps the gRPC status
+// (status.FromError still gives the code).
 func rpcError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if s, ok := status.FromError(err); ok {
-		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+	s, ok := status.FromError(err)
+	if !ok {
+		return err
 	}
-	return err
+	msg := pkgPrefix.ReplaceAllString(s.Message(), "")
+	var text string
+	switch phrase, said := codePhrase[s.Code()]; {
+	case said && strings.HasPrefix(msg, phrase+": ") && (s.Code() == codes.NotFound || s.Code() == codes.AlreadyExists):
+		text = strings.TrimPrefix(msg, phrase+": ") + " " + phrase
+	case said:
+		text = fmt.Sprintf("%s: %s", s.Code(), strings.TrimPrefix(msg, phrase+": "))
+	default:
+		text = fmt.Sprintf("%s: %s", s.Code(), msg)
+	}
+	return &userError{text: text, err: err}
 }
+
+// pkgPrefix matches the package prefix of the raftps sentinels' messages
+// at the start of the message or of one of its ": "-joined parts.
+var pkgPrefix = regexp.MustCompile(`(^|: )(fsm|jobq|raftstore|etcdapi|master|checkpoint|pserver|security|schema|client|gossip|node|trainer): `)
+
+// codePhrase is what a sentinel's message says that its code says too.
+var codePhrase = map[codes.Code]string{
+	codes.NotFound:        "not found",
+	codes.AlreadyExists:   "already exists",
+	codes.InvalidArgument: "invalid argument",
+}
+
+// userError is an RPC error as the CLI shows it, wrapping the original
+// (its gRPC status included).
+type userError struct {
+	text string
+	err  error
+}
+
+func (e *userError) Error() string { return e.text }
+func (e *userError) Unwrap() error { return e.err }
+
+// GRPCStatus keeps the wrapped error's status for status.FromError.
+func (e *userError) GRPCStatus() *status.Status { s, _ := status.FromError(e.err); return s }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level

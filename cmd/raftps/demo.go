@@ -20,8 +20,9 @@ import (
 	"github.com/raftps/raftps/security"
 )
 
-// demoCluster is the demo's local 3-node cluster of child processes,
-// with mutual TLS: its own CA and certificates in <dir>/pki.
+// demoCluster is the local cluster of child processes of `raftps demo`
+// and `raftps dev`, with mutual TLS: its own CA and certificates in
+// <dir>/pki.
 type demoCluster struct {
 	nodes []*localcluster.Node
 	admin security.Files // the demo's client certificate (role admin)
@@ -72,7 +73,35 @@ func (c *demoCluster) endpoints() []string {
 	return eps
 }
 
-// leader waits for a leader and returns its id.
+// start starts every node and waits up to wait for a leader; it returns
+// a client of every node holding the admin's certificate (the caller
+// closes it) and the leader's id. The demo and `raftps dev` start their
+// clusters with it.
+func (c *demoCluster) start(ctx context.Context, wait time.Duration) (*client.Client, string, error) {
+	for _, d := range c.nodes {
+		if err := d.Start(); err != nil {
+			return nil, "", err
+		}
+	}
+	opts, err := localcluster.DialOptions(c.admin)
+	if err != nil {
+		return nil, "", err
+	}
+	cl, err := client.New(c.endpoints(), opts...)
+	if err != nil {
+		return nil, "", err
+	}
+	lctx, cancel := context.WithTimeout(ctx, wait)
+	leader, err := waitLeader(lctx, cl)
+	cancel()
+	if err != nil {
+		cl.Close()
+		return nil, "", err
+	}
+	return cl, leader, nil
+}
+
+// waitLeader waits for a leader and returns its id.
 func waitLeader(ctx context.Context, cl *client.Client) (string, error) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -174,30 +203,15 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		return err
 	}
 	defer cluster.stopAll()
-	for _, d := range cluster.nodes {
-		if err := d.Start(); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(w, "started 3 nodes (logs in %s)\n", dataDir)
-	fmt.Fprintf(w, "dashboard: http://%s/ (every node serves it: %s)\n", cluster.nodes[0].HTTP, cluster.httpAddrs())
-	fmt.Fprintf(w, "mutual TLS: CA and certificates in %s (raftps --cacert %s --cert %s --key %s ...)\n",
-		filepath.Dir(cluster.admin.CA), cluster.admin.CA, cluster.admin.Cert, cluster.admin.Key)
-	tlsm, err := security.Load(cluster.admin, nil)
-	if err != nil {
-		return err
-	}
-	cl, err := client.New(cluster.endpoints(), tlsm.DialOptions()...)
+	cl, leader, err := cluster.start(ctx, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	leader, err := waitLeader(lctx, cl)
-	cancel()
-	if err != nil {
-		return err
-	}
+	fmt.Fprintf(w, "started 3 nodes (logs in %s)\n", dataDir)
+	fmt.Fprintf(w, "dashboard: http://%s/ (every node serves it: %s)\n", cluster.nodes[0].HTTP, cluster.httpAddrs())
+	fmt.Fprintf(w, "mutual TLS: CA and certificates in %s (raftps --cacert %s --cert %s --key %s ...)\n",
+		filepath.Dir(cluster.admin.CA), cluster.admin.CA, cluster.admin.Cert, cluster.admin.Key)
 	fmt.Fprintf(w, "raft leader: %s\n", leader)
 
 	var resp *pb.SubmitJobResponse

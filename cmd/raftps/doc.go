@@ -7,7 +7,7 @@
 // ctl.go holds the root command with the one list of subcommands, one
 // file per command group (kv.go, lease.go and lease_list.go, member.go,
 // endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
-// version.go, demo.go; member add|promote|remove go to the leader),
+// version.go, demo.go, dev.go; member add|promote|remove go to the leader),
 // globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):
@@ -16,7 +16,11 @@
 // the shape is documented in printer.go) or table; any other
 // value is an error. configfile.go reads `raftps node --config-file`.
 // demo starts a local 3-node cluster as child processes and trains on
-// Fashion-MNIST while killing nodes; the benchmark is cmd/raftps-bench.
+// Fashion-MNIST while killing nodes; dev (Consul's `agent -dev`) starts
+// the same cluster with the demo's start and runs it until Ctrl-C,
+// printing the export RAFTPS_* lines of its admin certificate (--dir keeps
+// it and starts it again later: localcluster.Save/Load). The benchmark is
+// cmd/raftps-bench.
 //
 //	raftps node --id n1 --data-dir /var/lib/raftps --join 10.0.0.2:7002,10.0.0.3:7002 --bootstrap-expect 3
 //	raftps kv put /hello world

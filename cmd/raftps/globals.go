@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,44 @@ func flagsFromEnv(fs *pflag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// envUsage makes --help name each flag's environment variable (of the
+// flags names, or every visible flag of fs when none are named) and show
+// the variable's value as the flag's default when it is set, as that is
+// the value the flag takes.
+func envUsage(fs *pflag.FlagSet, names ...string) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || len(names) > 0 && !slices.Contains(names, f.Name) {
+			return
+		}
+		f.Usage += " (env " + envName(f.Name) + ")"
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			f.DefValue = v
+		}
+	})
+}
+
+// withoutClientFlags leaves the client flags (the root's persistent
+// ones: --endpoints, --cacert, ...) out of the help of c and its
+// subcommands, which do not use them (node, tls, dev).
+func withoutClientFlags(c *cobra.Command) *cobra.Command {
+	c.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		var shown []*pflag.Flag
+		cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden {
+				f.Hidden = true
+				shown = append(shown, f)
+			}
+		})
+		defer func() {
+			for _, f := range shown {
+				f.Hidden = false
+			}
+		}()
+		cmd.Root().HelpFunc()(cmd, args)
+	})
+	return c
 }
 
 // ErrDial: no endpoint could be reached within --dial-timeout.

@@ -359,11 +359,11 @@ func printJobStatus(w io.Writer, j *pb.JobStatus) {
 		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
 	}
 	for i, c := range j.Checkpoints {
-		fmt.Fprintf(w, "checkpoint slot %d: version %d, step %d, md5 %s, replicas %s\n", i, c.Version, c.Step, c.Md5, strings.Join(c.Replicas, ","))
+		fmt.Fprintf(w, "checkpoint slot %d: version %s, step %d, md5 %s, replicas %s\n", i, fmtVersion(c.Version), c.Step, c.Md5, strings.Join(c.Replicas, ","))
 	}
 	for _, r := range j.Restores {
-		fmt.Fprintf(w, "restore slot %d at %s: version %d md5 %s from %s: %s\n", r.Slot,
-			time.Unix(0, r.UnixNano).Format(time.TimeOnly), r.Version, r.Md5, r.Source, r.Reason)
+		fmt.Fprintf(w, "restore slot %d at %s: version %s md5 %s from %s: %s\n", r.Slot,
+			time.Unix(0, r.UnixNano).Format(time.TimeOnly), fmtVersion(r.Version), r.Md5, r.Source, r.Reason)
 	}
 	for _, m := range j.Metrics {
 		fmt.Fprintf(w, "pass %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", m.Pass, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy)

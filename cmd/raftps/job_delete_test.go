@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/schema"
 )
@@ -46,13 +49,13 @@ func TestJobDelete(t *testing.T) {
 	if err != nil || !strings.Contains(out, "job del deleted (was cancelled)") {
 		t.Fatalf("delete of a cancelled job: %q %v", out, err)
 	}
-	if _, err := run(t, n, "job", "status", "del"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if _, err := run(t, n, "job", "status", "del"); err == nil || status.Code(err) != codes.NotFound {
 		t.Fatalf("job status after delete: %v, want NotFound", err)
 	}
 	if out, err := run(t, n, "kv", "get", slot); err != nil || out != "" {
 		t.Fatalf("slot key after delete: %q %v, want it deleted", out, err)
 	}
-	if _, err := run(t, n, "job", "delete", "del"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if _, err := run(t, n, "job", "delete", "del"); err == nil || status.Code(err) != codes.NotFound {
 		t.Fatalf("second delete: %v, want NotFound", err)
 	}
 }

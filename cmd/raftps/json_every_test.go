@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,7 +163,8 @@ func TestEveryCommandJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := fmt.Sprint(checkJSONObject(t, "lease grant", out)["id"])
+	checkJSONObject(t, "lease grant", out)
+	lease := jsonID(t, out)
 	out, err = runFor(3*time.Second, append(ep, "lease", "keepalive", lease)...)
 	if err != nil {
 		t.Fatalf("lease keepalive: %v", err)
@@ -172,4 +172,19 @@ func TestEveryCommandJSON(t *testing.T) {
 	if evs := checkJSONStream(t, "lease keepalive", out); len(evs) == 0 {
 		t.Fatalf("lease keepalive -w json printed nothing")
 	}
+}
+
+// jsonID is the "id" of a -w json object, a JSON number, with every digit
+// (a lease id does not fit a float64).
+func jsonID(t *testing.T, out string) string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	var v struct {
+		ID json.Number `json:"id"`
+	}
+	if err := dec.Decode(&v); err != nil || v.ID == "" {
+		t.Fatalf("no numeric id in %s: %v", out, err)
+	}
+	return v.ID.String()
 }

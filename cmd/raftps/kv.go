@@ -15,31 +15,49 @@ import (
 	"github.com/raftps/raftps/schema"
 )
 
+// ErrFlags: a command's flags contradict each other.
+var ErrFlags = errors.New("bad flags")
+
 func newKVCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "kv", Short: "key/value commands"}
-	var lease int64
+	var (
+		lease  int64
+		prevKV bool
+	)
 	put := &cobra.Command{
 		Use: "put KEY VALUE", Short: "put a key", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
-				resp, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(args[0]), Value: []byte(args[1]), Lease: lease})
+				resp, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(args[0]), Value: []byte(args[1]), Lease: lease, PrevKv: prevKV})
 				if err != nil {
 					return rpcError(err)
 				}
-				return g.printer.Object(resp, func(w io.Writer) { fmt.Fprintln(w, "OK") })
+				return g.printer.Object(resp, func(w io.Writer) {
+					fmt.Fprintln(w, "OK")
+					if p := resp.GetPrevKv(); p != nil { // etcdctl's: the previous key and value
+						fmt.Fprintf(w, "%s\n%s\n", p.Key, p.Value)
+					}
+				})
 			})
 		},
 	}
 	put.Flags().Int64Var(&lease, "lease", 0, "attach the key to this lease id")
+	put.Flags().BoolVar(&prevKV, "prev-kv", false, "print the key's previous value (etcdctl's --prev-kv)")
 
-	var prefix, serializable bool
+	var (
+		prefix, serializable, fromKey, keysOnly, valueOnly bool
+		limit                                              int64
+	)
 	get := &cobra.Command{
 		Use: "get KEY", Short: "get a key (or every key with --prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
-				req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable}
-				if prefix {
+				req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable, Limit: limit, KeysOnly: keysOnly}
+				switch {
+				case prefix:
 					req.RangeEnd = schema.PrefixEnd(req.Key)
+				case fromKey:
+					req.RangeEnd = []byte{0}
 				}
 				resp, err := cl.KV.Range(ctx, req)
 				if err != nil {
@@ -70,16 +88,33 @@ func newKVCmd(g *globals) *cobra.Command {
 				}
 				return g.printer.Object(out, func(w io.Writer) {
 					for _, kv := range resp.Kvs {
-						if prefix {
+						if keysOnly || (prefix || fromKey) && !valueOnly {
 							fmt.Fprintln(w, string(kv.Key))
 						}
-						fmt.Fprintln(w, string(kv.Value))
+						if !keysOnly {
+							fmt.Fprintln(w, string(kv.Value))
+						}
 					}
 				})
 			})
 		},
 	}
+	get.PreRunE = func(*cobra.Command, []string) error {
+		switch {
+		case prefix && fromKey:
+			return fmt.Errorf("%w: --prefix and --from-key cannot be set at the same time, choose one", ErrFlags)
+		case keysOnly && valueOnly:
+			return fmt.Errorf("%w: --keys-only and --print-value-only cannot be set at the same time, choose one", ErrFlags)
+		case limit < 0:
+			return fmt.Errorf("%w: --limit %d: want 0 (no limit) or more", ErrFlags, limit)
+		}
+		return nil
+	}
 	get.Flags().BoolVar(&prefix, "prefix", false, "get every key with this prefix")
+	get.Flags().BoolVar(&fromKey, "from-key", false, "get every key >= KEY (byte order)")
+	get.Flags().BoolVar(&keysOnly, "keys-only", false, "print only the keys")
+	get.Flags().BoolVar(&valueOnly, "print-value-only", false, "print only the values (also with --prefix or --from-key)")
+	get.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: no limit)")
 	get.Flags().BoolVar(&serializable, "serializable", false, "read the local node's state (may be stale)")
 
 	var delPrefix bool

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
 )
@@ -23,5 +25,28 @@ func TestRaftAddrOf(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "--peer-urls") {
 			t.Errorf("raftAddrOf(%q): error %q does not name the flag", tc.in, err)
 		}
+	}
+}
+
+// TestMembersAliasSilent (issue 37): `raftps members`, which the README
+// named, works and prints nothing on stderr (it printed a deprecation
+// notice), and `member list` lists the same members.
+func TestMembersAliasSilent(t *testing.T) {
+	n := mustNode(t)
+	runBoth := func(args ...string) (string, string) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&out, &errb)
+		root.SetArgs(append([]string{"--endpoints", n.GRPCAddr(), "--timeout", "10s"}, args...))
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("raftps %v: %v", args, err)
+		}
+		return out.String(), errb.String()
+	}
+	out, errOut := runBoth("members")
+	if errOut != "" || !strings.Contains(out, "t1") {
+		t.Fatalf("raftps members: stdout %q, stderr %q; want the member t1 and nothing on stderr", out, errOut)
+	}
+	if list, _ := runBoth("member", "list"); !strings.Contains(list, "t1") {
+		t.Fatalf("raftps member list: %q", list)
 	}
 }

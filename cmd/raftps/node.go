@@ -91,5 +91,6 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	f.DurationVar(&cfg.PServerLeaseTTL, "pserver-lease-ttl", cfg.PServerLeaseTTL, "TTL of the lease under this node's pserver slots (whole seconds, 2s to 1h): a dead node's slots are served elsewhere about 2/3 of it after its last keepalive")
+	envUsage(f, nodeEnvFlags...)
 	return c
 }

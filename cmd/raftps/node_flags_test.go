@@ -17,3 +17,44 @@ func TestNoGossipKeyFlag(t *testing.T) {
 		t.Fatalf("raftps node --gossip-key: %v; want unknown flag", err)
 	}
 }
+
+// TestHelpNamesEnv (issue 37): --help names the RAFTPS_* variable beside
+// every flag that reads one, shows its value as the default when it is
+// set, and leaves the client flags out of node, tls and dev.
+func TestHelpNamesEnv(t *testing.T) {
+	t.Setenv("RAFTPS_ENDPOINTS", "10.9.9.9:7000")
+	out, err := runOffline(t, "kv", "get", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"endpoints", "command-timeout", "dial-timeout", "output", "write-out", "cacert", "cert", "key"} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 1 && (f[0] == "--"+flag || f[1] == "--"+flag) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, envName(flag)) {
+			t.Errorf("kv get --help: the --%s line %q does not name %s", flag, line, envName(flag))
+		}
+	}
+	if !strings.Contains(out, "(default 10.9.9.9:7000)") {
+		t.Errorf("kv get --help with RAFTPS_ENDPOINTS=10.9.9.9:7000 does not show it as --endpoints' default:\n%s", out)
+	}
+	for _, cmd := range [][]string{{"node", "--help"}, {"tls", "cert", "create", "--help"}, {"dev", "--help"}} {
+		out, err := runOffline(t, cmd...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "--endpoints") || strings.Contains(out, "--cacert") {
+			t.Errorf("%v lists the client flags:\n%s", cmd, out)
+		}
+		if cmd[0] == "node" && !strings.Contains(out, "RAFTPS_TLS_CA_FILE") {
+			t.Errorf("node --help does not name RAFTPS_TLS_CA_FILE:\n%s", out)
+		}
+	}
+	// The flags are whole again after a help that hid them.
+	if out, _ := runOffline(t, "kv", "get", "--help"); !strings.Contains(out, "--endpoints") {
+		t.Errorf("kv get --help after node --help lacks --endpoints")
+	}
+}

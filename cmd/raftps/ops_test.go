@@ -98,7 +98,7 @@ func TestOpsCommandsJSON(t *testing.T) {
 		}
 		obj := checkJSONSchema(t, what, out)
 		if what == "lease grant 60" {
-			lease = strings.TrimSuffix(strings.TrimPrefix(string(mustJSON(t, obj["id"])), `"`), `"`)
+			lease = jsonID(t, out)
 		}
 		if strings.HasPrefix(what, "snapshot save") && obj["keys"].(float64) < 1 {
 			t.Fatalf("snapshot save: %v", obj)
@@ -131,15 +131,6 @@ func TestOpsCommandsJSON(t *testing.T) {
 	if !errors.Is(err, ErrDial) || time.Since(start) > 10*time.Second {
 		t.Fatalf("dead endpoint: %v after %s, want ErrDial within the dial timeout", err, time.Since(start))
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // RAFTPS_* variables set client flags; a flag on the command line wins.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -121,7 +120,7 @@ func (p jsonPrinter) print(v any) error {
 	var b []byte
 	var err error
 	if m, ok := v.(proto.Message); ok {
-		b, err = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+		b, err = protoJSON(m)
 	} else {
 		b, err = json.MarshalIndent(v, "", "  ")
 	}

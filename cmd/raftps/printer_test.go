@@ -82,3 +82,41 @@ func TestCommandList(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONNumbers (issue 37): -w json prints 64-bit integers as numbers
+// at every depth (lease grant's id and ttl, every header's revision and
+// raft_term, a job's counters in a list), as kv get did; protojson quoted
+// them.
+func TestJSONNumbers(t *testing.T) {
+	var buf bytes.Buffer
+	p, err := newPrinter("json", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []any{
+		&pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: 12, RaftTerm: 3}, Id: 7587862416402393600, Ttl: 60},
+		&pb.MembersResponse{Header: &pb.ResponseHeader{Revision: 12, RaftTerm: 3}, Members: []*pb.Member{{Id: "n1"}}},
+		&pb.ListJobsResponse{Jobs: []*pb.JobStatus{{Name: "j", Done: 4, Checkpoints: []*pb.CheckpointPointer{{Version: 1000003842, KeptVersions: []int64{1000003800}}}}}},
+	} {
+		buf.Reset()
+		if err := p.Object(m, nil); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if strings.Contains(out, `": "1`) || strings.Contains(out, `"12"`) || strings.Contains(out, `"3"`) || strings.Contains(out, `"4"`) || strings.Contains(out, `"60"`) {
+			t.Errorf("%T -w json quotes an integer:\n%s", m, out)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &v); err != nil {
+			t.Fatalf("%T: %v\n%s", m, err, out)
+		}
+	}
+	buf.Reset()
+	_ = p.Object(&pb.LeaseGrantResponse{Id: 7587862416402393600, Ttl: 60}, nil)
+	dec := json.NewDecoder(&buf)
+	dec.UseNumber()
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil || v["id"] != json.Number("7587862416402393600") || v["ttl"] != json.Number("60") {
+		t.Errorf("lease grant -w json: %v %v; want id 7587862416402393600 and ttl 60 as numbers, every digit kept", v, err)
+	}
+}

@@ -195,11 +195,14 @@ func fileExists(p string) bool {
 
 func nowPlusDays(d int) time.Time { return time.Now().Add(time.Duration(d) * 24 * time.Hour) }
 
+// nodeEnvFlags are the node's flags that read their RAFTPS_* variable.
+var nodeEnvFlags = []string{"tls-ca-file", "tls-cert-file", "tls-key-file"}
+
 // tlsFlagsFromEnv sets the node's --tls-* flags not given from
 // RAFTPS_TLS_CA_FILE, RAFTPS_TLS_CERT_FILE and RAFTPS_TLS_KEY_FILE.
 func tlsFlagsFromEnv(fs *pflag.FlagSet) error {
 	sub := pflag.NewFlagSet("tls", pflag.ContinueOnError)
-	for _, name := range []string{"tls-ca-file", "tls-cert-file", "tls-key-file"} {
+	for _, name := range nodeEnvFlags {
 		if f := fs.Lookup(name); f != nil {
 			sub.AddFlag(f)
 		}

@@ -26,6 +26,9 @@ const esc = (s) =>
 const pct = (x) => (x === undefined || x === null ? "–" : (100 * x).toFixed(2) + "%");
 const pill = (s) => `<span class="pill ${esc(s)}">${esc(s)}</span>`;
 const fmtTime = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "–");
+// fmtVersion shows a checkpoint version as the CLI's tables do: e1/s3842
+// for epoch 1 (after a rollback), step 3842 (version = epoch * 1e9 + step).
+const fmtVersion = (v) => (v >= 1e9 ? `<span title="${v}">e${Math.floor(v / 1e9)}/s${v % 1e9}</span>` : String(v));
 
 async function api(path, opts) {
   const r = await fetch(path, opts);
@@ -179,13 +182,17 @@ function newJobState(name) {
     acc: [[], []],
     rate: [[], []],
     queue: [[], [], [], [], []],
-    timeline: [], // job events: {t (cluster time, s), cat, label}
-    clusterTL: [], // node and leader changes: {wall (ms, this node's clock), cat, label}
-    // lag estimates how far cluster time (job events' clock, see fsm's
-    // replicated clock) is behind this node's wall clock: the smallest
-    // arrival - event time seen. Node and leader changes, stamped with the
-    // wall clock, are drawn at wall - lag to share the job's time axis.
-    lag: null,
+    // trainerRate: examples/s of each trainer (its own 5 s window), one
+    // series per trainer (trainers: their names, in order of appearance)
+    // on the x of every task_done.
+    trainers: [],
+    trainerRate: [[]],
+    trainerRecent: {}, // trainer -> examples in its rate window: [{t, n}]
+    // One clock on the page: wall time. Job events carry their proposer's
+    // wall clock (fsm/jobq: not the replicated clock, which lags by every
+    // leaderless period), node and leader changes this node's.
+    timeline: [], // job events: {t (s), cat, label}
+    clusterTL: [], // node and leader changes: {wall (ms), cat, label}
     recent: [], // examples in the rate window: {t, n}
     log: [], // notable events, newest last
     status: null,
@@ -207,6 +214,7 @@ function jobView(name) {
       <section><h2>Test accuracy (per pass)</h2><div id="ch-acc"></div></section>
       <section><h2>Examples / s</h2><div id="ch-rate"></div></section>
       <section><h2>Task queue</h2><div id="ch-queue"></div></section>
+      <section><h2>Examples / s per trainer</h2><div id="ch-trainers"></div></section>
     </div>
     <section><h2>Faults and recovery (same time axis)</h2><div id="ch-timeline"></div></section>
     <div class="grid">
@@ -251,15 +259,19 @@ function makeJobCharts(st) {
     Object.assign({ width: chartWidth(id), height, cursor: { sync }, scales: { x: { time: true, range: (u, min, max) => (st.t0 ? xr() : [min, max]) } }, legend: { live: true } }, extra);
   const mk = (key, opts, data) => (raftps.charts[key] = new uPlot(opts, data, document.getElementById("ch-" + key)));
   mk("loss", base("ch-loss", 220, { series: [{}, { label: "loss", stroke: "#2b6cb0", width: 1, points: { show: false } }] }), st.loss);
+  // Accuracy: the y axis fits the points (83-86% fills the chart), a
+  // 2-point margin, within 0-100%.
+  const accRange = (u, min, max) => (min === null ? [0, 1] : [Math.max(0, min - 0.02), Math.min(1, max + 0.02)]);
   mk("acc", base("ch-acc", 220, {
-    scales: { x: { time: true, range: () => xr() }, y: { range: [0, 1] } },
+    scales: { x: { time: true, range: () => xr() }, y: { range: accRange } },
     series: [{}, { label: "test accuracy", stroke: "#1f8a4c", width: 2, points: { show: true, size: 8 }, value: (u, v) => pct(v) }],
     axes: [{}, { values: (u, vals) => vals.map((v) => (100 * v).toFixed(0) + "%") }],
   }), st.acc);
   mk("rate", base("ch-rate", 180, { series: [{}, { label: "examples/s", stroke: "#b7791f", width: 1, points: { show: false } }] }), st.rate);
   mk("queue", base("ch-queue", 180, {
-    series: [{}, { label: "todo", stroke: "#7f8c8d" }, { label: "pending", stroke: "#d35400" }, { label: "done", stroke: "#1f8a4c" }, { label: "failed", stroke: "#c0392b" }],
+    series: [{}, { label: "todo", stroke: "#7f8c8d", width: 2 }, { label: "pending", stroke: "#d35400", width: 2 }, { label: "done", stroke: "#1f8a4c", width: 2 }, { label: "failed", stroke: "#c0392b", width: 2 }],
   }), st.queue);
+  makeTrainerChart(st);
   const tlSeries = [{}].concat(TL.map((c) => ({ label: c.name, stroke: c.color, fill: c.color, width: 0, paths: () => null, points: { show: true, size: 10, fill: c.color } })));
   mk("timeline", base("ch-timeline", 200, {
     scales: { x: { time: true, range: () => xr() }, y: { range: [0.5, TL.length + 0.5] } },
@@ -268,11 +280,46 @@ function makeJobCharts(st) {
   }), timelineData(st));
 }
 
+// trainerColors are the per-trainer series' strokes, in turn.
+const trainerColors = ["#2b6cb0", "#b7791f", "#1f8a4c", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d", "#d35400"];
+
+// makeTrainerChart (re)creates the per-trainer throughput chart with one
+// series per trainer known so far (uPlot's series are fixed at creation
+// in this layout; a new trainer recreates the chart).
+function makeTrainerChart(st) {
+  if (raftps.charts.trainers) raftps.charts.trainers.destroy();
+  const el = document.getElementById("ch-trainers");
+  el.innerHTML = "";
+  const xr = () => [st.t0 || null, st.t1 || null];
+  const series = [{}].concat(st.trainers.map((name, i) => ({ label: name, stroke: trainerColors[i % trainerColors.length], width: 1, spanGaps: true, points: { show: false } })));
+  raftps.charts.trainers = new uPlot({ width: chartWidth("ch-trainers"), height: 180, cursor: { sync: { key: "job", setSeries: false } },
+    scales: { x: { time: true, range: (u, min, max) => (st.t0 ? xr() : [min, max]) } }, legend: { live: true }, series }, st.trainerRate, el);
+  st.trainerSeries = st.trainers.length;
+}
+
+// addTrainerRate adds a task_done of trainer (n examples at t, s) to its
+// 5 s window and a point to the per-trainer chart's data.
+function addTrainerRate(st, trainer, t, n) {
+  if (!trainer) return;
+  let i = st.trainers.indexOf(trainer);
+  if (i < 0) {
+    st.trainers.push(trainer);
+    st.trainerRate.push(st.trainerRate[0].map(() => null));
+    i = st.trainers.length - 1;
+  }
+  const w = (st.trainerRecent[trainer] = st.trainerRecent[trainer] || []);
+  w.push({ t, n });
+  while (w.length && w[0].t < t - 5) w.shift();
+  if (w.length < 2) return;
+  const span = Math.max(t - w[0].t, 1);
+  st.trainerRate[0].push(t);
+  st.trainers.forEach((_, k) => st.trainerRate[k + 1].push(k === i ? w.reduce((a, r) => a + r.n, 0) / span : null));
+}
+
 // timelineData aligns the timeline's events on one x array (uPlot's data
 // layout), one series per category.
 function timelineData(st) {
-  const lag = st.lag || 0;
-  const evs = st.timeline.concat(st.clusterTL.map((c) => ({ t: (c.wall - lag) / 1000, cat: c.cat, label: c.label }))).sort((a, b) => a.t - b.t);
+  const evs = st.timeline.concat(st.clusterTL.map((c) => ({ t: c.wall / 1000, cat: c.cat, label: c.label }))).sort((a, b) => a.t - b.t);
   const xs = [], ys = TL.map(() => []);
   for (const e of evs) {
     xs.push(e.t);
@@ -281,7 +328,7 @@ function timelineData(st) {
   return [xs].concat(ys);
 }
 
-function addTimeline(st, t, cat, label) { // t: cluster time (s)
+function addTimeline(st, t, cat, label) { // t: s
   st.timeline.push({ t, cat, label });
   st.log.push({ t, label, cat });
 }
@@ -289,8 +336,16 @@ function addTimeline(st, t, cat, label) { // t: cluster time (s)
 function onStatus(st) {
   const s = st.status;
   if (!st.t0 && s.submitted) st.t0 = s.submitted / 1000;
-  const now = Date.now() / 1000;
-  st.queue[0].push(now); st.queue[1].push(s.todo); st.queue[2].push(s.pending); st.queue[3].push(s.done); st.queue[4].push(s.failed);
+  const q = st.queue;
+  // The queue as submitted (every task todo) starts the lines; after the
+  // end, the queue as it ended, at the end.
+  if (!q[0].length && s.submitted) {
+    q[0].push(s.submitted / 1000); q[1].push(s.total_tasks); q[2].push(0); q[3].push(0); q[4].push(0);
+  }
+  if (st.queueEnded) return; // an ended job's repeated status
+  st.queueEnded = !!s.finished;
+  const last = q[0][q[0].length - 1] || 0;
+  q[0].push(Math.max(s.finished ? s.finished / 1000 : Date.now() / 1000, last + 0.001)); q[1].push(s.todo); q[2].push(s.pending); q[3].push(s.done); q[4].push(s.failed);
   st.dirty = true;
 }
 
@@ -299,7 +354,6 @@ function onJobEvent(st, e) {
   const now = Date.now();
   raftps.arrived[e.seq] = now;
   st.pending.push(e);
-  if (e.time && (st.lag === null || now - e.time < st.lag)) st.lag = now - e.time;
   const t = e.time / 1000;
   switch (e.type) {
     case "job_submitted":
@@ -313,6 +367,7 @@ function onJobEvent(st, e) {
         const span = Math.max(t - st.recent[0].t, 1);
         st.rate[0].push(t); st.rate[1].push(st.recent.reduce((a, r) => a + r.n, 0) / span);
       }
+      addTrainerRate(st, e.trainer, t, e.examples || 0);
       break;
     case "eval_reported":
       st.acc[0].push(t); st.acc[1].push(e.accuracy);
@@ -347,7 +402,7 @@ function onJobEvent(st, e) {
 
 function onClusterEvent(st, e) {
   raftps.clusterEvents.push(e);
-  if (st.status && e.time < st.status.submitted) return; // before the job (roughly: cluster time lags)
+  if (st.status && e.time < st.status.submitted) return; // before the job
   const cat = e.kind === "member" ? 0 : 1;
   st.clusterTL.push({ wall: e.time, cat, label: e.message });
   st.log.push({ wall: e.time, label: e.message });
@@ -367,29 +422,42 @@ function renderJob(st) {
   if (raftps.job !== st || !raftps.charts.loss) return;
   const s = st.status;
   const ended = s && s.finished;
-  st.t1 = ended ? Math.max(s.finished / 1000, lastX(st)) : Math.max((Date.now() - (st.lag || 0)) / 1000, lastX(st));
+  st.t1 = ended ? Math.max(s.finished / 1000, lastX(st)) : Math.max(Date.now() / 1000, lastX(st));
   if (st.dirty) {
+    if (st.trainerSeries !== st.trainers.length) makeTrainerChart(st);
     raftps.charts.loss.setData(st.loss);
     raftps.charts.acc.setData(st.acc);
     raftps.charts.rate.setData(st.rate);
     raftps.charts.queue.setData(st.queue);
+    raftps.charts.trainers.setData(st.trainerRate);
     raftps.charts.timeline.setData(timelineData(st));
     st.dirty = false;
   }
+  for (const u of Object.values(raftps.charts)) showLatest(u);
   if (s) renderJobTables(st);
   const now = Date.now();
   for (const e of st.pending) raftps.rendered[e.seq] = now;
   st.pending = [];
 }
 
-// logTime is a log entry's time on the job's (cluster time) axis, in ms.
+// showLatest makes a chart's legend show its newest point (time and
+// values) while the cursor is off the chart: uPlot's live legend shows
+// "--" then, which read "Time: --" on every chart.
+function showLatest(u) {
+  if (u.cursor.left >= 0) return; // the user is pointing at a time
+  const xs = u.data[0] || [];
+  if (xs.length) u.setLegend({ idx: xs.length - 1 });
+}
+
+// logTime is a log entry's time (wall clock, ms).
 function logTime(st, l) {
-  return l.wall ? l.wall - (st.lag || 0) : l.t * 1000;
+  return l.wall ? l.wall : l.t * 1000;
 }
 
 function lastX(st) {
-  const lastWall = st.clusterTL.length ? (st.clusterTL[st.clusterTL.length - 1].wall - (st.lag || 0)) / 1000 : 0;
-  return Math.max(st.loss[0].length ? st.loss[0][st.loss[0].length - 1] : 0, st.timeline.length ? st.timeline[st.timeline.length - 1].t : 0, lastWall);
+  const last = (a) => (a.length ? a[a.length - 1] : 0);
+  return Math.max(last(st.loss[0]), last(st.queue[0]), last(st.trainerRate[0]), st.timeline.length ? last(st.timeline).t : 0,
+    st.clusterTL.length ? last(st.clusterTL).wall / 1000 : 0);
 }
 
 function renderJobTables(st) {
@@ -407,12 +475,12 @@ function renderJobTables(st) {
     s.pservers.map((p) => `<tr><td>${p.slot}</td><td>${esc(p.node)}</td><td>${esc(p.addr)}</td><td>${p.incarnation}</td></tr>`).join("");
   $("#trainers").textContent = s.trainers.length ? s.trainers.join(", ") : "none";
   $("#restores").innerHTML = `<tr><th>time</th><th>slot</th><th>version</th><th>md5</th><th>source</th><th>reason</th></tr>` +
-    s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${r.version}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
+    s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${fmtVersion(r.version)}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
   const table = $("#checkpoints");
   const keep = {};
   table.querySelectorAll("td[data-verify]").forEach((td) => (keep[td.dataset.verify] = td.innerHTML));
   table.innerHTML = `<tr><th>version</th><th>step</th><th>time</th><th>slots</th><th>md5 (per slot)</th><th>replicas</th><th>bytes</th><th>accuracy</th><th>best</th><th></th></tr>` +
-    s.checkpoints.map((c) => `<tr><td>${c.version}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
+    s.checkpoints.map((c) => `<tr><td>${fmtVersion(c.version)}</td><td>${c.step}</td><td>${c.time ? fmtTime(c.time) : "kept"}</td><td>${c.slots}</td>
       <td class="md5 wrap">${c.md5s.map(esc).join("<br>")}</td><td>${esc(c.replicas.join(","))}</td><td>${c.bytes || "–"}</td><td>${pct(c.accuracy)}</td>
       <td>${c.best ? "★" : ""}</td><td data-verify="${c.version}">${keep[c.version] || (raftps.identity.can.verify ? `<button data-v="${c.version}">verify</button>` : "")}</td></tr>`).join("");
   table.querySelectorAll("button[data-v]").forEach((b) => {

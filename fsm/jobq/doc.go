@@ -86,7 +86,7 @@
 // # Events
 //
 // Every change worth watching is a JobEvent with seq = previous + 1 (no gaps)
-// and unix_nano = now: JOB_SUBMITTED, TASK_DONE, TASK_REQUEUED, TASK_FAILED,
+// and unix_nano = the entry's wall clock (SetEntryWall; now without one): JOB_SUBMITTED, TASK_DONE, TASK_REQUEUED, TASK_FAILED,
 // PASS_ENDED, EVAL_REPORTED, TRAINER_LEFT, JOB_ENDED, and the external ones
 // the master records with RecordEvent (TRAINER_JOINED, TRAINER_LEFT,
 // CHECKPOINT_COMMITTED, PSERVER_RESTORED). The newest MaxEvents per job are
@@ -127,9 +127,14 @@
 // now is cluster time (see package fsm, clock.go): it never goes backwards
 // and ignores wall-clock steps and leader changes, so deadlines, durations
 // and blacklist cooldowns are immune to them; all arithmetic on times
-// saturates, so no now, however extreme, overflows a deadline. Every time
-// field (started, deadline, submitted, finished, event unix_nano) is
-// cluster time.
+// saturates, so no now, however extreme, overflows a deadline. The time
+// fields compared with now (a task's started and deadline, blacklists, a
+// job's internal finish time for retention) are cluster time. What users
+// read (JobStatus.submitted_unix_nano and finished_unix_nano, every event's
+// unix_nano) is the wall clock of the entry's proposer, which the FSM gives
+// with SetEntryWall before each entry: the cluster time lags the wall clock
+// by every leaderless period, and a shown time must not. The records of
+// MarshalJobs (version 2) keep both finish times.
 // Errors wrap the sentinels of package fsm/errs (ErrInvalid naming the
 // field, ErrExists, ErrNotFound, ErrFailedPrecondition, ErrMalformed for a
 // bad snapshot). MarshalBinary is canonical: equal states give equal bytes.

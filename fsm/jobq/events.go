@@ -44,11 +44,12 @@ func (r *eventRing) push(e event) {
 // at returns the i-th oldest kept event.
 func (r *eventRing) at(i int) *event { return &r.buf[(r.head+i)%len(r.buf)] }
 
-// emit appends e with the next seq and unix_nano = now.
+// emit appends e with the next seq and unix_nano = the entry's wall clock
+// (entryStamp; now, cluster time, without one).
 // The message is cut to MaxEventMessage bytes.
 func (j *job) emit(now int64, e event) {
 	j.eventSeq++
-	e.seq, e.unixNano = j.eventSeq, now
+	e.seq, e.unixNano = j.eventSeq, j.stamp.shown(now)
 	e.message = truncate(e.message, MaxEventMessage)
 	j.events.push(e)
 }

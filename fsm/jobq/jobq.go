@@ -130,8 +130,13 @@ type job struct {
 	state     pb.JobState
 	message   string
 	pass      int32
-	submitted int64
-	finished  int64
+	submitted int64 // the proposer's wall clock (shown, never compared: entryStamp)
+	finished  int64 // cluster time (retention compares it with now)
+	// finishedWall is the proposer's wall clock when the job ended (shown
+	// as JobStatus.finished_unix_nano).
+	finishedWall int64
+	// stamp is the Queue's: the entry being applied.
+	stamp *entryStamp
 
 	nTasks  int32
 	tasks   []task
@@ -162,15 +167,57 @@ type job struct {
 // no clocks, no I/O, no goroutines and no locks; the caller (the FSM)
 // serializes access. Every mutating method takes now, the Raft entry's
 // cluster time in nanoseconds (the FSM's replicated clock: it never goes
-// backwards; the methods work for any int64 all the same).
+// backwards; the methods work for any int64 all the same): deadlines,
+// durations, blacklists and retention are measured in it. What users read
+// (JobEvent.unix_nano, JobStatus.submitted_unix_nano and
+// finished_unix_nano) is stamped instead with the wall clock of the
+// entry's proposer (SetEntryWall), which the cluster time lags by every
+// leaderless period; without one (0: an entry of an older proposer, or a
+// caller that never sets it) they take now.
 type Queue struct {
 	jobs     map[string]*job
 	eventCap int // MaxEvents; smaller in tests
+	stamp    *entryStamp
+}
+
+// entryStamp is the wall clock of the entry being applied, shared by a
+// Queue and its jobs.
+type entryStamp struct{ wall int64 }
+
+// shown is the time to show for an entry applied at cluster time now: the
+// proposer's wall clock, or now if the entry carries none.
+func (s *entryStamp) shown(now int64) int64 {
+	if s == nil || s.wall <= 0 {
+		return now
+	}
+	return s.wall
 }
 
 // New returns an empty Queue.
 func New() *Queue {
-	return &Queue{jobs: map[string]*job{}, eventCap: MaxEvents}
+	return &Queue{jobs: map[string]*job{}, eventCap: MaxEvents, stamp: &entryStamp{}}
+}
+
+// SetEntryWall sets the wall clock (Unix ns) of the proposer of the entry
+// about to be applied (pb.Entry.now_unix_nano; 0 if it carries none): the
+// time stamped on the events, submissions and endings that entry makes.
+// The FSM calls it before each entry, so every replica stamps alike.
+func (q *Queue) SetEntryWall(wallUnixNano int64) { q.entryStamp().wall = wallUnixNano }
+
+func (q *Queue) entryStamp() *entryStamp {
+	if q.stamp == nil {
+		q.stamp = &entryStamp{}
+	}
+	return q.stamp
+}
+
+// adopt makes q's state the jobs of a decoded snapshot, sharing q's stamp.
+func (q *Queue) adopt(jobs map[string]*job, eventCap int) {
+	st := q.entryStamp()
+	for _, j := range jobs {
+		j.stamp = st
+	}
+	q.jobs, q.eventCap = jobs, eventCap
 }
 
 // ---------------------------------------------------------------- Submit
@@ -198,7 +245,8 @@ func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobRespon
 		name:      spec.Name,
 		spec:      spec,
 		state:     pb.JobState_JOB_RUNNING,
-		submitted: now,
+		submitted: q.entryStamp().shown(now),
+		stamp:     q.entryStamp(),
 		nTasks:    n,
 		tasks:     make([]task, n),
 		trainers:  map[string]*trainerStat{},
@@ -311,7 +359,7 @@ func (j *job) status() *pb.JobStatus {
 		TotalTasks:        int64(j.nTasks),
 		Message:           j.message,
 		SubmittedUnixNano: j.submitted,
-		FinishedUnixNano:  j.finished,
+		FinishedUnixNano:  j.finishedWall,
 		Spec:              proto.Clone(j.spec).(*pb.JobSpec),
 		Requeued:          j.requeued,
 		Timeouts:          j.timeouts,

@@ -1,10 +1,12 @@
 package jobq
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -177,5 +179,44 @@ func TestMarshalJobsOneRecordPerJob(t *testing.T) {
 		if string(mustMarshal(t, r)) != string(keep) {
 			t.Fatal("a refused record set changed the queue")
 		}
+	}
+}
+
+// TestJobRecordKeepsWallFinish (issue 37): a job record (version 2) keeps
+// the wall-clock finish time SetEntryWall gave, apart from the cluster
+// finish time retention measures; a version 1 record (before it) reads
+// back showing its cluster finish time.
+func TestJobRecordKeepsWallFinish(t *testing.T) {
+	const sec = int64(time.Second)
+	q := New()
+	q.SetEntryWall(t0)
+	mustSubmit(t, q, t0, testSpec("a", 1000, 10))
+	q.SetEntryWall(t0 + 30*sec) // 30 s of wall time the cluster clock skipped
+	if _, err := q.Cancel(t0+sec, &pb.CancelJobRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := q.MarshalJobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New()
+	if err := r.UnmarshalJobs(recs); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Job("a"); st.FinishedUnixNano != t0+30*sec {
+		t.Fatalf("restored finish %+d ns from t0, want the wall clock's +30 s", st.FinishedUnixNano-t0)
+	}
+	// Retention still counts from the cluster finish (t0+1s): 5 s later it is due.
+	if pr, err := r.Prune(t0+6*sec, &pb.PruneJobsRequest{MaxAgeMs: 4000}); err != nil || len(pr.Deleted) != 1 {
+		t.Fatalf("prune 5 s after the cluster finish with max age 4 s: %v, %v", pr, err)
+	}
+	// Version 1: the same record without the trailing wall finish.
+	old := append([]byte{1}, recs[0][1:]...)
+	old = old[:len(old)-len(binary.AppendVarint(nil, t0+30*sec))]
+	if err := r.UnmarshalJobs([][]byte{old}); err != nil {
+		t.Fatalf("version 1 record: %v", err)
+	}
+	if st, _ := r.Job("a"); st.FinishedUnixNano != t0+sec {
+		t.Fatalf("version 1 record shows finish %+d ns from t0, want its cluster finish +1 s", st.FinishedUnixNano-t0)
 	}
 }

@@ -47,7 +47,8 @@ func (e *enc) run(r run) { e.i(r.epoch); e.i(r.started); e.i(r.deadline); e.s(r.
 // MarshalBinary encodes the whole state deterministically (see the format
 // above). It does not change q. The FSM snapshots with MarshalJobs (one
 // bounded record per job); this whole-queue form is what older snapshots
-// hold, and UnmarshalBinary still reads it.
+// hold, and UnmarshalBinary still reads it. It does not hold a job's
+// wall-clock finish time (read back as its cluster finish time).
 func (q *Queue) MarshalBinary() ([]byte, error) {
 	size := 1024
 	for _, j := range q.jobs {
@@ -64,8 +65,10 @@ func (q *Queue) MarshalBinary() ([]byte, error) {
 	return e.b, nil
 }
 
-// jobRecordVersion starts every record of MarshalJobs.
-const jobRecordVersion = 1
+// jobRecordVersion starts every record of MarshalJobs. Version 2 appends
+// the job's finishedWall to version 1's job; UnmarshalJobs reads both (a
+// version 1 record shows its cluster finish time).
+const jobRecordVersion = 2
 
 // MarshalJobs encodes the state as one record per job, sorted by job name:
 // jobRecordVersion then the job as in the whole-queue format. Each record
@@ -80,6 +83,7 @@ func (q *Queue) MarshalJobs() ([][]byte, error) {
 		if err := j.marshal(e); err != nil {
 			return nil, err
 		}
+		e.i(j.finishedWall)
 		if len(e.b) > MaxJobRecordBytes {
 			return nil, fmt.Errorf("jobq: job %q encodes to %d bytes, more than %d", name, len(e.b), MaxJobRecordBytes)
 		}
@@ -101,10 +105,14 @@ func (q *Queue) UnmarshalJobs(recs [][]byte) error {
 	prevName := ""
 	for i, b := range recs {
 		d := &dec{b: b}
-		if v := d.u(); v != jobRecordVersion && d.err == nil {
-			return fmt.Errorf("%w: jobq record %d: version %d, want %d", errs.ErrMalformed, i, v, jobRecordVersion)
+		v := d.u()
+		if (v < 1 || v > jobRecordVersion) && d.err == nil {
+			return fmt.Errorf("%w: jobq record %d: version %d, want 1 to %d", errs.ErrMalformed, i, v, jobRecordVersion)
 		}
 		j := d.job(eventCap)
+		if v >= 2 && d.err == nil {
+			j.finishedWall = d.i()
+		}
 		if d.err == nil && len(d.b) != 0 {
 			d.fail("record %d: %d trailing bytes", i, len(d.b))
 		}
@@ -120,7 +128,7 @@ func (q *Queue) UnmarshalJobs(recs [][]byte) error {
 	if err := nq.check(); err != nil {
 		return fmt.Errorf("%w: jobq snapshot: %v", errs.ErrMalformed, err)
 	}
-	q.jobs, q.eventCap = nq.jobs, nq.eventCap
+	q.adopt(nq.jobs, nq.eventCap)
 	return nil
 }
 
@@ -361,7 +369,7 @@ func (q *Queue) UnmarshalBinary(b []byte) error {
 	if err := nq.check(); err != nil {
 		return fmt.Errorf("%w: jobq snapshot: %v", errs.ErrMalformed, err)
 	}
-	q.jobs, q.eventCap = nq.jobs, nq.eventCap
+	q.adopt(nq.jobs, nq.eventCap)
 	return nil
 }
 
@@ -384,6 +392,7 @@ func (d *dec) job(eventCap int) *job {
 	j.message = d.s()
 	j.pass = d.i32()
 	j.submitted, j.finished, j.epoch = d.i(), d.i(), d.i()
+	j.finishedWall = j.finished // a version 2 record overrides it
 	j.final = d.bool()
 	j.slowest, j.slowestEval = d.i(), d.i()
 	nd := d.n(1)

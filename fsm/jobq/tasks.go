@@ -643,6 +643,6 @@ func (j *job) rollover(now int64, pm *pb.PassMetric) {
 
 // end ends the job in state st and emits JOB_ENDED.
 func (j *job) end(now int64, st pb.JobState, msg string) {
-	j.state, j.message, j.finished = st, msg, now
+	j.state, j.message, j.finished, j.finishedWall = st, msg, now, j.stamp.shown(now)
 	j.emit(now, event{typ: pb.JobEvent_JOB_ENDED, pass: j.pass, message: st.String() + ": " + msg})
 }

@@ -528,7 +528,7 @@ func CheckNoTimeouts(evs []*pb.JobEvent) Result {
 		case pb.JobEvent_TASK_REQUEUED:
 			r.Stats["requeued"]++
 			if ev.GetMessage() == "timeout" {
-				r.violate("task %d of pass %d (trainer %s) requeued for a timeout at cluster time %d", ev.GetTaskId(), ev.GetPass(), ev.GetTrainer(), ev.GetUnixNano())
+				r.violate("task %d of pass %d (trainer %s) requeued for a timeout at %s (the proposer's wall clock)", ev.GetTaskId(), ev.GetPass(), ev.GetTrainer(), time.Unix(0, ev.GetUnixNano()).UTC().Format(time.RFC3339Nano))
 			}
 		case pb.JobEvent_TASK_FAILED:
 			r.violate("task %d of pass %d failed: %s", ev.GetTaskId(), ev.GetPass(), ev.GetMessage())

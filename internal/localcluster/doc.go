@@ -9,6 +9,8 @@
 //	n4, err := localcluster.Add(bin, dir, nodes)    // joins the others; no --bootstrap-expect
 //	nodes[0].Kill()                                 // SIGKILL and wait
 //	nodes[0].Start()                                // the same command line and data dir
+//	localcluster.Save(dir, nodes)                   // <dir>/cluster.json ...
+//	nodes, err = localcluster.Load(bin, dir)        // ... the same cluster again, after the process that made it exits
 //
 // Secure by default: New makes a PKI in <dir>/pki (a CA, one node
 // certificate per node, the admin's client certificate and a gossip key)

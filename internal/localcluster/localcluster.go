@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -390,4 +391,40 @@ func (n *Node) Exited() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.done
+}
+
+// stateFile is where Save keeps a cluster's nodes, in the cluster's dir.
+const stateFile = "cluster.json"
+
+// Save writes nodes' identities, addresses, command lines and security
+// files to <dir>/cluster.json, for Load to start the same cluster again
+// (`raftps dev --dir`): a restarted node must keep its addresses, since
+// the Raft configuration names them.
+func Save(dir string, nodes []*Node) error {
+	b, err := json.MarshalIndent(nodes, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, stateFile), b, 0o600)
+}
+
+// Load reads the nodes Save wrote in dir, to run with bin: the same ids,
+// ports, data dirs, certificates and command lines. It returns an error
+// wrapping fs.ErrNotExist when dir holds no saved cluster.
+func Load(bin, dir string) ([]*Node, error) {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	var nodes []*Node
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		return nil, fmt.Errorf("localcluster: %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("localcluster: %s names no node", filepath.Join(dir, stateFile))
+	}
+	for _, n := range nodes {
+		n.Bin = bin
+	}
+	return nodes, nil
 }

@@ -1,6 +1,6 @@
-// Package version is the build's identity: the release version stamped in
-// with -ldflags by `make release`, else the module version and VCS stamp
-// that `go build` records (runtime/debug.ReadBuildInfo), and the versions
+// Package version is the build's identity: the version, revision and
+// commit time stamped in from git with -ldflags by `make build` and `make
+// release`, else the module version and VCS stamp that `go build` records (runtime/debug.ReadBuildInfo), and the versions
 // of the on-disk formats this build writes and reads.
 //
 // A node refuses a snapshot or checkpoint of a format newer than the

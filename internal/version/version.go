@@ -6,10 +6,15 @@ import (
 	"time"
 )
 
-// Version is set by `make release` with
-// -ldflags "-X github.com/raftps/raftps/internal/version.Version=v1.2.3";
-// empty means "take the module version from the build info".
-var Version string
+// Version, Revision, CommitTime and Modified are stamped by `make build`
+// and `make release` from git with
+// -ldflags "-X github.com/raftps/raftps/internal/version.Version=v1.2.3 ..."
+// (Version: `git describe --tags --always --dirty`; Revision: the commit
+// hash; CommitTime: its RFC 3339 commit time; Modified: "true" if the work
+// tree had changes). Each empty one is taken from the build info that
+// `go build` records, which has no VCS stamp under -buildvcs=false or
+// outside a git work tree.
+var Version, Revision, CommitTime, Modified string
 
 // Formats of the files this build writes (each also readable back to 1).
 const (
@@ -65,6 +70,15 @@ func Get() Info {
 	}
 	if Version != "" {
 		in.Version = Version
+	}
+	if Revision != "" {
+		in.Revision = Revision
+	}
+	if t, err := time.Parse(time.RFC3339, CommitTime); err == nil {
+		in.Time = t.UTC().Format(time.RFC3339)
+	}
+	if Modified != "" {
+		in.Modified = Modified == "true"
 	}
 	return in
 }

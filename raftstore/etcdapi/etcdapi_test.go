@@ -423,6 +423,10 @@ func TestClusterAndMaintenance(t *testing.T) {
 	if err != nil || st.Leader != etcdapi.MemberID("n1") || st.Header.MemberId != st.Leader || len(st.Errors) != 0 || st.RaftTerm == 0 {
 		t.Fatalf("status: %v %v", st, err)
 	}
+	// The real size of the node's Raft data (issue 37: etcdctl endpoint status said 0 B).
+	if st.DbSize <= 0 || st.DbSizeInUse != st.DbSize {
+		t.Errorf("status: db size %d, in use %d; want the Raft data's bytes (> 0) in both", st.DbSize, st.DbSizeInUse)
+	}
 	h1, err := e.cli.HashKV(ctx, e.addr, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -25,8 +25,13 @@ type maintenanceServer struct {
 	s *Server
 }
 
-// Status reports this node's Raft state in etcd's terms. With no known
-// leader, Errors holds "etcdserver: no leader", as etcd's does.
+// Status reports this node's Raft state in etcd's terms: Version is the
+// etcd API version this package follows (Version), DbSize and
+// DbSizeInUse the bytes of this node's Raft data on disk (its log store
+// and snapshots: what `raftps endpoint status` reports as db_size; they
+// were 0).
+// With no known leader, Errors holds "etcdserver: no leader", as etcd's
+// does.
 func (m maintenanceServer) Status(ctx context.Context, _ *etcdpb.StatusRequest) (*etcdpb.StatusResponse, error) {
 	st := m.s.store.Stats()
 	out := &etcdpb.StatusResponse{Header: m.s.header(st.Revision), Version: Version, Leader: MemberID(st.LeaderID),
@@ -37,6 +42,12 @@ func (m maintenanceServer) Status(ctx context.Context, _ *etcdpb.StatusRequest) 
 				out.IsLearner = srv.Suffrage != raft.Voter
 			}
 		}
+	}
+	if d, ok := m.s.store.(interface{ DBSize() int64 }); ok {
+		// raftps's store is the Raft log and snapshots (raftps endpoint status's
+		// db_size); all of it is in use.
+		out.DbSize = d.DBSize()
+		out.DbSizeInUse = out.DbSize
 	}
 	if st.LeaderID == "" {
 		out.Errors = append(out.Errors, rpctypes.ErrGRPCNoLeader.Error())
