@@ -180,6 +180,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.cfg.HTTPTLS {
 		n.httpLis = tls.NewListener(n.httpLis, n.httpTLSConfig())
 	}
+	n.httpLis = newHTTPListener(n.httpLis)
 
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.
 	gcfg := gossip.DefaultConfig()
@@ -308,7 +309,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 
 	// ErrorLog: refused TLS handshakes (no or a foreign client
 	// certificate) go to the node's log, not to the standard logger.
-	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: security.HandshakeTimeout,
+		IdleTimeout: httpIdleTimeout, ConnState: n.httpLis.(*httpListener).connState,
 		ErrorLog: slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelWarn)}
 	n.wg.Add(1)
 	go func() {

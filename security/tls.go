@@ -244,9 +244,12 @@ func (m *Material) ClientConfig(serverName string, nextProtos ...string) *tls.Co
 
 // ServerCredentials are gRPC server credentials over ServerConfig: every
 // client must present a certificate of the cluster CA; the role checks
-// are the Authorizer's, per method.
+// are the Authorizer's, per method. At most HandshakesPerSource
+// handshakes are in flight from one IP address per credentials (give each
+// server its own); bound each with grpc.ConnectionTimeout(HandshakeTimeout).
 func (m *Material) ServerCredentials() credentials.TransportCredentials {
-	return credentials.NewTLS(m.ServerConfig(nil, "h2"))
+	return &limitedCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig(nil, "h2")),
+		lim: NewSourceLimiter(HandshakesPerSource)}
 }
 
 // ClientCredentials are gRPC client credentials that take the current
