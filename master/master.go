@@ -44,6 +44,9 @@ type Store interface {
 	IsLeader() bool
 	LeaderCh() <-chan bool
 	Join(ctx context.Context, id, raftAddr string, voter bool) error
+	// VerifyPeer proves that the server at raftAddr holds node id's
+	// certificate (nil without TLS); reconcile calls it before Join.
+	VerifyPeer(ctx context.Context, id, raftAddr string) error
 	Remove(ctx context.Context, id string) error
 	AddMember(ctx context.Context, id, raftAddr string, voter bool) error
 	PromoteMember(ctx context.Context, id string) error
@@ -123,6 +126,7 @@ type Master struct {
 	mu          sync.Mutex
 	deadSince   map[string]time.Time // server id -> when gossip declared it dead
 	gone        map[string]bool      // node id -> its trainers and slots were released
+	refused     map[string]string    // node id -> Raft address that failed VerifyPeer (logged)
 	leaderSince time.Time
 	clock       fsm.ClockEstimator // cluster time between entries (overdue)
 }
@@ -131,7 +135,7 @@ type Master struct {
 func New(cfg Config, store Store, members Members) *Master {
 	cfg = cfg.withDefaults()
 	return &Master{cfg: cfg, store: store, members: members, log: cfg.Logger,
-		deadSince: map[string]time.Time{}, gone: map[string]bool{}}
+		deadSince: map[string]time.Time{}, gone: map[string]bool{}, refused: map[string]string{}}
 }
 
 // Run follows leadership changes until ctx ends: on gaining leadership it
@@ -286,6 +290,13 @@ func (m *Master) reconcile(ctx context.Context) {
 			delete(m.deadSince, id)
 			m.mu.Unlock()
 			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
+				// Gossip is not authenticated without a keyring: a node
+				// becomes a member only once it proved over its Raft port
+				// that it holds the node certificate of its ID.
+				if err := m.store.VerifyPeer(ctx, id, mem.Meta.RaftAddr); err != nil {
+					m.refusedPeer(id, mem.Meta.RaftAddr, err)
+					continue
+				}
 				voter := server && !learners[id] && voters < m.cfg.MaxVoters
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
 					m.log.Warn("reconcile: add server", "id", id, "err", err)
@@ -340,6 +351,18 @@ func (m *Master) reconcile(ctx context.Context) {
 			}
 			m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
 		}
+	}
+}
+
+// refusedPeer logs a gossip member that failed VerifyPeer, once per ID
+// and address (reconcile retries it every round).
+func (m *Master) refusedPeer(id, addr string, err error) {
+	m.mu.Lock()
+	seen := m.refused[id] == addr
+	m.refused[id] = addr
+	m.mu.Unlock()
+	if !seen {
+		m.log.Warn("reconcile: not adding a node that did not prove its identity", "id", id, "addr", addr, "err", err)
 	}
 }
 

@@ -188,3 +188,42 @@ func (s *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 	d := &net.Dialer{Timeout: timeout}
 	return tls.DialWithDialer(d, "tcp", string(address), s.m.ClientConfig(host, raftALPN))
 }
+
+// ErrPeerIdentity: the server at a Raft address did not prove that it is
+// the cluster node gossip names (no TLS on its Raft port, another CA, not
+// the node role, or a certificate of another name).
+var ErrPeerIdentity = errors.New("raftstore: peer did not prove its node identity")
+
+// verifyPeerTimeout bounds VerifyPeer's dial and handshake.
+const verifyPeerTimeout = 3 * time.Second
+
+// VerifyPeer proves that the server at raftAddr is cluster node id before
+// it is made a member: it dials raftAddr's Raft port with mutual TLS, the
+// transport's own check (a certificate of the cluster CA with the node
+// role whose SANs hold raftAddr's host), and requires the certificate's
+// common name to be id. A failure wraps ErrPeerIdentity. Without TLS
+// (--insecure) there is nothing to prove and it returns nil. Gossip is
+// not authenticated unless it has a keyring, so the master calls this
+// before it adds a server that gossip reported (issue 32, hole 3).
+func (s *Store) VerifyPeer(ctx context.Context, id, raftAddr string) error {
+	if s.cfg.TLS == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(raftAddr)
+	if err != nil {
+		return fmt.Errorf("%w: %s at %q: %v", ErrPeerIdentity, id, raftAddr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, verifyPeerTimeout)
+	defer cancel()
+	d := tls.Dialer{Config: s.cfg.TLS.ClientConfig(host, raftALPN)}
+	c, err := d.DialContext(ctx, "tcp", raftAddr)
+	if err != nil {
+		return fmt.Errorf("%w: %s at %s: %v", ErrPeerIdentity, id, raftAddr, err)
+	}
+	defer c.Close()
+	certs := c.(*tls.Conn).ConnectionState().PeerCertificates
+	if name := certs[0].Subject.CommonName; name != id {
+		return fmt.Errorf("%w: %s at %s presents the certificate of node %q", ErrPeerIdentity, id, raftAddr, name)
+	}
+	return nil
+}
