@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -139,8 +138,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir %q: %w", n.cfg.DataDir, err)
+	if err := n.privateDataDir(); err != nil {
+		return err
 	}
 	// Before anything in the data dir is opened: bolt's flock has no
 	// timeout, so a second process on the same dir would wait forever.

@@ -170,7 +170,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	var out, format string
+	var out, format, mode string
 	export := &cobra.Command{
 		Use: "export JOB [VERSION] --out FILE", Short: "write every parameter of a version to one portable file (pserver/checkpoint/FORMAT.md)",
 		Args: cobra.RangeArgs(1, 2),
@@ -180,6 +180,10 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			}
 			if format != "raftps" && format != "safetensors" {
 				return fmt.Errorf("--format %q: want raftps or safetensors", format)
+			}
+			perm, err := parseFileMode(mode)
+			if err != nil {
+				return err
 			}
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
 				v, err := versionArg(ctx, mgr, args)
@@ -192,7 +196,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				// again, a bounded number of times. A failure on a version
 				// that is still the newest is the error.
 				for attempt := 1; ; attempt++ {
-					err = exportFile(ctx, mgr, args[0], v, format, out)
+					err = exportFile(ctx, mgr, args[0], v, format, out, perm)
 					if err == nil || len(args) > 1 || attempt == 5 {
 						break
 					}
@@ -212,6 +216,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 		},
 	}
 	export.Flags().StringVar(&out, "out", "", "output file")
+	export.Flags().StringVar(&mode, "mode", "0600", "the file's permission bits, octal (the parameters are the model: owner-only unless asked otherwise)")
 	export.Flags().StringVar(&format, "format", "raftps", "file format: raftps (pserver/checkpoint/FORMAT.md) or safetensors (F32 tensors named and shaped as the job's params; PyTorch's load_state_dict takes them)")
 	best := &cobra.Command{
 		Use: "best JOB", Short: "the complete version with the best test accuracy", Args: cobra.ExactArgs(1),
@@ -280,11 +285,26 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
 }
 
-// exportFile writes version v of job to the file out (exportAs), removing
-// it if the export fails.
-func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string) error {
-	f, err := os.Create(out)
+// parseFileMode parses an octal permission (--mode "0600").
+func parseFileMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, fmt.Errorf("--mode %q: want octal permission bits such as 0600 or 0640", s)
+	}
+	return os.FileMode(m), nil
+}
+
+// exportFile writes version v of job to the file out (exportAs) with
+// permission bits perm (set whatever the umask, also on a file that
+// existed), removing it if the export fails.
+func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm&0o600)
 	if err != nil {
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		os.Remove(out)
 		return err
 	}
 	if err := exportAs(ctx, mgr, job, v, format, f); err != nil {
