@@ -231,10 +231,11 @@ func TestSystemdConfigRefusesUnauthenticatedWrites(t *testing.T) {
 				others = append(others, port(j, 2))
 			}
 		}
-		cfg := string(shipped)
+		// Node n1's certificate files become this node's (if the file
+		// names any).
+		cfg := strings.NewReplacer("/n1.pem", "/"+id+".pem", "/n1-key.pem", "/"+id+"-key.pem").Replace(string(shipped))
 		for _, r := range [][2]string{
-			{"/var/lib/raftps", state},
-			{"n1.pem", id + ".pem"}, {"n1-key.pem", id + "-key.pem"}, {"id: n1", "id: " + id},
+			{"/var/lib/raftps", state}, {"id: n1", "id: " + id},
 			{"0.0.0.0:7000", port(i, 0)}, {"0.0.0.0:7001", port(i, 1)}, {"0.0.0.0:7002", port(i, 2)}, {"0.0.0.0:7003", port(i, 3)},
 			{"advertise: 10.0.0.1", "advertise: 127.0.0.1"},
 			{"10.0.0.2:7002", others[0]}, {"10.0.0.3:7002", others[1]},
