@@ -30,6 +30,11 @@
 // reads). A refusal is PermissionDenied naming the method, the identity
 // and why, and a Warn log line. Streams are checked per received message.
 //
+// Servers bound what an unauthenticated peer can hold: ServerCredentials
+// refuses more than HandshakesPerSource TLS handshakes in flight from one
+// IP address (SourceLimiter), and the node bounds each handshake with
+// HandshakeTimeout.
+//
 // # Certificates
 //
 // NewCA and CA.Issue make ECDSA P-256 certificates (`raftps tls`); Dev
