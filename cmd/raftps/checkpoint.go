@@ -294,17 +294,28 @@ func parseFileMode(s string) (os.FileMode, error) {
 	return os.FileMode(m), nil
 }
 
-// exportFile writes version v of job to the file out (exportAs) with
-// permission bits perm (set whatever the umask, also on a file that
-// existed), removing it if the export fails.
-func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
+// createExport creates (or truncates) out with permission bits perm,
+// whatever the umask and whatever mode an existing file had, before a
+// byte is written.
+func createExport(out string, perm os.FileMode) (*os.File, error) {
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm&0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := f.Chmod(perm); err != nil {
 		f.Close()
 		os.Remove(out)
+		return nil, err
+	}
+	return f, nil
+}
+
+// exportFile writes version v of job to the file out (exportAs) with
+// permission bits perm (set whatever the umask, also on a file that
+// existed), removing it if the export fails.
+func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
+	f, err := createExport(out, perm)
+	if err != nil {
 		return err
 	}
 	if err := exportAs(ctx, mgr, job, v, format, f); err != nil {
