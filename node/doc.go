@@ -90,7 +90,7 @@
 //	Raft        3 s, each in its own goroutine         16 handshakes (more: closed)   (authenticated)
 //	gRPC (x3)   security.HandshakeTimeout (5 s)        256 TLS handshakes (refused)   (authenticated)
 //	HTTP        5 s (TLS handshake and headers)        256 before the first request   1 min
-//	gossip TCP  memberlist's TCPTimeout (10 s), one goroutine per connection
+//	gossip TCP  gossip.Config.TCPTimeout (5 s), one goroutine per connection (memberlist), no per-source cap
 //
 // The data dir is 0700 and every file in it 0600, whatever the umask
 // (Raft snapshots, Pebble's files, node-id, LOCK); a data dir an older
