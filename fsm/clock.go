@@ -99,6 +99,17 @@ func (f *FSM) Clock() int64 {
 	return f.clock.now
 }
 
+// ClockTerm returns Clock() and the Raft term of the entry that last
+// advanced it (0: no entry yet), for ClockEstimator.NowInTerm.
+func (f *FSM) ClockTerm() (now int64, term uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.clock.term > 0 {
+		term = f.clock.term - 1
+	}
+	return f.clock.now, term
+}
+
 // processStart is the origin of Monotonic.
 var processStart = time.Now()
 
@@ -148,6 +159,22 @@ func (e *ClockEstimator) Now(fsmClock int64) int64 {
 		e.seen, e.at = fsmClock, time.Now()
 	}
 	return satAdd(e.seen, int64(time.Since(e.at)))
+}
+
+// NowInTerm returns the estimated cluster time for a leader of term, given
+// the FSM's ClockTerm (its clock and the term of the entry that last
+// advanced it). It is never ahead of the clock of the next entry this
+// leader proposes: until an entry of term has been applied, that entry
+// will be the term's first, which re-bases and carries exactly fsmClock,
+// so that is the estimate; after, it is Now's, the clock seen plus the
+// time since it was first seen, which is at most the time since the entry
+// that set it was stamped by this leader's monotonic clock.
+func (e *ClockEstimator) NowInTerm(fsmClock int64, fsmTerm, term uint64) int64 {
+	if fsmTerm != term {
+		e.Reset()
+		return fsmClock
+	}
+	return e.Now(fsmClock)
 }
 
 // Reset forgets the last observation (call it on gaining leadership).

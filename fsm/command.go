@@ -25,6 +25,11 @@ var (
 	ErrInvalid = errs.ErrInvalid
 	// ErrTooLarge: a key or value over the size limit.
 	ErrTooLarge = errs.ErrTooLarge
+	// ErrQuotaExceeded: a write would take a job's keys past MaxJobKeys or
+	// MaxJobKeyBytes.
+	ErrQuotaExceeded = errs.ErrQuotaExceeded
+	// ErrNoSpace: the NOSPACE alarm key is set (NoSpaceAlarmKey).
+	ErrNoSpace = errs.ErrNoSpace
 	// ErrLeaseNotFound: the named lease does not exist.
 	ErrLeaseNotFound = errs.ErrLeaseNotFound
 	// ErrLeaseExists: a lease with the requested id exists.

@@ -105,6 +105,12 @@
 //   - Watches: watchers poll Events from their next revision when the
 //     Observer reports a new revision, and cancel with ErrCompacted.
 //   - Size: keys up to MaxKeySize, values up to MaxValueSize (ErrTooLarge);
+//     a txn's range results up to MaxTxnResponseBytes (ErrTooLarge, checked
+//     before anything is built or changed; the store serves read-only txns
+//     with TxnRead, without the log); a job's keys up to MaxJobKeys and
+//     MaxJobKeyBytes (ErrQuotaExceeded, counted from the keys, so restore
+//     recounts them); while schema.NoSpaceAlarmKey exists, puts of any
+//     other key are refused (ErrNoSpace: the store's backend quota);
 //     lease TTLs up to MaxLeaseTTL seconds (ErrLeaseTTLTooLarge); job specs
 //     within jobq.ValidateSpec's bounds, parameters and optimizer state up
 //     to jobq.MaxJobBytes (ErrInvalid naming the field).

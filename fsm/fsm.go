@@ -24,6 +24,12 @@ const (
 	MaxKeySize = 1536
 	// MaxValueSize is the largest value, in bytes (1.5 MiB).
 	MaxValueSize = 3 << 19
+	// MaxTxnResponseBytes bounds what the range ops of one txn may
+	// answer, in bytes (keys, values and 48 bytes per key/value): a txn
+	// over it is refused with ErrTooLarge before any result is built, on
+	// the store's read path and in Apply alike, so no replica materialises
+	// more than this for one command.
+	MaxTxnResponseBytes = 4 << 20
 	// HistoryRevisions is how many of the latest revisions keep their watch
 	// events (in memory and in snapshots). Older revisions are compacted
 	// automatically; COMMAND_COMPACT compacts further.
@@ -46,12 +52,15 @@ type FSM struct {
 	rev        int64 // current store revision; 1 for an empty store
 	compactRev int64 // events with mod_revision <= compactRev are gone
 	kvs        *btree.BTreeG[*pb.KeyValue]
+	used       int64             // bytes of every key and value (quota.go)
+	jobUse     map[string]*usage // per job under /jobs/<job>/ (quota.go)
 	leases     map[int64]*lease
 	nextLease  int64 // next candidate for a store-assigned lease id
 	hist       []revEvents
 	histSize   int64 // sum of revEvents.size over hist
 	histRevs   int64 // HistoryRevisions; tests shrink it
 	histBytes  int64 // HistoryBytes; tests shrink it
+	maxLeases  int   // MaxLeases; tests shrink it
 	jobs       JobQueue
 	newJobs    func() JobQueue
 	clock      clock // the replicated clock (clock.go)
@@ -107,10 +116,12 @@ func New(logger *slog.Logger) *FSM {
 		logger:    logger,
 		rev:       1,
 		kvs:       newTree(),
+		jobUse:    map[string]*usage{},
 		leases:    map[int64]*lease{},
 		nextLease: 1,
 		histRevs:  HistoryRevisions,
 		histBytes: HistoryBytes,
+		maxLeases: MaxLeases,
 		newJobs:   defaultJobQueue,
 	}
 	f.halt = f.haltProcess

@@ -46,6 +46,9 @@ type JobReader interface {
 	Tasks(job string) []*pb.Task
 	// Pending returns the job's pending tasks (copies): O(pending).
 	Pending(job string) []*pb.Task
+	// PruneDue names, sorted, the finished jobs a PruneJobs command applied
+	// at cluster time now (Unix ns) would delete; it changes nothing.
+	PruneDue(now int64, req *pb.PruneJobsRequest) ([]string, error)
 }
 
 // defaultJobQueue builds the job queue of a new FSM (and of a restore).
@@ -92,6 +95,12 @@ func (r lockedJobs) Pending(job string) []*pb.Task {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	return r.f.jobs.Pending(job)
+}
+
+func (r lockedJobs) PruneDue(now int64, req *pb.PruneJobsRequest) ([]string, error) {
+	r.f.mu.RLock()
+	defer r.f.mu.RUnlock()
+	return r.f.jobs.PruneDue(now, req)
 }
 
 // touched records that job changed (for Notification.JobsChanged).

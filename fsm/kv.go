@@ -184,7 +184,9 @@ func (w *writeTxn) put(req *pb.PutRequest) *pb.PutResponse {
 	// One traversal: insert, then complete kv from the item it replaced (kv
 	// is new and unshared, so finishing it in place is safe).
 	prev, had := f.kvs.ReplaceOrInsert(kv)
+	f.account(kv, 1)
 	if had {
+		f.account(prev, -1)
 		kv.CreateRevision = prev.CreateRevision
 		kv.Version = prev.Version + 1
 		if req.PrevKv {
@@ -221,6 +223,7 @@ func (w *writeTxn) deleteRange(req *pb.DeleteRangeRequest) *pb.DeleteRangeRespon
 
 func (w *writeTxn) deleteKey(kv *pb.KeyValue) {
 	w.f.kvs.Delete(kv)
+	w.f.account(kv, -1)
 	w.f.detach(kv.Lease, kv.Key)
 	w.events = append(w.events, &pb.Event{
 		Type:   pb.Event_DELETE,
@@ -231,6 +234,9 @@ func (w *writeTxn) deleteKey(kv *pb.KeyValue) {
 
 func (f *FSM) applyPut(_ *applyCtx, req *pb.PutRequest) (*pb.PutResponse, error) {
 	if err := validatePut(f, req); err != nil {
+		return nil, err
+	}
+	if err := f.checkQuota([]*pb.PutRequest{req}); err != nil {
 		return nil, err
 	}
 	w := f.begin()
@@ -253,22 +259,17 @@ func (f *FSM) applyDeleteRange(_ *applyCtx, req *pb.DeleteRangeRequest) (*pb.Del
 // applies the chosen branch as one revision. Every op of the branch is
 // validated first, so an invalid op rejects the whole txn unchanged. Later
 // ops see the writes of earlier ones.
+//
+// Bounded work on every replica, also for entries written by older
+// binaries (which proposed read-only txns and any number of ops): a txn
+// whose range results could exceed MaxTxnResponseBytes is refused
+// (ErrTooLarge) before anything is built or changed (txnResponseBound).
+// The store no longer proposes read-only txns (it serves them with
+// TxnRead), but an old entry of one still applies, within the same bound.
 func (f *FSM) applyTxn(_ *applyCtx, req *pb.TxnRequest) (*pb.TxnResponse, error) {
-	for i, c := range req.Compare {
-		if err := validateCompare(c); err != nil {
-			return nil, fmt.Errorf("txn compare %d: %w", i, err)
-		}
-	}
-	ok := true
-	for _, c := range req.Compare {
-		if !f.compare(c) {
-			ok = false
-			break
-		}
-	}
-	ops := req.Success
-	if !ok {
-		ops = req.Failure
+	ok, ops, err := f.txnBranch(req)
+	if err != nil {
+		return nil, err
 	}
 	for i, op := range ops {
 		var err error
@@ -286,6 +287,12 @@ func (f *FSM) applyTxn(_ *applyCtx, req *pb.TxnRequest) (*pb.TxnResponse, error)
 			return nil, fmt.Errorf("txn op %d: %w", i, err)
 		}
 	}
+	if err := f.checkQuota(putsOf(ops)); err != nil {
+		return nil, err
+	}
+	if err := f.txnResponseBound(ops); err != nil {
+		return nil, err
+	}
 	w := f.begin()
 	resp := &pb.TxnResponse{Header: w.header(), Succeeded: ok, Responses: make([]*pb.ResponseOp, len(ops))}
 	for i, op := range ops {
@@ -302,6 +309,135 @@ func (f *FSM) applyTxn(_ *applyCtx, req *pb.TxnRequest) (*pb.TxnResponse, error)
 	}
 	w.end()
 	return resp, nil
+}
+
+// txnBranch validates req's compares, evaluates them against the current
+// state and returns the outcome and the branch it chose.
+func (f *FSM) txnBranch(req *pb.TxnRequest) (bool, []*pb.RequestOp, error) {
+	for i, c := range req.Compare {
+		if err := validateCompare(c); err != nil {
+			return false, nil, fmt.Errorf("txn compare %d: %w", i, err)
+		}
+	}
+	for _, c := range req.Compare {
+		if !f.compare(c) {
+			return false, req.Failure, nil
+		}
+	}
+	return true, req.Success, nil
+}
+
+// TxnReadOnly reports whether req has no put and no delete in either
+// branch: then it changes nothing whatever its compares answer, and is a
+// read (etcd's isTxnReadonly).
+func TxnReadOnly(req *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{req.GetSuccess(), req.GetFailure()} {
+		for _, op := range ops {
+			if op.GetRequestRange() == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TxnRead answers a read-only txn (TxnReadOnly) from the local state, as
+// one consistent view: the compares, then the ranges of the chosen
+// branch, at Header.Revision (the caller provides linearizability, as for
+// Range). Errors: ErrInvalid if req writes or is malformed, ErrTooLarge if
+// the ranges' results exceed MaxTxnResponseBytes (nothing is built past
+// the cap).
+func (f *FSM) TxnRead(req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if !TxnReadOnly(req) {
+		return nil, fmt.Errorf("%w: txn read: the txn writes", ErrInvalid)
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	ok, ops, err := f.txnBranch(req)
+	if err != nil {
+		return nil, err
+	}
+	for i, op := range ops {
+		if err := validateRange(op.GetRequestRange()); err != nil {
+			return nil, fmt.Errorf("txn op %d: %w", i, err)
+		}
+	}
+	if err := f.txnResponseBound(ops); err != nil {
+		return nil, err
+	}
+	h := &pb.ResponseHeader{Revision: f.rev}
+	resp := &pb.TxnResponse{Header: h, Succeeded: ok, Responses: make([]*pb.ResponseOp, len(ops))}
+	for i, op := range ops {
+		rr := f.rangeLocked(op.GetRequestRange())
+		rr.Header = &pb.ResponseHeader{Revision: f.rev}
+		resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
+	}
+	return resp, nil
+}
+
+// CheckTxn reports, against the current state, whether Apply would refuse
+// req for its response size (txnResponseBound on both branches, which
+// bounds whichever the compares choose). The store calls it before
+// proposing, so such a txn never reaches the log; Apply checks again
+// against the state it applies to.
+func (f *FSM) CheckTxn(req *pb.TxnRequest) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if err := f.txnResponseBound(req.GetSuccess()); err != nil {
+		return err
+	}
+	return f.txnResponseBound(req.GetFailure())
+}
+
+// kvResponseSize is what one key/value adds to a range response, in
+// bytes: its key and value and a fixed allowance for the revisions,
+// version, lease and framing.
+func kvResponseSize(key, value []byte, withValue bool) int64 {
+	n := int64(len(key)) + 48
+	if withValue {
+		n += int64(len(value))
+	}
+	return n
+}
+
+// txnResponseBound refuses with ErrTooLarge a branch whose range results
+// could exceed MaxTxnResponseBytes: each range is measured against the
+// current state (stopping as soon as the total is over, so the work is
+// bounded by the cap, not by the store), plus every put earlier in the
+// branch whose key it covers. Deletes only shrink results. Deterministic:
+// it reads only replicated state.
+func (f *FSM) txnResponseBound(ops []*pb.RequestOp) error {
+	var total int64
+	over := func() error {
+		return fmt.Errorf("%w: txn response of more than %d bytes (max %d): read the keys with Range and a limit, or in smaller txns",
+			ErrTooLarge, total, MaxTxnResponseBytes)
+	}
+	for i, op := range ops {
+		r := op.GetRequestRange()
+		if r == nil || r.GetCountOnly() {
+			continue
+		}
+		withValue := !r.GetKeysOnly()
+		kr := parseRange(r.GetKey(), r.GetRangeEnd())
+		var n int64
+		f.ascend(kr, func(kv *pb.KeyValue) bool {
+			if lim := r.GetLimit(); lim > 0 && n >= lim {
+				return false
+			}
+			n++
+			total += kvResponseSize(kv.Key, kv.Value, withValue)
+			return total <= MaxTxnResponseBytes
+		})
+		for _, prev := range ops[:i] {
+			if p := prev.GetRequestPut(); p != nil && kr.contains(p.GetKey()) {
+				total += kvResponseSize(p.GetKey(), p.GetValue(), withValue)
+			}
+		}
+		if total > MaxTxnResponseBytes {
+			return over()
+		}
+	}
+	return nil
 }
 
 func validateCompare(c *pb.Compare) error {

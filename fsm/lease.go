@@ -87,6 +87,9 @@ func (f *FSM) applyLeaseGrant(c *applyCtx, req *pb.LeaseGrantRequest) (*pb.Lease
 	if req.Ttl > MaxLeaseTTL {
 		return nil, fmt.Errorf("%w: lease grant: ttl %d s, at most %d s", ErrLeaseTTLTooLarge, req.Ttl, MaxLeaseTTL)
 	}
+	if len(f.leases) >= f.maxLeases {
+		return nil, fmt.Errorf("%w: lease grant: %d leases exist (at most %d); revoke leases or reuse one", ErrQuotaExceeded, len(f.leases), f.maxLeases)
+	}
 	id := req.Id
 	switch {
 	case id < 0:

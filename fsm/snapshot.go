@@ -213,6 +213,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.compactRev = st.compactRev
 	f.nextLease = st.nextLease
 	f.kvs = st.kvs
+	f.recount()
 	f.leases = st.leases
 	f.hist = st.hist
 	f.histSize = st.histSize

@@ -49,9 +49,12 @@ func JobNeed(spec *pb.JobSpec) (Need, error) {
 // admit checks a job against the budgets the live (alive or suspect)
 // members announce. The rule:
 //
-//   - pservers: the job's State must fit in the sum of the live pserver
-//     nodes' budgets, and its Slot share in the largest one (a slot is
-//     never split between nodes);
+//   - pservers: the job's slots must pack into the live pserver nodes'
+//     budgets: Σ floor(budget / Slot) >= num_pservers, since a slot is
+//     never split between nodes and each node's agent claims only the
+//     slots that fit what its budget has left (pserver/agent's fits). This
+//     implies State fits the budgets' sum and Slot the largest, which are
+//     checked first for their clearer messages;
 //   - trainers: its Trainer bytes must fit in the largest live trainer
 //     node's budget (every trainer holds the whole dense model).
 //
@@ -73,6 +76,7 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 	}
 	var psSum, psMax, trMax uint64
 	var psNodes, trNodes int
+	var fit int64 // slots of the job's size the pserver budgets hold
 	for _, m := range s.members.Members() {
 		if m.Status != gossip.StatusAlive && m.Status != gossip.StatusSuspect {
 			continue
@@ -81,6 +85,9 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 			psNodes++
 			psSum += b
 			psMax = max(psMax, b)
+			if need.Slot > 0 {
+				fit += int64(b / uint64(need.Slot))
+			}
 		}
 		if b := m.Meta.TrainerBudget; b > 0 && m.Meta.HasRole(gossip.RoleTrainer) {
 			trNodes++
@@ -95,6 +102,10 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 		if uint64(need.Slot) > psMax {
 			return fmt.Errorf("%w: job %q needs %d bytes per slot (%d bytes over %d slots); the largest pserver budget is %d bytes (--pserver-memory-budget; or raise num_pservers)",
 				ErrNoCapacity, spec.GetName(), need.Slot, need.State, spec.GetNumPservers(), psMax)
+		}
+		if slots := int64(spec.GetNumPservers()); need.Slot > 0 && fit < slots {
+			return fmt.Errorf("%w: job %q has %d slots of %d bytes; the %d live pserver nodes' budgets (%d bytes in all) hold only %d whole slots, since a slot is never split between nodes (--pserver-memory-budget; or change num_pservers)",
+				ErrNoCapacity, spec.GetName(), slots, need.Slot, psNodes, psSum, fit)
 		}
 	}
 	if trNodes > 0 && uint64(need.Trainer) > trMax {

@@ -47,7 +47,10 @@
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished.
 //   - prunes finished jobs past Config.KeepFinishedJobs and
-//     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys.
+//     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys; ages
+//     are cluster time, and it proposes a prune only when the FSM's rule
+//     (jobq PruneDue) names a job at its estimate of the entry's clock, so
+//     every prune deletes something.
 //
 // # Services
 //
@@ -66,8 +69,8 @@
 // rest deterministically in the FSM, including the cluster-wide cap
 // jobq.MaxJobBytes), and a valid job that does not fit in the memory
 // budgets the live nodes announce in gossip with ResourceExhausted naming
-// the need and the capacity (admission.go: the state within the sum of the
-// pserver budgets and one slot's share within the largest; the dense model
+// the need and the capacity (admission.go: the slots packing whole into the
+// pserver budgets, Σ floor(budget / slot share) >= slots; the dense model
 // and gradients within the largest trainer budget; a kind of node that no
 // live member announces a budget for is not checked).
 //

@@ -608,12 +608,13 @@ func (m *Master) sweep(ctx context.Context) {
 		return
 	}
 	jobs := m.store.FSM().Jobs().Jobs()
-	m.prune(ctx, jobs)
+	now := m.clusterNow()
+	m.prune(ctx, now)
 	for _, j := range jobs {
 		if j.State != pb.JobState_JOB_RUNNING {
 			continue
 		}
-		if m.overdue(j.Name) {
+		if m.overdue(j.Name, now) {
 			actx, cancel := context.WithTimeout(ctx, applyTimeout)
 			out, err := m.store.ExpireTasks(actx, &pb.ExpireTasksRequest{Job: j.Name})
 			cancel()
@@ -626,33 +627,32 @@ func (m *Master) sweep(ctx context.Context) {
 }
 
 // prune deletes finished jobs past the retention limits, and their keys.
-// The FSM decides (with the entry's cluster time); the leader proposes
-// only when its own view says a job is due.
-func (m *Master) prune(ctx context.Context, jobs []*pb.JobStatus) {
+// The FSM decides with the entry's cluster time; the leader proposes only
+// when the FSM's own rule (Jobs().PruneDue) names a job at now
+// (clusterNow), which is never ahead of the entry's clock and the set only
+// grows with time, so a prune it proposes deletes something unless a
+// command applied in between deleted the job first. Finish times are
+// cluster time, which lags the wall clock by every leaderless interval (a
+// whole-cluster restart included), so this node's wall clock is no guide;
+// and until an entry of the leader's term is applied cluster time stands
+// still (a cluster idle since its restart prunes after its next write).
+func (m *Master) prune(ctx context.Context, now int64) {
 	keep, maxAge := m.cfg.KeepFinishedJobs, m.cfg.FinishedJobMaxAge
 	if keep <= 0 && maxAge <= 0 {
 		return
 	}
-	finished, due := 0, false
-	cutoff := time.Now().Add(-maxAge).UnixNano()
-	for _, j := range jobs {
-		switch j.State {
-		case pb.JobState_JOB_SUCCEEDED, pb.JobState_JOB_FAILED, pb.JobState_JOB_CANCELLED:
-			finished++
-			if maxAge > 0 && j.FinishedUnixNano > 0 && j.FinishedUnixNano < cutoff {
-				due = true
-			}
-		}
+	req := &pb.PruneJobsRequest{MaxAgeMs: maxAge.Milliseconds(), KeepFinished: keep}
+	due, err := m.store.FSM().Jobs().PruneDue(now, req)
+	if err != nil {
+		m.log.Warn("prune finished jobs", "err", err)
+		return
 	}
-	if keep > 0 && finished > int(keep) {
-		due = true
-	}
-	if !due {
+	if len(due) == 0 {
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	out, err := m.store.PruneJobs(actx, &pb.PruneJobsRequest{MaxAgeMs: maxAge.Milliseconds(), KeepFinished: keep})
+	out, err := m.store.PruneJobs(actx, req)
 	if err != nil {
 		m.log.Warn("prune finished jobs", "err", err)
 		return
@@ -667,13 +667,20 @@ func (m *Master) prune(ctx context.Context, jobs []*pb.JobStatus) {
 	}
 }
 
+// clusterNow is this leader's estimate of cluster time (fsm/clock.go),
+// never ahead of the clock its next entry will carry
+// (fsm.ClockEstimator.NowInTerm): deadlines and finish times are cluster
+// time, not this node's wall clock.
+func (m *Master) clusterNow() int64 {
+	now, term := m.store.FSM().ClockTerm()
+	return m.clock.NowInTerm(now, term, m.store.Stats().Term)
+}
+
 // overdue reports whether a pending task (the eval task included) of job
-// is past its deadline by this leader's clock; only then is an
-// ExpireTasks command worth a log entry (the FSM decides with the clock
-// stamped in the entry).
-func (m *Master) overdue(job string) bool {
-	// Deadlines are cluster time (fsm/clock.go), not this node's wall clock.
-	now := m.clock.Now(m.store.FSM().Clock())
+// is past its deadline at now (clusterNow); only then is an ExpireTasks
+// command worth a log entry (the FSM decides with the clock stamped in the
+// entry).
+func (m *Master) overdue(job string, now int64) bool {
 	for _, t := range m.store.FSM().Jobs().Pending(job) {
 		if t.DeadlineUnixNano > 0 && t.DeadlineUnixNano < now {
 			return true

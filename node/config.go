@@ -112,6 +112,22 @@ type Config struct {
 	// raftstore.DefaultDiskReserve, 64 MiB).
 	DiskReserve uint64
 
+	// MaxTxnOps is the most ops a txn may hold in its compares and in each
+	// branch, on raftps's and etcd's KV alike (etcd's --max-txn-ops;
+	// default raftstore.DefaultMaxTxnOps, 128): a larger txn is refused
+	// with InvalidArgument before it reaches the log. Every node of a
+	// cluster should use the same value (the leader's gates the log).
+	MaxTxnOps int
+
+	// QuotaBackendBytes is the most bytes of keys and values the store may
+	// hold (etcd's --quota-backend-bytes; default
+	// raftstore.DefaultQuotaBackendBytes, 2 GiB; negative: none): a write
+	// past it is refused with ResourceExhausted and arms the NOSPACE
+	// alarm (schema.NoSpaceAlarmKey), which refuses every write that adds
+	// keys or bytes until an admin frees space and deletes the key. The
+	// leader's value applies.
+	QuotaBackendBytes int64
+
 	// KeepFinishedJobs and FinishedJobMaxAge are the retention of finished
 	// (succeeded, failed, cancelled) jobs (master.Config): the leader
 	// deletes the oldest beyond the newest KeepFinishedJobs and those
@@ -148,6 +164,8 @@ func DefaultConfig() Config {
 		DeadServerTimeout:  30 * time.Second,
 		PServerLeaseTTL:    5 * time.Second,
 		DiskReserve:        raftstore.DefaultDiskReserve,
+		MaxTxnOps:          raftstore.DefaultMaxTxnOps,
+		QuotaBackendBytes:  raftstore.DefaultQuotaBackendBytes,
 		KeepFinishedJobs:   1000,
 	}
 	c.PServerMemoryBudget, c.TrainerMemoryBudget = defaultBudgets()
@@ -185,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPTLS && !c.TLS.Enabled() {
 		return bad("--http-tls needs --tls-ca-file, --tls-cert-file and --tls-key-file")
+	}
+	if c.MaxTxnOps < 0 {
+		return bad("--max-txn-ops must be >= 0 (0: the default, %d)", raftstore.DefaultMaxTxnOps)
 	}
 	if c.KeepFinishedJobs < 0 {
 		return bad("--keep-finished-jobs must be >= 0 (0: no count limit)")

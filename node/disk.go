@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/raftstore"
 )
 
@@ -44,7 +45,12 @@ func (s gatedStore) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest)
 	return gate(ctx, s, req, s.Store.DeleteRange)
 }
 
+// Txn passes the guard unless it writes: a read-only txn is a read
+// (raftstore.Store.Txn serves it without the log).
 func (s gatedStore) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if fsm.TxnReadOnly(req) {
+		return s.Store.Txn(ctx, req)
+	}
 	return gate(ctx, s, req, s.Store.Txn)
 }
 

@@ -123,6 +123,11 @@ func TestDiskFull(t *testing.T) {
 	if err != nil || len(rr.Kvs) != 1 {
 		t.Fatalf("reads on a full disk: %v %v", rr, err)
 	}
+	tr, err := kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{
+		RequestRange: &pb.RangeRequest{Key: []byte("/before")}}}}})
+	if err != nil || len(tr.Responses[0].GetResponseRange().GetKvs()) != 1 {
+		t.Fatalf("read-only txn on a full disk: %v %v", tr, err)
+	}
 
 	// Space returns: writes resume by themselves.
 	if err := os.Remove(filler); err != nil {

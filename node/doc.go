@@ -56,6 +56,52 @@
 // node-to-node only (a method-level rule of the class: on the client port
 // they are refused with Unimplemented naming the node-to-node port).
 //
+// # Resource limits
+//
+// Every size and count a client controls, its cap and what happens at
+// the cap (issue 32). Caps marked "node flag" are `raftps node` flags
+// (Config fields); the others are constants of the package named.
+//
+//	what                        cap                                    at the cap
+//	message received            4 MiB (client port; grpc.go)           ResourceExhausted by gRPC before it is read
+//	message sent                256 MiB (client port)                   ResourceExhausted to the caller (a Range is built whole
+//	                                                                    first: use limit; the backend quota bounds the store)
+//	streams per connection      1000 (client port)                      further RPCs of that connection wait
+//	key size                    1536 B (fsm.MaxKeySize)                 InvalidArgument, before the log
+//	value size, admin and node  1.5 MiB (fsm.MaxValueSize)              InvalidArgument, before the log
+//	value size, other roles     64 KiB (MaxRoleValueSize)               InvalidArgument on the client port (raftps's and etcd's
+//	                                                                    Put and Txn), before the store
+//	command size                4 MiB (fsm.MaxCommandSize)              InvalidArgument, before the log
+//	txn ops                     128 in the compares and in each branch  InvalidArgument ("too many operations" on etcd's API),
+//	                            (--max-txn-ops)                         before the log
+//	txn response                4 MiB of keys and values               InvalidArgument naming the cap: a read-only txn is served
+//	                            (fsm.MaxTxnResponseBytes)               without the log and refused before any result is built; a
+//	                                                                    txn that writes is refused at the leader's gate and again
+//	                                                                    in Apply before anything is built or changed (entries of
+//	                                                                    older binaries included)
+//	keys per job                10000 under /jobs/<job>/ (fsm.MaxJobKeys)     ResourceExhausted naming the job (Apply, deterministic;
+//	bytes per job               64 MiB of keys and values (MaxJobKeyBytes)    recounted from the keys on restore); a trainer can write
+//	                                                                          only its own jobs' keys, so this is its quota too
+//	backend                     2 GiB of keys and values               ResourceExhausted at the leader's gate, and the NOSPACE
+//	                            (--quota-backend-bytes)                 alarm key /alarms/nospace is written: every replica then
+//	                                                                    refuses writes that add keys until an admin deletes keys
+//	                                                                    and then the alarm key (deletes go on); etcd's API answers
+//	                                                                    "database space exceeded", and `etcdctl alarm list` and
+//	                                                                    `alarm disarm` show and delete the alarm
+//	watchers per etcd stream    1000 (etcdapi.DefaultMaxWatchersPerStream)  the create is answered created+canceled, reason naming it
+//	watchers per connection     5000 (raftstore.DefaultMaxWatchersPerConn)  same on etcd's API; ResourceExhausted on raftps's Watch
+//	watchers per node           20000 (raftstore.DefaultMaxWatchers)        same
+//	watch history               10000 revisions, 256 MiB                older revisions are compacted; a watcher behind them is
+//	                            (fsm.HistoryRevisions, HistoryBytes)    canceled with compact_revision
+//	lease TTL                   9e9 s (fsm.MaxLeaseTTL)                 InvalidArgument
+//	leases                      100000 in the store (fsm.MaxLeases)     ResourceExhausted (Apply); no cap per identity yet
+//	disk                        64 MiB free (--disk-reserve-mib)        ResourceExhausted for every write (Disk space below)
+//
+// Watchers cost no goroutine while in sync: the store hands each applied
+// revision's events to the matching watchers from one goroutine
+// (raftstore's doc, Watches), and an etcd stream sends for all of its
+// watchers from one.
+//
 // # Security
 //
 // With Config.TLS (--tls-ca-file, --tls-cert-file, --tls-key-file) the
@@ -119,7 +165,9 @@
 // (gossip.Meta.PServerBudget, TrainerBudget). At submit the master refuses
 // with ResourceExhausted a job whose state exceeds the sum of the live
 // pservers' budgets, whose slot share (state / num_pservers) exceeds the
-// largest one, or whose model exceeds every trainer's (master/admission.go);
+// largest one, whose slots do not pack whole into the budgets
+// (Σ floor(budget / share) < num_pservers), or whose model exceeds every
+// trainer's (master/admission.go);
 // above all budgets, jobq.MaxJobBytes (64 GiB) is refused with
 // InvalidArgument. A job admitted against the cluster may still not fit a
 // node's remaining budget (other jobs): the pserver agent then does not

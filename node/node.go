@@ -219,6 +219,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.RaftAddr = n.cfg.RaftAddr
 	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
 	rcfg.ForceNewCluster = n.cfg.ForceNewCluster
+	rcfg.MaxTxnOps = n.cfg.MaxTxnOps
+	rcfg.QuotaBackendBytes = n.cfg.QuotaBackendBytes
 	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 && n.cfg.hasRole(gossip.RoleServer)
 	if n.cfg.HeartbeatTimeout > 0 {
 		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout
@@ -250,7 +252,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 
 	ports := fmt.Sprintf("client API %s, node-to-node %s, pserver %s", n.GRPCAddr(), n.PeerAddr(), n.PServerAddr())
 	clientOpts, peerOpts, pserverOpts := n.serverSecurity()
-	n.client = clientClass.newServer(ports, append(clientOpts, grpc.ChainUnaryInterceptor(n.statusErrors))...)
+	n.client = clientClass.newServer(ports, append(clientOpts, grpc.ChainUnaryInterceptor(n.statusErrors, roleValueLimit))...)
 	n.peer = peerClass.newServer(ports, peerOpts...)
 	n.pserver = pserverClass.newServer(ports, pserverOpts...)
 	// service.Register registers KV, Lease, Watch and Internal; each

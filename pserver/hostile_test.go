@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestPullRefusesDuplicates(t *testing.T) {
 // exceed MaxPullBytes is refused before anything is allocated.
 func TestPullResponseCapped(t *testing.T) {
 	spec := &pb.JobSpec{Name: "j", Seed: 1, NumVirtualShards: 1,
-		Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 20, 1 << 20}, Embedding: true}}}
+		Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 14, 1 << 20}, Embedding: true}}} // 64 GiB, the bound
 	s := mustSlot(t, spec, 0, 1)
 	req := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb"}}}
 	for r := range int64(300) { // 300 rows of 4 MiB: 1.2 GiB
@@ -677,15 +678,22 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 
 // TestPushRowsLengthOverflow: len(rows)·dim overflowing int64 (2^18 rows of
 // an embedding of dim 2^46) made the length check pass on empty data and
-// the slicing of the gradient panic; now it is InvalidArgument.
+// the slicing of the gradient panic. Such an embedding is now refused by
+// the layout (over jobq.MaxJobBytes); at the bound (dim 2^34), 2^18 rows
+// with no data are InvalidArgument.
 func TestPushRowsLengthOverflow(t *testing.T) {
-	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
+	huge := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
 		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{4, 1 << 46}, Embedding: true}}}
+	if _, err := NewSlot(huge, 0, 1); !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("NewSlot with an embedding of dim 2^46: %v, want ErrBadSpec", err)
+	}
+	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
+		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{1, 1 << 34}, Embedding: true}}}
 	s := mustSlot(t, spec, 0, 1)
 	rows := make([]int64, 1<<18)
 	_, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "e", Rows: rows}}})
 	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("push of 2^18 rows of dim 2^46 with no data: %v, want ErrInvalid", err)
+		t.Fatalf("push of 2^18 rows of dim 2^34 with no data: %v, want ErrInvalid", err)
 	}
 	c, err := NewClient(spec, "t", StaticResolver{})
 	if err != nil {
@@ -696,5 +704,44 @@ func TestPushRowsLengthOverflow(t *testing.T) {
 	}
 	if _, err := c.PullRows(context.Background(), "e", rows); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("client pull rows: %v, want ErrInvalid", err)
+	}
+}
+
+// TestLayoutRefusesJobsOverMaxJobBytes (issue 33, layout bound): a spec
+// whose parameters and optimizer state exceed jobq.MaxJobBytes (64 GiB),
+// as a job accepted under older, looser bounds may hold, is ErrBadSpec
+// from NewLayout naming the limit, and so from NewClient, RestoreSlot and
+// NewSlot before they allocate anything; a spec at the limit has a layout.
+// Before, NewLayout bounded only each tensor (2^48 elements) and a 128 GiB
+// job was laid out and allocated.
+func TestLayoutRefusesJobsOverMaxJobBytes(t *testing.T) {
+	at := &pb.JobSpec{Name: "at", NumPservers: 1, Optimizer: &pb.OptimizerSpec{Name: "sgd"},
+		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 33}}, {Name: "emb", Shape: []int64{1 << 27, 64}, Embedding: true}}}
+	if _, err := NewLayout(at, 1); err != nil {
+		t.Fatalf("NewLayout of a 64 GiB job (the limit): %v", err)
+	}
+	for _, spec := range []*pb.JobSpec{
+		// 2^35 float32 with sgd: 128 GiB.
+		{Name: "dense", NumPservers: 4, Optimizer: &pb.OptimizerSpec{Name: "sgd"},
+			Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 35}}}},
+		// 2^32 float32 embedding rows with Adam (x3): 48 GiB, plus a 2^31
+		// dense tensor (x3): 24 GiB more, 72 GiB in all.
+		{Name: "adam", NumPservers: 4, Optimizer: &pb.OptimizerSpec{Name: "adam"},
+			Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 26, 64}, Embedding: true}, {Name: "w", Shape: []int64{1 << 31}}}},
+	} {
+		_, err := NewLayout(spec, spec.NumPservers)
+		if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "MaxJobBytes") {
+			t.Fatalf("NewLayout(%s) = %v, want ErrBadSpec naming MaxJobBytes", spec.Name, err)
+		}
+		t.Logf("%s: %v", spec.Name, err)
+		if _, err := NewClient(spec, "t", StaticResolver{}); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("NewClient(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
+		if _, err := RestoreSlot(spec, 0, spec.NumPservers, nil); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("RestoreSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
+		if _, err := NewSlot(spec, 0, spec.NumPservers); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("NewSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		}
 	}
 }

@@ -88,6 +88,16 @@ func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, er
 	if !s.IsLeader() {
 		return nil, ErrNotLeader
 	}
+	var txn *pb.TxnRequest
+	if cmd.GetType() == pb.CommandType_COMMAND_TXN {
+		var err error
+		if txn, err = s.gateTxn(cmd); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.gateQuota(cmd, txn); err != nil {
+		return nil, err
+	}
 	cmd, err := s.raiseLeaseTTL(cmd)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,24 @@ type Config struct {
 	// MaxBatch is the maximum number of commands coalesced into one Raft log
 	// entry (default 256).
 	MaxBatch int
+	// MaxTxnOps is the most ops a txn may hold in each of its compares,
+	// success and failure branches (etcd's --max-txn-ops; default
+	// DefaultMaxTxnOps, 128). A larger txn is refused with fsm.ErrTooLarge
+	// before it reaches the log.
+	MaxTxnOps int
+	// QuotaBackendBytes is the most bytes of keys and values the store
+	// may hold (etcd's --quota-backend-bytes; default
+	// DefaultQuotaBackendBytes, 2 GiB; negative: no quota). A write past
+	// it is refused with fsm.ErrNoSpace (ResourceExhausted) and arms the
+	// NOSPACE alarm (schema.NoSpaceAlarmKey).
+	QuotaBackendBytes int64
+	// MaxWatchers is the most watchers the store serves at once, of all
+	// clients (default DefaultMaxWatchers, 20000); MaxWatchersPerConn the
+	// most of one client connection (the gRPC peer address; default
+	// DefaultMaxWatchersPerConn, 5000). Past either a watch is refused
+	// with ErrTooManyWatchers (ResourceExhausted).
+	MaxWatchers        int
+	MaxWatchersPerConn int
 	// MaxInflight is the number of entries the batcher keeps proposed but
 	// not yet applied (default 1). While they are in flight new commands
 	// queue and the next entry carries them all; on a 2-core box 1 gave
@@ -87,6 +105,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Defaults of the store's caps on clients (Config).
+const (
+	// DefaultMaxTxnOps is Config.MaxTxnOps's default (etcd's --max-txn-ops).
+	DefaultMaxTxnOps = 128
+	// DefaultQuotaBackendBytes is Config.QuotaBackendBytes's default
+	// (etcd's DefaultQuotaBytes).
+	DefaultQuotaBackendBytes = 2 << 30
+	// DefaultMaxWatchers is Config.MaxWatchers's default.
+	DefaultMaxWatchers = 20000
+	// DefaultMaxWatchersPerConn is Config.MaxWatchersPerConn's default.
+	DefaultMaxWatchersPerConn = 5000
+)
+
 // DefaultConfig returns a Config with the LAN defaults documented on the
 // fields; ID, DataDir and RaftAddr still have to be set.
 func DefaultConfig() Config {
@@ -99,6 +130,10 @@ func DefaultConfig() Config {
 		SnapshotInterval:   30 * time.Second,
 		TrailingLogs:       10240,
 		MaxBatch:           256,
+		MaxTxnOps:          DefaultMaxTxnOps,
+		MaxWatchers:        DefaultMaxWatchers,
+		QuotaBackendBytes:  DefaultQuotaBackendBytes,
+		MaxWatchersPerConn: DefaultMaxWatchersPerConn,
 		MaxInflight:        1,
 		BatchLinger:        3 * time.Millisecond,
 	}
@@ -116,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if c.RaftAddr == "" && c.Transport == nil {
 		errs = append(errs, errors.New("raftstore: config: RaftAddr is required"))
+	}
+	if c.MaxTxnOps < 0 || c.MaxWatchers < 0 || c.MaxWatchersPerConn < 0 {
+		errs = append(errs, fmt.Errorf("raftstore: config: MaxTxnOps %d, MaxWatchers %d or MaxWatchersPerConn %d < 0", c.MaxTxnOps, c.MaxWatchers, c.MaxWatchersPerConn))
 	}
 	if c.MaxBatch < 0 || c.MaxInflight < 0 {
 		errs = append(errs, fmt.Errorf("raftstore: config: MaxBatch %d or MaxInflight %d < 0", c.MaxBatch, c.MaxInflight))
@@ -167,6 +205,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = d.MaxTxnOps
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = d.QuotaBackendBytes
+	}
+	if c.MaxWatchers == 0 {
+		c.MaxWatchers = d.MaxWatchers
+	}
+	if c.MaxWatchersPerConn == 0 {
+		c.MaxWatchersPerConn = d.MaxWatchersPerConn
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch

@@ -141,9 +141,26 @@
 // Watch streams events from a start revision in revision order with no
 // gaps and no duplicates; events of one revision stay in one response. A
 // client resumes after a reconnect by watching from its last revision + 1.
-// Each watcher pulls: it reads fsm.Events after an apply notification, so a
-// slow consumer only delays itself. A start at or below the compaction
-// revision fails with an error wrapping fsm.ErrCompacted.
+// One dispatcher goroutine reads each applied revision's events once and
+// hands them, without blocking, to the watchers in sync whose key or range
+// matches (etcd's watchableStore: synced watchers grouped, single keys by
+// a map); a watcher that starts in the past or whose reader lags catches
+// up on a goroutine of its own from the history, so a slow consumer only
+// delays itself and an idle watcher costs no goroutine and no wakeup.
+// WatchShared lets many watchers share one channel (etcd's Watch stream).
+// Watchers are capped per node (Config.MaxWatchers, 20000) and per client
+// connection (Config.MaxWatchersPerConn, 5000): ErrTooManyWatchers,
+// ResourceExhausted. A start at or below the compaction revision fails
+// with an error wrapping fsm.ErrCompacted.
+//
+// # Txns
+//
+// A txn without puts and deletes is a read: Txn answers it after a
+// linearizable read barrier, without the log (etcd's read-only txn). A
+// txn with more than Config.MaxTxnOps (128) compares or ops in a branch,
+// or whose range results could exceed fsm.MaxTxnResponseBytes (4 MiB), is
+// refused before the log (ApplyLocal is the gate for forwarded commands
+// too), and Apply bounds the same again for entries already in a log.
 //
 // # Concurrency
 //

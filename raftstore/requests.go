@@ -3,12 +3,14 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/schema"
 )
 
 // The typed write path (etcd's raftRequest in server/etcdserver/v3_server.go):
@@ -76,9 +78,26 @@ func (s *Store) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*p
 	return out, nil
 }
 
-// Txn runs a transaction (compare, then success or failure ops). A Txn that
-// only reads still goes through the log, so it is linearizable.
+// Txn runs a transaction (compare, then success or failure ops). A txn
+// without puts and deletes in either branch is a read (etcd's
+// isTxnReadonly): it never enters the log, and is answered from this
+// server's state after a linearizable read barrier (fsm.TxnRead). Errors:
+// fsm.ErrTooLarge for more than Config.MaxTxnOps ops in the compares or a
+// branch, or results over fsm.MaxTxnResponseBytes (both refused before
+// the log), and those of Put, DeleteRange and Apply.
 func (s *Store) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := s.checkTxnOps(req); err != nil {
+		return nil, err
+	}
+	if fsm.TxnReadOnly(req) {
+		if err := fsm.Precheck(pb.CommandType_COMMAND_TXN, req); err != nil {
+			return nil, err
+		}
+		if err := s.LinearizableRead(ctx); err != nil {
+			return nil, err
+		}
+		return s.fsm.TxnRead(req)
+	}
 	out, rev, err := raftRequest[pb.TxnResponse](ctx, s, pb.CommandType_COMMAND_TXN, req)
 	if err != nil {
 		return nil, err
@@ -184,6 +203,102 @@ func (s *Store) RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerReques
 func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error) {
 	out, _, err := raftRequest[pb.JobEvent](ctx, s, pb.CommandType_COMMAND_JOB_EVENT, ev)
 	return out, err
+}
+
+// MaxTxnOps is Config.MaxTxnOps (after defaults): the most ops a txn may
+// hold in its compares and in each branch.
+func (s *Store) MaxTxnOps() int { return s.cfg.MaxTxnOps }
+
+// checkTxnOps refuses a txn with more than Config.MaxTxnOps compares or
+// ops in a branch (etcd's "too many operations in txn request").
+func (s *Store) checkTxnOps(req *pb.TxnRequest) error {
+	max := s.cfg.MaxTxnOps
+	for _, part := range []struct {
+		name string
+		n    int
+	}{{"compares", len(req.GetCompare())}, {"success ops", len(req.GetSuccess())}, {"failure ops", len(req.GetFailure())}} {
+		if part.n > max {
+			return fmt.Errorf("%w: txn of %d %s (max %d ops, --max-txn-ops)", fsm.ErrTooLarge, part.n, part.name, max)
+		}
+	}
+	return nil
+}
+
+// gateTxn is the leader's last check of a txn command before it enters
+// the log, whoever proposed it (this server or a follower's forward): the
+// op cap, no read-only txn (those are reads), and the response bound
+// against the current state (fsm.FSM.CheckTxn). Apply checks the bound
+// again against the state it applies to, so an entry in the log is always
+// applied within fsm.MaxTxnResponseBytes.
+func (s *Store) gateTxn(cmd *pb.Command) (*pb.TxnRequest, error) {
+	var req pb.TxnRequest
+	if err := proto.Unmarshal(cmd.GetPayload(), &req); err != nil {
+		return nil, fmt.Errorf("%w: txn: %v", fsm.ErrMalformed, err)
+	}
+	if err := s.checkTxnOps(&req); err != nil {
+		return nil, err
+	}
+	if fsm.TxnReadOnly(&req) {
+		return nil, fmt.Errorf("%w: a txn without puts or deletes is a read: Store.Txn serves it without the log", fsm.ErrInvalid)
+	}
+	return &req, s.fsm.CheckTxn(&req)
+}
+
+// gateQuota is the leader's backend quota (etcd's --quota-backend-bytes,
+// api/v3rpc/quota.go): a put, or a txn with a put, whose encoded size
+// would take the store's keys and values past Config.QuotaBackendBytes is
+// refused with fsm.ErrNoSpace, and the NOSPACE alarm is armed
+// (schema.NoSpaceAlarmKey, proposed through the log): from then on every
+// replica's state machine refuses writes that add keys or bytes, until an
+// admin frees space and deletes the key. Deletes always pass.
+func (s *Store) gateQuota(cmd *pb.Command, txn *pb.TxnRequest) error {
+	q := s.cfg.QuotaBackendBytes
+	switch {
+	case q <= 0:
+		return nil
+	case cmd.GetType() == pb.CommandType_COMMAND_TXN && len(txn.GetSuccess())+len(txn.GetFailure()) == len(txnDeletes(txn)):
+		return nil // only deletes
+	case cmd.GetType() != pb.CommandType_COMMAND_PUT && cmd.GetType() != pb.CommandType_COMMAND_TXN:
+		return nil
+	}
+	used, cost := s.fsm.UsedBytes(), int64(len(cmd.GetPayload()))
+	if used+cost <= q {
+		return nil
+	}
+	if err := s.armNoSpace(); err != nil {
+		s.logger.Warn("arm NOSPACE alarm", "err", err)
+	}
+	return fmt.Errorf("%w: the store holds %d bytes of keys and values; a write of up to %d more would pass the backend quota of %d bytes (--quota-backend-bytes): delete keys, then delete %s to disarm",
+		fsm.ErrNoSpace, used, cost, q, schema.NoSpaceAlarmKey)
+}
+
+// txnDeletes returns the delete ops of both branches of txn.
+func txnDeletes(txn *pb.TxnRequest) []*pb.DeleteRangeRequest {
+	var out []*pb.DeleteRangeRequest
+	for _, ops := range [][]*pb.RequestOp{txn.GetSuccess(), txn.GetFailure()} {
+		for _, op := range ops {
+			if d := op.GetRequestDeleteRange(); d != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// armNoSpace writes schema.NoSpaceAlarmKey unless it is set.
+func (s *Store) armNoSpace() error {
+	r, err := s.fsm.Range(&pb.RangeRequest{Key: []byte(schema.NoSpaceAlarmKey), CountOnly: true})
+	if err != nil || r.Count > 0 {
+		return err
+	}
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte(schema.NoSpaceAlarmKey), Value: []byte("NOSPACE")})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.ApplyLocal(ctx, cmd)
+	return err
 }
 
 // checkLeaseTTL refuses a TTL above fsm.MaxLeaseTTL (etcd's bound), whose

@@ -142,6 +142,7 @@ type Store struct {
 
 	leases  *leaseTimers
 	metrics *storeMetrics
+	hub     *watchHub // watchers (watch.go)
 
 	wrapLogs func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
 	gate     *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
@@ -175,6 +176,7 @@ func New(cfg Config, f *fsm.FSM, fwd Forwarder) (*Store, error) {
 		wake:        make(chan struct{}),
 		barrierSem:  make(chan struct{}, 1),
 		leases:      newLeaseTimers(),
+		hub:         newWatchHub(),
 	}
 	s.metrics = newStoreMetrics(s)
 	f.SetObserver(observer{s})
@@ -265,6 +267,9 @@ func (s *Store) Open() (err error) {
 		s.logger.Info("existing raft state found, not bootstrapping")
 	}
 	s.raft, s.trans, s.logs, s.snaps = r, trans, ls, snaps
+	s.hub.mu.Lock()
+	s.hub.rev = s.fsm.Revision() // the dispatcher hands out what comes after
+	s.hub.mu.Unlock()
 	s.opened = true
 
 	internal := s.LeaderCh()
@@ -272,7 +277,8 @@ func (s *Store) Open() (err error) {
 		s.wg.Add(1)
 		go s.learnClusterID(dir)
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go s.runWatchDispatch()
 	go s.runNotify()
 	go s.runBatcher()
 	go s.runWaiter()

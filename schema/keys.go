@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,11 @@ import (
 const (
 	// JobsPrefix holds every per-job key.
 	JobsPrefix = "/jobs/"
+	// NoSpaceAlarmKey is set (by the leader's gate) when the store went
+	// past its backend quota: while it exists the state machine refuses
+	// every write that adds keys or bytes (etcd's NOSPACE alarm). An admin
+	// frees space and deletes it to disarm.
+	NoSpaceAlarmKey = "/alarms/nospace"
 	// NodesPrefix holds one NodeRecord per node.
 	NodesPrefix = "/nodes/"
 	// LearnersPrefix holds one key per learner: a non-voter added with
@@ -79,6 +85,20 @@ func HandoverKey(job string, slot int32) string {
 // that a restored slot went back to, which every other slot then follows
 // (Horovod Elastic's restore-and-reset).
 func RollbackKey(job string) string { return JobPrefix(job) + rollbackName }
+
+// JobOfKey returns <job> of any key under /jobs/<job>/; ok is false for
+// keys outside a job.
+func JobOfKey(key []byte) (job string, ok bool) {
+	rest, found := bytes.CutPrefix(key, []byte(JobsPrefix))
+	if !found {
+		return "", false
+	}
+	j, _, found := bytes.Cut(rest, []byte("/"))
+	if !found || len(j) == 0 {
+		return "", false
+	}
+	return string(j), true
+}
 
 // ParseJobKey splits /jobs/<job>/<kind>/<id>. ok is false for any other key
 // (including /jobs/<job>/rollback, which has no id).

@@ -22,6 +22,9 @@ var (
 	ErrNoLeader = errors.New("raftstore: no leader")
 	// ErrNotOpen: the store is not open (never opened, or closed).
 	ErrNotOpen = errors.New("raftstore: not open")
+	// ErrTooManyWatchers: a watch past the store's caps on watchers (per
+	// node, per connection) or an etcd Watch stream's.
+	ErrTooManyWatchers = errors.New("raftstore: too many watchers")
 )
 
 // Domain is the ErrorInfo domain of raftps' statuses.
@@ -45,11 +48,14 @@ var table = []entry{
 	{ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 	{ErrNoLeader, codes.Unavailable, "NO_LEADER"},
 	{ErrNotOpen, codes.Unavailable, "NOT_OPEN"},
+	{ErrTooManyWatchers, codes.ResourceExhausted, "TOO_MANY_WATCHERS"},
 	{errs.ErrUnknownCommand, codes.InvalidArgument, "UNKNOWN_COMMAND"},
 	{errs.ErrMalformed, codes.InvalidArgument, "MALFORMED"},
 	{errs.ErrLeaseTTLTooLarge, codes.InvalidArgument, "LEASE_TTL_TOO_LARGE"},
 	{errs.ErrInvalid, codes.InvalidArgument, "INVALID_ARGUMENT"},
 	{errs.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
+	{errs.ErrQuotaExceeded, codes.ResourceExhausted, "QUOTA_EXCEEDED"},
+	{errs.ErrNoSpace, codes.ResourceExhausted, "NOSPACE"},
 	{errs.ErrLeaseNotFound, codes.NotFound, "LEASE_NOT_FOUND"},
 	{errs.ErrLeaseExists, codes.AlreadyExists, "LEASE_EXISTS"},
 	{errs.ErrCompacted, codes.OutOfRange, "COMPACTED"},

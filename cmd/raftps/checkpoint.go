@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
@@ -72,28 +74,25 @@ func openManager(ctx context.Context, cl *client.Client, opts ...grpc.DialOption
 	return mgr, cleanup, nil
 }
 
-// evalMetrics maps checkpoint versions to the test accuracy of the pass
-// evaluated on them: the version the job recorded with the pass, else the
-// newest version at or before the step it was evaluated at.
+// evalMetrics maps checkpoint versions to the test accuracy measured on
+// their own parameters: the version the job recorded with a pass's eval
+// (PassMetric.checkpoint_version, the version holding the parameters after
+// exactly the step evaluated), and only if that version's step is the
+// evaluated step (records of older releases named the newest checkpoint
+// instead). A pass with no such version names none.
 func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []checkpoint.VersionInfo) checkpoint.Metrics {
 	resp, err := cl.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
 	if err != nil {
 		return nil
 	}
+	step := make(map[int64]int64, len(versions))
+	for _, vi := range versions {
+		step[vi.Version] = vi.Step
+	}
 	out := checkpoint.Metrics{}
 	for _, m := range resp.Status.Metrics {
-		v := m.CheckpointVersion
-		if v == 0 {
-			// Versions carry a trajectory epoch; match by step.
-			var step int64 = -1
-			for _, vi := range versions {
-				if vi.Step <= m.Step && vi.Step > step {
-					v, step = vi.Version, vi.Step
-				}
-			}
-		}
-		if v > 0 {
-			out[v] = m.TestAccuracy
+		if s, ok := step[m.CheckpointVersion]; ok && m.CheckpointVersion > 0 && s == m.Step {
+			out[m.CheckpointVersion] = m.TestAccuracy
 		}
 	}
 	return out
@@ -294,36 +293,35 @@ func parseFileMode(s string) (os.FileMode, error) {
 	return os.FileMode(m), nil
 }
 
-// createExport creates (or truncates) out with permission bits perm,
-// whatever the umask and whatever mode an existing file had, before a
-// byte is written.
-func createExport(out string, perm os.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm&0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		os.Remove(out)
-		return nil, err
-	}
-	return f, nil
+// exportFile writes version v of job to the file out (exportAs) through
+// writeFileAtomicMode with permission bits perm: a failed or killed export
+// leaves out as it was.
+func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
+	return writeFileAtomicMode(out, perm, func(w io.Writer) error { return exportAs(ctx, mgr, job, v, format, w) })
 }
 
-// exportFile writes version v of job to the file out (exportAs) with
-// permission bits perm (set whatever the umask, also on a file that
-// existed), removing it if the export fails.
-func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
-	f, err := createExport(out, perm)
+// writeFileAtomic is writeFileAtomicMode with mode 0600.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	return writeFileAtomicMode(path, 0o600, write)
+}
+
+// writeFileAtomicMode makes path hold exactly what write writes, or leaves
+// it as it was: write goes to a temporary file created with permission
+// bits perm (whatever the umask) in path's directory (so the rename stays
+// on one file system), which is fsynced and renamed over path only if
+// write succeeds, and removed otherwise (google/renameio). A process
+// killed mid-write leaves path untouched and at most a ".<base>NNN"
+// temporary file beside it.
+func writeFileAtomicMode(path string, perm os.FileMode, write func(io.Writer) error) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return err
 	}
-	if err := exportAs(ctx, mgr, job, v, format, f); err != nil {
-		f.Close()
-		os.Remove(out)
+	defer f.Cleanup()
+	if err := write(f); err != nil {
 		return err
 	}
-	return f.Close()
+	return f.CloseAtomicallyReplace()
 }
 
 // exportAs writes version v of job to w in format "raftps" or

@@ -76,6 +76,8 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "Raft election timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "raft-leader-lease-timeout", cfg.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.Uint64Var(&reserve, "disk-reserve-mib", cfg.DiskReserve>>20, "free space (MiB) the data dir's disk must keep; below it writes are refused with ResourceExhausted")
+	f.IntVar(&cfg.MaxTxnOps, "max-txn-ops", cfg.MaxTxnOps, "most ops a txn may hold in its compares and in each branch (raftps's and etcd's KV); larger txns are refused with InvalidArgument before the log")
+	f.Int64Var(&cfg.QuotaBackendBytes, "quota-backend-bytes", cfg.QuotaBackendBytes, "most bytes of keys and values the store may hold; past it writes are refused with ResourceExhausted and the NOSPACE alarm (key /alarms/nospace) is armed until an admin frees space and deletes it (negative: no quota)")
 	f.StringVar(&cfg.GossipKeyringFile, "gossip-keyring-file", "", "gossip encryption keyring: a JSON array of base64 keys, the primary first (raftps keyring rotates it)")
 	f.StringVar(&cfg.TLS.CA, "tls-ca-file", "", "cluster CA certificate (PEM): with --tls-cert-file and --tls-key-file, mutual TLS on every port and dial")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; made with raftps tls cert create --node), reloaded when it changes")

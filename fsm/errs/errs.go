@@ -29,6 +29,12 @@ var (
 	ErrFailedPrecondition = errors.New("fsm: failed precondition")
 	// ErrLeaseTTLTooLarge: a lease grant asks for a TTL above MaxLeaseTTL.
 	ErrLeaseTTLTooLarge = errors.New("fsm: lease TTL too large")
+	// ErrQuotaExceeded: a write would take a job's keys past their quota.
+	ErrQuotaExceeded = errors.New("fsm: quota exceeded")
+	// ErrNoSpace: the NOSPACE alarm is armed (the store went past its
+	// backend quota): writes that add keys or bytes are refused until an
+	// admin frees space and disarms it (etcd's ErrNoSpace).
+	ErrNoSpace = errors.New("fsm: database space exceeded (NOSPACE alarm)")
 )
 
 // MaxLeaseTTL is the largest lease TTL in seconds a grant may ask for

@@ -66,8 +66,10 @@
 //     reports. Training stands still only for the eval. Its TaskFinished
 //     stores the PassMetric (train loss averaged over the pass weighted by
 //     examples, examples, test_loss = metrics.loss, test_accuracy =
-//     metrics.accuracy, step, checkpoint_version of the newest
-//     CHECKPOINT_COMMITTED event) and emits EVAL_REPORTED. A failing or
+//     metrics.accuracy, step, and as checkpoint_version the committed
+//     checkpoint version holding the parameters after exactly that step,
+//     if any: one committed later is attached then, see RecordEvent; 0
+//     otherwise) and emits EVAL_REPORTED. A failing or
 //     expiring eval is retried up to max_task_timeouts, then skipped.
 //   - then the pass rolls over at once: done tasks go back to todo in id
 //     order with their counts reset and pass+1; failed tasks stay failed.

@@ -79,8 +79,11 @@ var externalEvents = map[pb.JobEvent_Type]bool{
 // (TASK_DONE, PASS_ENDED, ...) are emitted by the queue itself and
 // rejected with errs.ErrInvalid, as is a trainer id over MaxTrainerLen
 // bytes; an unknown job is
-// errs.ErrNotFound. The newest CHECKPOINT_COMMITTED version is recorded as
-// the checkpoint_version of the next PassMetric. TRAINER_LEFT does not
+// errs.ErrNotFound. A CHECKPOINT_COMMITTED version is the checkpoint_version
+// of a PassMetric only if it holds the parameters the metric measured: its
+// step (CheckpointVersionStep) is the metric's, whether it was committed
+// before the pass's metric was stored (the newest version) or after it (the
+// newest metric without a version, same epoch). TRAINER_LEFT does not
 // requeue anything: use RequeueTrainer for that.
 func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 	if ev == nil {
@@ -97,6 +100,16 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 		return nil, invalid("trainer", "is %d bytes, more than %d", len(ev.Trainer), MaxTrainerLen)
 	}
 	if ev.Type == pb.JobEvent_CHECKPOINT_COMMITTED && ev.Version > j.ckptVersion {
+		// A checkpoint of the parameters the newest metric measured (its
+		// step, on the trajectory of the newest version known, so not a
+		// rollback's) committed after the metric was stored: name it.
+		if n := len(j.metrics); n > 0 {
+			m := j.metrics[n-1]
+			if m.CheckpointVersion == 0 && CheckpointVersionStep(ev.Version) == m.Step &&
+				ev.Version/CheckpointEpochStride == j.ckptVersion/CheckpointEpochStride {
+				m.CheckpointVersion = ev.Version
+			}
+		}
 		j.ckptVersion = ev.Version
 	}
 	pass := ev.Pass

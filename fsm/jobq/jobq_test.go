@@ -732,6 +732,72 @@ func TestAdaptiveTimeout(t *testing.T) {
 	}
 }
 
+// TestEvalMetricNamesEvaluatedVersion (issue 33, checkpoint best): a
+// pass's metric names a checkpoint version only if it holds the parameters
+// evaluated (its step is the eval's), committed before the eval reported or
+// after; a version of another step, or of another trajectory (a rollback's
+// epoch) at the same step, is never named. Before, the metric named the
+// newest committed version, whatever its step.
+func TestEvalMetricNamesEvaluatedVersion(t *testing.T) {
+	commit := func(q *Queue, v int64) {
+		t.Helper()
+		if _, err := q.RecordEvent(t0, &pb.JobEvent{Job: "j", Type: pb.JobEvent_CHECKPOINT_COMMITTED, Version: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// evalAt runs pass 0 (2 tasks) and its eval at step, committing before
+	// it; returns the queue.
+	evalAt := func(step int64, before ...int64) *Queue {
+		t.Helper()
+		q := New()
+		spec := testSpec("j", 2, 1)
+		spec.Passes = 3
+		spec.EvalEachPass = true
+		mustSubmit(t, q, t0, spec)
+		for range 2 {
+			task := mustTask(t, q, t0, "j", "a")
+			mustFinish(t, q, t0, "j", task.Id, task.Epoch, &pb.TaskMetrics{Loss: 1, Examples: 1, Step: step})
+		}
+		for _, v := range before {
+			commit(q, v)
+		}
+		ev := mustTask(t, q, t0, "j", "a")
+		if !mustFinish(t, q, t0, "j", ev.Id, ev.Epoch, &pb.TaskMetrics{Accuracy: 0.5, Step: step}) {
+			t.Fatal("eval finish rejected")
+		}
+		return q
+	}
+	version := func(q *Queue) int64 {
+		t.Helper()
+		st := mustStatus(t, q, "j")
+		if len(st.Metrics) != 1 {
+			t.Fatalf("metrics %v, want one", st.Metrics)
+		}
+		return st.Metrics[0].CheckpointVersion
+	}
+	epoch1 := int64(CheckpointEpochStride)
+	for _, tc := range []struct {
+		name          string
+		before, after []int64
+		want          int64
+	}{
+		{"newest is of an earlier step", []int64{35}, nil, 0},
+		{"newest is of the step", []int64{35, 40}, nil, 40},
+		{"committed after the eval", []int64{35}, []int64{40}, 40},
+		{"a later step after the eval", []int64{35}, []int64{42}, 0},
+		{"another epoch at the step", []int64{35}, []int64{epoch1 + 40}, 0},
+		{"rolled back before the eval", []int64{epoch1 + 35, epoch1 + 40}, nil, epoch1 + 40},
+	} {
+		q := evalAt(40, tc.before...)
+		for _, v := range tc.after {
+			commit(q, v)
+		}
+		if got := version(q); got != tc.want {
+			t.Errorf("%s: metric of step 40 names version %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestEvalFlow(t *testing.T) {
 	q := New()
 	spec := testSpec("j", 2, 1)
@@ -780,9 +846,17 @@ func TestEvalFlow(t *testing.T) {
 		t.Fatal("eval finish rejected")
 	}
 	st = mustStatus(t, q, "j")
-	want := &pb.PassMetric{Pass: 0, TrainLoss: 2, TestLoss: 0.7, TestAccuracy: 0.81, Examples: 2, Step: 11, CheckpointVersion: 7}
+	// Version 7 holds the parameters after step 7, not the 11 evaluated.
+	want := &pb.PassMetric{Pass: 0, TrainLoss: 2, TestLoss: 0.7, TestAccuracy: 0.81, Examples: 2, Step: 11}
 	if st.Pass != 1 || st.Todo != 2 || len(st.Metrics) != 1 || !proto.Equal(st.Metrics[0], want) {
 		t.Fatalf("after eval: pass %d todo %d metrics %v, want %v", st.Pass, st.Todo, st.Metrics, want)
+	}
+	// A checkpoint of step 11 committed after the eval is the one it measured.
+	if _, err := q.RecordEvent(now, &pb.JobEvent{Job: "j", Type: pb.JobEvent_CHECKPOINT_COMMITTED, Version: 11}); err != nil {
+		t.Fatal(err)
+	}
+	if st = mustStatus(t, q, "j"); st.Metrics[0].CheckpointVersion != 11 {
+		t.Fatalf("after the checkpoint of step 11: metric %v, want checkpoint_version 11", st.Metrics[0])
 	}
 	finishPass(1)
 	ev3 := mustTask(t, q, now, "j", "a")
@@ -799,7 +873,8 @@ func TestEvalFlow(t *testing.T) {
 		t.Errorf("events = %v", eventTypes(evs))
 	}
 	for _, e := range evs {
-		if e.Type == pb.JobEvent_EVAL_REPORTED && e.Pass == 0 && (e.Accuracy != 0.81 || e.Version != 7 || e.TaskId != -1) {
+		// No checkpoint of step 11 existed when it reported: version 0.
+		if e.Type == pb.JobEvent_EVAL_REPORTED && e.Pass == 0 && (e.Accuracy != 0.81 || e.Version != 0 || e.TaskId != -1) {
 			t.Errorf("EVAL_REPORTED = %v", e)
 		}
 	}

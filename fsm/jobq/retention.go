@@ -86,12 +86,29 @@ func (q *Queue) Delete(now int64, req *pb.DeleteJobRequest) (*pb.DeleteJobRespon
 }
 
 // Prune deletes finished jobs past the retention limits, measured with now
-// (the entry's cluster time, so every replica deletes the same jobs): those
-// that finished more than max_age_ms before now (0: no age limit), then the
-// oldest finished beyond the newest keep_finished (0: no count limit).
-// Running jobs are never pruned. Returns the deleted names, sorted. A
-// negative limit is errs.ErrInvalid.
+// (the entry's cluster time, so every replica deletes the same jobs): the
+// jobs PruneDue names. Returns the deleted names, sorted. A negative limit
+// is errs.ErrInvalid.
 func (q *Queue) Prune(now int64, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error) {
+	del, err := q.PruneDue(now, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range del {
+		delete(q.jobs, name)
+	}
+	return &pb.PruneJobsResponse{Deleted: del}, nil
+}
+
+// PruneDue returns, sorted, the finished jobs Prune would delete at now
+// (cluster time, Unix ns) and changes nothing: those that finished more
+// than max_age_ms before now (0: no age limit), then the oldest finished
+// beyond the newest keep_finished (0: no count limit). Running jobs are
+// never due. The set only grows with now, so a leader that finds it
+// non-empty at its estimate of cluster time (fsm.ClockEstimator, never
+// ahead of the next entry's clock) proposes a prune that deletes. A
+// negative limit is errs.ErrInvalid.
+func (q *Queue) PruneDue(now int64, req *pb.PruneJobsRequest) ([]string, error) {
 	if req.GetMaxAgeMs() < 0 {
 		return nil, invalid("max_age_ms", "must be >= 0, got %d", req.GetMaxAgeMs())
 	}
@@ -112,11 +129,8 @@ func (q *Queue) Prune(now int64, req *pb.PruneJobsRequest) (*pb.PruneJobsRespons
 			del = append(del, j.name)
 		}
 	}
-	for _, name := range del {
-		delete(q.jobs, name)
-	}
 	slices.Sort(del)
-	return &pb.PruneJobsResponse{Deleted: del}, nil
+	return del, nil
 }
 
 // finishedOldestFirst returns the jobs that are not running, ordered by

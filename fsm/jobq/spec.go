@@ -71,7 +71,15 @@ const (
 	MaxJobBytes = int64(64) << 30
 	// BytesPerElement is the size of one parameter element (float32).
 	BytesPerElement = 4
+	// CheckpointEpochStride separates sync trajectories in checkpoint
+	// versions: version = epoch*CheckpointEpochStride + step (the pserver
+	// agent's EpochStride).
+	CheckpointEpochStride = 1_000_000_000
 )
+
+// CheckpointVersionStep is the pserver step whose parameters checkpoint
+// version v holds.
+func CheckpointVersionStep(v int64) int64 { return v % CheckpointEpochStride }
 
 // OptimizerStateFactor is how many float32 tensors of a parameter's shape a
 // pserver holds per parameter under optimizer name: the parameter itself

@@ -197,8 +197,9 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 		}
 		pm := j.passMetric()
 		pm.TestLoss, pm.TestAccuracy, pm.Step = m.GetLoss(), m.GetAccuracy(), step
+		pm.CheckpointVersion = j.versionAt(step)
 		j.emit(now, event{typ: pb.JobEvent_EVAL_REPORTED, pass: e.pass, taskID: req.TaskId, epoch: req.Epoch,
-			trainer: e.run.trainer, loss: m.GetLoss(), accuracy: m.GetAccuracy(), examples: m.GetExamples(), version: j.ckptVersion})
+			trainer: e.run.trainer, loss: m.GetLoss(), accuracy: m.GetAccuracy(), examples: m.GetExamples(), version: pm.CheckpointVersion})
 		*e = evalTask{}
 		j.rollover(now, pm)
 		return &pb.TaskFinishedResponse{Accepted: true}, nil
@@ -588,11 +589,22 @@ func (j *job) endPass(now int64, why string) {
 
 // passMetric returns the train part of the current pass's metric.
 func (j *job) passMetric() *pb.PassMetric {
-	pm := &pb.PassMetric{Pass: j.pass, Examples: j.acc.examples, Step: j.acc.maxStep, CheckpointVersion: j.ckptVersion}
+	pm := &pb.PassMetric{Pass: j.pass, Examples: j.acc.examples, Step: j.acc.maxStep, CheckpointVersion: j.versionAt(j.acc.maxStep)}
 	if j.acc.weight > 0 {
 		pm.TrainLoss = j.acc.lossSum / j.acc.weight
 	}
 	return pm
+}
+
+// versionAt is the newest committed checkpoint version if it holds the
+// parameters after exactly step (CheckpointVersionStep), else 0: a metric
+// names only the version whose parameters it measured (RecordEvent attaches
+// one committed later).
+func (j *job) versionAt(step int64) int64 {
+	if v := j.ckptVersion; v > 0 && CheckpointVersionStep(v) == step {
+		return v
+	}
+	return 0
 }
 
 // rollover stores the pass's metric and starts the next pass (done tasks

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 )
@@ -98,7 +99,7 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 // versions written on the new trajectory are newer than everything the
 // abandoned one wrote, and the two never share a version number (which
 // would let Restore combine slots of different trajectories).
-const EpochStride = 1_000_000_000
+const EpochStride = jobq.CheckpointEpochStride
 
 // checkpointVersion names a snapshot's version: epoch*EpochStride + its
 // step. In sync jobs the step-based snapshots are taken inside the

@@ -27,9 +27,13 @@ How it finds and follows the pservers, exactly as the Go client does:
   (FailedPrecondition: the sync step moved on, the async staleness bound,
   or, in sync mode, the slot was restored under a new claim since the pull)
   raises :class:`raftps.errors.StalePush`: pull again and recompute the
-  batch. A retried sync push after
-  Unavailable is applied once (the slot ignores a second push of a trainer
-  in a step).
+  batch.
+- Every push carries a push id (PushRequest.push_id), as the Go client's:
+  one per :meth:`ParamClient.push` call, shared by its slots and the same on
+  each retry, counting up from a random 63-bit start and never 0. A slot
+  applies a (trainer, push id) at most once and answers a retry with the
+  version the first attempt produced, so a push retried after an ambiguous
+  Unavailable (its answer lost) is applied once, sync or async.
 
 Pserver channels use the Client's TLS credentials (mutual TLS with its
 certificate; plaintext if the Client has none). A certificate whose role
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import random
 import struct
 import sys
 import threading
@@ -278,6 +283,8 @@ def _encode_push(req: "_Push") -> bytes:
         hdr += _tag(5, 0) + _enc_varint(req.version)
     if req.examples:
         hdr += _tag(7, 0) + _enc_varint(req.examples)
+    if req.push_id:
+        hdr += _tag(8, 0) + _enc_varint(req.push_id)
     if req.incarnation:
         hdr += _tag(10, 0) + _enc_varint(req.incarnation)
     parts.append(bytes(hdr))
@@ -287,14 +294,16 @@ def _encode_push(req: "_Push") -> bytes:
 
 
 class _Push:
-    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation")
+    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation", "push_id")
 
-    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0):
+    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0, push_id=0):
         self.job, self.slot, self.trainer = job, slot, trainer
         self.version, self.examples, self.tensors = version, examples, tensors
         # The slot incarnation the gradients were computed on (the pull's):
         # a sync slot of another incarnation refuses the push as stale.
         self.incarnation = incarnation
+        # The push's id (uint64, 0: none): the same on every retry.
+        self.push_id = push_id
 
 
 class _SlotConn:
@@ -353,6 +362,10 @@ class ParamClient:
         # carry it (PushRequest.incarnation).
         self.incarnations = [0] * n
         self._mu = threading.Lock()
+        # The last push id used (guarded by _mu); like the Go client's, it
+        # starts at a random 63-bit value so ids of a restarted trainer of
+        # the same name do not repeat the ones the slots remember.
+        self._push_id = random.SystemRandom().getrandbits(63)
         self._addrs: dict[int, str] = {}
         self._conns: dict[str, _SlotConn] = {}
         self._blocks: list[list[tuple[Param, int, int, int]]] = [[] for _ in range(n)]
@@ -552,11 +565,12 @@ class ParamClient:
                 rs = list(d.keys())
                 per_slot_sparse[s].append((name, 0, rs, np.ascontiguousarray(np.stack([d[r] for r in rs]))))
         examples = max(int(examples), 1)
+        push_id = self._next_push_id()
 
         def one(slot):
             ts = [(p.name, b, None, flat[p.name][lo:hi]) for (p, b, lo, hi) in self._blocks[slot] if p.name in flat]
             ts += per_slot_sparse[slot]
-            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts, self.incarnations[slot])
+            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts, self.incarnations[slot], push_id)
             resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
             self.versions[slot] = resp.version
             if resp.incarnation:
@@ -564,6 +578,14 @@ class ParamClient:
             return resp.version
 
         return self._parallel(one)
+
+    def _next_push_id(self) -> int:
+        """The next push id: a uint64, never 0 (0 means none)."""
+        with self._mu:
+            self._push_id = (self._push_id + 1) & 0xFFFFFFFFFFFFFFFF
+            if self._push_id == 0:
+                self._push_id = 1
+            return self._push_id
 
     # -- embeddings -------------------------------------------------------
 

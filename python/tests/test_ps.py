@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 
+import grpc
 import numpy as np
 import pytest
 
@@ -218,3 +219,46 @@ def test_external_spec_validation_names_the_param(client):
     assert "params" in ei.value.message and "external" in ei.value.message
     with pytest.raises(errors.NotFound):
         raftps.jobs.status(client, job)
+
+
+class _LostAnswer(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "test: the pserver applied the push and its answer was lost"
+
+
+def test_async_push_retried_after_lost_answer_applies_once(client):
+    """Issue 33 defect 4: every push carries a push id, the same on each
+    retry, so an async push whose answer was lost after the slot applied it
+    (an ambiguous Unavailable) is retried and not applied again; the next
+    push has another id and applies."""
+    job = name("pushid")
+    params = [{"name": "w", "shape": [4], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=1.0, pservers=1))
+    wait_slots(client, job, 1)
+    ps = ParamClient(client, job, "t")
+    ps.pull()
+    conn = ps._conn(0)  # cached per address: the retry re-resolves to it
+    real, ids = conn.push, []
+
+    def lose_first_answer(req, timeout=None):
+        ids.append(getattr(req, "push_id", 0))  # 0: none sent
+        out = real(req, timeout=timeout)  # applied (or raises the real error)
+        if len(ids) == 1:
+            raise _LostAnswer()
+        return out
+
+    conn.push = lose_first_answer
+    one = np.ones(4, np.float32)
+    assert ps.push({"w": one}) == [1]
+    # Retried (more than once if the slot also answered Unavailable), with one id.
+    first = list(ids)
+    assert len(first) >= 2 and len(set(first)) == 1 and first[0] != 0, first
+    assert (ps.pull()["w"] == -1).all()  # applied once, not twice
+    assert ps.push({"w": one}) == [2]
+    assert first[0] not in ids[len(first):], ids
+    assert (ps.pull()["w"] == -2).all()
+    ps.close()
+    raftps.jobs.cancel(client, job)

@@ -34,7 +34,12 @@
 //     cancel, progress requests), with start_revision, prev_kv, the
 //     NOPUT/NODELETE filters, progress_notify (every ProgressInterval) and
 //     compaction reported as etcd does it: a created response, then one
-//     with compact_revision set and canceled.
+//     with compact_revision set and canceled. A stream holds at most
+//     Server.MaxWatchersPerStream watchers (1000), and the store caps
+//     watchers per connection and per node; a create past a cap is
+//     answered created and canceled with a reason naming the cap. All
+//     watchers of a stream share one channel from the store and one
+//     sending goroutine.
 //   - Lease: grant, revoke, keep-alive stream (an unknown lease answers
 //     TTL 0), time-to-live with keys (an unknown lease answers TTL -1),
 //     leases list. TTLs below raftps' minimum are raised, like etcd's.

@@ -26,7 +26,7 @@ var errDuplicateKey = errors.New("etcdapi: duplicate key given in txn request")
 // errInvalidSort: an unknown sort order or target.
 var errInvalidSort = errors.New("etcdapi: invalid sort option")
 
-// errTooManyOps: a Txn branch longer than MaxTxnOps.
+// errTooManyOps: a Txn branch longer than Store.MaxTxnOps.
 var errTooManyOps = errors.New("etcdapi: too many operations in txn request")
 
 // table maps raftps' sentinels to the status etcd's server answers for the
@@ -45,6 +45,7 @@ var table = []struct {
 	{fsm.ErrCompacted, rpctypes.ErrGRPCCompacted},
 	{fsm.ErrFutureRevision, rpctypes.ErrGRPCFutureRev},
 	{fsm.ErrTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{fsm.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{raftpsrpc.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotLeader, rpctypes.ErrGRPCNoLeader},
 	{raftpsrpc.ErrNotOpen, rpctypes.ErrGRPCStopped},

@@ -51,11 +51,14 @@ type env struct {
 
 // newEnv starts a single-node store serving etcd's API and raftps' own on
 // one loopback port, with etcd's Go client connected.
-func newEnv(t *testing.T, progress time.Duration) *env {
+func newEnv(t *testing.T, progress time.Duration, opts ...func(*raftstore.Config)) *env {
 	t.Helper()
 	cfg := raftstore.DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Bootstrap = "n1", t.TempDir(), "127.0.0.1:0", true
 	cfg.Logger = testutil.Logger(t)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	s, err := raftstore.New(cfg, fsm.New(slog.New(slog.DiscardHandler)), nil)
 	if err != nil {
 		t.Fatal(err)

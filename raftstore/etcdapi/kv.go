@@ -13,11 +13,6 @@ import (
 	"github.com/raftps/raftps/fsm"
 )
 
-// MaxTxnOps is the most operations one Txn branch may hold (etcd's
-// --max-txn-ops default); more is "etcdserver: too many operations in
-// txn request".
-const MaxTxnOps = 128
-
 type kvServer struct {
 	etcdpb.UnimplementedKVServer
 	s *Server
@@ -262,7 +257,8 @@ func raftpsDelete(r *etcdpb.DeleteRangeRequest) *pb.DeleteRangeRequest {
 }
 
 // Txn runs a transaction through Raft: compares against the state before
-// it, then one branch, as one revision.
+// it, then one branch, as one revision. A txn without puts and deletes is
+// a linearizable read served without the log (raftstore.Store.Txn).
 func (k kvServer) Txn(ctx context.Context, r *etcdpb.TxnRequest) (*etcdpb.TxnResponse, error) {
 	resp, err := k.s.txn(ctx, r)
 	if err != nil {
@@ -273,6 +269,9 @@ func (k kvServer) Txn(ctx context.Context, r *etcdpb.TxnRequest) (*etcdpb.TxnRes
 
 func (s *Server) txn(ctx context.Context, r *etcdpb.TxnRequest) (*etcdpb.TxnResponse, error) {
 	req := &pb.TxnRequest{}
+	if max := s.store.MaxTxnOps(); len(r.Compare) > max {
+		return nil, fmt.Errorf("%w: %d compares (max %d)", errTooManyOps, len(r.Compare), max)
+	}
 	for _, c := range r.Compare {
 		pc, err := raftpsCompare(c)
 		if err != nil {
@@ -281,10 +280,10 @@ func (s *Server) txn(ctx context.Context, r *etcdpb.TxnRequest) (*etcdpb.TxnResp
 		req.Compare = append(req.Compare, pc)
 	}
 	var err error
-	if req.Success, err = raftpsOps(r.Success); err != nil {
+	if req.Success, err = raftpsOps(r.Success, s.store.MaxTxnOps()); err != nil {
 		return nil, err
 	}
-	if req.Failure, err = raftpsOps(r.Failure); err != nil {
+	if req.Failure, err = raftpsOps(r.Failure, s.store.MaxTxnOps()); err != nil {
 		return nil, err
 	}
 	out, err := s.store.Txn(ctx, req)
@@ -325,11 +324,12 @@ func raftpsCompare(c *etcdpb.Compare) (*pb.Compare, error) {
 	return pc, nil
 }
 
-// raftpsOps converts one branch, after etcd's checks: at most MaxTxnOps
-// ops, non-empty keys, no key put twice or put and deleted.
-func raftpsOps(ops []*etcdpb.RequestOp) ([]*pb.RequestOp, error) {
-	if len(ops) > MaxTxnOps {
-		return nil, fmt.Errorf("%w: %d ops (max %d)", errTooManyOps, len(ops), MaxTxnOps)
+// raftpsOps converts one branch, after etcd's checks: at most max ops
+// (Store.MaxTxnOps; more is "etcdserver: too many operations in txn
+// request"), non-empty keys, no key put twice or put and deleted.
+func raftpsOps(ops []*etcdpb.RequestOp, max int) ([]*pb.RequestOp, error) {
+	if len(ops) > max {
+		return nil, fmt.Errorf("%w: %d ops (max %d, --max-txn-ops)", errTooManyOps, len(ops), max)
 	}
 	out := make([]*pb.RequestOp, 0, len(ops))
 	for _, op := range ops {

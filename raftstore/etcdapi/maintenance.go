@@ -12,6 +12,9 @@ import (
 	"github.com/hashicorp/raft"
 	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // snapshotChunk is the blob size of one Snapshot response (etcd's).
@@ -41,13 +44,31 @@ func (m maintenanceServer) Status(ctx context.Context, _ *etcdpb.StatusRequest) 
 	return out, nil
 }
 
-// Alarm answers GET with no alarms (raftps raises none); activating or
-// deactivating alarms is not served.
+// Alarm serves raftps's one alarm, NOSPACE (the backend quota;
+// schema.NoSpaceAlarmKey): GET lists it while its key exists (etcdctl
+// alarm list), DEACTIVATE of NOSPACE deletes the key (etcdctl alarm
+// disarm; free space first, or the next write past the quota arms it
+// again). Activating alarms, and other alarms, are not served.
 func (m maintenanceServer) Alarm(ctx context.Context, r *etcdpb.AlarmRequest) (*etcdpb.AlarmResponse, error) {
-	if r.Action != etcdpb.AlarmRequest_GET {
-		return nil, ToStatus(ctx, unimplemented("alarm %v: raftps raises no alarms", r.Action))
+	key := []byte(schema.NoSpaceAlarmKey)
+	switch {
+	case r.Action == etcdpb.AlarmRequest_GET:
+	case r.Action == etcdpb.AlarmRequest_DEACTIVATE && (r.Alarm == etcdpb.AlarmType_NOSPACE || r.Alarm == etcdpb.AlarmType_NONE):
+		if _, err := m.s.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key}); err != nil {
+			return nil, ToStatus(ctx, err)
+		}
+	default:
+		return nil, ToStatus(ctx, unimplemented("alarm %v %v: raftps raises only NOSPACE, by its backend quota, and serves only its list and disarm", r.Action, r.Alarm))
 	}
-	return &etcdpb.AlarmResponse{Header: m.s.header(0)}, nil
+	resp := &etcdpb.AlarmResponse{Header: m.s.header(0)}
+	rr, err := m.s.store.Range(ctx, &pb.RangeRequest{Key: key, CountOnly: true})
+	if err != nil {
+		return nil, ToStatus(ctx, err)
+	}
+	if rr.Count > 0 {
+		resp.Alarms = []*etcdpb.AlarmMember{{MemberID: MemberID(m.s.store.Stats().ID), Alarm: etcdpb.AlarmType_NOSPACE}}
+	}
+	return resp, nil
 }
 
 // HashKV hashes the key/value state at r.Revision (0: the current one):

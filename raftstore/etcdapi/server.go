@@ -31,11 +31,14 @@ type Store interface {
 	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
 	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
 	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
-	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
+	WatchShared(ctx context.Context, req *pb.WatchRequest, id int64, out chan<- raftstore.WatchEvent) error
 	LinearizableRead(ctx context.Context) error
 	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
+	// MaxTxnOps is the most ops a txn may hold in its compares and in
+	// each branch (raftstore.Config.MaxTxnOps, etcd's --max-txn-ops).
+	MaxTxnOps() int
 }
 
 var _ Store = (*raftstore.Store)(nil)
@@ -59,12 +62,21 @@ type Server struct {
 	// which it has seen every event (etcd's default: 10 minutes). Set it
 	// before Register.
 	ProgressInterval time.Duration
+	// MaxWatchersPerStream is the most watchers one Watch stream may hold
+	// (default DefaultMaxWatchersPerStream); a create past it is answered
+	// created and canceled with a reason naming the cap. The store caps
+	// watchers per connection and per node too (raftstore.Config). Set it
+	// before Register.
+	MaxWatchersPerStream int
 }
+
+// DefaultMaxWatchersPerStream is Server.MaxWatchersPerStream's default.
+const DefaultMaxWatchersPerStream = 1000
 
 // New returns a Server over store; members may be nil (MemberList then
 // lists no client URLs).
 func New(store Store, members Members) *Server {
-	return &Server{store: store, members: members, ProgressInterval: defaultProgressInterval}
+	return &Server{store: store, members: members, ProgressInterval: defaultProgressInterval, MaxWatchersPerStream: DefaultMaxWatchersPerStream}
 }
 
 // Register registers the services on g: the five served, and Auth,

@@ -3,6 +3,7 @@ package etcdapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore"
 )
 
 // defaultProgressInterval is etcd's default progress-notify interval.
@@ -43,15 +45,23 @@ type watchStream struct {
 
 	sendMu sync.Mutex // serializes Send; held while checking a watcher is live
 
-	mu       sync.Mutex // guards watchers, nextID, closed and wg.Add
+	mu       sync.Mutex // guards watchers, bySeq, nextID, seq, closed and wg.Add
 	watchers map[int64]*watcher
+	bySeq    map[int64]*watcher // by the store's id of the watcher (seq)
 	nextID   int64
+	seq      int64
 	closed   bool // the RPC is ending: no new watcher
+
+	// events carries every watcher's responses from the store
+	// (raftstore.Store.WatchShared) to the stream's one sending goroutine.
+	events chan raftstore.WatchEvent
 }
 
 // watcher is one watch of a stream.
 type watcher struct {
 	id       int64
+	seq      int64 // the store's id of this watcher: unique in the stream, never reused
+	progress bool  // ProgressNotify
 	key, end []byte
 	noPut    bool
 	noDelete bool
@@ -66,7 +76,10 @@ type watcher struct {
 // progress requests in, created/canceled/event/progress responses out.
 func (w watchServer) Watch(stream etcdpb.Watch_WatchServer) error {
 	ctx, abort := context.WithCancelCause(stream.Context())
-	ws := &watchStream{s: w.s, ctx: ctx, stream: stream, abort: abort, watchers: map[int64]*watcher{}}
+	ws := &watchStream{s: w.s, ctx: ctx, stream: stream, abort: abort, watchers: map[int64]*watcher{},
+		bySeq: map[int64]*watcher{}, events: make(chan raftstore.WatchEvent, 256)}
+	ws.wg.Add(1)
+	go ws.run()
 	defer func() {
 		abort(nil)
 		ws.mu.Lock()
@@ -135,13 +148,26 @@ func (ws *watchStream) create(cr *etcdpb.WatchCreateRequest) {
 			CancelReason: reasonDuplicateID})
 		return
 	}
+	if ws.closed {
+		ws.mu.Unlock()
+		return
+	}
+	if max := ws.s.MaxWatchersPerStream; len(ws.watchers) >= max {
+		ws.mu.Unlock()
+		ws.send(nil, &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: id, Created: true, Canceled: true,
+			CancelReason: fmt.Sprintf("%v: %d watchers on this stream (at most %d); cancel watchers or watch a range instead of many keys",
+				raftstore.ErrTooManyWatchers, max, max)})
+		return
+	}
 	hdr := ws.s.header(0)
 	start := cr.StartRevision
 	if start <= 0 {
 		start = hdr.Revision + 1
 	}
 	wctx, cancel := context.WithCancel(ws.ctx)
-	w := &watcher{id: id, key: cr.Key, end: cr.RangeEnd, ctx: wctx, cancel: cancel, next: start}
+	ws.seq++
+	w := &watcher{id: id, seq: ws.seq, key: cr.Key, end: cr.RangeEnd, ctx: wctx, cancel: cancel, next: start,
+		progress: cr.ProgressNotify && ws.s.ProgressInterval > 0}
 	for _, f := range cr.Filters {
 		switch f {
 		case etcdpb.WatchCreateRequest_NOPUT:
@@ -150,17 +176,11 @@ func (ws *watchStream) create(cr *etcdpb.WatchCreateRequest) {
 			w.noDelete = true
 		}
 	}
-	if ws.closed {
-		ws.mu.Unlock()
-		cancel()
-		return
-	}
 	ws.watchers[id] = w
-	ws.wg.Add(1) // for run, or released below if the watch is refused
+	ws.bySeq[w.seq] = w
 	ws.mu.Unlock()
 
 	refuse := func(reason string, compactRev int64) {
-		defer ws.wg.Done()
 		ws.remove(id)
 		ws.send(nil, &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: id, Created: true})
 		ws.send(nil, &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: id, Canceled: true,
@@ -170,72 +190,91 @@ func (ws *watchStream) create(cr *etcdpb.WatchCreateRequest) {
 		refuse(rpctypes.ErrGRPCEmptyKey.Error(), 0)
 		return
 	}
-	ch, err := ws.s.store.Watch(wctx, &pb.WatchRequest{Key: cr.Key, RangeEnd: cr.RangeEnd, StartRevision: start, PrevKv: cr.PrevKv})
-	if err != nil {
-		if errors.Is(err, fsm.ErrCompacted) {
-			refuse(reasonCompacted, ws.s.store.FSM().CompactRevision())
-		} else {
-			refuse(err.Error(), 0)
+	// Created goes out before the first event: the store sends nothing
+	// for w before WatchShared returns only if w starts in the future,
+	// so hold the send lock across it.
+	ws.sendMu.Lock()
+	err := ws.s.store.WatchShared(wctx, &pb.WatchRequest{Key: cr.Key, RangeEnd: cr.RangeEnd, StartRevision: start, PrevKv: cr.PrevKv}, w.seq, ws.events)
+	if err == nil {
+		if serr := ws.stream.Send(&etcdpb.WatchResponse{Header: hdr, WatchId: id, Created: true}); serr != nil {
+			ws.abort(serr)
 		}
-		return
 	}
-	ws.send(nil, &etcdpb.WatchResponse{Header: hdr, WatchId: id, Created: true})
-	var t *time.Ticker
-	if cr.ProgressNotify && ws.s.ProgressInterval > 0 {
-		t = time.NewTicker(ws.s.ProgressInterval)
+	ws.sendMu.Unlock()
+	switch {
+	case err == nil:
+	case errors.Is(err, fsm.ErrCompacted):
+		refuse(reasonCompacted, ws.s.store.FSM().CompactRevision())
+	case errors.Is(err, raftstore.ErrTooManyWatchers):
+		ws.remove(id) // one response, as etcd refuses a watcher it could not create
+		ws.send(nil, &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: id, Created: true, Canceled: true, CancelReason: err.Error()})
+	default:
+		refuse(err.Error(), 0)
 	}
-	go func() {
-		defer ws.wg.Done()
-		var tick <-chan time.Time
-		if t != nil {
-			defer t.Stop()
-			tick = t.C
-		}
-		ws.run(w, ch, tick)
-	}()
 }
 
-// run forwards w's events, and a progress notification at every tick.
-func (ws *watchStream) run(w *watcher, ch <-chan *pb.WatchResponse, tick <-chan time.Time) {
-	defer ws.remove(w.id)
+// run is the stream's one sending goroutine: it forwards every watcher's
+// events from the store, and progress notifications every
+// ProgressInterval to the watchers that asked for them.
+func (ws *watchStream) run() {
+	defer ws.wg.Done()
+	var tick <-chan time.Time
+	if ws.s.ProgressInterval > 0 {
+		t := time.NewTicker(ws.s.ProgressInterval)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
-		case resp, ok := <-ch:
-			if !ok {
-				if w.ctx.Err() == nil { // the store closed under us
-					ws.abort(rpctypes.ErrGRPCStopped)
-				}
-				return
+		case ev := <-ws.events:
+			ws.mu.Lock()
+			w := ws.bySeq[ev.ID]
+			ws.mu.Unlock()
+			if w != nil {
+				ws.forward(w, ev.Resp)
 			}
-			if resp.Canceled {
-				r := &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: w.id, Canceled: true,
-					CompactRevision: resp.CompactRevision, CancelReason: resp.CancelReason}
-				if resp.CompactRevision != 0 {
-					r.CancelReason = reasonCompacted
-				}
-				ws.send(w, r)
-				return
-			}
-			if len(resp.Events) == 0 {
-				continue
-			}
-			evs := w.convert(resp.Events)
-			last := resp.Events[len(resp.Events)-1].GetKv().GetModRevision()
-			if len(evs) > 0 && !ws.send(w, &etcdpb.WatchResponse{Header: ws.s.header(max(resp.GetHeader().GetRevision(), last)),
-				WatchId: w.id, Events: evs}) {
-				return
-			}
-			w.mu.Lock()
-			w.next = last + 1
-			w.mu.Unlock()
 		case <-tick:
-			if !ws.send(w, &etcdpb.WatchResponse{Header: ws.s.header(ws.progressRev(w)), WatchId: w.id}) {
-				return
+			ws.mu.Lock()
+			var due []*watcher
+			for _, w := range ws.watchers {
+				if w.progress {
+					due = append(due, w)
+				}
 			}
-		case <-w.ctx.Done():
+			ws.mu.Unlock()
+			for _, w := range due {
+				ws.send(w, &etcdpb.WatchResponse{Header: ws.s.header(ws.progressRev(w)), WatchId: w.id})
+			}
+		case <-ws.ctx.Done():
 			return
 		}
 	}
+}
+
+// forward sends one store response of w to the client.
+func (ws *watchStream) forward(w *watcher, resp *pb.WatchResponse) {
+	if resp.Canceled {
+		r := &etcdpb.WatchResponse{Header: ws.s.header(0), WatchId: w.id, Canceled: true,
+			CompactRevision: resp.CompactRevision, CancelReason: resp.CancelReason}
+		if resp.CompactRevision != 0 {
+			r.CancelReason = reasonCompacted
+		}
+		ws.send(w, r)
+		ws.remove(w.id)
+		return
+	}
+	if len(resp.Events) == 0 {
+		return
+	}
+	evs := w.convert(resp.Events)
+	last := resp.Events[len(resp.Events)-1].GetKv().GetModRevision()
+	if len(evs) > 0 && !ws.send(w, &etcdpb.WatchResponse{Header: ws.s.header(max(resp.GetHeader().GetRevision(), last)),
+		WatchId: w.id, Events: evs}) {
+		return
+	}
+	w.mu.Lock()
+	w.next = last + 1
+	w.mu.Unlock()
 }
 
 func (w *watcher) convert(in []*pb.Event) []*mvccpb.Event {
@@ -304,6 +343,7 @@ func (ws *watchStream) remove(id int64) {
 	if w := ws.watchers[id]; w != nil {
 		w.cancel()
 		delete(ws.watchers, id)
+		delete(ws.bySeq, w.seq)
 	}
 	ws.mu.Unlock()
 }

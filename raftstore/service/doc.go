@@ -8,7 +8,8 @@
 //	svc.Register(grpcServer)
 //	fwd := service.NewForwarder(func(id string) (string, bool) { ... gossip lookup ... })
 //
-// Writes, Txns and lease grants/revokes are Raft commands: on a follower
+// Writes, Txns that write (a read-only Txn is a linearizable read without
+// the log) and lease grants/revokes are Raft commands: on a follower
 // raftstore hands them to the Forwarder, which sends them to the leader
 // with Internal.ForwardApplyBatch: the commands queued at the moment a call
 // leaves share it (it never waits for more; at most 64 calls in flight per

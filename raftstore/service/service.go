@@ -123,8 +123,9 @@ func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 	return out, nil
 }
 
-// Txn runs a transaction through Raft. A Txn that only reads still goes
-// through the log, so it is linearizable.
+// Txn runs a transaction through Raft; one without puts and deletes is a
+// linearizable read served without the log (raftstore.Store.Txn, which
+// also caps its ops and response size).
 func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {
