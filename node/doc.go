@@ -96,6 +96,8 @@
 //	lease TTL                   9e9 s (fsm.MaxLeaseTTL)                 InvalidArgument
 //	leases                      100000 in the store (fsm.MaxLeases)     ResourceExhausted (Apply); no cap per identity yet
 //	disk                        64 MiB free (--disk-reserve-mib)        ResourceExhausted for every write (Disk space below)
+//	connections not yet         a handshake deadline and a cap in       closed (Raft, HTTP) or the handshake refused (gRPC);
+//	authenticated               flight per source IP, per port          others' connections go on (Security below)
 //
 // Watchers cost no goroutine while in sync: the store hands each applied
 // revision's events to the matching watchers from one goroutine
