@@ -44,6 +44,9 @@ type Store interface {
 	IsLeader() bool
 	LeaderCh() <-chan bool
 	Join(ctx context.Context, id, raftAddr string, voter bool) error
+	// VerifyPeer proves that the server at raftAddr holds node id's
+	// certificate (nil without TLS); reconcile calls it before Join.
+	VerifyPeer(ctx context.Context, id, raftAddr string) error
 	Remove(ctx context.Context, id string) error
 	AddMember(ctx context.Context, id, raftAddr string, voter bool) error
 	PromoteMember(ctx context.Context, id string) error
@@ -121,8 +124,10 @@ type Master struct {
 	log     *slog.Logger
 
 	mu          sync.Mutex
-	deadSince   map[string]time.Time // server id -> when gossip declared it dead
-	gone        map[string]bool      // node id -> its trainers and slots were released
+	deadSince   map[string]time.Time  // server id -> when gossip declared it dead
+	gone        map[string]bool       // node id -> its trainers and slots were released
+	checks      map[string]*peerCheck // node id -> its latest identity check (verified)
+	verifying   int                   // checks in flight
 	leaderSince time.Time
 	clock       fsm.ClockEstimator // cluster time between entries (overdue)
 }
@@ -131,7 +136,7 @@ type Master struct {
 func New(cfg Config, store Store, members Members) *Master {
 	cfg = cfg.withDefaults()
 	return &Master{cfg: cfg, store: store, members: members, log: cfg.Logger,
-		deadSince: map[string]time.Time{}, gone: map[string]bool{}}
+		deadSince: map[string]time.Time{}, gone: map[string]bool{}, checks: map[string]*peerCheck{}}
 }
 
 // Run follows leadership changes until ctx ends: on gaining leadership it
@@ -209,6 +214,7 @@ func (m *Master) leaderLoop(ctx context.Context) {
 	m.clock.Reset()
 	m.deadSince = map[string]time.Time{}
 	m.gone = map[string]bool{}
+	m.checks = map[string]*peerCheck{}
 	m.mu.Unlock()
 
 	events, unsubscribe := m.members.Subscribe()
@@ -286,6 +292,12 @@ func (m *Master) reconcile(ctx context.Context) {
 			delete(m.deadSince, id)
 			m.mu.Unlock()
 			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
+				// Gossip is not authenticated without a keyring: a node
+				// becomes a member only once it proved over its Raft port
+				// that it holds the node certificate of its ID.
+				if !m.verified(ctx, id, mem.Meta.RaftAddr) {
+					continue
+				}
 				voter := server && !learners[id] && voters < m.cfg.MaxVoters
 				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
 					m.log.Warn("reconcile: add server", "id", id, "err", err)
@@ -340,6 +352,79 @@ func (m *Master) reconcile(ctx context.Context) {
 			}
 			m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
 		}
+	}
+}
+
+// Bounds of the identity checks of nodes that gossip reports (verified).
+const (
+	// verifyWait is how long reconcile waits for a check it started before
+	// it goes on (a TLS handshake on a LAN takes milliseconds); a slower
+	// check completes in the background and counts on a later round.
+	verifyWait = 200 * time.Millisecond
+	// verifyRetry is how long a failed check stands before it is tried
+	// again.
+	verifyRetry = 10 * time.Second
+	// maxVerifying bounds the checks in flight: peers that never answer
+	// cannot make reconcile wait for each of them.
+	maxVerifying = 8
+)
+
+// peerCheck is the latest identity check of one node ID.
+type peerCheck struct {
+	addr string
+	done chan struct{} // closed when err is set
+	err  error
+	at   time.Time // when it completed
+}
+
+// verified reports whether the node id at raftAddr proved its identity
+// (Store.VerifyPeer). A node gossip reports is checked once per address
+// (a failure again after verifyRetry), at most maxVerifying at a time, in
+// the background: reconcile waits verifyWait for a check it starts, so a
+// peer that never answers delays it by that much at most. A failure is
+// logged once per ID and address.
+func (m *Master) verified(ctx context.Context, id, raftAddr string) bool {
+	m.mu.Lock()
+	c := m.checks[id]
+	if c != nil && c.addr == raftAddr {
+		select {
+		case <-c.done:
+			ok := c.err == nil
+			stale := !ok && time.Since(c.at) >= verifyRetry
+			if !stale {
+				m.mu.Unlock()
+				return ok
+			}
+		default:
+			m.mu.Unlock()
+			return false // under way
+		}
+	}
+	if m.verifying >= maxVerifying {
+		m.mu.Unlock()
+		return false
+	}
+	logged := c != nil && c.addr == raftAddr // this failure was logged
+	c = &peerCheck{addr: raftAddr, done: make(chan struct{})}
+	m.checks[id] = c
+	m.verifying++
+	m.mu.Unlock()
+	go func() {
+		err := m.store.VerifyPeer(ctx, id, raftAddr)
+		m.mu.Lock()
+		c.err, c.at = err, time.Now()
+		m.verifying--
+		m.mu.Unlock()
+		close(c.done)
+		if err != nil && !logged {
+			m.log.Warn("reconcile: not adding a node that did not prove its identity", "id", id, "addr", raftAddr, "err", err)
+		}
+	}()
+	select {
+	case <-c.done:
+		return c.err == nil
+	case <-time.After(verifyWait):
+		return false
 	}
 }
 

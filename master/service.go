@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -56,7 +55,8 @@ func (s *Service) Register(g *grpc.Server) {
 }
 
 // CheckFashionMNIST checks that a fashion-mnist dataset directory has its
-// four files.
+// four files, each a regular file inside it (a symbolic link may point
+// only within the directory).
 func CheckFashionMNIST(d *pb.DatasetSpec) error {
 	if d == nil || d.Path == "" {
 		return fmt.Errorf("dataset.path is empty")
@@ -64,9 +64,20 @@ func CheckFashionMNIST(d *pb.DatasetSpec) error {
 	if d.Format != "" && d.Format != "fashion-mnist" {
 		return fmt.Errorf("dataset.format %q is unknown (known: fashion-mnist)", d.Format)
 	}
+	// Through an os.Root of the directory: a file that is a link out of it
+	// is refused here as the trainer's reader refuses it (dataset.ErrOutsideDir).
+	root, err := os.OpenRoot(d.Path)
+	if err != nil {
+		return fmt.Errorf("dataset.path %q: %v", d.Path, err)
+	}
+	defer root.Close()
 	for _, f := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
-		if _, err := os.Stat(filepath.Join(d.Path, f)); err != nil {
-			return fmt.Errorf("dataset.path %q: %v", d.Path, err)
+		fi, err := root.Stat(f)
+		if err != nil {
+			return fmt.Errorf("dataset.path %q: %s: %v", d.Path, f, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("dataset.path %q: %s is not a regular file", d.Path, f)
 		}
 	}
 	return nil

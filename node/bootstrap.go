@@ -44,6 +44,15 @@ func (n *Node) bootstrapExpect(ctx context.Context) {
 		if len(servers) < n.cfg.BootstrapExpect {
 			continue
 		}
+		// Gossip is not authenticated without a keyring: every server of
+		// the first configuration must prove its node identity first.
+		if err := n.verifyServers(ctx, servers); err != nil {
+			if time.Since(warned) >= 5*time.Second {
+				warned = time.Now()
+				n.log.Warn("bootstrap-expect: not bootstrapping while a server in gossip has not proved its node identity", "err", err)
+			}
+			continue
+		}
 		in, err := peersInCluster(ctx, n.cfg.ID, servers, n.peerStatus)
 		if err != nil {
 			if time.Since(warned) >= 5*time.Second {
@@ -67,6 +76,20 @@ func (n *Node) bootstrapExpect(ctx context.Context) {
 		n.log.Info("bootstrap-expect: bootstrapped", "servers", len(servers))
 		return
 	}
+}
+
+// verifyServers checks every server but this node with
+// raftstore.Store.VerifyPeer.
+func (n *Node) verifyServers(ctx context.Context, servers []raft.Server) error {
+	for _, srv := range servers {
+		if string(srv.ID) == n.cfg.ID {
+			continue
+		}
+		if err := n.store.VerifyPeer(ctx, string(srv.ID), string(srv.Address)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // expectedServers are the alive server nodes in gossip as Raft voters,

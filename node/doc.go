@@ -96,6 +96,8 @@
 //	lease TTL                   9e9 s (fsm.MaxLeaseTTL)                 InvalidArgument
 //	leases                      100000 in the store (fsm.MaxLeases)     ResourceExhausted (Apply); no cap per identity yet
 //	disk                        64 MiB free (--disk-reserve-mib)        ResourceExhausted for every write (Disk space below)
+//	connections not yet         a handshake deadline and a cap in       closed (Raft, HTTP) or the handshake refused (gRPC);
+//	authenticated               flight per source IP, per port          others' connections go on (Security below)
 //
 // Watchers cost no goroutine while in sync: the store hands each applied
 // revision's events to the matching watchers from one goroutine
@@ -120,7 +122,27 @@
 // keyring that the Keyring service (`raftps keyring`) changes on every
 // alive member (over mutual TLS only). Jobs' dataset paths are confined to
 // DatasetRoots (default <DataDir>/datasets): the submit check and the
-// trainer agent refuse anything else.
+// trainer agent refuse anything else, and every dataset file is opened
+// through an os.Root of its directory (a symbolic link out of it is
+// refused: dataset.ErrOutsideDir).
+//
+// Gossip is not authenticated without a keyring, so a node gossip reports
+// becomes a Raft member (the master's reconcile, bootstrap-expect) only
+// after it proved over its Raft port that it holds the node certificate
+// of its ID (raftstore.Store.VerifyPeer); `--insecure --join` against a
+// TLS cluster stays out.
+//
+// Connections that send nothing hold no port (issue 32, hole 2):
+//
+//	port        handshake (or first request) within   in flight per source IP        idle
+//	Raft        3 s, each in its own goroutine         16 handshakes (more: closed)   (authenticated)
+//	gRPC (x3)   security.HandshakeTimeout (5 s)        256 TLS handshakes (refused)   (authenticated)
+//	HTTP        5 s (TLS handshake and headers)        256 before the first request   1 min
+//	gossip TCP  gossip.Config.TCPTimeout (5 s), one goroutine per connection (memberlist), no per-source cap
+//
+// The data dir is 0700 and every file in it 0600, whatever the umask
+// (Raft snapshots, Pebble's files, node-id, LOCK); a data dir an older
+// release left readable by others is tightened at start with a warning.
 //
 // # Disk space
 //

@@ -14,6 +14,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/raftstore/etcdapi"
+	"github.com/raftps/raftps/security"
 )
 
 // A serviceClass is one gRPC server of the node with its own listener,
@@ -117,6 +118,10 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 		grpc.MaxRecvMsgSize(c.maxRecv),
 		grpc.MaxSendMsgSize(c.maxSend),
 		grpc.MaxConcurrentStreams(c.maxStreams),
+		// A connection that does not finish its handshake within this is
+		// closed (gRPC's default waits 120 s); TLS also caps handshakes in
+		// flight per source (security.Material.ServerCredentials).
+		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			if only, ok := c.notServed[info.FullMethodName]; ok {
 				return nil, status.Errorf(codes.Unimplemented, "%s is served only on the %s port of a node, not on the %s port (%s)",

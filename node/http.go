@@ -3,12 +3,16 @@ package node
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/security"
 )
 
 // httpHandler serves /healthz (the process answers), /readyz (no health
@@ -73,4 +77,63 @@ func raftReady(st raftstore.Status) bool {
 // request by its certificate's role. HTTP/2 and HTTP/1.1 are offered.
 func (n *Node) httpTLSConfig() *tls.Config {
 	return n.tls.ServerConfig(nil, "h2", "http/1.1")
+}
+
+// Connection bounds of the HTTP port (issue 32, hole 2's audit): a
+// connection must finish its TLS handshake and send its request headers
+// within security.HandshakeTimeout (http.Server's ReadHeaderTimeout bounds
+// both), a kept-alive connection idle for httpIdleTimeout is closed, and
+// at most httpNewPerSource connections from one IP address may be in that
+// first phase at once (more are closed on accept).
+const (
+	httpIdleTimeout  = time.Minute
+	httpNewPerSource = 256
+)
+
+// httpListener refuses a connection from a source that has
+// httpNewPerSource connections that have not yet sent a request; the
+// server's ConnState (connState) ends the count when a connection leaves
+// http.StateNew.
+type httpListener struct {
+	net.Listener
+	lim *security.SourceLimiter
+	mu  sync.Mutex
+	src map[net.Conn]string // connections in http.StateNew -> source
+}
+
+func newHTTPListener(l net.Listener) *httpListener {
+	return &httpListener{Listener: l, lim: security.NewSourceLimiter(httpNewPerSource), src: map[net.Conn]string{}}
+}
+
+// Accept returns the next connection under the per-source bound.
+func (l *httpListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src, ok := l.lim.Begin(c.RemoteAddr())
+		if !ok {
+			c.Close()
+			continue
+		}
+		l.mu.Lock()
+		l.src[c] = src
+		l.mu.Unlock()
+		return c, nil
+	}
+}
+
+// connState is the http.Server's ConnState hook.
+func (l *httpListener) connState(c net.Conn, st http.ConnState) {
+	if st == http.StateNew {
+		return
+	}
+	l.mu.Lock()
+	src, ok := l.src[c]
+	delete(l.src, c)
+	l.mu.Unlock()
+	if ok {
+		l.lim.End(src)
+	}
 }

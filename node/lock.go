@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/raftps/raftps/internal/private"
 )
 
 // lockFile is the data dir's lock: held (flock, exclusive) by the process
@@ -31,7 +33,7 @@ type dirLock struct{ f *os.File }
 // would otherwise wait forever: raft-boltdb sets no timeout).
 func lockDataDir(dir string) (*dirLock, error) {
 	p := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %q: open lock: %w", dir, err)
 	}
@@ -81,4 +83,25 @@ func (l *dirLock) release() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// privateDataDir creates the data dir 0700. A data dir an older release
+// made readable by others (0755, files 0644) is tightened, with a
+// warning: the directory becomes 0700, then every directory under it
+// 0700 and every file loses its group and other bits (issue 32, hole 9).
+func (n *Node) privateDataDir() error {
+	was, err := private.MkdirAll(n.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("data dir %q: %w", n.cfg.DataDir, err)
+	}
+	if was == 0 {
+		return nil
+	}
+	changed, err := private.Tighten(n.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("data dir %q: tighten modes: %w", n.cfg.DataDir, err)
+	}
+	n.log.Warn("data dir was open to other users: made it 0700 and its files owner-only",
+		"dir", n.cfg.DataDir, "was", was.String(), "changed", changed+1)
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -139,8 +138,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir %q: %w", n.cfg.DataDir, err)
+	if err := n.privateDataDir(); err != nil {
+		return err
 	}
 	// Before anything in the data dir is opened: bolt's flock has no
 	// timeout, so a second process on the same dir would wait forever.
@@ -180,6 +179,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.cfg.HTTPTLS {
 		n.httpLis = tls.NewListener(n.httpLis, n.httpTLSConfig())
 	}
+	n.httpLis = newHTTPListener(n.httpLis)
 
 	// Gossip first: the forwarder resolves the leader's gRPC address from it.
 	gcfg := gossip.DefaultConfig()
@@ -310,7 +310,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 
 	// ErrorLog: refused TLS handshakes (no or a foreign client
 	// certificate) go to the node's log, not to the standard logger.
-	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: security.HandshakeTimeout,
+		IdleTimeout: httpIdleTimeout, ConnState: n.httpLis.(*httpListener).connState,
 		ErrorLog: slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelWarn)}
 	n.wg.Add(1)
 	go func() {

@@ -103,7 +103,7 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: open log store: %w", err)
 	}
 	defer bolt.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, newHCLogger(slog.New(slog.DiscardHandler), "snapshot"))
+	snaps, err := openSnapshotStore(dir, 2, newHCLogger(slog.New(slog.DiscardHandler), "snapshot"))
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: open snapshot store: %w", err)
 	}
@@ -137,7 +137,7 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 		fmt.Fprintf(h, "\x00%s=%s", s.ID, s.Address)
 	}
 	cid := hex.EncodeToString(h.Sum(nil)[:8])
-	if err := os.WriteFile(filepath.Join(dir, clusterIDFile), []byte(cid+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, clusterIDFile), []byte(cid+"\n"), 0o600); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: %w", err)
 	}
 	return info, syncFile(dir)

@@ -22,7 +22,7 @@ const nodeIDFile = "node-id"
 // ErrDataDirMismatch. hasState reports whether Raft state exists already (a
 // data dir with state but no node-id file is adopted by writing the file).
 func checkDataDir(dir, id string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("raftstore: create data dir %q: %w", dir, err)
 	}
 	p := filepath.Join(dir, nodeIDFile)
@@ -37,7 +37,7 @@ func checkDataDir(dir, id string) error {
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
 			return fmt.Errorf("raftstore: write %q: %w", tmp, err)
 		}
 		if err := syncFile(tmp); err != nil {
@@ -97,7 +97,7 @@ func checkClusterID(dir string, logs raft.LogStore) (string, error) {
 	case !ok:
 		return recorded, nil
 	case recorded == "":
-		if err := os.WriteFile(p, []byte(fromLog+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(fromLog+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("raftstore: write %q: %w", p, err)
 		}
 		return fromLog, nil

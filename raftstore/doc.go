@@ -35,6 +35,14 @@
 // the bootstrap configuration, recorded once the server has seen it; a
 // Raft log from another cluster then also fails with ErrDataDirMismatch).
 // Bootstrap only happens when raft.HasExistingState reports no state.
+// Directories are 0700 and files 0600 whatever the umask: the snapshot
+// store chmods each snapshot as it is created (hashicorp/raft makes them
+// with os.Create).
+//
+// With Config.TLS the Raft port runs each TLS handshake in its own
+// goroutine, bounded to 3 s and to 16 in flight per source IP address, so
+// idle connections cannot delay a vote; VerifyPeer proves a peer's node
+// identity before the master adds it.
 //
 // # Caller's duties
 //

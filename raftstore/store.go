@@ -211,7 +211,7 @@ func (s *Store) Open() (err error) {
 			ls.Close()
 		}
 	}()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hcl.Named("snapshot"))
+	snaps, err := openSnapshotStore(dir, 2, hcl.Named("snapshot"))
 	if err != nil {
 		return fmt.Errorf("raftstore: open snapshot store %q: %w", dir, err)
 	}

@@ -55,6 +55,11 @@
 // connection whose peer certificate no longer verifies against the new
 // CA (see Material.Reload).
 //
+// Servers bound what an unauthenticated peer can hold: ServerCredentials
+// refuses more than HandshakesPerSource TLS handshakes in flight from one
+// IP address (SourceLimiter), and the node bounds each handshake with
+// HandshakeTimeout.
+//
 // # Certificates
 //
 // NewCA and CA.Issue make ECDSA P-256 certificates (`raftps tls`); Dev

@@ -252,9 +252,13 @@ func (m *Material) ClientConfig(serverName string, nextProtos ...string) *tls.Co
 // tracked: when a reload changes the material, each one whose client
 // certificate no longer verifies against the (new) CA, or has expired,
 // is closed, ending its calls and streams (Unavailable at the client),
-// so a certificate the cluster stopped trusting keeps no live stream.
+// so a certificate the cluster stopped trusting keeps no live stream. At
+// most HandshakesPerSource handshakes are in flight from one IP address
+// per credentials (give each server its own); bound each with
+// grpc.ConnectionTimeout(HandshakeTimeout).
 func (m *Material) ServerCredentials() credentials.TransportCredentials {
-	return &trackingCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig(nil, "h2")), m: m}
+	tracking := &trackingCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig(nil, "h2")), m: m}
+	return &limitedCreds{TransportCredentials: tracking, lim: NewSourceLimiter(HandshakesPerSource)}
 }
 
 // trackingCreds are TLS server credentials that register each accepted

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,7 +169,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	var out, format string
+	var out, format, mode string
 	export := &cobra.Command{
 		Use: "export JOB [VERSION] --out FILE", Short: "write every parameter of a version to one portable file (pserver/checkpoint/FORMAT.md)",
 		Args: cobra.RangeArgs(1, 2),
@@ -178,6 +179,10 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			}
 			if format != "raftps" && format != "safetensors" {
 				return fmt.Errorf("--format %q: want raftps or safetensors", format)
+			}
+			perm, err := parseFileMode(mode)
+			if err != nil {
+				return err
 			}
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
 				v, err := versionArg(ctx, mgr, args)
@@ -190,7 +195,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				// again, a bounded number of times. A failure on a version
 				// that is still the newest is the error.
 				for attempt := 1; ; attempt++ {
-					err = exportFile(ctx, mgr, args[0], v, format, out)
+					err = exportFile(ctx, mgr, args[0], v, format, out, perm)
 					if err == nil || len(args) > 1 || attempt == 5 {
 						break
 					}
@@ -210,6 +215,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 		},
 	}
 	export.Flags().StringVar(&out, "out", "", "output file")
+	export.Flags().StringVar(&mode, "mode", "0600", "the file's permission bits, octal (the parameters are the model: owner-only unless asked otherwise)")
 	export.Flags().StringVar(&format, "format", "raftps", "file format: raftps (pserver/checkpoint/FORMAT.md) or safetensors (F32 tensors named and shaped as the job's params; PyTorch's load_state_dict takes them)")
 	best := &cobra.Command{
 		Use: "best JOB", Short: "the complete version with the best test accuracy", Args: cobra.ExactArgs(1),
@@ -274,20 +280,36 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
 }
 
-// exportFile writes version v of job to the file out (exportAs) through
-// writeFileAtomic: a failed or killed export leaves out as it was.
-func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string) error {
-	return writeFileAtomic(out, func(w io.Writer) error { return exportAs(ctx, mgr, job, v, format, w) })
+// parseFileMode parses an octal permission (--mode "0600").
+func parseFileMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, fmt.Errorf("--mode %q: want octal permission bits such as 0600 or 0640", s)
+	}
+	return os.FileMode(m), nil
 }
 
-// writeFileAtomic makes path hold exactly what write writes, or leaves it
-// as it was: write goes to a temporary file created mode 0600 in path's
-// directory (so the rename stays on one file system), which is fsynced and
-// renamed over path only if write succeeds, and removed otherwise
-// (google/renameio). A process killed mid-write leaves path untouched and
-// at most a ".<base>NNN" temporary file beside it.
+// exportFile writes version v of job to the file out (exportAs) through
+// writeFileAtomicMode with permission bits perm: a failed or killed export
+// leaves out as it was.
+func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
+	return writeFileAtomicMode(out, perm, func(w io.Writer) error { return exportAs(ctx, mgr, job, v, format, w) })
+}
+
+// writeFileAtomic is writeFileAtomicMode with mode 0600.
 func writeFileAtomic(path string, write func(io.Writer) error) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o600))
+	return writeFileAtomicMode(path, 0o600, write)
+}
+
+// writeFileAtomicMode makes path hold exactly what write writes, or leaves
+// it as it was: write goes to a temporary file created with permission
+// bits perm (whatever the umask) in path's directory (so the rename stays
+// on one file system), which is fsynced and renamed over path only if
+// write succeeds, and removed otherwise (google/renameio). A process
+// killed mid-write leaves path untouched and at most a ".<base>NNN"
+// temporary file beside it.
+func writeFileAtomicMode(path string, perm os.FileMode, write func(io.Writer) error) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return err
 	}

@@ -195,7 +195,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		}
 	}
 	w := g.err
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
 	cluster, err := newDemoCluster(exe, dataDir, 3, "--pserver-lease-ttl", leaseTTL.String())

@@ -19,7 +19,6 @@ import (
 	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/sstable"
-	"github.com/cockroachdb/pebble/vfs"
 	"github.com/google/uuid"
 	md5simd "github.com/minio/md5-simd"
 
@@ -65,6 +64,8 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 		// values from forcing a flush per write.
 		MemTableSize: 64 << 20,
 		Logger:       pebbleLogger{logger},
+		FS:           storeFS, // files 0600, directories 0700
+
 	}
 	// Bloom filters let a presence check of a missing blob skip reading the
 	// (multi-MB) data block it would sit in.
@@ -213,7 +214,7 @@ func (s *Store) hashAndIngest(refs []VShardRef, blobs map[int32][]byte) error {
 		return err
 	}
 	tmpDir := filepath.Join(s.dir, "ingest")
-	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return fmt.Errorf("ingest dir: %w", err)
 	}
 	t0 := time.Now()
@@ -300,7 +301,7 @@ const blockChecksum = sstable.ChecksumTypeXXHash64
 // writeSSTable writes one key into a new sstable at path, uncompressed,
 // and fsyncs it.
 func writeSSTable(db *pebble.DB, path string, key, value []byte) error {
-	f, err := vfs.Default.Create(path)
+	f, err := storeFS.Create(path)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
@@ -351,12 +352,12 @@ func (s *Store) ingestBlobs(refs []VShardRef, blobs map[int32][]byte) error {
 	sort.Strings(keys)
 	t0 := time.Now()
 	tmpDir := filepath.Join(s.dir, "ingest")
-	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return fmt.Errorf("ingest dir: %w", err)
 	}
 	path := filepath.Join(tmpDir, uuid.NewString()+".sst")
 	defer os.Remove(path)
-	f, err := vfs.Default.Create(path)
+	f, err := storeFS.Create(path)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}

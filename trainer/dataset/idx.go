@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Errors returned by the readers; match with errors.Is.
@@ -30,6 +31,9 @@ var (
 	ErrTooLarge = errors.New("dataset: IDX dimensions too large")
 	// ErrBadHeader: the header announces images of zero rows or columns.
 	ErrBadHeader = errors.New("dataset: bad IDX dimensions")
+	// ErrOutsideDir: a dataset file is a symbolic link that leads out of
+	// the dataset directory, or is not a regular file (a FIFO, a device).
+	ErrOutsideDir = errors.New("dataset: file is not a regular file inside the dataset directory")
 )
 
 const (
@@ -112,14 +116,14 @@ func ReadFashionMNIST(dir, split string) (*Dataset, error) {
 	}
 	var ds Dataset
 	var rows, cols int
-	if err := readFile(filepath.Join(dir, imgName), func(r io.Reader) error {
+	if err := readFile(dir, imgName, func(r io.Reader) error {
 		ds.Images, ds.N, rows, cols, err = ReadImages(r)
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	var nl int
-	if err := readFile(filepath.Join(dir, lblName), func(r io.Reader) error {
+	if err := readFile(dir, lblName, func(r io.Reader) error {
 		ds.Labels, nl, err = ReadLabels(r)
 		return err
 	}); err != nil {
@@ -138,17 +142,26 @@ func ReadFashionMNIST(dir, split string) (*Dataset, error) {
 	return &ds, nil
 }
 
-// readFile opens path (or path without ".gz"), transparently un-gzips it and
-// hands it to fn; errors name the file.
-func readFile(path string, fn func(io.Reader) error) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(path, ".gz") {
-		if f2, err2 := os.Open(strings.TrimSuffix(path, ".gz")); err2 == nil {
-			f, err = f2, nil
+// readFile opens name in dir (or name without ".gz"), transparently
+// un-gzips it and hands it to fn; errors name the file. The file is opened
+// through an os.Root of dir: a symbolic link that leads out of dir (or a
+// ".." in name) is refused with ErrOutsideDir, as is anything but a
+// regular file (opened non-blocking, so a FIFO cannot stall the reader).
+func readFile(dir, name string, fn func(io.Reader) error) error {
+	path := filepath.Join(dir, name)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("dataset: open: %w", err)
+	}
+	defer root.Close()
+	f, err := openRegular(root, name)
+	if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(name, ".gz") {
+		if f2, err2 := openRegular(root, strings.TrimSuffix(name, ".gz")); err2 == nil || !errors.Is(err2, os.ErrNotExist) {
+			f, err, path = f2, err2, strings.TrimSuffix(path, ".gz")
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("dataset: open: %w", err)
+		return fmt.Errorf("dataset: open %s: %w", path, err)
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<16)
@@ -165,6 +178,29 @@ func readFile(path string, fn func(io.Reader) error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// openRegular opens name under root, refusing an escape from root and
+// anything but a regular file with ErrOutsideDir.
+func openRegular(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if fi, lerr := root.Lstat(name); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%w: %w", ErrOutsideDir, err) // os.Root refused the link's target
+		}
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: mode %v", ErrOutsideDir, fi.Mode())
+		}
+		return nil, err
+	}
+	return f, nil
 }
 
 // ReadImages decodes an uncompressed IDX3 unsigned-byte image stream (magic
