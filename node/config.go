@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/raftps/raftps/gossip"
@@ -20,6 +22,14 @@ type Config struct {
 	// DataDir holds raft/ (log, snapshots, node-id, cluster-id) and
 	// checkpoints/ (the checkpoint blob store) (required).
 	DataDir string
+	// RaftLogStore is the Raft log store, raftstore.LogStoreBoltDB (the
+	// default) or raftstore.LogStoreWAL (hashicorp/raft-wal, as Consul's
+	// raft_logstore backend "wal": one fdatasync per append, faster
+	// writes at one client). Chosen at the data dir's first start and
+	// recorded there; a restart naming the other store is refused
+	// (raftstore.ErrLogStoreMismatch). To change it, migrate the node:
+	// see the package doc.
+	RaftLogStore string
 
 	// GRPCAddr is the bind address of the gRPC client API (default
 	// 127.0.0.1:7000): KV, Lease, Watch, Cluster, Master, CheckpointStore.
@@ -139,6 +149,7 @@ func DefaultConfig() Config {
 	c := Config{
 		GRPCAddr:           "127.0.0.1:7000",
 		RaftAddr:           "127.0.0.1:7001",
+		RaftLogStore:       raftstore.LogStoreBoltDB,
 		GossipAddr:         "127.0.0.1:7002",
 		HTTPAddr:           "127.0.0.1:7003",
 		Roles:              gossip.Roles(),
@@ -168,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("--data-dir is required")
+	}
+	if c.RaftLogStore != "" && !slices.Contains(raftstore.LogStores(), c.RaftLogStore) {
+		return bad("--raft-log-store %q: want %s", c.RaftLogStore, strings.Join(raftstore.LogStores(), " or "))
 	}
 	for _, r := range c.Roles {
 		if !gossip.ValidRole(r) {

@@ -12,46 +12,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/internal/groupcommit"
 )
-
-// boltOptions are the bbolt options of the raft log store, etcd's for its
-// own bbolt backend: the freelist is not written on every commit (bbolt
-// rebuilds it by scanning the pages on open) and is kept as a hashmap, so
-// a commit writes fewer pages. Syncs stay on: every commit is durable. A
-// variable so that BenchmarkPutBoltOptions can compare it with the
-// library's defaults in one run.
-var boltOptions = func() *bbolt.Options {
-	return &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
-}
-
-// logStore is the raft log and stable store of a server (raft-boltdb's
-// BoltStore).
-type logStore interface {
-	raft.LogStore
-	raft.StableStore
-	Close() error
-}
-
-// openLogStore opens the log and stable store in dir (<DataDir>/raft):
-// raft-boltdb with boltOptions, in raft.db. A variable so that
-// BenchmarkPutLogStore can measure another log store (hashicorp/raft-wal)
-// in its place in one run: the evidence for why puts at one client trail
-// etcd with the store the design names (bench/profile.go).
-var openLogStore = func(dir string) (logStore, error) {
-	path := filepath.Join(dir, "raft.db")
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
-	if err != nil {
-		return nil, fmt.Errorf("raftstore: open log store %q: %w", path, err)
-	}
-	return bolt, nil
-}
 
 // Errors of the store, checked with errors.Is.
 // ErrNotLeader, ErrNoLeader and ErrNotOpen are defined in api/rpctypes (so
@@ -99,7 +65,7 @@ type Status struct {
 }
 
 // Store is one server of the Raft group: hashicorp/raft over a TCP
-// transport, bolt log and stable store and file snapshots, in front of a
+// transport, log and stable store (Config.LogStore) and file snapshots, in front of a
 // *fsm.FSM. Lifecycle: New → Open → Close. All methods are safe for
 // concurrent use.
 type Store struct {
@@ -200,7 +166,11 @@ func (s *Store) Open() (err error) {
 	}
 	hcl := newHCLogger(s.cfg.Logger.With("component", "raft", "id", s.cfg.ID), "raft")
 
-	ls, err := openLogStore(dir)
+	kind, err := resolveLogStore(dir, s.cfg.LogStore)
+	if err != nil {
+		return err
+	}
+	ls, err := openLogStore(dir, kind, hcl.Named("wal"))
 	if err != nil {
 		return err
 	}
