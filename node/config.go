@@ -30,6 +30,12 @@ type Config struct {
 	// (raftstore.ErrLogStoreMismatch). To change it, migrate the node:
 	// see the package doc.
 	RaftLogStore string
+	// RaftLogVerifyInterval, if positive, turns on the log stores'
+	// verification across nodes (raftstore.Config.LogVerifyInterval,
+	// Consul's raft-wal verifier): the leader appends a checkpoint this
+	// often and each node checks that its log store reads back what the
+	// leader wrote, logging an error if not. Default 0: off.
+	RaftLogVerifyInterval time.Duration
 
 	// GRPCAddr is the bind address of the gRPC client API (default
 	// 127.0.0.1:7000): KV, Lease, Watch, Cluster, Master, CheckpointStore.

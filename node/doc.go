@@ -134,7 +134,11 @@
 // it with the other --raft-log-store and --join: it rejoins empty and
 // catches up from the leader's snapshot and log. Do one node at a time and
 // wait for it to be a voter again (`raftps status`) before the next, so
-// the cluster keeps its quorum.
+// the cluster keeps its quorum. `--raft-log-verify-interval` (off by
+// default) turns on Consul's check of the log stores across nodes: the
+// leader appends a checkpoint that often, and every node compares the
+// checksum of the entries its own store reads back with the leader's,
+// logging an error on a mismatch (raftstore's verify.go).
 //
 // # Bootstrap
 //

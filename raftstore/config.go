@@ -28,6 +28,11 @@ type Config struct {
 	// start naming the other store fails with ErrLogStoreMismatch. A data
 	// dir from before the record, holding raft.db, is boltdb.
 	LogStore string
+	// LogVerifyInterval, if positive, turns on Consul's log verification
+	// (verify.go): the leader appends a checkpoint this often, and each
+	// follower checks that its log store reads back what the leader wrote
+	// since the previous one (Store.LogVerification). Default 0: off.
+	LogVerifyInterval time.Duration
 	// RaftAddr is the TCP bind address of the Raft transport, e.g. ":7001"
 	// or "127.0.0.1:0" (required).
 	RaftAddr string

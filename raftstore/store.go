@@ -109,8 +109,9 @@ type Store struct {
 	leases  *leaseTimers
 	metrics *storeMetrics
 
-	wrapLogs func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
-	gate     *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
+	wrapLogs    func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
+	verifyState                                   // Config.LogVerifyInterval (verify.go)
+	gate        *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
 
 	clusterID atomic.Pointer[string]
 	transfers atomic.Int64 // successful leadership transfers at Close
@@ -217,6 +218,13 @@ func (s *Store) Open() (err error) {
 	if s.wrapLogs != nil {
 		logs = s.wrapLogs(ls)
 	}
+	logs = s.verifyLogs(logs)
+	defer func() {
+		if err != nil && s.verifier != nil {
+			s.verifier.Close()
+			s.verifier = nil
+		}
+	}()
 	r, err := raft.NewRaft(rc, s.fsm, logs, ls, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
@@ -247,6 +255,10 @@ func (s *Store) Open() (err error) {
 	go s.runBatcher()
 	go s.runWaiter()
 	go s.runLeaderLoop(internal)
+	if s.verifier != nil {
+		s.wg.Add(1)
+		go s.runCheckpoints(s.cfg.LogVerifyInterval)
+	}
 	s.logger.Info("raft store open", "raft_addr", string(trans.LocalAddr()), "data_dir", dir, "existing_state", hasState)
 	return nil
 }
@@ -289,6 +301,9 @@ func (s *Store) Close() error {
 	close(s.workersDone)
 	if err := closeTransport(s.trans); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
+	}
+	if s.verifier != nil {
+		s.verifier.Close() // stops its goroutine; Raft no longer writes
 	}
 	if err := s.logs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close log store: %w", err))
