@@ -189,6 +189,9 @@ func (c *Config) Validate() error {
 	if c.RaftLogStore != "" && !slices.Contains(raftstore.LogStores(), c.RaftLogStore) {
 		return bad("--raft-log-store %q: want %s", c.RaftLogStore, strings.Join(raftstore.LogStores(), " or "))
 	}
+	if c.RaftLogVerifyInterval < 0 {
+		return bad("--raft-log-verify-interval must be >= 0 (0: off)")
+	}
 	for _, r := range c.Roles {
 		if !gossip.ValidRole(r) {
 			return bad("--roles: unknown role %q (known: %s, %s, %s)", r, gossip.RoleServer, gossip.RolePServer, gossip.RoleTrainer)
