@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -48,14 +49,20 @@ func skip(i int, except []int) bool {
 
 // raftpsCluster runs `raftps node` processes as integration/harness.go does.
 type raftpsCluster struct {
+	name  string // "raftps", or "raftps-wal" with --raft-log-store wal
 	bin   string
 	dir   string
 	procs []*proc
 	grpc  []string
 }
 
-func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
-	c := &raftpsCluster{bin: bin, dir: dir}
+// newRaftpsCluster prepares n nodes in dir with the Raft log store
+// logStore ("" or "boltdb": the default; "wal": named raftps-wal).
+func newRaftpsCluster(bin, dir string, n int, logStore string) (*raftpsCluster, error) {
+	c := &raftpsCluster{name: "raftps", bin: bin, dir: dir}
+	if logStore != "" && logStore != raftstore.LogStoreBoltDB {
+		c.name = "raftps-" + logStore
+	}
 	type addrs struct{ grpc, raft, gossip, http, peer, pserver string }
 	var as []addrs
 	// One call for every port of every node: ports of separate calls can
@@ -81,6 +88,9 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
 			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--peer-addr", a.peer, "--pserver-addr", a.pserver, "--log-level", "info",
 			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
+		if logStore != "" {
+			args = append(args, "--raft-log-store", logStore)
+		}
 		args = append(args, "--insecure") // plaintext, as the etcd baseline runs; the tls section measures mutual TLS against this
 		if root := localcluster.DatasetRoot(); root != "" {
 			args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
@@ -91,7 +101,7 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 	return c, nil
 }
 
-func (c *raftpsCluster) Name() string { return "raftps" }
+func (c *raftpsCluster) Name() string { return c.name }
 
 func (c *raftpsCluster) Members() []string {
 	var ids []string

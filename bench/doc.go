@@ -16,6 +16,9 @@
 //     loopback, each with its default fsync durability, driven by the same
 //     load generator (Store) for puts with 1, 16 and 256 clients,
 //     linearizable gets, compare-and-swap Txns and lease grant+keepalive;
+//     the 1-client puts also on a third cluster, raftps with
+//     --raft-log-store wal, up only during that section (rows ending
+//     WALSuffix; the main rows are the default store, boltdb);
 //   - etcd client: the same put, get, CAS and lease workloads sent with
 //     etcd's Go client (go.etcd.io/etcd/client/v3) to raftps' etcd API and
 //     to etcd;

@@ -97,7 +97,7 @@ func (r *runner) goBenchSection(ctx context.Context) {
 	ls := run("./raftstore", "^BenchmarkPutLogStore$", "2x")
 	for _, c := range []int{1, 16} {
 		r.add(pairRow(Row{Section: "raft log store (go bench)", Metric: LogStoreRow(c), Unit: "ops/s", BaseName: "raft-boltdb",
-			Note: "3 nodes in one process; raftps uses raft-boltdb, which the design names"},
+			Note: "3 nodes in one process; raft-boltdb is the default, raft-wal is --raft-log-store wal"},
 			col(ls, "PutLogStore", fmt.Sprintf("c%d-wal-ops/s", c)), col(ls, "PutLogStore", fmt.Sprintf("c%d-boltdb-ops/s", c))))
 	}
 

@@ -7,10 +7,16 @@ import (
 	"time"
 )
 
+// WALSuffix ends the names of the kv rows measured on raftps with
+// --raft-log-store wal.
+const WALSuffix = "(raft log store wal)"
+
 // kvSection runs every workload on raftps and etcd in Pairs interleaved
 // pairs (raftps, etcd, raftps, etcd, ...), so that drifts of the machine's
 // load hit both alike; each row is the median pair ratio with its spread.
-func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
+// wal, if not nil, is raftps with --raft-log-store wal: the 1-client put
+// workload runs on it too in every pair, in a row of its own against etcd.
+func (r *runner) kvSection(ctx context.Context, clusters []Cluster, wal Cluster) {
 	dur, maxOps := 2*time.Second, int64(20000)
 	if r.cfg.Quick {
 		dur, maxOps = 1*time.Second, 10000
@@ -55,6 +61,12 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 			viaLeader = pool(clusters[1], []string{clusters[1].Endpoints()[l]})
 		}
 	}
+	var walPool []Store
+	if wal != nil && len(clusters) == 2 {
+		if walPool = pool(wal, wal.Endpoints()); len(walPool) < 8 {
+			walPool = nil
+		}
+	}
 	leases := make([]*sync.Map, len(clusters))
 	for i := range leases {
 		leases[i] = &sync.Map{}
@@ -87,8 +99,24 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 		if x.key == "put" && len(viaLeader) > 0 {
 			_, _ = RunLoad(ctx, viaLeader, x.w(1), 300*time.Millisecond, 1000)
 		}
+		// raftps-wal, per pair (1-client puts only): throughput and p50.
+		onWAL := x.key == "put" && len(walPool) > 0 && x.w(0).Name == PutWorkload(1).Name
+		var walFig [2][]float64
+		if onWAL {
+			_, _ = RunLoad(ctx, walPool, x.w(0), 300*time.Millisecond, 1000)
+		}
 		var leaderTp []float64 // etcd via its leader, per pair (puts only)
 		for p := 0; p < Pairs; p++ {
+			if onWAL {
+				tp, p50 := NA, NA
+				if lr, err := RunLoad(ctx, walPool, x.w(0), dur, maxOps); err != nil {
+					r.logf("%s %s pair %d: %v", wal.Name(), name, p+1, err)
+				} else {
+					tp, p50 = lr.Throughput(), ms(lr.P50)
+					r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", wal.Name(), name, p+1, tp, p50, ms(lr.P99), lr.Ops, lr.Errors)
+				}
+				walFig[0], walFig[1] = append(walFig[0], tp), append(walFig[1], p50)
+			}
 			if x.key == "put" && len(viaLeader) > 0 {
 				lr, err := RunLoad(ctx, viaLeader, x.w(1), dur, maxOps)
 				tp := NA
@@ -132,6 +160,11 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster) {
 		if len(leaderTp) > 0 {
 			r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput vs etcd via its leader", Unit: "ops/s", BaseName: "etcd-leader",
 				Note: "etcd's clients all on its leader's endpoint (raftps' client sends writes to the leader)"}, figures[0][0], leaderTp))
+		}
+		if onWAL {
+			r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput " + WALSuffix, Unit: "ops/s", BaseName: "etcd",
+				Note: "a second raftps cluster started with --raft-log-store wal (hashicorp/raft-wal); the row above is the default, boltdb"}, walFig[0], figures[0][1]))
+			r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50 " + WALSuffix, Unit: "ms", BaseName: "etcd"}, walFig[1], figures[1][1]))
 		}
 		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
 		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))

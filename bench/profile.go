@@ -210,8 +210,9 @@ bbolt needs for a commit to be durable (data pages before the meta page).
 
 What would close the gap at low concurrency, largest first: a log store with one
 fdatasync per append and no page rewrite (an append-only WAL such as
-hashicorp/raft-wal in place of raft-boltdb) halves the fdatasyncs and drops the
-pwrites on both the leader's and the follower's step; persisting the leader's
+hashicorp/raft-wal in place of raft-boltdb, which raftps offers as
+--raft-log-store wal) halves the fdatasyncs and drops the pwrites on both the
+leader's and the follower's step; persisting the leader's
 entry in parallel with replication takes one store off the serial path but
 needs a change to hashicorp/raft's dispatchLogs (etcd's raft does this).
 `)
@@ -231,6 +232,10 @@ func (r *runner) logStoreMeasured() string {
 		FormatRatio(row.Ratio()), FormatRatio(lo), FormatRatio(hi))
 	if put, ok := r.row(PutWorkload(1).Name + " throughput"); ok && !math.IsNaN(put.Ratio()) {
 		s += fmt.Sprintf(" The 1-client put row is %s of etcd; scaled by that factor it would be about %s.", FormatRatio(put.Ratio()), FormatRatio(put.Ratio()*row.Ratio()))
+	}
+	if wal, ok := r.row(PutWorkload(1).Name + " throughput " + WALSuffix); ok && !math.IsNaN(wal.Ratio()) {
+		lo, hi := wal.Spread()
+		s += fmt.Sprintf(" Measured on a raftps cluster started with --raft-log-store wal, it is %s (%s to %s) of etcd.", FormatRatio(wal.Ratio()), FormatRatio(lo), FormatRatio(hi))
 	}
 	return s + "\n"
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/raftps/raftps/raftstore"
 )
 
 // Config is what Run needs. The zero Quick runs the full bench (a few
@@ -125,15 +127,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // failover sections on them.
 func (r *runner) storeSections(ctx context.Context, tmp, etcdBin string) {
 	var clusters []Cluster
-	rc, err := newRaftpsCluster(r.cfg.Bin, filepath.Join(tmp, "raftps"), 3)
-	if err == nil {
-		err = os.MkdirAll(filepath.Join(tmp, "raftps"), 0o755)
-	}
-	if err == nil {
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err = rc.Start(sctx)
-		cancel()
-	}
+	rc, err := r.startRaftps(ctx, filepath.Join(tmp, "raftps"), "")
 	if rc != nil {
 		defer rc.Close()
 	}
@@ -163,7 +157,19 @@ func (r *runner) storeSections(ctx context.Context, tmp, etcdBin string) {
 	}
 	r.logf("clusters up: %d", len(clusters))
 	if !r.skipped("kv") {
-		r.kvSection(ctx, clusters)
+		// A second raftps cluster on raft-wal (--raft-log-store wal) for
+		// the 1-client put row, up only during the kv section.
+		var wal Cluster
+		wc, err := r.startRaftps(ctx, filepath.Join(tmp, "raftps-wal"), raftstore.LogStoreWAL)
+		if err != nil {
+			r.note(fmt.Sprintf("raftps-wal cluster did not start: %v (logs in %s)", err, tmp))
+		} else {
+			wal = wc
+		}
+		r.kvSection(ctx, clusters, wal)
+		if wc != nil {
+			wc.Close()
+		}
 	}
 	if !r.skipped("etcdclient") {
 		r.etcdClientSection(ctx, clusters)
@@ -171,6 +177,22 @@ func (r *runner) storeSections(ctx context.Context, tmp, etcdBin string) {
 	if !r.skipped("failover") {
 		r.failoverSection(ctx, clusters)
 	}
+}
+
+// startRaftps starts a 3-node raftps cluster in dir with the Raft log
+// store logStore ("": the default) and waits for its leader. The cluster
+// is returned (to Close) even when it did not come up.
+func (r *runner) startRaftps(ctx context.Context, dir, logStore string) (*raftpsCluster, error) {
+	rc, err := newRaftpsCluster(r.cfg.Bin, dir, 3, logStore)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return rc, rc.Start(sctx)
 }
 
 // WriteText writes the machine header, the table, the profile summary and

@@ -232,7 +232,7 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 		r.note(fmt.Sprintf("training: %v", err))
 		return
 	}
-	c, err := newRaftpsCluster(r.cfg.Bin, dir, 3)
+	c, err := newRaftpsCluster(r.cfg.Bin, dir, 3, "")
 	if err != nil {
 		r.note(fmt.Sprintf("training: %v", err))
 		return

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/raftps/raftps/gossip"
@@ -20,6 +22,20 @@ type Config struct {
 	// DataDir holds raft/ (log, snapshots, node-id, cluster-id) and
 	// checkpoints/ (the checkpoint blob store) (required).
 	DataDir string
+	// RaftLogStore is the Raft log store, raftstore.LogStoreBoltDB (the
+	// default) or raftstore.LogStoreWAL (hashicorp/raft-wal, as Consul's
+	// raft_logstore backend "wal": one fdatasync per append, faster
+	// writes at one client). Chosen at the data dir's first start and
+	// recorded there; a restart naming the other store is refused
+	// (raftstore.ErrLogStoreMismatch). To change it, migrate the node:
+	// see the package doc.
+	RaftLogStore string
+	// RaftLogVerifyInterval, if positive, turns on the log stores'
+	// verification across nodes (raftstore.Config.LogVerifyInterval,
+	// Consul's raft-wal verifier): the leader appends a checkpoint this
+	// often and each node checks that its log store reads back what the
+	// leader wrote, logging an error if not. Default 0: off.
+	RaftLogVerifyInterval time.Duration
 
 	// GRPCAddr is the bind address of the gRPC client API (default
 	// 127.0.0.1:7000): KV, Lease, Watch, Cluster, Master, CheckpointStore.
@@ -155,6 +171,7 @@ func DefaultConfig() Config {
 	c := Config{
 		GRPCAddr:           "127.0.0.1:7000",
 		RaftAddr:           "127.0.0.1:7001",
+		RaftLogStore:       raftstore.LogStoreBoltDB,
 		GossipAddr:         "127.0.0.1:7002",
 		HTTPAddr:           "127.0.0.1:7003",
 		Roles:              gossip.Roles(),
@@ -186,6 +203,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("--data-dir is required")
+	}
+	if c.RaftLogStore != "" && !slices.Contains(raftstore.LogStores(), c.RaftLogStore) {
+		return bad("--raft-log-store %q: want %s", c.RaftLogStore, strings.Join(raftstore.LogStores(), " or "))
+	}
+	if c.RaftLogVerifyInterval < 0 {
+		return bad("--raft-log-verify-interval must be >= 0 (0: off)")
 	}
 	for _, r := range c.Roles {
 		if !gossip.ValidRole(r) {

@@ -188,6 +188,28 @@
 // bootstrap-expect wait in the background), and Open checks its context
 // between steps, so SIGTERM stops a starting node too.
 //
+// # Raft log store
+//
+// Config.RaftLogStore (`--raft-log-store`, also `raft-log-store:` in
+// --config-file) is boltdb (raft-boltdb, the default) or wal
+// (hashicorp/raft-wal: one fdatasync per Raft append instead of two; about
+// twice the puts at one client in `make bench`). It is chosen at the data
+// dir's first start and recorded in <DataDir>/raft/log-store; a restart
+// naming the other store is refused (raftstore.ErrLogStoreMismatch, naming
+// both), and a data dir from before the record, holding raft.db, is
+// boltdb. Nodes of one cluster may run different stores: the store is
+// local, Raft replicates entries, not files. To move a node to the other
+// store (Consul's migration): `raftps member remove` it (or stop it and
+// let the dead-server cleanup remove it), wipe its --data-dir, and start
+// it with the other --raft-log-store and --join: it rejoins empty and
+// catches up from the leader's snapshot and log. Do one node at a time and
+// wait for it to be a voter again (`raftps status`) before the next, so
+// the cluster keeps its quorum. `--raft-log-verify-interval` (off by
+// default) turns on Consul's check of the log stores across nodes: the
+// leader appends a checkpoint that often, and every node compares the
+// checksum of the entries its own store reads back with the leader's,
+// logging an error on a mismatch (raftstore's verify.go).
+//
 // # Bootstrap
 //
 // With no Join and BootstrapExpect <= 1, a server node bootstraps a

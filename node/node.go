@@ -216,6 +216,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg := raftstore.DefaultConfig()
 	rcfg.ID = n.cfg.ID
 	rcfg.DataDir = n.cfg.DataDir
+	rcfg.LogStore = n.cfg.RaftLogStore
+	rcfg.LogVerifyInterval = n.cfg.RaftLogVerifyInterval
 	rcfg.RaftAddr = n.cfg.RaftAddr
 	rcfg.AdvertiseAddr = n.advertised(n.cfg.RaftAddr)
 	rcfg.ForceNewCluster = n.cfg.ForceNewCluster

@@ -71,6 +71,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no data dir", with(func(c *Config) { c.DataDir = "" }), "--data-dir"},
 		{"unknown role", with(func(c *Config) { c.Roles = []string{"server", "cook"} }), "cook"},
 		{"no server role and nothing to join", with(func(c *Config) { c.Roles = []string{gossip.RoleTrainer} }), "--join"},
+		{"unknown raft log store", with(func(c *Config) { c.RaftLogStore = "rocksdb" }), "--raft-log-store"},
+		{"negative log verify interval", with(func(c *Config) { c.RaftLogVerifyInterval = -time.Second }), "--raft-log-verify-interval"},
 		{"negative expect", with(func(c *Config) { c.BootstrapExpect = -1 }), "bootstrap-expect"},
 		{"pserver lease ttl below 2s", with(func(c *Config) { c.PServerLeaseTTL = time.Second }), "--pserver-lease-ttl"},
 		{"pserver lease ttl not whole seconds", with(func(c *Config) { c.PServerLeaseTTL = 2500 * time.Millisecond }), "--pserver-lease-ttl"},

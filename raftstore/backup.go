@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
@@ -66,6 +65,10 @@ type SeedConfig struct {
 	// ID. Every member of a new cluster is seeded from the same snapshot
 	// with the same Servers (etcd's `snapshot restore --initial-cluster`).
 	Servers []raft.Server
+	// LogStore is the new server's Raft log store, LogStoreBoltDB (also
+	// for "") or LogStoreWAL; the server must then start with the same
+	// (Config.LogStore).
+	LogStore string
 }
 
 // SeedFromSnapshot writes a data dir that starts as a member of a new
@@ -84,6 +87,9 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 	if cfg.ID == "" || cfg.DataDir == "" {
 		return SnapshotInfo{}, errors.New("raftstore: seed: ID and DataDir are required")
 	}
+	if err := checkLogStore(cfg.LogStore); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: %w", err)
+	}
 	self := false
 	for _, s := range cfg.Servers {
 		self = self || string(s.ID) == cfg.ID
@@ -92,22 +98,26 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: the initial cluster does not include %q", cfg.ID)
 	}
 	dir := filepath.Join(cfg.DataDir, "raft")
-	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
+	if hasLogStore(dir) {
 		return SnapshotInfo{}, fmt.Errorf("%w: %s; restore into a new, empty --data-dir", ErrDataDirInUse, dir)
 	}
 	if err := checkDataDir(dir, cfg.ID); err != nil {
 		return SnapshotInfo{}, err
 	}
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	kind, err := resolveLogStore(dir, cfg.LogStore)
 	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: open log store: %w", err)
+		return SnapshotInfo{}, err
 	}
-	defer bolt.Close()
+	ls, err := openLogStore(dir, kind, newHCLogger(slog.New(slog.DiscardHandler), "wal"))
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: %w", err)
+	}
+	defer ls.Close()
 	snaps, err := openSnapshotStore(dir, 2, newHCLogger(slog.New(slog.DiscardHandler), "snapshot"))
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: open snapshot store: %w", err)
 	}
-	if has, err := raft.HasExistingState(bolt, bolt, snaps); err != nil || has {
+	if has, err := raft.HasExistingState(ls, ls, snaps); err != nil || has {
 		if err == nil {
 			err = fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
 		}
@@ -128,7 +138,7 @@ func SeedFromSnapshot(cfg SeedConfig, snap []byte) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: write snapshot: %w", err)
 	}
 	// The term must not go back below the snapshot's.
-	if err := bolt.SetUint64([]byte("CurrentTerm"), term); err != nil {
+	if err := ls.SetUint64([]byte("CurrentTerm"), term); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("raftstore: seed: %w", err)
 	}
 	h := sha256.New()

@@ -56,7 +56,9 @@ func freeAddrs(tb testing.TB, n int) []string {
 
 // A snapshot seeds a new 3-server cluster that holds every key of it; a
 // corrupt snapshot and a used data dir are refused and write nothing.
-func TestSeedFromSnapshot(t *testing.T) {
+func TestSeedFromSnapshot(t *testing.T) { forEachLogStore(t, testSeedFromSnapshot) }
+
+func testSeedFromSnapshot(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	src := mustCluster(t, 1)
 	l := src.leader(ctx)
@@ -84,14 +86,14 @@ func TestSeedFromSnapshot(t *testing.T) {
 	c := &cluster{tb: t}
 	for i, a := range addrs {
 		id, dir := fmt.Sprintf("r%d", i+1), t.TempDir()
-		info, err := SeedFromSnapshot(SeedConfig{ID: id, DataDir: dir, Servers: servers}, snap)
+		info, err := SeedFromSnapshot(SeedConfig{ID: id, DataDir: dir, Servers: servers, LogStore: logStoreOf(t)}, snap)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if info.Revision != wantRev || info.Keys != 50 {
 			t.Fatalf("seed info %+v, want revision %d and 50 keys", info, wantRev)
 		}
-		if _, err := SeedFromSnapshot(SeedConfig{ID: id, DataDir: dir, Servers: servers}, snap); !errors.Is(err, ErrDataDirInUse) {
+		if _, err := SeedFromSnapshot(SeedConfig{ID: id, DataDir: dir, Servers: servers, LogStore: logStoreOf(t)}, snap); !errors.Is(err, ErrDataDirInUse) {
 			t.Fatalf("second seed into %s: %v, want ErrDataDirInUse", dir, err)
 		}
 		cfg := testConfig(t, id, dir)
@@ -131,7 +133,9 @@ func TestSeedFromSnapshot(t *testing.T) {
 
 // With two of three servers gone for good, the survivor restarted with
 // ForceNewCluster leads alone with every write it had, and grows back.
-func TestForceNewCluster(t *testing.T) {
+func TestForceNewCluster(t *testing.T) { forEachLogStore(t, testForceNewCluster) }
+
+func testForceNewCluster(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	c := mustCluster(t, 3)
 	l := c.leader(ctx)

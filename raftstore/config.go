@@ -18,9 +18,21 @@ type Config struct {
 	// <DataDir>/raft/node-id on first start; a later start with another ID
 	// fails with ErrDataDirMismatch.
 	ID string
-	// DataDir holds raft/raft.db (bolt log + stable store), raft/snapshots and
-	// raft/node-id (required).
+	// DataDir holds raft/raft.db or raft/wal (the log + stable store, see
+	// LogStore), raft/snapshots, raft/node-id and raft/log-store (required).
 	DataDir string
+	// LogStore is the Raft log and stable store: LogStoreBoltDB
+	// (raft-boltdb, the default, also for "") or LogStoreWAL
+	// (hashicorp/raft-wal: one fdatasync per append instead of two). It is
+	// recorded in raft/log-store at the data dir's first start; a later
+	// start naming the other store fails with ErrLogStoreMismatch. A data
+	// dir from before the record, holding raft.db, is boltdb.
+	LogStore string
+	// LogVerifyInterval, if positive, turns on Consul's log verification
+	// (verify.go): the leader appends a checkpoint this often, and each
+	// follower checks that its log store reads back what the leader wrote
+	// since the previous one (Store.LogVerification). Default 0: off.
+	LogVerifyInterval time.Duration
 	// RaftAddr is the TCP bind address of the Raft transport, e.g. ":7001"
 	// or "127.0.0.1:0" (required).
 	RaftAddr string
@@ -155,6 +167,9 @@ func (c Config) Validate() error {
 	if c.MaxTxnOps < 0 || c.MaxWatchers < 0 || c.MaxWatchersPerConn < 0 {
 		errs = append(errs, fmt.Errorf("raftstore: config: MaxTxnOps %d, MaxWatchers %d or MaxWatchersPerConn %d < 0", c.MaxTxnOps, c.MaxWatchers, c.MaxWatchersPerConn))
 	}
+	if err := checkLogStore(c.LogStore); err != nil {
+		errs = append(errs, fmt.Errorf("raftstore: config: LogStore: %w", err))
+	}
 	if c.MaxBatch < 0 || c.MaxInflight < 0 {
 		errs = append(errs, fmt.Errorf("raftstore: config: MaxBatch %d or MaxInflight %d < 0", c.MaxBatch, c.MaxInflight))
 	}
@@ -223,6 +238,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = d.MaxInflight
+	}
+	if c.LogStore == "" {
+		c.LogStore = LogStoreBoltDB
 	}
 	if c.BatchLinger == 0 {
 		c.BatchLinger = d.BatchLinger

@@ -36,17 +36,7 @@ func checkDataDir(dir, id string) error {
 		}
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
-		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
-			return fmt.Errorf("raftstore: write %q: %w", tmp, err)
-		}
-		if err := syncFile(tmp); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			return fmt.Errorf("raftstore: rename %q: %w", tmp, err)
-		}
-		return syncFile(dir)
+		return writeFileAtomic(p, []byte(id+"\n"), 0o600)
 	default:
 		return fmt.Errorf("raftstore: read %q: %w", p, err)
 	}

@@ -1,5 +1,6 @@
 // Package raftstore runs raftps's Raft group: hashicorp/raft with
-// raft-boltdb (log and stable store), a file snapshot store and a TCP
+// raft-boltdb or hashicorp/raft-wal (log and stable store, Config.LogStore),
+// a file snapshot store and a TCP
 // transport, in front of the deterministic state machine of package fsm.
 // It gives the rest of raftps an etcd-like metadata store: batched writes
 // forwarded to the leader, linearizable (or serializable) reads, leases
@@ -29,7 +30,7 @@
 //
 // # Data dir
 //
-// <DataDir>/raft holds raft.db (bolt: log and stable store), snapshots/,
+// <DataDir>/raft holds the log and stable store, snapshots/, log-store,
 // node-id (written on first start; a start with another --id fails with
 // ErrDataDirMismatch) and cluster-id (16 hex digits hashed from log entry 1,
 // the bootstrap configuration, recorded once the server has seen it; a
@@ -43,6 +44,19 @@
 // goroutine, bounded to 3 s and to 16 in flight per source IP address, so
 // idle connections cannot delay a vote; VerifyPeer proves a peer's node
 // identity before the master adds it.
+//
+// The log and stable store is Config.LogStore (logstore.go), as Consul's
+// raft_logstore backend: LogStoreBoltDB, raft-boltdb in raft.db (the
+// default), or LogStoreWAL, hashicorp/raft-wal's segment files and its
+// wal-meta.db in wal/ (one fdatasync per append against bolt's two: about
+// twice the puts at one client). The first start records the choice in
+// log-store (atomically, 0600); a data dir without the record but with
+// raft.db (from before the record) is boltdb. A start naming the other
+// store fails with ErrLogStoreMismatch, which names both; nothing converts
+// a log in place. SeedFromSnapshot (`raftps snapshot restore
+// --raft-log-store`) writes either store, and ForceNewCluster works on
+// either. raft-wal v0.4.0's Close leaves its meta store open (its flock
+// would block the next open in the process), so walStore closes it.
 //
 // # Caller's duties
 //

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,10 +101,33 @@ func (f directForwarder) LeaseTimeToLive(ctx context.Context, id, _ string, leas
 	return ttl, notLeaderIfClosed(err)
 }
 
+// forEachLogStore runs test once per Raft log store, as subtests named
+// after the store ("boltdb", "wal"); testConfig gives every store such a
+// subtest starts (directly or through mustCluster) that log store.
+func forEachLogStore(t *testing.T, test func(t *testing.T)) {
+	for _, ls := range LogStores() {
+		t.Run(ls, test)
+	}
+}
+
+// logStoreOf is the log store of the forEachLogStore subtest tb runs in
+// (or under): the last element of its name that names a store; "" (the
+// default, boltdb) outside one.
+func logStoreOf(tb testing.TB) string {
+	parts := strings.Split(tb.Name(), "/")
+	for i := len(parts) - 1; i > 0; i-- {
+		if slices.Contains(LogStores(), parts[i]) {
+			return parts[i]
+		}
+	}
+	return ""
+}
+
 func testConfig(tb testing.TB, id, dir string) Config {
 	cfg := DefaultConfig()
 	cfg.ID = id
 	cfg.DataDir = dir
+	cfg.LogStore = logStoreOf(tb)
 	cfg.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = testLogger(tb).With("node", id)
 	return cfg

@@ -2,31 +2,13 @@ package raftstore
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-
-	raftwal "github.com/hashicorp/raft-wal"
 )
 
-// openWAL opens hashicorp/raft-wal (segment files with one fdatasync per
-// append and its own bolt file for the stable store) in <dir>/wal.
-func openWAL(dir string) (logStore, error) {
-	d := filepath.Join(dir, "wal")
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		return nil, err
-	}
-	w, err := raftwal.Open(d)
-	if err != nil {
-		return nil, fmt.Errorf("raftstore: open raft-wal %q: %w", d, err)
-	}
-	return w, nil
-}
-
 // BenchmarkPutLogStore measures puts through the leader of a fresh 3-node
-// cluster with raftps' log store (raft-boltdb, openLogStore) and with
-// hashicorp/raft-wal in its place, with 1 and 16 clients. One op is one
+// cluster with each Raft log store (Config.LogStore: raft-boltdb, the
+// default, and hashicorp/raft-wal), with 1 and 16 clients. One op is one
 // pair per client count: boltdb then wal on odd ops, wal then boltdb on
 // even ones. It reports c<N>-boltdb-ops/s and c<N>-wal-ops/s (medians over
 // the ops) and c<N>-wal/boltdb, the median of the per-op ratios, with
@@ -39,11 +21,7 @@ func openWAL(dir string) (logStore, error) {
 //
 //	go test -run '^$' -bench PutLogStore -benchtime 5x ./raftstore/
 func BenchmarkPutLogStore(b *testing.B) {
-	defer func(f func(string) (logStore, error)) { openLogStore = f }(openLogStore)
-	stores := []struct {
-		name string
-		open func(string) (logStore, error)
-	}{{"boltdb", openLogStore}, {"wal", openWAL}}
+	stores := []string{LogStoreBoltDB, LogStoreWAL}
 	clientCounts := []int{1, 16}
 	ops := map[string][]float64{}
 	ratios := map[int][]float64{}
@@ -55,9 +33,8 @@ func BenchmarkPutLogStore(b *testing.B) {
 				if i%2 == 1 {
 					v = 1 - k
 				}
-				openLogStore = stores[v].open
-				got[v] = putRun(b, nil, clients, *boltBenchPuts*clients)
-				unit := fmt.Sprintf("c%d-%s-ops/s", clients, stores[v].name)
+				got[v] = putRun(b, func(c *Config) { c.LogStore = stores[v] }, clients, *boltBenchPuts*clients)
+				unit := fmt.Sprintf("c%d-%s-ops/s", clients, stores[v])
 				ops[unit] = append(ops[unit], got[v])
 			}
 			ratios[clients] = append(ratios[clients], got[1]/got[0])

@@ -12,46 +12,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/internal/groupcommit"
 )
-
-// boltOptions are the bbolt options of the raft log store, etcd's for its
-// own bbolt backend: the freelist is not written on every commit (bbolt
-// rebuilds it by scanning the pages on open) and is kept as a hashmap, so
-// a commit writes fewer pages. Syncs stay on: every commit is durable. A
-// variable so that BenchmarkPutBoltOptions can compare it with the
-// library's defaults in one run.
-var boltOptions = func() *bbolt.Options {
-	return &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
-}
-
-// logStore is the raft log and stable store of a server (raft-boltdb's
-// BoltStore).
-type logStore interface {
-	raft.LogStore
-	raft.StableStore
-	Close() error
-}
-
-// openLogStore opens the log and stable store in dir (<DataDir>/raft):
-// raft-boltdb with boltOptions, in raft.db. A variable so that
-// BenchmarkPutLogStore can measure another log store (hashicorp/raft-wal)
-// in its place in one run: the evidence for why puts at one client trail
-// etcd with the store the design names (bench/profile.go).
-var openLogStore = func(dir string) (logStore, error) {
-	path := filepath.Join(dir, "raft.db")
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
-	if err != nil {
-		return nil, fmt.Errorf("raftstore: open log store %q: %w", path, err)
-	}
-	return bolt, nil
-}
 
 // Errors of the store, checked with errors.Is.
 // ErrNotLeader, ErrNoLeader and ErrNotOpen are defined in api/rpctypes (so
@@ -99,7 +65,7 @@ type Status struct {
 }
 
 // Store is one server of the Raft group: hashicorp/raft over a TCP
-// transport, bolt log and stable store and file snapshots, in front of a
+// transport, log and stable store (Config.LogStore) and file snapshots, in front of a
 // *fsm.FSM. Lifecycle: New → Open → Close. All methods are safe for
 // concurrent use.
 type Store struct {
@@ -144,8 +110,9 @@ type Store struct {
 	metrics *storeMetrics
 	hub     *watchHub // watchers (watch.go)
 
-	wrapLogs func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
-	gate     *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
+	wrapLogs    func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
+	verifyState                                   // Config.LogVerifyInterval (verify.go)
+	gate        *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
 
 	clusterID atomic.Pointer[string]
 	transfers atomic.Int64 // successful leadership transfers at Close
@@ -202,7 +169,11 @@ func (s *Store) Open() (err error) {
 	}
 	hcl := newHCLogger(s.cfg.Logger.With("component", "raft", "id", s.cfg.ID), "raft")
 
-	ls, err := openLogStore(dir)
+	kind, err := resolveLogStore(dir, s.cfg.LogStore)
+	if err != nil {
+		return err
+	}
+	ls, err := openLogStore(dir, kind, hcl.Named("wal"))
 	if err != nil {
 		return err
 	}
@@ -249,6 +220,13 @@ func (s *Store) Open() (err error) {
 	if s.wrapLogs != nil {
 		logs = s.wrapLogs(ls)
 	}
+	logs = s.verifyLogs(logs)
+	defer func() {
+		if err != nil && s.verifier != nil {
+			s.verifier.Close()
+			s.verifier = nil
+		}
+	}()
 	r, err := raft.NewRaft(rc, s.fsm, logs, ls, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raftstore: start raft: %w", err)
@@ -283,6 +261,10 @@ func (s *Store) Open() (err error) {
 	go s.runBatcher()
 	go s.runWaiter()
 	go s.runLeaderLoop(internal)
+	if s.verifier != nil {
+		s.wg.Add(1)
+		go s.runCheckpoints(s.cfg.LogVerifyInterval)
+	}
 	s.logger.Info("raft store open", "raft_addr", string(trans.LocalAddr()), "data_dir", dir, "existing_state", hasState)
 	return nil
 }
@@ -325,6 +307,9 @@ func (s *Store) Close() error {
 	close(s.workersDone)
 	if err := closeTransport(s.trans); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close transport: %w", err))
+	}
+	if s.verifier != nil {
+		s.verifier.Close() // stops its goroutine; Raft no longer writes
 	}
 	if err := s.logs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: close log store: %w", err))

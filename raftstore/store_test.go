@@ -30,6 +30,8 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", func(*Config) {}, true},
 		{"no id", func(c *Config) { c.ID = "" }, false},
 		{"no data dir", func(c *Config) { c.DataDir = "" }, false},
+		{"wal", func(c *Config) { c.LogStore = LogStoreWAL }, true},
+		{"unknown log store", func(c *Config) { c.LogStore = "rocksdb" }, false},
 		{"lease > heartbeat", func(c *Config) { c.LeaderLeaseTimeout = time.Second }, false},
 		{"bootstrap servers without self", func(c *Config) {
 			c.Bootstrap = true
@@ -49,7 +51,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestLifecycle(t *testing.T) {
+func TestLifecycle(t *testing.T) { forEachLogStore(t, testLifecycle) }
+
+func testLifecycle(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, "n1", dir)
 	cfg.Bootstrap = true
@@ -217,7 +221,9 @@ func TestClusterIDMismatch(t *testing.T) {
 // crashes; a new leader must be elected within 3 s, no acknowledged write
 // may be lost, and a linearizable read never returns a value older than
 // the last acknowledged write of its key.
-func TestLeaderFailover(t *testing.T) {
+func TestLeaderFailover(t *testing.T) { forEachLogStore(t, testLeaderFailover) }
+
+func testLeaderFailover(t *testing.T) {
 	c := mustCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	old := c.leader(ctx)
@@ -706,7 +712,9 @@ func (f observerFunc) Applied(n fsm.Notification) { f(n) }
 // snapshotted and truncated its log restarts on its data dir (Bootstrap
 // still set, as the same command line would) and catches up through
 // InstallSnapshot; linearizable reads on it then see the latest writes.
-func TestRestartAndSnapshotCatchUp(t *testing.T) {
+func TestRestartAndSnapshotCatchUp(t *testing.T) { forEachLogStore(t, testRestartAndSnapshotCatchUp) }
+
+func testRestartAndSnapshotCatchUp(t *testing.T) {
 	c := &cluster{tb: t}
 	fwd := directForwarder{c}
 	mk := func(id, dir, addr string, boot bool) *Store {

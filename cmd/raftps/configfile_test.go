@@ -66,3 +66,15 @@ func TestShippedConfigFile(t *testing.T) {
 		t.Fatalf("bootstrap-expect %s", v)
 	}
 }
+
+// raft-log-store is settable in the config file like its flag.
+func TestConfigFileRaftLogStore(t *testing.T) {
+	c := newNodeCmd(&globals{out: io.Discard, err: io.Discard})
+	fs := c.Flags()
+	if err := applyConfigFile(fs, writeFile(t, "raft-log-store: wal\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := fs.Lookup("raft-log-store").Value.String(); got != "wal" {
+		t.Fatalf("raft-log-store from the file = %q, want wal", got)
+	}
+}

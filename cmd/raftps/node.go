@@ -59,6 +59,8 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.BoolVar(&cfg.ForceNewCluster, "force-new-cluster", false, "start this server as a new cluster of one voter from its own data dir (when a majority is gone for good); remove it after one start")
 	f.StringVar(&cfg.ID, "id", "", "node id, unique in the cluster (required)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "data directory (required)")
+	f.DurationVar(&cfg.RaftLogVerifyInterval, "raft-log-verify-interval", 0, "append a log-verification checkpoint this often: each node checks that its Raft log store reads back what the leader wrote and logs an error if not (0: off)")
+	f.StringVar(&cfg.RaftLogStore, "raft-log-store", cfg.RaftLogStore, "Raft log store: boltdb or wal (hashicorp/raft-wal, one fdatasync per append); chosen at the data dir's first start, a restart naming the other is refused (to change it: remove the node, wipe its data dir, rejoin)")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC client API address")
 	f.StringVar(&cfg.PeerAddr, "peer-addr", "", "node-to-node gRPC address (default: an ephemeral port on the --grpc-addr host; announced in gossip)")
 	f.StringVar(&cfg.PServerAddr, "pserver-addr", "", "pserver data path gRPC address (default: an ephemeral port on the --grpc-addr host; announced in slot records)")

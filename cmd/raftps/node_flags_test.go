@@ -58,3 +58,12 @@ func TestHelpNamesEnv(t *testing.T) {
 		t.Errorf("kv get --help after node --help lacks --endpoints")
 	}
 }
+
+// TestRaftLogStoreFlag: --raft-log-store takes boltdb or wal; anything
+// else is refused before the node starts, naming both.
+func TestRaftLogStoreFlag(t *testing.T) {
+	_, err := runOffline(t, "node", "--insecure", "--id", "x", "--data-dir", t.TempDir(), "--raft-log-store", "rocksdb")
+	if err == nil || !strings.Contains(err.Error(), `--raft-log-store "rocksdb": want boltdb or wal`) {
+		t.Fatalf("raftps node --raft-log-store rocksdb: %v; want the two stores named", err)
+	}
+}

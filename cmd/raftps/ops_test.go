@@ -190,4 +190,23 @@ func TestSnapshotFileRefused(t *testing.T) {
 	if _, err := runArgs("snapshot", "restore", file, "--data-dir", target, "--id", "r1"); !errors.Is(err, raftstore.ErrDataDirInUse) {
 		t.Fatalf("restore into a used data dir: %v", err)
 	}
+	// --raft-log-store wal seeds a raft-wal data dir; an unknown store is
+	// refused before anything is written.
+	walTarget := filepath.Join(dir, "wal")
+	if _, err := runArgs("snapshot", "restore", file, "--data-dir", walTarget, "--id", "r1", "--raft-log-store", "wal"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := os.ReadFile(filepath.Join(walTarget, "raft", "log-store")); err != nil || strings.TrimSpace(string(rec)) != "wal" {
+		t.Fatalf("restore --raft-log-store wal: log-store %q, %v", rec, err)
+	}
+	if _, err := os.Stat(filepath.Join(walTarget, "raft", "wal")); err != nil {
+		t.Fatalf("restore --raft-log-store wal wrote no wal dir: %v", err)
+	}
+	bad := filepath.Join(dir, "rocks")
+	if _, err := runArgs("snapshot", "restore", file, "--data-dir", bad, "--id", "r1", "--raft-log-store", "rocksdb"); err == nil || !strings.Contains(err.Error(), "unknown log store") {
+		t.Fatalf("restore --raft-log-store rocksdb: %v", err)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused restore created %s", bad)
+	}
 }

@@ -115,8 +115,8 @@ FILE that exists is whole. A full backup of a job is this snapshot plus
 	}
 
 	var (
-		dataDir, id, raftAddr string
-		initialCluster        []string
+		dataDir, id, raftAddr, logStore string
+		initialCluster                  []string
 	)
 	restore := &cobra.Command{
 		Use:   "restore FILE --data-dir DIR --id ID [--raft-addr ADDR | --initial-cluster id=raftaddr,...]",
@@ -141,7 +141,7 @@ already holds Raft state, is refused and nothing is written.`,
 			if err != nil {
 				return err
 			}
-			info, err := raftstore.SeedFromSnapshot(raftstore.SeedConfig{ID: id, DataDir: dataDir, Servers: servers}, snap)
+			info, err := raftstore.SeedFromSnapshot(raftstore.SeedConfig{ID: id, DataDir: dataDir, Servers: servers, LogStore: logStore}, snap)
 			if err != nil {
 				return fmt.Errorf("snapshot restore %s: %w", args[0], err)
 			}
@@ -164,6 +164,7 @@ already holds Raft state, is refused and nothing is written.`,
 	rf.StringVar(&dataDir, "data-dir", "", "data dir of the new node (must hold no Raft state)")
 	rf.StringVar(&id, "id", "", "id of the new node")
 	rf.StringVar(&raftAddr, "raft-addr", "127.0.0.1:7001", "advertised Raft address of the new node (without --initial-cluster)")
+	rf.StringVar(&logStore, "raft-log-store", raftstore.LogStoreBoltDB, "Raft log store of the new node: boltdb or wal (start the node with the same --raft-log-store)")
 	rf.StringSliceVar(&initialCluster, "initial-cluster", nil, "every member of the new cluster as id=raftaddr (the same list on each)")
 	c.AddCommand(save, restore, status)
 	return c

@@ -50,6 +50,7 @@ func TestJepsenEtcdClient(t *testing.T) {
 		Hold:         4 * time.Second,
 		CheckTimeout: time.Minute,
 		Seed:         seed,
+		LogStore:     *flagLogStore,
 		Logf:         t.Logf,
 	}
 	if *flagLong {

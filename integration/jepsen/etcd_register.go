@@ -134,9 +134,9 @@ func RunEtcdRegisterSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, er
 		return sum, err
 	}
 	defer h.Close()
-	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, Ops: map[string]int{}, Faults: map[string]int{}}
+	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, LogStore: cfg.LogStore, Ops: map[string]int{}, Faults: map[string]int{}}
 
-	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs")})
+	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs"), LogStore: cfg.LogStore})
 	if err != nil {
 		return sum, err
 	}

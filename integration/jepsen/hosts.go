@@ -44,6 +44,9 @@ type HostsConfig struct {
 	// each node a certificate for its IP and its own copy of the gossip
 	// keyring, and the admin's certificate for the clients (DialOptions).
 	Insecure bool
+	// LogStore, if set, is every node's --raft-log-store (boltdb or wal);
+	// NodeArgs adds it.
+	LogStore string
 }
 
 // Host is one node's network namespace and, once started, its process.
@@ -79,6 +82,8 @@ type Hosts struct {
 	// PKI is the cluster's CA, admin certificate and gossip keyring (nil
 	// with HostsConfig.Insecure).
 	PKI *localcluster.PKI
+	// LogStore is HostsConfig.LogStore.
+	LogStore string
 
 	pkiDir    string
 	closeOnce sync.Once
@@ -299,6 +304,7 @@ func NewHosts(cfg HostsConfig) (_ *Hosts, err error) {
 		Bridge:   cfg.Prefix + "-br",
 		BridgeIP: cfg.Subnet + ".1",
 		LogDir:   cfg.LogDir,
+		LogStore: cfg.LogStore,
 	}
 	if len(hs.Bridge) > 15 {
 		return nil, fmt.Errorf("jepsen: prefix %q too long for link names", cfg.Prefix)

@@ -281,3 +281,15 @@ func TestHostsPKI(t *testing.T) {
 		t.Fatalf("insecure hosts: %v", args)
 	}
 }
+
+// NodeArgs passes HostsConfig.LogStore (-jepsen.logstore) to every node,
+// and nothing when it is unset (the node's default).
+func TestNodeArgsLogStore(t *testing.T) {
+	h := &Host{Name: "n1", IP: "10.0.0.11"}
+	for _, tc := range []struct{ store, want string }{{"wal", "--raft-log-store wal"}, {"boltdb", "--raft-log-store boltdb"}, {"", ""}} {
+		args := strings.Join(NodeArgs(&Hosts{Nodes: []*Host{h}, LogStore: tc.store}, h, "/d", "info"), " ")
+		if got := strings.Contains(args, "--raft-log-store"); got != (tc.want != "") || !strings.Contains(args, tc.want) {
+			t.Fatalf("LogStore %q: args %q, want %q", tc.store, args, tc.want)
+		}
+	}
+}

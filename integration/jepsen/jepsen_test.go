@@ -17,13 +17,14 @@ import (
 )
 
 var (
-	flagBin    = flag.String("jepsen.bin", "", "path to the raftps binary (default: go build ./cmd/raftps into a temp dir)")
-	flagLong   = flag.Bool("jepsen.long", false, "long run: 5 nodes, every fault kind, about 10 minutes (use -timeout 30m)")
-	flagOut    = flag.String("jepsen.out", "", "results directory (default: integration/results/<timestamp>)")
-	flagSeed   = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
-	flagFaults = flag.String("jepsen.faults", "", "comma-separated fault schedule overriding the default (kinds: see AllFaults)")
-	flagTrain  = flag.Bool("jepsen.training", false, "also run a training job (mlp, 40 passes of 60000 records) under the faults and check its task events and restores (always on with -jepsen.long)")
-	flagCanary = flag.Bool("jepsen.canary", false, "canary: serializable reads (followers serve their local, possibly stale, state); the test then expects the checker to find a violation")
+	flagBin      = flag.String("jepsen.bin", "", "path to the raftps binary (default: go build ./cmd/raftps into a temp dir)")
+	flagLong     = flag.Bool("jepsen.long", false, "long run: 5 nodes, every fault kind, about 10 minutes (use -timeout 30m)")
+	flagOut      = flag.String("jepsen.out", "", "results directory (default: integration/results/<timestamp>)")
+	flagSeed     = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
+	flagFaults   = flag.String("jepsen.faults", "", "comma-separated fault schedule overriding the default (kinds: see AllFaults)")
+	flagTrain    = flag.Bool("jepsen.training", false, "also run a training job (mlp, 40 passes of 60000 records) under the faults and check its task events and restores (always on with -jepsen.long)")
+	flagLogStore = flag.String("jepsen.logstore", "", "every node's --raft-log-store: boltdb or wal (default: the node's default, boltdb)")
+	flagCanary   = flag.Bool("jepsen.canary", false, "canary: serializable reads (followers serve their local, possibly stale, state); the test then expects the checker to find a violation")
 )
 
 // moduleRoot is the directory holding go.mod.
@@ -115,6 +116,7 @@ func TestJepsen(t *testing.T) {
 		Hold:         4 * time.Second,
 		CheckTimeout: time.Minute,
 		Seed:         seed,
+		LogStore:     *flagLogStore,
 		Logf:         t.Logf,
 	}
 	if *flagLong {

@@ -18,8 +18,9 @@ type Summary struct {
 	Duration    string         `json:"duration"`
 	Nodes       int            `json:"nodes"`
 	Binary      string         `json:"binary"`
-	Ops         map[string]int `json:"ops"`    // workload -> operations
-	Faults      map[string]int `json:"faults"` // fault type -> count
+	LogStore    string         `json:"log_store,omitempty"` // the nodes' --raft-log-store ("": boltdb)
+	Ops         map[string]int `json:"ops"`                 // workload -> operations
+	Faults      map[string]int `json:"faults"`              // fault type -> count
 	FaultList   []Fault        `json:"fault_list"`
 	Results     []Result       `json:"results"`
 	Valid       bool           `json:"valid"` // no checker reported a violation
@@ -53,7 +54,11 @@ func WriteSummary(dir string, s Summary) error {
 func (s Summary) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "raftps jepsen run %s (%s, %d nodes)\n", s.Start.UTC().Format(time.RFC3339), s.Duration, s.Nodes)
-	fmt.Fprintf(&b, "binary: %s\n\noperations:\n", s.Binary)
+	logStore := s.LogStore
+	if logStore == "" {
+		logStore = "boltdb (default)"
+	}
+	fmt.Fprintf(&b, "binary: %s\nraft log store: %s\n\noperations:\n", s.Binary, logStore)
 	for _, k := range sortedKeys(s.Ops) {
 		fmt.Fprintf(&b, "  %-12s %d\n", k, s.Ops[k])
 	}

@@ -77,7 +77,7 @@ func newScenario(t *testing.T, name string, nodes int, extra func(h *Host) []str
 	sc.h = h
 	t.Cleanup(func() { _ = h.Close() })
 	sc.sum = Summary{Start: h.Start(), Nodes: nodes, Binary: sc.bin, Ops: map[string]int{}, Faults: map[string]int{}}
-	hs, err := NewHosts(HostsConfig{Nodes: nodes, LogDir: filepath.Join(sc.out, "logs")})
+	hs, err := NewHosts(HostsConfig{Nodes: nodes, LogDir: filepath.Join(sc.out, "logs"), LogStore: *flagLogStore})
 	if err != nil {
 		t.Fatalf("jepsen: hosts: %v", err)
 	}

@@ -34,6 +34,9 @@ type SuiteConfig struct {
 	ElectionTimeout time.Duration
 	// CheckTimeout bounds Porcupine.
 	CheckTimeout time.Duration
+	// LogStore is every node's --raft-log-store: boltdb or wal ("" is
+	// the node's default, boltdb). Recorded in the summary.
+	LogStore string
 	// LogLevel passed to every node (default "info").
 	LogLevel string
 	Seed     uint64
@@ -76,6 +79,9 @@ func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
 		"--bootstrap-expect", fmt.Sprint(len(hs.Nodes)),
 		"--log-level", logLevel,
 	}
+	if hs.LogStore != "" {
+		args = append(args, "--raft-log-store", hs.LogStore)
+	}
 	if len(h.TLSArgs) > 0 {
 		args = append(args, h.TLSArgs...) // mutual TLS and gossip encryption (Hosts' PKI)
 	} else {
@@ -112,9 +118,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		return sum, err
 	}
 	defer h.Close()
-	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, Ops: map[string]int{}, Faults: map[string]int{}}
+	sum = Summary{Start: h.Start(), Nodes: cfg.Nodes, Binary: cfg.Binary, LogStore: cfg.LogStore, Ops: map[string]int{}, Faults: map[string]int{}}
 
-	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs")})
+	hs, err := NewHosts(HostsConfig{Nodes: cfg.Nodes, LogDir: filepath.Join(cfg.OutDir, "logs"), LogStore: cfg.LogStore})
 	if err != nil {
 		return sum, err
 	}
