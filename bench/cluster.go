@@ -54,7 +54,7 @@ type raftpsCluster struct {
 	grpc  []string
 }
 
-func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
+func newRaftpsCluster(bin, dir string, n int, extra ...string) (*raftpsCluster, error) {
 	c := &raftpsCluster{bin: bin, dir: dir}
 	type addrs struct{ grpc, raft, gossip, http, peer, pserver string }
 	var as []addrs
@@ -81,6 +81,7 @@ func newRaftpsCluster(bin, dir string, n int) (*raftpsCluster, error) {
 		args := []string{"node", "--id", id, "--data-dir", filepath.Join(dir, id), "--grpc-addr", a.grpc,
 			"--raft-addr", a.raft, "--gossip-addr", a.gossip, "--http-addr", a.http, "--peer-addr", a.peer, "--pserver-addr", a.pserver, "--log-level", "info",
 			"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(n)}
+		args = append(args, extra...)
 		args = append(args, "--insecure") // plaintext, as the etcd baseline runs; the tls section measures mutual TLS against this
 		if root := localcluster.DatasetRoot(); root != "" {
 			args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist
