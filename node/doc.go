@@ -162,9 +162,21 @@
 //	1000/1000/1000 ms             100 / 1000    0.00 [15]       0.00 [22]          2.64 median, 2.93    2.35 median, 2.38
 //
 // (1 min idle and 3 min beside 4 stress-ng workers, 3 failovers each.)
-// PAIRED_PLACEHOLDER
-// Longer timeouts hold a leader better but fail over later: etcd's own
-// 100/1000 never changed leader under load and took 2.0 to 2.9 s.
+// The two 500 ms settings again, side by side at the same time (2 min
+// beside 4 stress-ng workers and the package tests, load 27; then 8 min
+// with 8 workers, load 37; 5 failovers each):
+//
+//	                        terms/min   terms/min loaded   failover (s)         failover loaded (s)
+//	lease 250 ms (before)   0.50        1.62               1.25 median, 1.43    1.37 median, 1.61
+//	lease 500 ms (default)  0.00        0.12               1.06 median, 1.33    1.05 median, 1.24
+//
+// In those 8 minutes the 250 ms leaders stepped down 12 times on their
+// own ("failed to contact quorum of nodes, stepping down"), the 500 ms
+// ones once. The default's 16 failovers took 0.72 to 1.50 s. Longer
+// timeouts hold a leader better but fail over later: etcd's own 100/1000
+// never changed leader under load and took 2.0 to 2.9 s. Reproduce with
+//
+//	raftps-bench elections --flags "--heartbeat-interval 50 --election-timeout 500"
 //
 // # Failure
 //
