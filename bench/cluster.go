@@ -57,8 +57,9 @@ type raftpsCluster struct {
 }
 
 // newRaftpsCluster prepares n nodes in dir with the Raft log store
-// logStore ("" or "boltdb": the default; "wal": named raftps-wal).
-func newRaftpsCluster(bin, dir string, n int, logStore string) (*raftpsCluster, error) {
+// logStore ("" or "boltdb": the default; "wal": named raftps-wal) and the
+// extra node flags.
+func newRaftpsCluster(bin, dir string, n int, logStore string, extra ...string) (*raftpsCluster, error) {
 	c := &raftpsCluster{name: "raftps", bin: bin, dir: dir}
 	if logStore != "" && logStore != raftstore.LogStoreBoltDB {
 		c.name = "raftps-" + logStore
@@ -91,6 +92,7 @@ func newRaftpsCluster(bin, dir string, n int, logStore string) (*raftpsCluster, 
 		if logStore != "" {
 			args = append(args, "--raft-log-store", logStore)
 		}
+		args = append(args, extra...)
 		args = append(args, "--insecure") // plaintext, as the etcd baseline runs; the tls section measures mutual TLS against this
 		if root := localcluster.DatasetRoot(); root != "" {
 			args = append(args, "--dataset-root", root) // jobs name datasets/fashion-mnist

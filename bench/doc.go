@@ -36,6 +36,11 @@
 //   - where raftps' puts are behind etcd's, a CPU profile of raftstore's
 //     BenchmarkPut3Node summarized from `go tool pprof -top`.
 //
+// Elections (`raftps-bench elections`) is apart from Run: one 3-node raftps
+// cluster with the flags given, its Raft terms per minute idle and beside
+// stress-ng --cpu workers, and its failover times in both; node/doc.go
+// ("Raft timing") chose the election defaults with it.
+//
 // Run needs a built raftps binary, a module checkout (for go test) and
 // free loopback ports; it starts and kills only the processes it started.
 // A Report is not safe for concurrent mutation.

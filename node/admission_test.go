@@ -16,6 +16,7 @@ import (
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer/model"
+	"github.com/raftps/raftps/trainer/trainertest"
 )
 
 // admissionSpec is a sync mlp job on the repository's Fashion-MNIST with
@@ -168,7 +169,15 @@ func TestSlotOverBudgetNotClaimed(t *testing.T) {
 func TestTrainerOverBudgetNotStarted(t *testing.T) {
 	cfg := testConfig(t, "n1")
 	cfg.Roles = []string{gossip.RoleServer, gossip.RoleTrainer}
-	cfg.DatasetRoots = []string{localcluster.DatasetRoot()}
+	// The refusal of b waits for a's trainer, which the agent starts only
+	// after loading the dataset: the 60000 records of Fashion-MNIST took
+	// over 90 s under the race detector beside CPU hogs. The 1000 records
+	// the jobs use, in the same layout, load at once.
+	ds := t.TempDir()
+	if err := trainertest.WriteSynthetic(ds, 1000, 100, 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DatasetRoots = []string{ds}
 	cfg.TrainerMemoryBudget = 500 << 10 // 512000
 	n := mustOpen(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -194,7 +203,9 @@ func TestTrainerOverBudgetNotStarted(t *testing.T) {
 	// loading the dataset, slow under the race detector: hence no wait on
 	// its registration, only on the refusal that needs it).
 	for _, name := range []string{"a", "b"} {
-		if err := submit(ctx, t, n, admissionSpec(t, name, 1, 64)); err != nil {
+		spec := admissionSpec(t, name, 1, 64)
+		spec.Dataset.Path = ds
+		if err := submit(ctx, t, n, spec); err != nil {
 			t.Fatalf("submit %s (one trainer fits the budget): %v", name, err)
 		}
 	}

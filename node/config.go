@@ -103,12 +103,18 @@ type Config struct {
 	// role.
 	HTTPTLS bool
 
-	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms) and
-	// LeaderLeaseTimeout (250 ms) are hashicorp/raft's; 0 means raftstore's
-	// default (the same values).
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
+	// HeartbeatInterval and ElectionTimeout are etcd's
+	// --heartbeat-interval and --election-timeout: how often the leader
+	// heartbeats each follower, and how long a follower hears nothing
+	// before it stands for election (also how long a leader goes without
+	// a quorum before it steps down). ElectionTimeout must be at least
+	// 5 x HeartbeatInterval (etcd's rule) and at most 50 s. RaftTimeouts
+	// maps them onto hashicorp/raft's three timeouts; doc.go ("Raft
+	// timing") gives the mapping and the measurements behind the defaults
+	// (DefaultHeartbeatInterval, DefaultElectionTimeout). 0 means the
+	// default.
+	HeartbeatInterval time.Duration
+	ElectionTimeout   time.Duration
 	// DeadServerTimeout: a server dead in gossip this long is removed from
 	// the Raft configuration, never below quorum (default 30 s; 0 means
 	// the master's default).
@@ -169,21 +175,20 @@ type Config struct {
 // DataDir still have to be set.
 func DefaultConfig() Config {
 	c := Config{
-		GRPCAddr:           "127.0.0.1:7000",
-		RaftAddr:           "127.0.0.1:7001",
-		RaftLogStore:       raftstore.LogStoreBoltDB,
-		GossipAddr:         "127.0.0.1:7002",
-		HTTPAddr:           "127.0.0.1:7003",
-		Roles:              gossip.Roles(),
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
-		DeadServerTimeout:  30 * time.Second,
-		PServerLeaseTTL:    5 * time.Second,
-		DiskReserve:        raftstore.DefaultDiskReserve,
-		MaxTxnOps:          raftstore.DefaultMaxTxnOps,
-		QuotaBackendBytes:  raftstore.DefaultQuotaBackendBytes,
-		KeepFinishedJobs:   1000,
+		GRPCAddr:          "127.0.0.1:7000",
+		RaftAddr:          "127.0.0.1:7001",
+		RaftLogStore:      raftstore.LogStoreBoltDB,
+		GossipAddr:        "127.0.0.1:7002",
+		HTTPAddr:          "127.0.0.1:7003",
+		Roles:             gossip.Roles(),
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		ElectionTimeout:   DefaultElectionTimeout,
+		DeadServerTimeout: 30 * time.Second,
+		PServerLeaseTTL:   5 * time.Second,
+		DiskReserve:       raftstore.DefaultDiskReserve,
+		MaxTxnOps:         raftstore.DefaultMaxTxnOps,
+		QuotaBackendBytes: raftstore.DefaultQuotaBackendBytes,
+		KeepFinishedJobs:  1000,
 	}
 	c.PServerMemoryBudget, c.TrainerMemoryBudget = defaultBudgets()
 	return c
@@ -235,6 +240,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FinishedJobMaxAge < 0 {
 		return bad("--finished-job-max-age must be >= 0 (0: no age limit)")
+	}
+	if err := validRaftTiming(c.HeartbeatInterval, c.ElectionTimeout); err != nil {
+		return bad("%v", err)
 	}
 	if t := c.PServerLeaseTTL; t != 0 && (t%time.Second != 0 || t < MinPServerLeaseTTL || t > MaxPServerLeaseTTL) {
 		return bad("--pserver-lease-ttl %v: want whole seconds from %v to %v", t, MinPServerLeaseTTL, MaxPServerLeaseTTL)

@@ -225,6 +225,51 @@
 // node added first with `raftps member add NAME --learner` (and then
 // started with --join) stays a non-voter until `raftps member promote`.
 //
+// # Raft timing
+//
+// Config.HeartbeatInterval and ElectionTimeout are etcd's
+// --heartbeat-interval and --election-timeout (bare milliseconds, also
+// config-file keys; defaults 50 and 500): how often the leader heartbeats
+// each follower, and how long a follower hears no leader before it stands
+// for election. As in etcd, the election timeout must be at least 5
+// heartbeat intervals and at most 50 s, or the node does not start.
+// RaftTimeouts maps them onto hashicorp/raft, which has no heartbeat
+// interval of its own (its leader heartbeats every HeartbeatTimeout/10 to
+// /5): HeartbeatTimeout = min(10 x interval, election timeout),
+// ElectionTimeout = the election timeout, and LeaderLeaseTimeout =
+// HeartbeatTimeout, so that a leader steps down after as long without a
+// quorum as a follower waits without a leader (etcd's CheckQuorum).
+// Consul's raft_multiplier keeps the lease at half; with it, loaded
+// leaders stepped down on their own.
+//
+// The defaults keep one leader beside CPU hogs and fail over within
+// 1.5 s. `raftps-bench elections` measures both (terms per minute of a
+// 3-node cluster while idle and beside stress-ng --cpu, and leader SIGKILL
+// to the first acknowledged write); on the 2-core dev box, 2026-11-27,
+// shared with other builds (the load average is in brackets):
+//
+//	hashicorp/raft HT/ET/lease    etcd flags    terms/min       terms/min loaded   failover (s)         failover loaded (s)
+//	500/500/250 ms (before)       -             0.00 [9]        1.33 [21]          0.98 median, 1.20    1.17 median, 1.43
+//	500/500/500 ms (default)      50 / 500      0.00 [16]       0.33 [16]          1.00 median, 1.20    1.29 median, 1.50
+//	1000/1000/1000 ms             100 / 1000    0.00 [15]       0.00 [22]          2.64 median, 2.93    2.35 median, 2.38
+//
+// (1 min idle and 3 min beside 4 stress-ng workers, 3 failovers each.)
+// The two 500 ms settings again, side by side at the same time (2 min
+// beside 4 stress-ng workers and the package tests, load 27; then 8 min
+// with 8 workers, load 37; 5 failovers each):
+//
+//	                        terms/min   terms/min loaded   failover (s)         failover loaded (s)
+//	lease 250 ms (before)   0.50        1.62               1.25 median, 1.43    1.37 median, 1.61
+//	lease 500 ms (default)  0.00        0.12               1.06 median, 1.33    1.05 median, 1.24
+//
+// In those 8 minutes the 250 ms leaders stepped down 12 times on their
+// own ("failed to contact quorum of nodes, stepping down"), the 500 ms
+// ones once. The default's 16 failovers took 0.72 to 1.50 s. Longer
+// timeouts hold a leader better but fail over later: etcd's own 100/1000
+// never changed leader under load and took 2.0 to 2.9 s. Reproduce with
+//
+//	raftps-bench elections --flags "--heartbeat-interval 50 --election-timeout 500"
+//
 // # Failure
 //
 // Failed reports a condition the node cannot run with (its ID is used by

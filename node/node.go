@@ -224,15 +224,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.MaxTxnOps = n.cfg.MaxTxnOps
 	rcfg.QuotaBackendBytes = n.cfg.QuotaBackendBytes
 	rcfg.Bootstrap = n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 && n.cfg.hasRole(gossip.RoleServer)
-	if n.cfg.HeartbeatTimeout > 0 {
-		rcfg.HeartbeatTimeout = n.cfg.HeartbeatTimeout
-	}
-	if n.cfg.ElectionTimeout > 0 {
-		rcfg.ElectionTimeout = n.cfg.ElectionTimeout
-	}
-	if n.cfg.LeaderLeaseTimeout > 0 {
-		rcfg.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
-	}
+	rcfg.HeartbeatTimeout, rcfg.ElectionTimeout, rcfg.LeaderLeaseTimeout = RaftTimeouts(n.cfg.HeartbeatInterval, n.cfg.ElectionTimeout)
 	rcfg.Logger = n.log
 	rcfg.TLS = n.tls
 	if n.store, err = raftstore.New(rcfg, n.fsm, n.fwd); err != nil {

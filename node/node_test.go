@@ -14,6 +14,7 @@ import (
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/raftstore"
 )
 
 // testConfig is a server-only node on free loopback ports in a temp dir.
@@ -77,6 +78,14 @@ func TestConfigValidate(t *testing.T) {
 		{"pserver lease ttl below 2s", with(func(c *Config) { c.PServerLeaseTTL = time.Second }), "--pserver-lease-ttl"},
 		{"pserver lease ttl not whole seconds", with(func(c *Config) { c.PServerLeaseTTL = 2500 * time.Millisecond }), "--pserver-lease-ttl"},
 		{"pserver lease ttl above an hour", with(func(c *Config) { c.PServerLeaseTTL = 2 * time.Hour }), "--pserver-lease-ttl"},
+		{"election timeout below 5 heartbeats", with(func(c *Config) {
+			c.HeartbeatInterval, c.ElectionTimeout = 100*time.Millisecond, 499*time.Millisecond
+		}), "--election-timeout 499 ms should be at least 5 times --heartbeat-interval 100 ms"},
+		{"election timeout above 50 s", with(func(c *Config) { c.ElectionTimeout = 50001 * time.Millisecond }), "--election-timeout 50001 is too long"},
+		{"heartbeat interval not whole ms", with(func(c *Config) { c.HeartbeatInterval = 1500 * time.Microsecond }), "--heartbeat-interval"},
+		{"election timeout below 10 ms", with(func(c *Config) {
+			c.HeartbeatInterval, c.ElectionTimeout = time.Millisecond, 9*time.Millisecond
+		}), "--election-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -87,6 +96,34 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("New() = %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// TestRaftTimeouts: etcd's heartbeat interval and election timeout map
+// onto hashicorp/raft's timeouts as RaftTimeouts documents, and the
+// mapping always passes raftstore's (hashicorp/raft's) own checks.
+func TestRaftTimeouts(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		heartbeat, election             time.Duration
+		wantHB, wantElection, wantLease time.Duration
+	}{
+		{0, 0, 10 * DefaultHeartbeatInterval, DefaultElectionTimeout, 10 * DefaultHeartbeatInterval},
+		{ms(100), ms(1000), ms(1000), ms(1000), ms(1000)}, // etcd's defaults: exactly etcd's meaning
+		{ms(100), ms(500), ms(500), ms(500), ms(500)},     // 5x: heartbeats every 50-100 ms
+		{ms(100), ms(3000), ms(1000), ms(3000), ms(1000)}, // 30x: followers stand after 10 heartbeats
+	} {
+		hb, el, lease := RaftTimeouts(tc.heartbeat, tc.election)
+		if hb != tc.wantHB || el != tc.wantElection || lease != tc.wantLease {
+			t.Errorf("RaftTimeouts(%v, %v) = %v, %v, %v; want %v, %v, %v", tc.heartbeat, tc.election,
+				hb, el, lease, tc.wantHB, tc.wantElection, tc.wantLease)
+		}
+		rc := raftstore.DefaultConfig()
+		rc.ID, rc.DataDir, rc.RaftAddr = "n1", "d", "127.0.0.1:0"
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = hb, el, lease
+		if err := rc.Validate(); err != nil {
+			t.Errorf("RaftTimeouts(%v, %v): raftstore refuses it: %v", tc.heartbeat, tc.election, err)
+		}
 	}
 }
 

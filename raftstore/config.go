@@ -61,9 +61,13 @@ type Config struct {
 	TLS *security.Material
 
 	// HeartbeatTimeout (default 500 ms), ElectionTimeout (500 ms),
-	// LeaderLeaseTimeout (250 ms) and CommitTimeout (50 ms) are hashicorp/raft's
+	// LeaderLeaseTimeout (500 ms) and CommitTimeout (50 ms) are hashicorp/raft's
 	// timeouts, with LAN defaults: ~1.1 s from a leader SIGKILL to the next
-	// committed write.
+	// committed write. They are what package node's defaults map to
+	// (node.RaftTimeouts: etcd's --heartbeat-interval 50, --election-timeout
+	// 500); LeaderLeaseTimeout is HeartbeatTimeout rather than Consul's half,
+	// which under CPU load made leaders step down on their own (node/doc.go,
+	// "Raft timing").
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -136,7 +140,7 @@ func DefaultConfig() Config {
 	return Config{
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
 		SnapshotThreshold:  8192,
 		SnapshotInterval:   30 * time.Second,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
 )
@@ -18,7 +20,13 @@ func TestOversizedWritesNeverReachTheLog(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	f := c.follower(ctx)
 	l := c.leader(ctx)
-	last := l.Raft().LastIndex()
+	// Every server's log is checked from here on: the leader may change
+	// during the test (a loaded machine), and a new leader appends entries
+	// of its own (a no-op, a barrier), never a command.
+	last := map[*Store]uint64{}
+	for _, s := range c.live() {
+		last[s] = s.Raft().LastIndex()
+	}
 	big := bytes.Repeat([]byte("v"), fsm.MaxValueSize+1)
 	put := func(k string, v []byte) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: v}}}
@@ -62,14 +70,52 @@ func TestOversizedWritesNeverReachTheLog(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// A leader change in the middle, as a loaded machine makes, changes
+	// nothing: the new leader appends entries of its own, never a refused
+	// command. (A transfer that fails leaves the test as it was.)
+	if err := l.Raft().LeadershipTransfer().Error(); err != nil {
+		t.Logf("leadership transfer: %v", err)
+	}
+	if err := l.LinearizableRead(ctx); err != nil { // l has the new leader's entries
+		t.Logf("read on %s: %v", l.cfg.ID, err)
+	}
 	cmd := &pb.Command{Type: pb.CommandType_COMMAND_PUT, Payload: make([]byte, fsm.MaxCommandSize+1)}
 	if _, err := l.ApplyLocal(ctx, cmd); !errors.Is(err, fsm.ErrTooLarge) {
 		t.Errorf("raw oversized command: %v, want ErrTooLarge", err)
 	}
-	if got := l.Raft().LastIndex(); got != last {
-		t.Fatalf("refused writes were proposed: last index %d -> %d", last, got)
+	for s, from := range last {
+		if idx := commandsAfter(t, s, from); len(idx) > 0 {
+			t.Fatalf("refused writes were proposed: %s's log has commands at %v after index %d", s.cfg.ID, idx, from)
+		}
 	}
-	if _, err := f.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), fsm.MaxValueSize)}); err != nil {
-		t.Fatalf("a maximal value was refused: %v", err)
+	// A leader change can leave a put's outcome unknown
+	// (raft.ErrLeadershipLost); putting the same value again is what a
+	// client does then. Any other error is a refusal.
+	for {
+		_, err := f.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), fsm.MaxValueSize)})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrLeadershipLost) || ctx.Err() != nil {
+			t.Fatalf("a maximal value was refused: %v", err)
+		}
+		t.Logf("maximal put: %v; again", err)
 	}
+}
+
+// commandsAfter returns the indexes of s's log entries after index from
+// that carry commands (raft.LogCommand: what Apply proposes).
+func commandsAfter(tb testing.TB, s *Store, from uint64) []uint64 {
+	tb.Helper()
+	var idx []uint64
+	for i := from + 1; i <= s.Raft().LastIndex(); i++ {
+		var e raft.Log
+		if err := s.logs.GetLog(i, &e); err != nil {
+			tb.Fatalf("%s: log entry %d: %v", s.cfg.ID, i, err)
+		}
+		if e.Type == raft.LogCommand {
+			idx = append(idx, i)
+		}
+	}
+	return idx
 }

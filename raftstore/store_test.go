@@ -689,13 +689,16 @@ func TestCloseTransfersLeadership(t *testing.T) {
 // hold up writes.
 func TestSlowWatcherDoesNotBlockApply(t *testing.T) {
 	c := mustCluster(t, 3)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := ctxT(t, 90*time.Second)
 	l := c.leader(ctx)
 	if _, err := l.Watch(ctx, &pb.WatchRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0")}); err != nil {
 		t.Fatal(err)
 	}
+	// A blocked apply blocks every later put for good; each put may also
+	// meet an election (the loaded machine, load 40: one took over 2 s),
+	// so the bound of a put is well past an election, not a round trip.
 	for i := 0; i < 200; i++ {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := put(wctx, t, l, fmt.Sprintf("/s/%d", i), "v")
 		cancel()
 		if err != nil {

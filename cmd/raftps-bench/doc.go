@@ -33,6 +33,16 @@
 //     a plain write+fsync, trainer+pserver vs in-process);
 //   - profile: a CPU profile of 1-client puts, summarised.
 //
+// # Elections
+//
+//	raftps-bench elections --flags "--heartbeat-interval 50 --election-timeout 500"
+//
+// counts the terms per minute of one 3-node raftps cluster started with
+// --flags, idle (--idle, 1 min) and beside stress-ng --cpu --hogs (4) for
+// --loaded (3 min), and times --trials (5) leader-SIGKILL failovers in
+// each phase; one line of figures. node/doc.go ("Raft timing") lists the
+// runs behind the node's election defaults.
+//
 // # Flags
 //
 //	--bin        the raftps binary the nodes run (default <root>/bin/raftps)

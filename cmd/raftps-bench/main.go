@@ -92,5 +92,6 @@ shortens every measurement.`,
 	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
 	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
 	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default <root>/bin/raftps, built by make build)")
+	c.AddCommand(newElectionsCmd(stdout, stderr))
 	return c
 }

@@ -25,15 +25,15 @@ func TestConfigFileFlagsOverride(t *testing.T) {
 	if err := fs.Parse([]string{"--id", "from-cli"}); err != nil {
 		t.Fatal(err)
 	}
-	p := writeFile(t, "id: from-file\ndata-dir: /var/lib/raftps\njoin: [a:7002, b:7002]\nbootstrap-expect: 3\nforce-new-cluster: true\nraft-election-timeout: 2s\n")
+	p := writeFile(t, "id: from-file\ndata-dir: /var/lib/raftps\njoin: [a:7002, b:7002]\nbootstrap-expect: 3\nforce-new-cluster: true\nelection-timeout: 2000\n")
 	if err := applyConfigFile(fs, p); err != nil {
 		t.Fatal(err)
 	}
 	get := func(name string) string { return fs.Lookup(name).Value.String() }
 	if get("id") != "from-cli" || get("data-dir") != "/var/lib/raftps" || get("bootstrap-expect") != "3" ||
-		get("force-new-cluster") != "true" || get("raft-election-timeout") != "2s" {
+		get("force-new-cluster") != "true" || get("election-timeout") != "2000" {
 		t.Fatalf("id %q data-dir %q bootstrap-expect %q force %q election %q", get("id"), get("data-dir"),
-			get("bootstrap-expect"), get("force-new-cluster"), get("raft-election-timeout"))
+			get("bootstrap-expect"), get("force-new-cluster"), get("election-timeout"))
 	}
 	join, _ := fs.GetStringSlice("join")
 	if !reflect.DeepEqual(join, []string{"a:7002", "b:7002"}) {

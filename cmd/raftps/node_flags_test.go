@@ -67,3 +67,28 @@ func TestRaftLogStoreFlag(t *testing.T) {
 		t.Fatalf("raftps node --raft-log-store rocksdb: %v; want the two stores named", err)
 	}
 }
+
+// TestRaftTimingFlags: --heartbeat-interval and --election-timeout take
+// etcd's bare milliseconds, from the command line or the config file, and
+// a pair that breaks etcd's 5x rule stops the node with etcd's advice
+// before it starts.
+func TestRaftTimingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"below 5 heartbeats", []string{"--heartbeat-interval", "100", "--election-timeout", "400"},
+			"--election-timeout 400 ms should be at least 5 times --heartbeat-interval 100 ms (at least 500 ms"},
+		{"a unit", []string{"--election-timeout", "1s"}, `"1s": want a whole number of milliseconds > 0 (e.g. 100)`},
+		{"from the config file", []string{"--config-file", writeFile(t, "heartbeat-interval: 300\n")},
+			"--election-timeout 500 ms should be at least 5 times --heartbeat-interval 300 ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"node", "--insecure", "--id", "x", "--data-dir", t.TempDir()}, tc.args...)
+			if _, err := runOffline(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("raftps %v: %v; want an error with %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}

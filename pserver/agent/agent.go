@@ -89,7 +89,10 @@ type hosted struct {
 	trainers    string // sorted, comma-joined: last SetTrainers
 	writer      *checkpoint.Writer
 
-	ckptMu        sync.Mutex // one checkpoint at a time
+	// ckptMu guards checkpointing (one checkpoint at a time) and the
+	// last checkpoint's step, time and version, which the checkpoint
+	// goroutines write and a rollback resets (lastCheckpoint).
+	ckptMu        sync.Mutex
 	lastCkptStep  int64
 	lastCkptTime  time.Time
 	lastVersion   int64

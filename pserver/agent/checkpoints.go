@@ -24,9 +24,10 @@ func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
 		}
 		p := h.spec.Checkpoint
 		step := h.slot.Step()
+		lastStep, lastTime, _ := h.lastCheckpoint()
 		stepsByPoll := p.EverySteps > 0 && h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC
-		if (stepsByPoll && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
-			(p.EverySeconds > 0 && time.Since(h.lastCkptTime) >= time.Duration(p.EverySeconds)*time.Second && step > h.lastCkptStep) {
+		if (stepsByPoll && step/p.EverySteps > lastStep/p.EverySteps) ||
+			(p.EverySeconds > 0 && time.Since(lastTime) >= time.Duration(p.EverySeconds)*time.Second && step > lastStep) {
 			due = append(due, h)
 		}
 	}
@@ -63,7 +64,7 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	epoch := h.epoch
 	a.mu.Unlock()
 	version := checkpointVersion(epoch, snap)
-	if version <= h.lastVersion {
+	if _, _, last := h.lastCheckpoint(); version <= last {
 		return nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -91,6 +92,14 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
 		Message: fmt.Sprintf("slot %d version %d md5 %s replicas %s", h.key.slot, ptr.Version, ptr.Md5, strings.Join(ptr.Replicas, ","))})
 	return ptr, nil
+}
+
+// lastCheckpoint returns the step, time and version of h's last
+// checkpoint (or of the claim's restore or rollback).
+func (h *hosted) lastCheckpoint() (step int64, at time.Time, version int64) {
+	h.ckptMu.Lock()
+	defer h.ckptMu.Unlock()
+	return h.lastCkptStep, h.lastCkptTime, h.lastVersion
 }
 
 // EpochStride separates sync trajectories in checkpoint versions:

@@ -21,6 +21,9 @@
 // follower's CPU per write (route.go has the figures). The route is only
 // a hint: a write sent to a node that has just lost the lead is
 // forwarded as before, and one that cannot reach the leader is balanced.
+// A lookup that fails or is slow (each is bounded by 5 s, in the
+// background) keeps the route it had: only a write that fails on the
+// route, or a lookup that names another leader or none, changes it.
 //
 // Every call carries a request id (client id, sequence number); writes
 // retried with Retry reuse it and are applied exactly once (the retry of a

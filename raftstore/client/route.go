@@ -42,6 +42,12 @@ func init() {
 // leaderRefresh is the least time between two lookups of the leader.
 var leaderRefresh = time.Second
 
+// leaderLookupTimeout bounds one lookup. It is not leaderRefresh: on a
+// loaded machine a lookup can take longer than the refresh interval, and
+// it runs in the background (one at a time), so waiting longer costs no
+// call anything.
+var leaderLookupTimeout = 5 * time.Second
+
 // writeMethods are the unary methods that go through the Raft log (a
 // follower forwards them to the leader).
 var writeMethods = map[string]bool{
@@ -164,8 +170,12 @@ func (c *Client) route(ctx context.Context, method string) (_ context.Context, r
 	if now := time.Now().UnixNano(); now-r.checked.Load() >= int64(leaderRefresh) && r.running.CompareAndSwap(false, true) {
 		r.checked.Store(now)
 		r.lookup(func() {
-			addr := c.lookupLeader(r.ctx)
-			r.addr.Store(&addr)
+			// A lookup that failed (a slow or unreachable node) keeps the
+			// route: a route that no longer works is dropped by the write
+			// that fails on it (forget).
+			if addr, ok := c.lookupLeader(r.ctx); ok {
+				r.addr.Store(&addr)
+			}
 		})
 	}
 	if a := r.leader(); a != "" {
@@ -174,25 +184,28 @@ func (c *Client) route(ctx context.Context, method string) (_ context.Context, r
 	return ctx, false
 }
 
-// lookupLeader asks any node for the leader's id and gRPC address; "" if
-// that fails, no leader is known, or the address is not one of the
-// client's endpoints (a node may advertise an address this client does
-// not use, e.g. behind a proxy).
-func (c *Client) lookupLeader(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, leaderRefresh)
+// lookupLeader asks any node for the leader's id and gRPC address; ok is
+// false if a call failed. addr is "" if no leader is known or the address
+// is not one of the client's endpoints (a node may advertise an address
+// this client does not use, e.g. behind a proxy).
+func (c *Client) lookupLeader(ctx context.Context) (addr string, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, leaderLookupTimeout)
 	defer cancel()
 	st, err := c.Cluster.Status(ctx, &pb.StatusRequest{})
-	if err != nil || st.GetLeader() == "" {
-		return ""
+	if err != nil {
+		return "", false
+	}
+	if st.GetLeader() == "" {
+		return "", true
 	}
 	ms, err := c.Cluster.Members(ctx, &pb.MembersRequest{})
 	if err != nil {
-		return ""
+		return "", false
 	}
 	for _, m := range ms.GetMembers() {
 		if m.GetId() == st.GetLeader() && slices.Contains(c.Endpoints, m.GetGrpcAddr()) {
-			return m.GetGrpcAddr()
+			return m.GetGrpcAddr(), true
 		}
 	}
-	return ""
+	return "", true
 }

@@ -26,7 +26,12 @@ type fakeNode struct {
 	puts   atomic.Int64
 	ranges atomic.Int64
 	fail   atomic.Int64 // Puts still to refuse with Unavailable
-	g      *grpc.Server
+	// statusFail makes Status fail with Unavailable; statusDelay (ns)
+	// delays it; statuses counts the calls.
+	statusFail  atomic.Bool
+	statusDelay atomic.Int64
+	statuses    atomic.Int64
+	g           *grpc.Server
 }
 
 type fakeCluster struct {
@@ -49,7 +54,16 @@ func (n *fakeNode) Range(context.Context, *pb.RangeRequest) (*pb.RangeResponse, 
 	return &pb.RangeResponse{}, nil
 }
 
-func (n *fakeNode) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (n *fakeNode) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	n.statuses.Add(1)
+	if n.statusFail.Load() {
+		return nil, status.Error(codes.Unavailable, "status refused by the test")
+	}
+	select {
+	case <-time.After(time.Duration(n.statusDelay.Load())):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
 	return &pb.StatusResponse{Id: n.id, Leader: n.c.leader}, nil
@@ -210,6 +224,48 @@ func TestWritesGoToLeader(t *testing.T) {
 	puts, ranges = run()
 	spread("puts with no leader", puts)
 	spread("ranges with no leader", ranges)
+}
+
+// TestFailedLookupKeepsRoute: a lookup of the leader that fails, or is
+// slower than leaderRefresh (a loaded machine), does not drop a route that
+// works: writes stay on the leader, and a slow lookup still finds a new one.
+func TestFailedLookupKeepsRoute(t *testing.T) {
+	fc, c, ctx := routedClient(t, nil)
+	waitRoute(ctx, t, c, fc.nodes[1].addr)
+	statuses := func() (n int64) {
+		for _, f := range fc.nodes {
+			n += f.statuses.Load()
+		}
+		return n
+	}
+	// putWhileLookups puts until the client has made 3 more lookups and
+	// returns where the puts went.
+	putWhileLookups := func() []int64 {
+		fc.counts()
+		for from := statuses(); statuses() < from+3; {
+			if _, err := c.KV.Put(ctx, &pb.PutRequest{Key: []byte("k")}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		puts, _ := fc.counts()
+		return puts
+	}
+	for _, f := range fc.nodes {
+		f.statusFail.Store(true)
+	}
+	if puts := putWhileLookups(); puts[0] != 0 || puts[2] != 0 {
+		t.Fatalf("puts per node %v while lookups failed: want all on n2, whose route still works", puts)
+	}
+	for _, f := range fc.nodes {
+		f.statusFail.Store(false)
+		f.statusDelay.Store(int64(5 * leaderRefresh))
+	}
+	if puts := putWhileLookups(); puts[0] != 0 || puts[2] != 0 {
+		t.Fatalf("puts per node %v while lookups took 5 x leaderRefresh: want all on n2", puts)
+	}
+	fc.setLeader("n1")
+	waitRoute(ctx, t, c, fc.nodes[0].addr) // found by slow lookups
 }
 
 // TestOneEndpointNoLookup: a client of one endpoint never looks the
