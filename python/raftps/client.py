@@ -17,6 +17,9 @@ Every call takes ``timeout`` (seconds; default the client's). Errors are
         for ev in c.watch("/jobs/", prefix=True, start_revision=rev):
             ...                                    # resumes across node deaths
 
+``raftps.Client()`` with no endpoints reads RAFTPS_ENDPOINTS (a
+comma-separated list) as the Go CLI does.
+
 Security: a cluster runs mutual TLS unless its nodes were started with
 --insecure. Give the cluster CA and a client certificate and key
 (``cacert=``, ``cert=``, ``key=``, or a :class:`raftps.TLS`, or the
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import queue
 import secrets
 import threading
@@ -50,6 +54,8 @@ from raftps import tls as _tls
 from raftps.v1 import job_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 DEFAULT_TIMEOUT = 10.0
+# The Go CLI's --endpoints: its environment variable and default.
+ENV_ENDPOINTS, DEFAULT_ENDPOINT = "RAFTPS_ENDPOINTS", "127.0.0.1:7000"
 _MAX_MSG = 1 << 30
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MSG),
@@ -121,7 +127,8 @@ class Client:
 
     Args:
         endpoints: gRPC addresses ("host:port") of nodes, a list or a
-            comma-separated string.
+            comma-separated string; default RAFTPS_ENDPOINTS, else
+            127.0.0.1:7000 (the Go CLI's --endpoints and its default).
         timeout: default timeout of each call in seconds (retries on other
             endpoints included).
         cacert, cert, key: PEM files of the cluster CA, the client
@@ -137,9 +144,11 @@ class Client:
     set of TLS files.
     """
 
-    def __init__(self, endpoints: Sequence[str] | str, timeout: float = DEFAULT_TIMEOUT, *,
+    def __init__(self, endpoints: Sequence[str] | str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
                  cacert: str | None = None, cert: str | None = None, key: str | None = None,
                  tls: "_tls.TLS | None" = None, insecure: bool = False, interceptors: Sequence = ()):
+        if endpoints is None:
+            endpoints = os.environ.get(ENV_ENDPOINTS, DEFAULT_ENDPOINT)
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.endpoints = [e.strip() for e in endpoints if e and e.strip()]
