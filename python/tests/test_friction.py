@@ -49,3 +49,24 @@ def test_client_without_endpoints_dials_the_cli_default(monkeypatch):
 def test_certificate_name_of_unreadable_file_is_invalid_argument(tmp_path):
     with pytest.raises(errors.InvalidArgument, match="cannot read the certificate"):
         raftps.TLS(str(tmp_path / "ca.pem"), str(tmp_path / "nope.pem"), str(tmp_path / "k.pem")).name()
+
+
+def test_trainer_certificate_for_a_job_pattern(client, cluster, bin_path):
+    # One certificate (`raftps tls cert create --role trainer --job 'exp-*'`)
+    # serves every job its pattern matches, and no other.
+    tag = "exp" + uuid.uuid4().hex[:6]
+    mine, other = tag + "-1", "other-" + tag
+    for job in (mine, other):
+        raftps.jobs.submit(client, external_spec(job, [{"name": "w", "shape": [2], "init": "INIT_ZEROS"}]))
+    tls = localcluster.client_cert(bin_path, cluster_tls_dir(cluster), tag, "trainer", jobs=[tag + "-*"])
+    with raftps.Client([n.grpc for n in cluster], tls=tls) as tc:
+        session = TrainerSession(tc, mine)
+        try:
+            assert session.id == tag and client.get(trainer_prefix(mine) + tag) is not None
+            assert raftps.jobs.status(tc, mine).spec.name == mine
+        finally:
+            session.close()
+        with pytest.raises(errors.PermissionDenied):
+            TrainerSession(tc, other)
+        with pytest.raises(errors.PermissionDenied):
+            raftps.jobs.status(tc, other)
