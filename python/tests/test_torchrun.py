@@ -146,5 +146,6 @@ def test_agent_sigkill_raftps_survives_c10d_fails(client, cluster, tmp_path):
         os.killpg(agents[0].pid, signal.SIGKILL)
         out, err = agents[1].communicate(timeout=240)
         assert agents[1].returncode != 0 and "done" not in out, (out, err[-2000:])
+        assert "RendezvousConnectionError" in err, err[-2000:]   # it lost the store, not something else
     finally:
         stop(agents)
