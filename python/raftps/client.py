@@ -18,7 +18,7 @@ Every call takes ``timeout`` (seconds; default the client's). Errors are
             ...                                    # resumes across node deaths
 
 ``raftps.Client()`` with no endpoints reads RAFTPS_ENDPOINTS (a
-comma-separated list) as the Go CLI does.
+comma-separated list) and RAFTPS_COMMAND_TIMEOUT as the Go CLI does.
 
 Security: a cluster runs mutual TLS unless its nodes were started with
 --insecure. Give the cluster CA and a client certificate and key
@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import os
 import queue
+import re
 import secrets
 import threading
 import time
@@ -56,6 +57,22 @@ from raftps.v1 import job_pb2_grpc, kv_pb2, kv_pb2_grpc
 DEFAULT_TIMEOUT = 10.0
 # The Go CLI's --endpoints: its environment variable and default.
 ENV_ENDPOINTS, DEFAULT_ENDPOINT = "RAFTPS_ENDPOINTS", "127.0.0.1:7000"
+# The Go CLI's --command-timeout (a Go duration: "10s", "1m30s", "500ms").
+ENV_COMMAND_TIMEOUT = "RAFTPS_COMMAND_TIMEOUT"
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
+
+
+def go_duration(text: str, what: str = "duration") -> float:
+    """Seconds of a positive Go duration string ("10s", "1m30s", "250ms"),
+    as the Go CLI's duration flags take them. Raises InvalidArgument."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise errors.InvalidArgument(f"{what}={text!r}: not a duration (e.g. 10s, 1m30s, 500ms)")
+    secs = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if secs <= 0:
+        raise errors.InvalidArgument(f"{what}={text!r}: must be positive")
+    return secs
 _MAX_MSG = 1 << 30
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MSG),
@@ -130,7 +147,8 @@ class Client:
             comma-separated string; default RAFTPS_ENDPOINTS, else
             127.0.0.1:7000 (the Go CLI's --endpoints and its default).
         timeout: default timeout of each call in seconds (retries on other
-            endpoints included).
+            endpoints included); default RAFTPS_COMMAND_TIMEOUT (a Go
+            duration, as the CLI's --command-timeout), else 10.
         cacert, cert, key: PEM files of the cluster CA, the client
             certificate and its key (mutual TLS); each missing one is read
             from RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY. All three or none.
@@ -144,7 +162,7 @@ class Client:
     set of TLS files.
     """
 
-    def __init__(self, endpoints: Sequence[str] | str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
+    def __init__(self, endpoints: Sequence[str] | str | None = None, timeout: float | None = None, *,
                  cacert: str | None = None, cert: str | None = None, key: str | None = None,
                  tls: "_tls.TLS | None" = None, insecure: bool = False, interceptors: Sequence = ()):
         if endpoints is None:
@@ -154,6 +172,9 @@ class Client:
         self.endpoints = [e.strip() for e in endpoints if e and e.strip()]
         if not self.endpoints:
             raise errors.InvalidArgument("raftps.Client: no endpoints")
+        if timeout is None:
+            env = os.environ.get(ENV_COMMAND_TIMEOUT)
+            timeout = go_duration(env, ENV_COMMAND_TIMEOUT) if env else DEFAULT_TIMEOUT
         self.timeout = timeout
         if insecure:
             self.tls = None

@@ -70,3 +70,14 @@ def test_trainer_certificate_for_a_job_pattern(client, cluster, bin_path):
             TrainerSession(tc, other)
         with pytest.raises(errors.PermissionDenied):
             raftps.jobs.status(tc, other)
+
+
+def test_client_reads_command_timeout_from_environment(monkeypatch):
+    monkeypatch.setenv("RAFTPS_COMMAND_TIMEOUT", "1m30s")
+    with raftps.Client("127.0.0.1:7000", insecure=True) as c:
+        assert c.timeout == 90.0
+    with raftps.Client("127.0.0.1:7000", 2.5, insecure=True) as c:   # an argument wins
+        assert c.timeout == 2.5
+    monkeypatch.setenv("RAFTPS_COMMAND_TIMEOUT", "ten")
+    with pytest.raises(errors.InvalidArgument, match="RAFTPS_COMMAND_TIMEOUT='ten'"):
+        raftps.Client("127.0.0.1:7000", insecure=True)
