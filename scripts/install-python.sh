@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the Python client (python/) runs and is
-# tested on, when missing: /usr/bin/python3 with grpcio, protobuf, numpy,
+# tested on, when missing: /usr/bin/python3 with grpcio, protobuf, numpy, cryptography,
 # torch and pytest, pip, setuptools and wheel (`pip install ./python`
 # offline, tests/test_package.py), and the gRPC Python protoc plugin (make
 # generate-python).
@@ -17,6 +17,7 @@ check() { [ -x "$PY" ] && "$PY" -c "import $1" >/dev/null 2>&1; }
 check grpc || need+=(python3-grpcio)
 check google.protobuf || need+=(python3-protobuf)
 check numpy || need+=(python3-numpy)
+check cryptography || need+=(python3-cryptography)
 check torch || need+=(python3-torch)
 check pytest || need+=(python3-pytest)
 check pip || need+=(python3-pip)

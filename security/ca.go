@@ -121,6 +121,11 @@ func (ca *CA) Issue(req CertRequest) (certPEMBytes, keyPEMBytes []byte, err erro
 	if req.Name == "" {
 		return nil, nil, errors.New("security: a certificate needs a name")
 	}
+	for _, j := range req.Jobs {
+		if !ValidJob(j) {
+			return nil, nil, fmt.Errorf("security: job %q is neither a job name nor a path.Match pattern", j)
+		}
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err

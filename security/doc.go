@@ -24,7 +24,8 @@
 // A certificate's role is its SAN URI raftps://role/<role> (RoleOf),
 // spelled exactly so (the raw SAN is read; any other spelling of a
 // raftps URI, or two roles, gives no role): node, admin, trainer, reader;
-// a trainer's jobs are raftps://job/<job> URIs. Authorizer enforces the
+// a trainer's jobs are raftps://job/<job> URIs, each a job name or a
+// path.Match pattern ("exp-*" serves exp-1, exp-2...: Identity.HasJob). Authorizer enforces the
 // RPC table (rpctable.go, RPCTable): one row per method of every gRPC
 // server of a node (a test walks the node's servers against it) with the
 // roles that may call it and a trainer's limits. node: everything, and

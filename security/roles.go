@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 )
@@ -49,8 +50,22 @@ var (
 // RoleURI is the SAN URI of role r.
 func RoleURI(r string) *url.URL { return &url.URL{Scheme: URIScheme, Host: "role", Path: "/" + r} }
 
-// JobURI is the SAN URI that grants a trainer certificate job j.
-func JobURI(j string) *url.URL { return &url.URL{Scheme: URIScheme, Host: "job", Path: "/" + j} }
+// JobURI is the SAN URI that grants a trainer certificate job j: a job
+// name or a path.Match pattern of names ("exp-*": every job exp-...), its
+// "*", "[" and "]" written as they are.
+func JobURI(j string) *url.URL {
+	return &url.URL{Scheme: URIScheme, Host: "job", Path: "/" + j, RawPath: "/" + j}
+}
+
+// ValidJob reports whether j may be a certificate's job claim: non-empty,
+// no "/%?#@:" and, as a pattern, well-formed for path.Match.
+func ValidJob(j string) bool {
+	if j == "" || strings.ContainsAny(j, "/%?#@:\\") {
+		return false
+	}
+	_, err := path.Match(j, "")
+	return err == nil
+}
 
 // RoleOf is the role a certificate carries: its one raftps://role/<role>
 // SAN URI, spelled exactly as RoleURI spells a known role, or "" (none).
@@ -94,7 +109,7 @@ func raftpsURIs(c *x509.Certificate) (roles, jobs []string, ok bool) {
 			}
 		case strings.HasPrefix(raw, JobURI("").String()):
 			j := strings.TrimPrefix(raw, JobURI("").String())
-			if j == "" || strings.ContainsAny(j, "/%?#@:") || JobURI(j).String() != raw {
+			if !ValidJob(j) || JobURI(j).String() != raw {
 				return nil, nil, false
 			}
 			if !slices.Contains(jobs, j) {
@@ -136,7 +151,7 @@ func rawURIs(c *x509.Certificate) []string {
 type Identity struct {
 	Name string   // the certificate's common name
 	Role string   // RoleOf
-	Jobs []string // JobsOf (trainers)
+	Jobs []string // JobsOf (trainers): names or path.Match patterns
 }
 
 // IdentityOf reads the identity of a verified certificate.
@@ -151,5 +166,11 @@ func (id Identity) String() string {
 	return fmt.Sprintf("%q (role %s)", id.Name, id.Role)
 }
 
-// HasJob reports whether the identity's certificate names job.
-func (id Identity) HasJob(job string) bool { return slices.Contains(id.Jobs, job) }
+// HasJob reports whether the identity's certificate names job, or a
+// pattern of it matches job (path.Match: "exp-*" serves exp-1, exp-2...).
+func (id Identity) HasJob(job string) bool {
+	return slices.ContainsFunc(id.Jobs, func(p string) bool {
+		ok, err := path.Match(p, job)
+		return err == nil && ok
+	})
+}

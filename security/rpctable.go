@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/schema"
@@ -272,17 +273,21 @@ func checkKeyRead(id Identity, req any) string {
 }
 
 // keyRead allows [key, end) (end empty: key alone; "\x00": every key from
-// key) if it lies within /jobs/<job>/ of one of the identity's jobs, or
-// does not meet /jobs/ at all.
+// key) if it lies within /jobs/<job>/ of one of the identity's jobs (a
+// name its certificate names or matches, HasJob), or does not meet /jobs/
+// at all.
 func keyRead(id Identity, key, end []byte) string {
 	jobsKey, jobsEnd := schema.PrefixRange(schema.JobsPrefix)
 	if !meets(key, end, jobsKey, jobsEnd) {
 		return ""
 	}
-	for _, j := range id.Jobs {
-		lo, hi := schema.PrefixRange(schema.JobPrefix(j))
-		if inside(key, end, lo, hi) {
-			return ""
+	// The job the range starts in: the range must lie within its prefix.
+	if rest, in := strings.CutPrefix(string(key), schema.JobsPrefix); in {
+		if j, _, ok := strings.Cut(rest, "/"); ok && id.HasJob(j) {
+			lo, hi := schema.PrefixRange(schema.JobPrefix(j))
+			if inside(key, end, lo, hi) {
+				return ""
+			}
 		}
 	}
 	what := fmt.Sprintf("key %q", key)

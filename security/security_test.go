@@ -120,6 +120,17 @@ func TestIssueRolesAndJobs(t *testing.T) {
 	if _, _, err := p.ca.Issue(CertRequest{Name: "x", Role: "root"}); err == nil {
 		t.Fatal("unknown role issued")
 	}
+	// A job pattern (issue 35) serves the jobs it matches.
+	m = mustLoad(t, p.issue("series", CertRequest{Role: RoleTrainer, Jobs: []string{"exp-*"}}))
+	id = IdentityOf(m.Leaf())
+	if id.Role != RoleTrainer || !id.HasJob("exp-1") || !id.HasJob("exp-22") || id.HasJob("exp") || id.HasJob("other") {
+		t.Fatalf("pattern identity %+v", id)
+	}
+	for _, bad := range []string{"exp-[", "a/b", "a%2A"} {
+		if _, _, err := p.ca.Issue(CertRequest{Name: "x", Role: RoleTrainer, Jobs: []string{bad}}); err == nil {
+			t.Fatalf("job %q issued", bad)
+		}
+	}
 }
 
 // handshake runs one TLS handshake between server and client configs over
@@ -245,6 +256,7 @@ func TestAuthorizer(t *testing.T) {
 	admin := leaf("alice", CertRequest{Role: RoleAdmin})
 	reader := leaf("bob", CertRequest{Role: RoleReader})
 	trainer := leaf("ci", CertRequest{Role: RoleTrainer, Jobs: []string{"mnist"}})
+	series := leaf("exp", CertRequest{Role: RoleTrainer, Jobs: []string{"exp-*"}}) // issue 35: a job pattern
 	put := func(k string) *pb.PutRequest { return &pb.PutRequest{Key: []byte(k), Value: []byte("v")} }
 	cases := []struct {
 		name   string
@@ -324,6 +336,17 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer lease revoke", trainer, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, true},
 		{"reader lease revoke", reader, "/raftps.v1.Lease/LeaseRevoke", &pb.LeaseRevokeRequest{Id: 1}, false, false},
 		{"trainer forward", trainer, "/raftps.v1.Internal/ForwardApply", &pb.ForwardApplyRequest{}, false, false},
+		{"pattern own key exp-1", series, "/raftps.v1.KV/Put", put(schema.TrainerKey("exp-1", "exp")), false, true},
+		{"pattern own key other", series, "/raftps.v1.KV/Put", put(schema.TrainerKey("other", "exp")), false, false},
+		{"pattern push exp-2", series, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "exp-2", Trainer: "exp"}, false, true},
+		{"pattern push other", series, "/raftps.v1.PServer/Push", &pb.PushRequest{Job: "other", Trainer: "exp"}, false, false},
+		{"pattern task exp-1", series, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "exp-1", Trainer: "exp"}, false, true},
+		{"pattern get job exp-3", series, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "exp-3"}, false, true},
+		{"pattern get job exp", series, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "exp"}, false, false},
+		{"pattern range exp-1", series, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobPrefix("exp-1"))), false, true},
+		{"pattern range other", series, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobPrefix("other"))), false, false},
+		{"pattern range every exp- job", series, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobsPrefix + "exp-")), false, false},
+		{"pattern range every job", series, "/raftps.v1.KV/Range", rangeOf(schema.PrefixRange(schema.JobsPrefix)), false, false},
 		{"unknown method", admin, "/raftps.v1.KV/Nope", nil, false, false},
 		{"unknown method node", node, "/raftps.v1.KV/Nope", nil, false, true},
 		{"unknown method reader", reader, "/raftps.v1.KV/Nope", nil, false, false},

@@ -418,7 +418,10 @@ func (GetTaskResponse_Result) EnumDescriptor() ([]byte, []int) {
 
 type ModelSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// name: "softmax", "mlp" or "hashed_lr".
+	// name: "softmax", "mlp" or "hashed_lr" (raftps's own models, trained by
+	// raftps's trainers), or "external": a model of your own (a PyTorch
+	// trainer's, say) whose parameters the spec lists in JobSpec.params; the
+	// pservers, checkpoints and export work on that list alone.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// hidden layer widths for "mlp", e.g. [128].
 	Hidden []int32 `protobuf:"varint,2,rep,packed,name=hidden,proto3" json:"hidden,omitempty"`
@@ -839,7 +842,8 @@ type JobSpec struct {
 	TaskTimeoutFloorMs int64 `protobuf:"varint,17,opt,name=task_timeout_floor_ms,json=taskTimeoutFloorMs,proto3" json:"task_timeout_floor_ms,omitempty"`
 	// scale_lr_with_trainers scales the learning rate with the number of trainers (Horovod).
 	ScaleLrWithTrainers bool `protobuf:"varint,18,opt,name=scale_lr_with_trainers,json=scaleLrWithTrainers,proto3" json:"scale_lr_with_trainers,omitempty"`
-	// params are filled from the model by the submitter.
+	// params are filled from the model by the submitter; for the "external"
+	// model the submitter lists every parameter (name, shape, embedding, init).
 	Params []*ParamSpec `protobuf:"bytes,19,rep,name=params,proto3" json:"params,omitempty"`
 	// dense_block_size is the number of float32s per dense block (default 65536).
 	DenseBlockSize int64 `protobuf:"varint,20,opt,name=dense_block_size,json=denseBlockSize,proto3" json:"dense_block_size,omitempty"`

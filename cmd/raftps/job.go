@@ -47,7 +47,7 @@ func (s *specFlags) register(c *cobra.Command) {
 	f := c.Flags()
 	f.StringVarP(&s.file, "file", "f", "", "job spec file (YAML or JSON, field names as in api/job.proto); flags override it")
 	f.StringVar(&s.name, "name", "", "job name")
-	f.StringVar(&s.model, "model", "mlp", "model: softmax, mlp, hashed_lr")
+	f.StringVar(&s.model, "model", "mlp", "model: softmax, mlp, hashed_lr, or external (a model of your own, e.g. a PyTorch trainer's: --file lists its params)")
 	f.IntSliceVar(&s.hidden, "hidden", []int{128}, "hidden layer widths of the mlp")
 	f.StringVar(&s.dataset, "dataset", defaultDatasetDir(), "Fashion-MNIST directory on every trainer node")
 	f.Int64Var(&s.recordsPerTsk, "records-per-task", 1000, "records per task")
@@ -225,6 +225,18 @@ func newJobCmd(g *globals) *cobra.Command {
 	sf := &specFlags{}
 	submit := &cobra.Command{
 		Use: "submit", Short: "submit a training job (from --file and/or flags)", Args: cobra.NoArgs,
+		Long: `Submit sends a job spec to the master: from --file (YAML or JSON, field
+names as in api/raftps/v1/job.proto), each flag given overriding it, or from
+the flags alone.
+
+The model is one of raftps's own (softmax, mlp, hashed_lr: the CLI fills
+the parameters from it) or "external", a model of your own whose trainers
+are yours (PyTorch: python/raftps). An external spec lists every parameter:
+
+  model: {name: external}
+  params:
+    - {name: fc.weight, shape: [10, 784], init: INIT_GLOROT}
+    - {name: fc.bias, shape: [10]}`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := sf.build(cmd)
 			if err != nil {

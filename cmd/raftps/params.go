@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/trainer/model"
 )
 
@@ -14,8 +15,12 @@ const (
 )
 
 // fillParams sets spec.params from the model the spec names, so that the
-// pservers know every parameter's shape and initializer.
+// pservers know every parameter's shape and initializer; an external
+// model's params are the spec's own (the master checks them).
 func fillParams(spec *pb.JobSpec) error {
+	if spec.GetModel().GetName() == jobq.ModelExternal {
+		return nil
+	}
 	m, err := model.Build(spec.Model, fashionInputDim, fashionClasses)
 	if err != nil {
 		return fmt.Errorf("model: %w", err)

@@ -67,12 +67,14 @@ func newTLSCmd(g *globals) *cobra.Command {
 raftps://role/<role>. A node certificate (role node) is for the node's ports and
 its dials to other nodes; list every IP and DNS name clients and peers use to
 reach it. A client certificate carries admin, trainer or reader; a trainer's
-also names its jobs (--job, repeatable), and its name is the trainer id it
-acts as (Push, GetTask, /jobs/<job>/trainers/<name>).
+also names its jobs (--job, repeatable; a pattern such as 'exp-*' serves every
+job it matches, path.Match), and its name is the trainer id it acts as (Push,
+GetTask, /jobs/<job>/trainers/<name>).
 
   raftps tls cert create --node n1 --ip 10.0.0.1 --dns n1.example
   raftps tls cert create --client alice --role admin
-  raftps tls cert create --client ci --role trainer --job mnist`,
+  raftps tls cert create --client ci --role trainer --job mnist
+  raftps tls cert create --client exp --role trainer --job 'exp-*'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req, base, err := certRequest(node, clientName, role, ips, dns, jobs)
@@ -108,7 +110,7 @@ acts as (Push, GetTask, /jobs/<job>/trainers/<name>).
 	f.StringVar(&role, "role", "", "client role: "+strings.Join(security.ClientRoles(), ", "))
 	f.StringSliceVar(&ips, "ip", nil, "IP addresses of the node (repeatable; default 127.0.0.1)")
 	f.StringSliceVar(&dns, "dns", nil, "DNS names of the node (repeatable; default localhost)")
-	f.StringSliceVar(&jobs, "job", nil, "jobs a trainer certificate may serve (repeatable)")
+	f.StringSliceVar(&jobs, "job", nil, "jobs a trainer certificate may serve (repeatable); a pattern such as 'exp-*' serves every job it matches")
 	f.StringVar(&certDir, "dir", ".", "directory to write <name>.pem and <name>-key.pem into")
 	f.IntVar(&certDays, "days", security.DefaultCertDays, "validity in days")
 	cert.AddCommand(certCreate)
@@ -136,6 +138,11 @@ func certRequest(node, clientName, role string, ips, dns, jobs []string) (securi
 		return bad("--ip and --dns are for --node certificates")
 	case role != security.RoleTrainer && len(jobs) > 0:
 		return bad("--job is for --role trainer")
+	}
+	for _, j := range jobs {
+		if !security.ValidJob(j) {
+			return bad("--job %q: give a job name or a pattern such as 'exp-*' (path.Match; no / %% ? # @ : or \\)", j)
+		}
 	}
 	if clientName != "" {
 		return security.CertRequest{Name: clientName, Role: role, Jobs: jobs}, clientName, nil

@@ -7,7 +7,10 @@ Layers, each usable alone:
 - :mod:`raftps.jobs`: submit, status, cancel, job events.
 - :mod:`raftps.ps`: a job's parameters as numpy float32 arrays (pull/push).
 - :mod:`raftps.tasks`: the master's task queue as a data source.
-- :mod:`raftps.torch`: DistributedOptimizer and elastic (Horovod-style).
+- :mod:`raftps.torch`: DistributedOptimizer and elastic (Horovod-style);
+  ``Store``, a torch.distributed.Store on raftps's KV.
+- ``python3 -m raftps.torchrun``: torchrun with the ``raftps`` rendezvous
+  backend (:mod:`raftps.torch.rendezvous`).
 - :mod:`raftps.checkpoint`: load an exported safetensors checkpoint.
 
 Errors are :mod:`raftps.errors` classes, one per gRPC status code.

@@ -17,6 +17,9 @@ Every call takes ``timeout`` (seconds; default the client's). Errors are
         for ev in c.watch("/jobs/", prefix=True, start_revision=rev):
             ...                                    # resumes across node deaths
 
+``raftps.Client()`` with no endpoints reads RAFTPS_ENDPOINTS (a
+comma-separated list) and RAFTPS_COMMAND_TIMEOUT as the Go CLI does.
+
 Security: a cluster runs mutual TLS unless its nodes were started with
 --insecure. Give the cluster CA and a client certificate and key
 (``cacert=``, ``cert=``, ``key=``, or a :class:`raftps.TLS`, or the
@@ -37,7 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import queue
+import re
 import secrets
 import threading
 import time
@@ -50,6 +55,24 @@ from raftps import tls as _tls
 from raftps.v1 import job_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 DEFAULT_TIMEOUT = 10.0
+# The Go CLI's --endpoints: its environment variable and default.
+ENV_ENDPOINTS, DEFAULT_ENDPOINT = "RAFTPS_ENDPOINTS", "127.0.0.1:7000"
+# The Go CLI's --command-timeout (a Go duration: "10s", "1m30s", "500ms").
+ENV_COMMAND_TIMEOUT = "RAFTPS_COMMAND_TIMEOUT"
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
+
+
+def go_duration(text: str, what: str = "duration") -> float:
+    """Seconds of a positive Go duration string ("10s", "1m30s", "250ms"),
+    as the Go CLI's duration flags take them. Raises InvalidArgument."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise errors.InvalidArgument(f"{what}={text!r}: not a duration (e.g. 10s, 1m30s, 500ms)")
+    secs = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if secs <= 0:
+        raise errors.InvalidArgument(f"{what}={text!r}: must be positive")
+    return secs
 _MAX_MSG = 1 << 30
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MSG),
@@ -121,9 +144,11 @@ class Client:
 
     Args:
         endpoints: gRPC addresses ("host:port") of nodes, a list or a
-            comma-separated string.
+            comma-separated string; default RAFTPS_ENDPOINTS, else
+            127.0.0.1:7000 (the Go CLI's --endpoints and its default).
         timeout: default timeout of each call in seconds (retries on other
-            endpoints included).
+            endpoints included); default RAFTPS_COMMAND_TIMEOUT (a Go
+            duration, as the CLI's --command-timeout), else 10.
         cacert, cert, key: PEM files of the cluster CA, the client
             certificate and its key (mutual TLS); each missing one is read
             from RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY. All three or none.
@@ -137,14 +162,19 @@ class Client:
     set of TLS files.
     """
 
-    def __init__(self, endpoints: Sequence[str] | str, timeout: float = DEFAULT_TIMEOUT, *,
+    def __init__(self, endpoints: Sequence[str] | str | None = None, timeout: float | None = None, *,
                  cacert: str | None = None, cert: str | None = None, key: str | None = None,
                  tls: "_tls.TLS | None" = None, insecure: bool = False, interceptors: Sequence = ()):
+        if endpoints is None:
+            endpoints = os.environ.get(ENV_ENDPOINTS, DEFAULT_ENDPOINT)
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         self.endpoints = [e.strip() for e in endpoints if e and e.strip()]
         if not self.endpoints:
             raise errors.InvalidArgument("raftps.Client: no endpoints")
+        if timeout is None:
+            env = os.environ.get(ENV_COMMAND_TIMEOUT)
+            timeout = go_duration(env, ENV_COMMAND_TIMEOUT) if env else DEFAULT_TIMEOUT
         self.timeout = timeout
         if insecure:
             self.tls = None

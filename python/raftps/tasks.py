@@ -56,6 +56,15 @@ def permutation(n: int, seed: int, pass_: int) -> np.ndarray:
     return p
 
 
+def default_trainer_id(client: Client) -> str:
+    """The trainer id a trainer of ``client`` acts as: its certificate's
+    name under mutual TLS (the only one the cluster accepts from it), else
+    ``py-<host>-<pid>``."""
+    if client.tls is not None:
+        return client.tls.name()
+    return f"py-{socket.gethostname()}-{os.getpid()}"
+
+
 class TrainerSession:
     """Registers a trainer under /jobs/<job>/trainers/<id> (a
     schema.TrainerRecord) on a lease kept alive by a thread, re-registering
@@ -65,11 +74,15 @@ class TrainerSession:
     changes (a trainer joined, or left: its key was deleted or its lease
     expired); ``members()`` is the current set. The pservers wait for every
     registered trainer in a sync step, so register before the first push.
+
+    ``trainer`` defaults to the name of the client's certificate under
+    mutual TLS (the cluster refuses any other trainer name for it), and
+    to ``py-<host>-<pid>`` on a plaintext cluster.
     """
 
     def __init__(self, client: Client, job: str, trainer: str | None = None, ttl: int = 2):
         self.client, self.job, self.ttl = client, job, ttl
-        self.id = trainer or f"py-{socket.gethostname()}-{os.getpid()}"
+        self.id = trainer or default_trainer_id(client)
         self.key = trainer_prefix(job) + self.id
         self._mu = threading.Lock()
         self._cond = threading.Condition(self._mu)

@@ -54,6 +54,23 @@ class TLS:
                 f"--cert {f[1]!r}, --key {f[2]!r}; or {ENV_CACERT}, {ENV_CERT}, {ENV_KEY})")
         return cls(*f)
 
+    def name(self) -> str:
+        """The client certificate's name (its subject common name): the
+        identity the cluster acts for (a trainer pushes and registers as
+        this name; security.IdentityOf in Go). Raises InvalidArgument if the
+        certificate cannot be read or names no one."""
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+        try:
+            with open(self.cert, "rb") as fh:
+                cert = x509.load_pem_x509_certificate(fh.read())
+        except (OSError, ValueError) as e:
+            raise errors.InvalidArgument(f"TLS: cannot read the certificate {self.cert!r}: {e}") from e
+        cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if not cns or not cns[0].value:
+            raise errors.InvalidArgument(f"TLS: the certificate {self.cert!r} has no common name")
+        return str(cns[0].value)
+
     def credentials(self) -> grpc.ChannelCredentials:
         """gRPC channel credentials: verify nodes against the CA, show the
         client certificate. Raises InvalidArgument naming an unreadable file."""

@@ -11,15 +11,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
 
 
+def copy_tree(dst):
+    """A copy of python/ as a user would have it (no caches)."""
+    shutil.copytree(PYDIR, dst, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    return dst
+
+
+def files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
 def test_pip_install_offline(cluster, tmp_path):
-    # Build from a copy: an in-tree build would leave build/ and
-    # *.egg-info in python/.
-    src = tmp_path / "src"
-    src.mkdir()
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(os.path.join(PYDIR, f), src / f)
-    shutil.copytree(os.path.join(PYDIR, "raftps"), src / "raftps",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    src = copy_tree(tmp_path / "src")
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps",
                         "--disable-pip-version-check", "--target", str(target), str(src)],
@@ -39,3 +42,22 @@ def test_pip_install_offline(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     path, value, secure = r.stdout.split()
     assert path == str(target / "raftps" / "__init__.py") and value == "ok" and secure == "True"
+
+
+def test_pip_install_venv_leaves_tree_clean(tmp_path):
+    # The guide's install: a venv on Debian's python that sees its packages
+    # (grpcio, numpy, torch), then pip offline without build isolation
+    # (which would fetch setuptools from an index).
+    src = copy_tree(tmp_path / "python")
+    before = files(src)
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", "--no-build-isolation",
+                        "--disable-pip-version-check", str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    after = files(src)
+    assert after == before, f"pip install left files in the tree: {sorted(set(after) - set(before))}"
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", "import raftps, raftps.torch; print(raftps.__file__)"],
+                       capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith(str(venv)), r.stdout

@@ -6,6 +6,8 @@
   parameter-server counterpart of ``hvd.DistributedOptimizer``.
 - :mod:`raftps.torch.elastic`: ``run``, ``TorchState``,
   ``HostsUpdatedInterrupt`` (Horovod Elastic's API).
+- :class:`Store`: a ``torch.distributed.Store`` on raftps's replicated KV
+  (Gloo process groups and torchrun rendezvous that outlive any one node).
 - :class:`TaskDataset` / :func:`param_specs`: the master's tasks as a data
   source; a model's parameter list for an ``external`` job spec.
 """
@@ -13,5 +15,6 @@
 from raftps.torch.optimizer import DistributedOptimizer, param_specs
 from raftps.torch.data import TaskDataset
 from raftps.torch import elastic
+from raftps.torch.store import Store
 
-__all__ = ["DistributedOptimizer", "param_specs", "TaskDataset", "elastic"]
+__all__ = ["DistributedOptimizer", "param_specs", "TaskDataset", "elastic", "Store"]
