@@ -366,7 +366,17 @@ func (c *Client) NewParams() map[string][]float32 {
 // and records each slot's version for the next Push.
 func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 	c.allocParams(dst)
-	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst) })
+	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst, false) })
+}
+
+// PullCheckpoint is Pull that also asks every slot to checkpoint the
+// parameters it reads (PullRequest.checkpoint; Slot.SnapshotOnPull): an
+// eval pulls with it, so the version its metric measures is a checkpoint
+// version (epoch*agent.EpochStride + the version Versions reports) once the
+// slots' writers commit it. Errors: Pull's.
+func (c *Client) PullCheckpoint(ctx context.Context, dst map[string][]float32) error {
+	c.allocParams(dst)
+	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst, true) })
 }
 
 // allocParams gives dst a full-sized array for every dense parameter.
@@ -379,9 +389,9 @@ func (c *Client) allocParams(dst map[string][]float32) {
 }
 
 // pullSlot pulls slot's dense blocks into dst (sized by allocParams).
-func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32) error {
+func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32, checkpoint bool) error {
 	return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-		req := &pb.PullRequest{Job: c.job, Slot: slot}
+		req := &pb.PullRequest{Job: c.job, Slot: slot, Checkpoint: checkpoint}
 		// The tensor codec reads blocks straight into dst.
 		sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
 		if !c.useStream(slot) {
@@ -568,7 +578,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		if sink != nil && (sink.placed > 0 || len(c.blocks[slot]) == 0) {
 			return c.pulledAll(slot, sink)
 		}
-		return c.pullSlot(ctx, slot, dst)
+		return c.pullSlot(ctx, slot, dst, false)
 	})
 }
 

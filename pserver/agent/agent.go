@@ -94,9 +94,12 @@ type hosted struct {
 	lastCkptTime  time.Time
 	lastVersion   int64
 	checkpointing bool
-	// snaps carries step-exact snapshots from the slot's SnapshotEvery
-	// hook to the slot's checkpoint goroutine (latest wins when it lags).
-	snaps chan *pserver.SlotSnapshot
+	// snaps carries step-exact snapshots from the slot's SnapshotEvery and
+	// SnapshotOnPull hooks to the slot's checkpoint goroutine (latest wins
+	// when it lags, but an eval's snapshot is never dropped for a periodic
+	// one).
+	snaps   chan queued
+	queueMu sync.Mutex // serializes queueSnapshot
 	// epoch is the sync trajectory the slot is on (see EpochStride).
 	epoch int64
 	// until is the serve-until of the lease the slot was claimed under
