@@ -681,6 +681,47 @@ func TestStepWaitReported(t *testing.T) {
 	}
 }
 
+// TestTrainerFeedHoldsLock: the trainer feed updates a slot's membership
+// (hosted.trainers) under the agent's lock, which readers on other
+// goroutines take (the tests' membership waits do). Before, the feed wrote
+// it without the lock: a reader that took the lock between the write and
+// the reconcile goroutine's next locking saw it with no happens-before
+// edge, a data race the race detector reported now and then in
+// TestStepWaitReported. Here the feed runs on this goroutine, which takes
+// no lock between its write and the reader's read, so under -race the
+// unlocked write is reported every time.
+func TestTrainerFeedHoldsLock(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 0)
+	a := New(Config{NodeID: "n1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}, meta, pserver.NewServer(), nil, members(1))
+	s, err := pserver.NewSlot(spec, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hosted{key: slotKey{"j", 0}, spec: spec, slot: s}
+	a.mu.Lock()
+	a.hosted[h.key] = h
+	a.mu.Unlock()
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	seen := make(chan string, 1)
+	go func() {
+		for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
+			a.mu.Lock()
+			got := h.trainers
+			a.mu.Unlock()
+			if got != "" {
+				seen <- got
+				return
+			}
+		}
+		seen <- "(none within the wait)"
+	}()
+	a.feedTrainers(context.Background(), "j")
+	if got := <-seen; got != "t1" {
+		t.Fatalf("membership %q, want t1", got)
+	}
+}
+
 // registerTrainers adds trainer records of job "j" (on n1) in the order
 // given and waits until slot 0's sync membership is all of them, sorted.
 func registerTrainers(t *testing.T, meta *fakeMeta, ta *testAgent, ids ...string) {
