@@ -86,10 +86,19 @@ type hosted struct {
 	spec        *pb.JobSpec
 	slot        *pserver.Slot
 	incarnation int64
-	trainers    string // sorted, comma-joined: last SetTrainers
-	writer      *checkpoint.Writer
+	// trainers is the sorted, comma-joined membership of the last
+	// SetTrainers: written by the reconcile goroutine under Agent.mu (the
+	// lock readers on other goroutines take).
+	trainers string
+	writer   *checkpoint.Writer
 
-	ckptMu        sync.Mutex // one checkpoint at a time
+	// writeMu serializes checkpoint (a Writer's Checkpoint calls must not
+	// overlap: the checkpoint goroutine, maybeCheckpoint's and finish's
+	// writes take turns).
+	writeMu sync.Mutex
+	// ckptMu guards the four fields below (written by checkpoint and a
+	// rollback, read by maybeCheckpoint and finish on other goroutines).
+	ckptMu        sync.Mutex
 	lastCkptStep  int64
 	lastCkptTime  time.Time
 	lastVersion   int64

@@ -24,9 +24,12 @@ func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
 		}
 		p := h.spec.Checkpoint
 		step := h.slot.Step()
+		h.ckptMu.Lock()
+		lastStep, lastTime := h.lastCkptStep, h.lastCkptTime
+		h.ckptMu.Unlock()
 		stepsByPoll := p.EverySteps > 0 && h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC
-		if (stepsByPoll && step/p.EverySteps > h.lastCkptStep/p.EverySteps) ||
-			(p.EverySeconds > 0 && time.Since(h.lastCkptTime) >= time.Duration(p.EverySeconds)*time.Second && step > h.lastCkptStep) {
+		if (stepsByPoll && step/p.EverySteps > lastStep/p.EverySteps) ||
+			(p.EverySeconds > 0 && time.Since(lastTime) >= time.Duration(p.EverySeconds)*time.Second && step > lastStep) {
 			due = append(due, h)
 		}
 	}
@@ -48,8 +51,12 @@ func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
 	}
 }
 
-// checkpoint writes one snapshot of a slot through the checkpoint protocol.
+// checkpoint writes one snapshot of a slot through the checkpoint protocol,
+// one at a time per slot; a snapshot whose version is not newer than the
+// last one written is skipped (nil, nil).
 func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSnapshot) (*pb.CheckpointPointer, error) {
+	h.writeMu.Lock()
+	defer h.writeMu.Unlock()
 	start := time.Now()
 	blobs := make(map[int32][]byte, len(snap.VShards))
 	for v := range snap.VShards {
@@ -63,7 +70,10 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	epoch := h.epoch
 	a.mu.Unlock()
 	version := checkpointVersion(epoch, snap)
-	if version <= h.lastVersion {
+	h.ckptMu.Lock()
+	last := h.lastVersion
+	h.ckptMu.Unlock()
+	if version <= last {
 		return nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)

@@ -78,8 +78,10 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		}
 		old := h.slot
 		h.slot = s
+		h.ckptMu.Lock()
 		h.lastCkptStep = s.Step()
 		h.lastVersion = rb.Version
+		h.ckptMu.Unlock()
 		h.epoch = rb.Epoch
 		a.mu.Unlock()
 		a.installHook(h, s)
