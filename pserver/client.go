@@ -460,8 +460,12 @@ type Grads struct {
 // applies a push id at most once (sync and async), so retries after
 // Unavailable (a lost reply, a broken connection) never apply a gradient
 // twice on a slot that stays put. A slot that moved to another node
-// forgets the ids: there a retry applies unless the restored checkpoint
-// already held the push.
+// forgets the ids (they are not in checkpoints): there an async retry
+// applies whether or not the restored checkpoint already held the push (if
+// it did, that gradient counts twice, within the staleness bound), and a
+// sync retry names the incarnation it pulled from, so the new holder
+// refuses it with ErrStale (re-pull and recompute on the restored
+// parameters).
 func (c *Client) Push(ctx context.Context, g *Grads) error {
 	return c.push(ctx, g, nil)
 }
