@@ -737,3 +737,29 @@ func registerTrainers(t *testing.T, meta *fakeMeta, ta *testAgent, ids ...string
 		return h != nil && h.trainers == want
 	})
 }
+
+// TestEvalSnapshotNotDropped (issue 33, checkpoint best): when the
+// checkpoint writer lags, a newer snapshot replaces the pending one, except
+// that a pending eval snapshot (the parameters a pass's metric measures)
+// stays and the newer periodic one is skipped; a newer eval snapshot
+// replaces a pending periodic one.
+func TestEvalSnapshotNotDropped(t *testing.T) {
+	a := New(Config{NodeID: "n1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}, newFakeMeta(), pserver.NewServer(), nil, members(1))
+	h := &hosted{key: slotKey{"j", 0}, snaps: make(chan queued, 1)}
+	at := func(step int64) *pserver.SlotSnapshot { return &pserver.SlotSnapshot{Step: step} }
+	for _, tc := range []struct {
+		name        string
+		first, then queued
+		want        int64
+	}{
+		{"periodic after eval", queued{snap: at(40), eval: true}, queued{snap: at(42)}, 40},
+		{"eval after periodic", queued{snap: at(35)}, queued{snap: at(40), eval: true}, 40},
+		{"periodic after periodic", queued{snap: at(35)}, queued{snap: at(42)}, 42},
+	} {
+		a.queueSnapshot(h, tc.first)
+		a.queueSnapshot(h, tc.then)
+		if got := (<-h.snaps).snap.Step; got != tc.want {
+			t.Errorf("%s: the writer gets step %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
