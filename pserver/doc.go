@@ -85,7 +85,9 @@
 //
 // # Checkpoints
 //
-// Slot.Snapshot and the step snapshots of Slot.SnapshotEvery take values,
+// Slot.Snapshot, the step snapshots of Slot.SnapshotEvery and the eval
+// snapshots of Slot.SnapshotOnPull (a pull with PullRequest.checkpoint
+// snapshots what it reads, once per step) take values,
 // optimizer state and update counts copy-on-write: under the slot's lock
 // they only freeze the current buffers, and the copy is made outside it
 // while updates go on (an update copies only a block it reaches first);
