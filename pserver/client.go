@@ -366,7 +366,17 @@ func (c *Client) NewParams() map[string][]float32 {
 // and records each slot's version for the next Push.
 func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 	c.allocParams(dst)
-	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst) })
+	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst, false) })
+}
+
+// PullCheckpoint is Pull that also asks every slot to checkpoint the
+// parameters it reads (PullRequest.checkpoint; Slot.SnapshotOnPull): an
+// eval pulls with it, so the version its metric measures is a checkpoint
+// version (epoch*agent.EpochStride + the version Versions reports) once the
+// slots' writers commit it. Errors: Pull's.
+func (c *Client) PullCheckpoint(ctx context.Context, dst map[string][]float32) error {
+	c.allocParams(dst)
+	return c.parallel(func(slot int32) error { return c.pullSlot(ctx, slot, dst, true) })
 }
 
 // allocParams gives dst a full-sized array for every dense parameter.
@@ -379,9 +389,9 @@ func (c *Client) allocParams(dst map[string][]float32) {
 }
 
 // pullSlot pulls slot's dense blocks into dst (sized by allocParams).
-func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32) error {
+func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32, checkpoint bool) error {
 	return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-		req := &pb.PullRequest{Job: c.job, Slot: slot}
+		req := &pb.PullRequest{Job: c.job, Slot: slot, Checkpoint: checkpoint}
 		// The tensor codec reads blocks straight into dst.
 		sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
 		if !c.useStream(slot) {
@@ -450,8 +460,12 @@ type Grads struct {
 // applies a push id at most once (sync and async), so retries after
 // Unavailable (a lost reply, a broken connection) never apply a gradient
 // twice on a slot that stays put. A slot that moved to another node
-// forgets the ids: there a retry applies unless the restored checkpoint
-// already held the push.
+// forgets the ids (they are not in checkpoints): there an async retry
+// applies whether or not the restored checkpoint already held the push (if
+// it did, that gradient counts twice, within the staleness bound), and a
+// sync retry names the incarnation it pulled from, so the new holder
+// refuses it with ErrStale (re-pull and recompute on the restored
+// parameters).
 func (c *Client) Push(ctx context.Context, g *Grads) error {
 	return c.push(ctx, g, nil)
 }
@@ -568,7 +582,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		if sink != nil && (sink.placed > 0 || len(c.blocks[slot]) == 0) {
 			return c.pulledAll(slot, sink)
 		}
-		return c.pullSlot(ctx, slot, dst)
+		return c.pullSlot(ctx, slot, dst, false)
 	})
 }
 

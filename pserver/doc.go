@@ -46,8 +46,10 @@
 // Retries: every Client.Push carries a push id (PushRequest.push_id, the
 // same on each retry); a slot applies a push id at most once and answers a
 // retry with the version the first attempt produced, keeping the last 64
-// ids of up to 4096 trainers. The memory is the slot's: a slot restored on
-// another node has forgotten it.
+// ids of up to 4096 trainers. The memory is the slot's, not in
+// checkpoints: a slot restored on another node has forgotten it, so an
+// async retry there applies even if the restored checkpoint held the push
+// (a sync retry is stale there: it names the old incarnation).
 //
 // # Hostile input
 //
@@ -83,7 +85,9 @@
 //
 // # Checkpoints
 //
-// Slot.Snapshot and the step snapshots of Slot.SnapshotEvery take values,
+// Slot.Snapshot, the step snapshots of Slot.SnapshotEvery and the eval
+// snapshots of Slot.SnapshotOnPull (a pull with PullRequest.checkpoint
+// snapshots what it reads, once per step) take values,
 // optimizer state and update counts copy-on-write: under the slot's lock
 // they only freeze the current buffers, and the copy is made outside it
 // while updates go on (an update copies only a block it reaches first);

@@ -112,6 +112,10 @@ type Slot struct {
 	// snapEvery and snapFn are the SnapshotEvery hook (guarded by mu).
 	snapEvery int64
 	snapFn    func(*SlotSnapshot)
+	// pullSnapFn is the SnapshotOnPull hook and pullSnapStep the step it
+	// last snapshotted (-1: none yet) (guarded by mu).
+	pullSnapFn   func(*SlotSnapshot)
+	pullSnapStep int64
 	// hold is the freeze being copied away, if any (guarded by mu; at most
 	// one at a time). For benchmarks: freezes counts freezes, freezeNanos
 	// the time step snapshots held the lock, cowNanos the time updates
@@ -372,6 +376,9 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 	if err := s.checkFence(); err != nil {
 		return nil, nil, err
+	}
+	if req.GetCheckpoint() {
+		s.pullSnapshot()
 	}
 	resp, buf, err := s.read(req)
 	if err = s.acked(err); err != nil {

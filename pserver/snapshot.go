@@ -365,8 +365,38 @@ func (s *Slot) stepSnapshotLocked() {
 	}
 	t0 := time.Now()
 	defer func() { s.freezeNanos.Add(int64(time.Since(t0))) }()
+	s.snapshotLocked(s.snapFn)
+}
+
+// SnapshotOnPull makes the slot snapshot the parameters a pull that asks
+// for it (PullRequest.checkpoint: an eval's pull) reads, at most once per
+// step, and hand the snapshot to fn as SnapshotEvery does (same freeze,
+// same copy goroutine; fn should call snap.Release). The snapshot is taken
+// right before the pull reads, under the write lock: its step and version
+// are the reply's unless a step completes in between (in a sync job none
+// does while an eval runs: its trainers are out of the steps), and a
+// checkpoint of it names its own step either way. fn nil turns it off.
+func (s *Slot) SnapshotOnPull(fn func(*SlotSnapshot)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pullSnapFn, s.pullSnapStep = fn, -1
+}
+
+// pullSnapshot runs the SnapshotOnPull hook for a pull asking for it.
+func (s *Slot) pullSnapshot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pullSnapFn == nil || s.pullSnapStep == s.step {
+		return
+	}
+	s.pullSnapStep = s.step
+	s.snapshotLocked(s.pullSnapFn)
+}
+
+// snapshotLocked freezes a snapshot of the slot (write lock held) and hands
+// it to fn on a goroutine of its own once copied away.
+func (s *Slot) snapshotLocked(fn func(*SlotSnapshot)) {
 	snap := s.newSnapshot()
-	fn := s.snapFn
 	if s.hold != nil { // an earlier freeze is still being copied away
 		s.copyLocked(snap)
 		go func() {

@@ -84,3 +84,91 @@ func keys(m map[int64]*SlotSnapshot) []int64 {
 	}
 	return out
 }
+
+// TestSnapshotOnPull (issue 33, checkpoint best): a pull that asks for a
+// checkpoint (PullRequest.checkpoint, an eval's) hands the hook a snapshot
+// of exactly the step and values it reads, once per step however often
+// it is asked; a pull that does not ask snapshots nothing.
+func TestSnapshotOnPull(t *testing.T) {
+	spec := &pb.JobSpec{Name: "eval", NumPservers: 1, NumVirtualShards: 4, DenseBlockSize: 8, Mode: pb.UpdateMode_UPDATE_MODE_SYNC,
+		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.1},
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{20}, Init: pb.Initializer_INIT_ZEROS}}}
+	s, err := NewSlot(spec, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetTrainers([]string{"a"})
+	snaps := make(chan *SlotSnapshot, 8)
+	s.SnapshotOnPull(func(snap *SlotSnapshot) { snaps <- snap })
+	layout := s.Layout()
+	p, _ := layout.Param("w")
+	push := func(step int64) {
+		t.Helper()
+		var grads []*pb.Tensor
+		for b := int64(0); b < p.Blocks; b++ {
+			lo, hi := layout.BlockRange(p, b)
+			g := make([]float32, hi-lo)
+			for i := range g {
+				g[i] = float32(i + 1)
+			}
+			grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: float32Bytes(g)})
+		}
+		if _, err := s.Push(context.Background(), &pb.PushRequest{Job: "eval", Trainer: "a", Version: s.Version(), Step: step, Grads: grads, Examples: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull := func(checkpoint bool) *pb.PullResponse {
+		t.Helper()
+		resp, err := s.Pull(context.Background(), &pb.PullRequest{Job: "eval", Checkpoint: checkpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	next := func() *SlotSnapshot {
+		t.Helper()
+		select {
+		case snap := <-snaps:
+			return snap
+		case <-time.After(30 * time.Second):
+			t.Fatal("no snapshot within 30 s")
+			return nil
+		}
+	}
+	push(0)
+	push(1)
+	pull(false)
+	resp := pull(true)
+	pull(true) // the same step: no second snapshot
+	snap := next()
+	if snap.Step != 2 || snap.Version != resp.GetVersion() {
+		t.Fatalf("snapshot of step %d version %d, the pull read version %d at step 2", snap.Step, snap.Version, resp.GetVersion())
+	}
+	pulled := map[int64][]byte{}
+	for _, tn := range resp.GetTensors() {
+		pulled[tn.GetBlock()] = tn.GetData()
+	}
+	n := 0
+	for _, vs := range snap.VShards {
+		for _, e := range vs.Entries {
+			if got, want := float32Bytes(e.Values), pulled[e.Index]; string(got) != string(want) {
+				t.Fatalf("block %d: snapshot %v, pull %v", e.Index, e.Values, want)
+			}
+			n++
+		}
+	}
+	if int64(n) != p.Blocks {
+		t.Fatalf("snapshot holds %d blocks, want %d", n, p.Blocks)
+	}
+	snap.Release()
+	push(2)
+	pull(true)
+	if snap := next(); snap.Step != 3 {
+		t.Fatalf("second snapshot of step %d, want 3", snap.Step)
+	}
+	select {
+	case snap := <-snaps:
+		t.Fatalf("an extra snapshot of step %d", snap.Step)
+	default:
+	}
+}

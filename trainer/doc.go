@@ -33,7 +33,9 @@
 // ps_time, the part of the task spent in pserver calls (Stats.PSTime sums
 // it), which tells a trainer waiting on the network or on a sync step from
 // one busy computing. An eval task scores the pulled parameters on
-// the test split and reports accuracy and loss.
+// the test split and reports accuracy, loss and the version evaluated; a
+// PS that is a CheckpointPuller checkpoints what the eval pulls, so that
+// version is a checkpoint version.
 //
 // # Faults
 //

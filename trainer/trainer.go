@@ -64,6 +64,15 @@ type PushPuller interface {
 	PushPull(ctx context.Context, grads map[string][]float32, rowGrads map[string]RowGrad, version, step, examples int64) (params map[string][]float32, newVersion int64, err error)
 }
 
+// CheckpointPuller is an optional PS extension: PullCheckpoint pulls as
+// Pull does and asks the pservers to checkpoint the parameters it reads
+// (pserver.Client.PullCheckpoint), so the version an eval measures is a
+// checkpoint version and the pass's metric names it. The trainer uses it
+// for eval tasks.
+type CheckpointPuller interface {
+	PullCheckpoint(ctx context.Context) (params map[string][]float32, version int64, err error)
+}
+
 // ErrRetryable marks an error as transient for IsRetryable (for PS or
 // Master implementations that do not speak gRPC status codes).
 var ErrRetryable = errors.New("trainer: transient error")
@@ -265,8 +274,9 @@ func (t *Trainer) count(f func(*Stats)) {
 //     "re-pull": the sync step moved on, or the async staleness bound) is
 //     redone at once from a fresh pull. Any other error is reported with
 //     TaskFailed.
-//   - TASK (eval): pull parameters, evaluate on the test split, TaskFinished
-//     with accuracy and loss.
+//   - TASK (eval): pull parameters (asking the pservers to checkpoint them,
+//     if the PS is a CheckpointPuller), evaluate on the test split,
+//     TaskFinished with accuracy, loss and the version evaluated.
 //   - WAIT: leave the sync step, at every WAIT (also before the first push:
 //     a registered trainer is expected in sync steps, and a slot restored
 //     or rolled back expects it again), sleep retry_after_ms (at most
@@ -548,7 +558,11 @@ func (t *Trainer) runEval(ctx context.Context, task *pb.Task) error {
 	}
 	var m *pb.TaskMetrics
 	err := t.retry(ctx, deadline, "eval", func(ctx context.Context) error {
-		dense, version, err := t.ps.Pull(ctx)
+		pull := t.ps.Pull
+		if cp, ok := t.ps.(CheckpointPuller); ok {
+			pull = cp.PullCheckpoint
+		}
+		dense, version, err := pull(ctx)
 		if err != nil {
 			return fmt.Errorf("pull: %w", err)
 		}

@@ -101,7 +101,12 @@ type PullRequest struct {
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Slot  int32                  `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
 	// tensors name what to pull; data is left empty. Empty pulls every dense block of the slot.
-	Tensors       []*Tensor `protobuf:"bytes,3,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Tensors []*Tensor `protobuf:"bytes,3,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	// checkpoint asks the slot to checkpoint the parameters this pull reads
+	// (an eval's pull: the version its metric measures), at most once per
+	// step; the checkpoint version is epoch*1e9 + the reply's version. A slot
+	// without a checkpoint policy ignores it.
+	Checkpoint    bool `protobuf:"varint,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -155,6 +160,13 @@ func (x *PullRequest) GetTensors() []*Tensor {
 		return x.Tensors
 	}
 	return nil
+}
+
+func (x *PullRequest) GetCheckpoint() bool {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return false
 }
 
 type PullResponse struct {
@@ -989,11 +1001,14 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x03R\x05block\x12\x12\n" +
 	"\x04rows\x18\x03 \x03(\x03R\x04rows\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"`\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\x80\x01\n" +
 	"\vPullRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12+\n" +
-	"\atensors\x18\x03 \x03(\v2\x11.raftps.v1.TensorR\atensors\"w\n" +
+	"\atensors\x18\x03 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\bR\n" +
+	"checkpoint\"w\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +

@@ -86,20 +86,29 @@ type hosted struct {
 	spec        *pb.JobSpec
 	slot        *pserver.Slot
 	incarnation int64
-	trainers    string // sorted, comma-joined: last SetTrainers
-	writer      *checkpoint.Writer
+	// trainers is the sorted, comma-joined membership of the last
+	// SetTrainers: written by the reconcile goroutine under Agent.mu (the
+	// lock readers on other goroutines take).
+	trainers string
+	writer   *checkpoint.Writer
 
-	// ckptMu guards checkpointing (one checkpoint at a time) and the
-	// last checkpoint's step, time and version, which the checkpoint
-	// goroutines write and a rollback resets (lastCheckpoint).
+	// writeMu serializes checkpoint (a Writer's Checkpoint calls must not
+	// overlap: the checkpoint goroutine, maybeCheckpoint's and finish's
+	// writes take turns).
+	writeMu sync.Mutex
+	// ckptMu guards the fields below (written by checkpoint and a
+	// rollback, read by maybeCheckpoint and finish on other goroutines).
 	ckptMu        sync.Mutex
 	lastCkptStep  int64
 	lastCkptTime  time.Time
 	lastVersion   int64
 	checkpointing bool
-	// snaps carries step-exact snapshots from the slot's SnapshotEvery
-	// hook to the slot's checkpoint goroutine (latest wins when it lags).
-	snaps chan *pserver.SlotSnapshot
+	// snaps carries step-exact snapshots from the slot's SnapshotEvery and
+	// SnapshotOnPull hooks to the slot's checkpoint goroutine (latest wins
+	// when it lags, but an eval's snapshot is never dropped for a periodic
+	// one).
+	snaps   chan queued
+	queueMu sync.Mutex // serializes queueSnapshot
 	// epoch is the sync trajectory the slot is on (see EpochStride).
 	epoch int64
 	// until is the serve-until of the lease the slot was claimed under

@@ -681,6 +681,47 @@ func TestStepWaitReported(t *testing.T) {
 	}
 }
 
+// TestTrainerFeedHoldsLock: the trainer feed updates a slot's membership
+// (hosted.trainers) under the agent's lock, which readers on other
+// goroutines take (the tests' membership waits do). Before, the feed wrote
+// it without the lock: a reader that took the lock between the write and
+// the reconcile goroutine's next locking saw it with no happens-before
+// edge, a data race the race detector reported now and then in
+// TestStepWaitReported. Here the feed runs on this goroutine, which takes
+// no lock between its write and the reader's read, so under -race the
+// unlocked write is reported every time.
+func TestTrainerFeedHoldsLock(t *testing.T) {
+	meta := newFakeMeta()
+	spec := syncSpec("j", 1, 0)
+	a := New(Config{NodeID: "n1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}, meta, pserver.NewServer(), nil, members(1))
+	s, err := pserver.NewSlot(spec, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hosted{key: slotKey{"j", 0}, spec: spec, slot: s}
+	a.mu.Lock()
+	a.hosted[h.key] = h
+	a.mu.Unlock()
+	meta.put(schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
+	seen := make(chan string, 1)
+	go func() {
+		for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); {
+			a.mu.Lock()
+			got := h.trainers
+			a.mu.Unlock()
+			if got != "" {
+				seen <- got
+				return
+			}
+		}
+		seen <- "(none within the wait)"
+	}()
+	a.feedTrainers(context.Background(), "j")
+	if got := <-seen; got != "t1" {
+		t.Fatalf("membership %q, want t1", got)
+	}
+}
+
 // registerTrainers adds trainer records of job "j" (on n1) in the order
 // given and waits until slot 0's sync membership is all of them, sorted.
 func registerTrainers(t *testing.T, meta *fakeMeta, ta *testAgent, ids ...string) {
@@ -695,4 +736,30 @@ func registerTrainers(t *testing.T, meta *fakeMeta, ta *testAgent, ids ...string
 		h := ta.a.hosted[slotKey{"j", 0}]
 		return h != nil && h.trainers == want
 	})
+}
+
+// TestEvalSnapshotNotDropped (issue 33, checkpoint best): when the
+// checkpoint writer lags, a newer snapshot replaces the pending one, except
+// that a pending eval snapshot (the parameters a pass's metric measures)
+// stays and the newer periodic one is skipped; a newer eval snapshot
+// replaces a pending periodic one.
+func TestEvalSnapshotNotDropped(t *testing.T) {
+	a := New(Config{NodeID: "n1", Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}, newFakeMeta(), pserver.NewServer(), nil, members(1))
+	h := &hosted{key: slotKey{"j", 0}, snaps: make(chan queued, 1)}
+	at := func(step int64) *pserver.SlotSnapshot { return &pserver.SlotSnapshot{Step: step} }
+	for _, tc := range []struct {
+		name        string
+		first, then queued
+		want        int64
+	}{
+		{"periodic after eval", queued{snap: at(40), eval: true}, queued{snap: at(42)}, 40},
+		{"eval after periodic", queued{snap: at(35)}, queued{snap: at(40), eval: true}, 40},
+		{"periodic after periodic", queued{snap: at(35)}, queued{snap: at(42)}, 42},
+	} {
+		a.queueSnapshot(h, tc.first)
+		a.queueSnapshot(h, tc.then)
+		if got := (<-h.snaps).snap.Step; got != tc.want {
+			t.Errorf("%s: the writer gets step %d, want %d", tc.name, got, tc.want)
+		}
+	}
 }

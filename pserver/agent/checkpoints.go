@@ -49,8 +49,12 @@ func (a *Agent) maybeCheckpoint(ctx context.Context, job string) {
 	}
 }
 
-// checkpoint writes one snapshot of a slot through the checkpoint protocol.
+// checkpoint writes one snapshot of a slot through the checkpoint protocol,
+// one at a time per slot; a snapshot whose version is not newer than the
+// last one written is skipped (nil, nil).
 func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSnapshot) (*pb.CheckpointPointer, error) {
+	h.writeMu.Lock()
+	defer h.writeMu.Unlock()
 	start := time.Now()
 	blobs := make(map[int32][]byte, len(snap.VShards))
 	for v := range snap.VShards {
@@ -122,7 +126,7 @@ func checkpointVersion(epoch int64, snap *pserver.SlotSnapshot) int64 {
 // startCheckpoints starts h's checkpoint goroutine and installs the
 // step-exact snapshot hook on s (sync jobs with every_steps).
 func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot) {
-	h.snaps = make(chan *pserver.SlotSnapshot, 1)
+	h.snaps = make(chan queued, 1)
 	a.installHook(h, s)
 	a.wg.Add(1)
 	go func() {
@@ -131,7 +135,8 @@ func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot
 			select {
 			case <-ctx.Done():
 				return
-			case snap := <-h.snaps:
+			case q := <-h.snaps:
+				snap := q.snap
 				if a.slotOf(h).Fenced() {
 					return
 				}
@@ -148,24 +153,50 @@ func (a *Agent) startCheckpoints(ctx context.Context, h *hosted, s *pserver.Slot
 	}()
 }
 
+// installHook makes s hand h's checkpoint goroutine, in a sync job with a
+// checkpoint policy, a snapshot of every every_steps-th step
+// (Slot.SnapshotEvery) and of the parameters an eval pulls
+// (Slot.SnapshotOnPull): every slot's eval pull reads the same step (the
+// pass's last; training waits for the eval), so each pass's evaluated
+// parameters become one whole checkpoint version, whatever every_steps is,
+// and the pass's metric names it (jobq attaches it when it commits).
 func (a *Agent) installHook(h *hosted, s *pserver.Slot) {
-	n := h.spec.GetCheckpoint().GetEverySteps()
-	if h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC || n <= 0 {
+	if h.spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC || h.spec.GetCheckpoint() == nil {
 		return
 	}
-	s.SnapshotEvery(n, func(snap *pserver.SlotSnapshot) {
-		for {
-			select {
-			case h.snaps <- snap:
-				return
-			default:
-			}
-			select { // the writer lags: drop the older pending snapshot
-			case old := <-h.snaps:
-				a.log.Warn("checkpoint writer lags: skipping a version", "job", h.key.job, "slot", h.key.slot, "skipped", old.Step)
-				old.Release()
-			default:
-			}
+	s.SnapshotOnPull(func(snap *pserver.SlotSnapshot) { a.queueSnapshot(h, queued{snap: snap, eval: true}) })
+	if n := h.spec.GetCheckpoint().GetEverySteps(); n > 0 {
+		s.SnapshotEvery(n, func(snap *pserver.SlotSnapshot) { a.queueSnapshot(h, queued{snap: snap}) })
+	}
+}
+
+// queued is a snapshot waiting for h's checkpoint goroutine; eval: taken
+// for an eval's pull.
+type queued struct {
+	snap *pserver.SlotSnapshot
+	eval bool
+}
+
+// queueSnapshot hands q to h's checkpoint goroutine. When the writer lags,
+// the pending snapshot is replaced by the newer one (a skipped version),
+// except that a pending eval snapshot stays and a newer periodic one is
+// skipped instead: each pass's evaluated parameters are checkpointed.
+func (a *Agent) queueSnapshot(h *hosted, q queued) {
+	h.queueMu.Lock() // the only senders: the channel keeps the room made below
+	defer h.queueMu.Unlock()
+	select {
+	case h.snaps <- q:
+		return
+	default:
+	}
+	select {
+	case old := <-h.snaps:
+		if old.eval && !q.eval {
+			old, q = q, old
 		}
-	})
+		a.log.Warn("checkpoint writer lags: skipping a version", "job", h.key.job, "slot", h.key.slot, "skipped", old.snap.Step)
+		old.snap.Release()
+	default: // the writer took it meanwhile
+	}
+	h.snaps <- q
 }

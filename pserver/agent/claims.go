@@ -426,8 +426,8 @@ func (a *Agent) publish(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *p
 // serving and release the claim.
 func (a *Agent) finish(ctx context.Context, h *hosted) {
 	snap := h.slot.Snapshot()
-	if lastStep, _, _ := h.lastCheckpoint(); h.spec.Checkpoint != nil && snap.Step > lastStep {
-		_, _ = a.checkpoint(ctx, h, snap)
+	if h.spec.Checkpoint != nil {
+		_, _ = a.checkpoint(ctx, h, snap) // skipped if that version is written
 	}
 	a.server.Unhost(h.key.job, h.key.slot)
 	h.slot.Close()

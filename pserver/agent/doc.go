@@ -36,6 +36,12 @@
 //   - checkpoints are step-exact: each slot snapshots inside the completion
 //     of every N-th step (pserver.Slot.SnapshotEvery), so version N of every
 //     slot is the model after exactly N steps;
+//   - each pass's evaluated parameters are a version too: an eval's pull
+//     (PullRequest.checkpoint) makes each slot snapshot what it reads
+//     (pserver.Slot.SnapshotOnPull), the same step on every slot since
+//     training waits for the eval, and a lagging writer never skips such
+//     a snapshot for a periodic one; the pass's metric names that version
+//     (fsm/jobq), so `raftps checkpoint best` can pick any pass;
 //   - when a slot is restored from version V, it publishes V under
 //     schema.RollbackKey (/jobs/<job>/rollback) and every other slot of the
 //     job reloads V (Horovod Elastic's restore-and-reset) into a new

@@ -46,10 +46,12 @@ func (a *Agent) feedTrainersTo(ctx context.Context, h *hosted) {
 	}
 	sort.Strings(ids)
 	joined := strings.Join(ids, ",")
-	if joined == h.trainers {
+	if joined == h.trainers { // only this goroutine writes it
 		return
 	}
+	a.mu.Lock()
 	h.trainers = joined
+	a.mu.Unlock()
 	h.slot.SetTrainers(ids)
 	a.log.Info("sync membership", "job", h.key.job, "slot", h.key.slot, "trainers", joined)
 }

@@ -451,6 +451,14 @@ func (p *psAdapter) Pull(ctx context.Context) (map[string][]float32, int64, erro
 	return p.buf, p.version(), nil
 }
 
+// PullCheckpoint implements trainer.CheckpointPuller.
+func (p *psAdapter) PullCheckpoint(ctx context.Context) (map[string][]float32, int64, error) {
+	if err := p.c.PullCheckpoint(ctx, p.params()); err != nil {
+		return nil, 0, err
+	}
+	return p.buf, p.version(), nil
+}
+
 // params is the buffer Pull and PushPull fill, made on first use.
 func (p *psAdapter) params() map[string][]float32 {
 	if p.buf == nil {
@@ -502,6 +510,7 @@ func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, 
 func (p *psAdapter) LeaveStep(ctx context.Context) error { return p.c.LeaveStep(ctx) }
 
 var (
-	_ trainer.PS         = (*psAdapter)(nil)
-	_ trainer.PushPuller = (*psAdapter)(nil)
+	_ trainer.PS               = (*psAdapter)(nil)
+	_ trainer.PushPuller       = (*psAdapter)(nil)
+	_ trainer.CheckpointPuller = (*psAdapter)(nil)
 )
