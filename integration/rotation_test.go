@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"
 )
 
@@ -43,8 +44,16 @@ func startLoad(t *testing.T, sc *secureCluster) *load {
 				return
 			default:
 			}
+			// Through client.Retry, as a user writes across a leader
+			// change (CI machines are loaded: an election may happen
+			// during the rotation, and its ErrLeadershipLost is retried
+			// exactly once); a rotation that broke Raft still fails the
+			// write at the deadline.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("/load/%d", i%100)), Value: []byte(fmt.Sprint(i))})
+			err := client.Retry(ctx, func(ctx context.Context) error {
+				_, err := cl.KV.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("/load/%d", i%100)), Value: []byte(fmt.Sprint(i))})
+				return err
+			})
 			cancel()
 			l.writes.Add(1)
 			if err != nil {
