@@ -66,6 +66,8 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newVersionCmd(g),
 		withoutClientFlags(newTLSCmd(g)),
 		newKeyringCmd(g),
+		newLockCmd(g),
+		newElectCmd(g),
 	)
 	envUsage(pf)
 	refuseUnknownSubcommands(root)

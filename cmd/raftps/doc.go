@@ -7,7 +7,9 @@
 // ctl.go holds the root command with the one list of subcommands, one
 // file per command group (kv.go, lease.go and lease_list.go, member.go,
 // endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
-// version.go, demo.go, dev.go; member add|promote|remove go to the leader),
+// version.go, demo.go, dev.go, lock.go: lock and elect run etcd's client v3
+// concurrency.Mutex and Election over the node's etcd API; member
+// add|promote|remove go to the leader),
 // globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):
