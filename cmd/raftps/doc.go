@@ -34,6 +34,17 @@
 // Signals become a context: SIGINT/SIGTERM close the node in reverse order
 // (agents release their leases, RPCs stop, leadership is handed over, the
 // node leaves gossip, stores close). Errors from the cluster carry their
-// gRPC code; exit codes: 1 error, 2 job failed, 3 accuracy below target,
-// 4 a demo fault not survived, 5 checkpoint verification found mismatches.
+// gRPC code. Exit codes (exitcode.go, the one place that decides them):
+//
+//	code  kv, lease, member, endpoint,       train, demo, checkpoint,
+//	      snapshot, lock, elect (etcdctl's)   job, node and the rest
+//	0     success                             success
+//	1     any other error                     any error not below
+//	2     no node reachable (ErrDial,         train: the job failed or was
+//	      Unavailable)                        cancelled
+//	3     malformed input (kv txn's stdin)    train: accuracy below target
+//	4     not served (Unimplemented)          demo: a fault not survived
+//	5     -                                   checkpoint verify: mismatches
+//	128   bad flags or arguments              -
+//	N     lock NAME COMMAND: COMMAND's exit status
 package main

@@ -78,7 +78,7 @@ func TestLockCommand(t *testing.T) {
 		t.Fatalf("first holder on Ctrl-C: %v", err)
 	}
 	err := <-doneB
-	if code := exitCode(err); code != 7 {
+	if code := exitCode(err, nil); code != 7 {
 		t.Fatalf("lock COMMAND exiting 7: exit %d (%v)", code, err)
 	}
 	got := strings.TrimSpace(outB.String())
@@ -124,7 +124,7 @@ func TestElectCommand(t *testing.T) {
 			t.Fatalf("elect on Ctrl-C: %v", err)
 		}
 	}
-	if _, err := run(t, n, "elect", "/elect/e"); exitCode(err) == 0 {
+	if _, err := run(t, n, "elect", "/elect/e"); exitCode(err, nil) == 0 {
 		t.Fatalf("elect without a proposal or -l: %v; want a flag error", err)
 	}
 }
