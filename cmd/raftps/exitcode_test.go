@@ -42,7 +42,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"elect", "/e"}, "", codeBadArgs},
 		{[]string{"kv", "get", "/k", "--endpoints", "127.0.0.1:1", "--dial-timeout", "300ms"}, "", codeBadConn},
 		{[]string{"member", "list", "--endpoints", "127.0.0.1:1", "--dial-timeout", "300ms"}, "", codeBadConn},
-
+		{[]string{"kv", "txn"}, "bogus(\"k\") = \"1\"\n\n\n\n", codeInvalidInput},
+		{[]string{"kv", "txn"}, "\nfrobnicate k\n\n\n", codeInvalidInput},
 		{[]string{"kv", "get", "/k"}, "", codeOK},
 		{[]string{"job", "status"}, "", codeError}, // not an etcdctl command: 1 as before
 	} {

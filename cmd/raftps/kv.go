@@ -162,7 +162,7 @@ func newKVCmd(g *globals) *cobra.Command {
 	}
 	watch.Flags().BoolVar(&watchPrefix, "prefix", false, "watch every key with this prefix")
 	watch.Flags().Int64Var(&rev, "rev", 0, "start revision (0: from now)")
-	c.AddCommand(put, get, del, watch)
+	c.AddCommand(put, get, del, watch, newTxnCmd(g))
 	return c
 }
 
