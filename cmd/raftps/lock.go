@@ -71,13 +71,15 @@ var ErrSessionExpired = errors.New("session expired: the lock or leadership was 
 func newLockCmd(g *globals) *cobra.Command {
 	ttl := 10
 	c := &cobra.Command{
-		Use:   "lock NAME [COMMAND ARGS...]",
+		Use:   "lock NAME [-- COMMAND ARGS...]",
 		Short: "acquire a named lock (etcdctl's lock); run COMMAND holding it, or hold it until Ctrl-C",
 		Long: `Acquire the lock NAME (etcd's concurrency.Mutex: a key NAME/<lease> on a lease
 of --ttl seconds kept alive by this process; holders queue by create revision).
 With COMMAND, run it holding the lock, with ETCD_LOCK_KEY and ETCD_LOCK_REV in
 its environment, release the lock and exit with COMMAND's exit status.
-Without, print the lock's key and hold it until SIGINT or SIGTERM.`,
+Without, print the lock's key and hold it until SIGINT or SIGTERM. Put -- before
+a COMMAND that has flags of its own (raftps lock NAME -- sh -c '...'), as with
+etcdctl.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -127,7 +129,6 @@ Without, print the lock's key and hold it until SIGINT or SIGTERM.`,
 			})
 		},
 	}
-	c.Flags().SetInterspersed(false) // COMMAND's own flags are COMMAND's
 	c.Flags().IntVar(&ttl, "ttl", ttl, "seconds the lock outlives this process if it stops renewing it (the session's lease)")
 	return c
 }

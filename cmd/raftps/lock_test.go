@@ -62,7 +62,7 @@ func TestLockCommand(t *testing.T) {
 	doneA := background(ctxA, n, &outA, "lock", "/locks/l")
 	waitFor(t, "the first holder's key", func() bool { return strings.HasPrefix(outA.String(), "/locks/l/") })
 	keyA := strings.TrimSpace(outA.String())
-	doneB := background(context.Background(), n, &outB, "lock", "/locks/l", "sh", "-c", `echo "key=$ETCD_LOCK_KEY"; exit 7`)
+	doneB := background(context.Background(), n, &outB, "lock", "/locks/l", "--", "sh", "-c", `echo "key=$ETCD_LOCK_KEY"; exit 7`)
 	// B queues: its key exists beside A's while A holds the lock.
 	waitFor(t, "the second waiter's key", func() bool {
 		out, err := run(t, n, "kv", "get", "/locks/l/", "--prefix", "--keys-only")
