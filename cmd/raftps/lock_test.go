@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -127,4 +129,38 @@ func TestElectCommand(t *testing.T) {
 	if _, err := run(t, n, "elect", "/elect/e"); exitCode(err, nil) == 0 {
 		t.Fatalf("elect without a proposal or -l: %v; want a flag error", err)
 	}
+}
+
+// TestLockWithEtcdctl: Debian's etcdctl lock (3.4) and raftps lock on the
+// same name exclude each other: raftps waits while etcdctl holds the
+// lock, and takes it once etcdctl releases it on SIGINT.
+func TestLockWithEtcdctl(t *testing.T) {
+	n := mustNode(t)
+	var etcdOut syncBuffer
+	ectl := exec.Command("etcdctl", "--endpoints", n.GRPCAddr(), "lock", "/locks/x")
+	ectl.Env = append(ectl.Environ(), "ETCDCTL_API=3")
+	ectl.Stdout, ectl.Stderr = &etcdOut, &etcdOut
+	if err := ectl.Start(); err != nil {
+		t.Fatalf("etcdctl lock: %v (install Debian's etcd-client)", err)
+	}
+	defer ectl.Process.Kill()
+	waitFor(t, "etcdctl to hold the lock", func() bool { return strings.HasPrefix(etcdOut.String(), "/locks/x/") })
+	var out syncBuffer
+	done := background(context.Background(), n, &out, "lock", "/locks/x", "--", "sh", "-c", "echo took it")
+	waitFor(t, "raftps lock to queue", func() bool {
+		o, err := run(t, n, "kv", "get", "/locks/x/", "--prefix", "--keys-only")
+		return err == nil && len(strings.Fields(o)) == 2
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("raftps lock ran while etcdctl held the lock: %v, %q", err, out.String())
+	default:
+	}
+	if err := ectl.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || out.String() != "took it\n" {
+		t.Fatalf("raftps lock after etcdctl released: %q, %v", out.String(), err)
+	}
+	_ = ectl.Wait()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,45 @@ put /t/b 'extra b'
 		if _, err, code := runCode(bad, ep...); code != codeInvalidInput || !strings.Contains(err.Error(), "invalid txn input") {
 			t.Errorf("kv txn <<%q: exit %d, %v; want exit %d, invalid txn input", bad, code, err, codeInvalidInput)
 		}
+	}
+}
+
+// TestTxnSameAsEtcdctl runs Debian's etcdctl txn (3.4, package
+// etcd-client) and raftps kv txn on the same input against the same node
+// (etcdctl through the node's etcd API) and wants the same output.
+func TestTxnSameAsEtcdctl(t *testing.T) {
+	n := mustNode(t)
+	input := "val(\"/x/a\") = \"1\"\n\nget /x/a\n\nput /x/a 1\nput /x/b \"two words\"\nget /x/ --prefix\n\n"
+	for i := range 2 { // the first run fails the compare, the second passes
+		outputs := map[string]string{}
+		for _, tool := range []string{"etcdctl", "raftps"} {
+			_, err, _ := runCode("", "--endpoints", n.GRPCAddr(), "kv", "del", "/x/", "--prefix")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 1 {
+				if _, err, _ := runCode("", "--endpoints", n.GRPCAddr(), "kv", "put", "/x/a", "1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out string
+			if tool == "etcdctl" {
+				cmd := exec.Command("etcdctl", "--endpoints", n.GRPCAddr(), "txn")
+				cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
+				cmd.Stdin = strings.NewReader(input)
+				b, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("etcdctl txn: %v: %s (install Debian's etcd-client)", err, b)
+				}
+				out = string(b)
+			} else if out, err, _ = runCode(input, "--endpoints", n.GRPCAddr(), "kv", "txn"); err != nil {
+				t.Fatal(err)
+			}
+			outputs[tool] = out
+		}
+		if outputs["etcdctl"] != outputs["raftps"] {
+			t.Errorf("run %d: etcdctl txn printed %q, raftps kv txn %q", i, outputs["etcdctl"], outputs["raftps"])
+		}
+		t.Logf("run %d: both printed %q", i, outputs["raftps"])
 	}
 }
