@@ -108,6 +108,10 @@
 //     for AppliedIndex to reach its read index first. hashicorp/raft hands
 //     the FSM only LogCommand entries, so AppliedIndex is the index of the
 //     last command (or snapshot), not of a trailing no-op or barrier.
+//   - Reads at a revision: Range with a revision rebuilds the range as it
+//     was from the watch history (etcd's MVCC read; ErrCompacted below the
+//     compact revision, ErrFutureRevision above the store's); a range inside
+//     a txn reads the current revision only (ErrInvalid otherwise).
 //   - Watches: watchers poll Events from their next revision when the
 //     Observer reports a new revision, and cancel with ErrCompacted.
 //   - Size: keys up to MaxKeySize, values up to MaxValueSize (ErrTooLarge);

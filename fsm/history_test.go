@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -144,5 +146,79 @@ func TestHistoryBytesBound(t *testing.T) {
 	}
 	if g.histSize != f.histSize {
 		t.Fatalf("restored history size %d, want %d", g.histSize, f.histSize)
+	}
+}
+
+// TestRangeAtRevision (issue 37, `raftps kv get --rev`): Range with a
+// revision reads the keys as they were then (values, deletions, keys
+// created later absent, limit, count and keys_only applied), refuses a
+// compacted revision with ErrCompacted and a future one with
+// ErrFutureRevision, and a range inside a txn refuses a revision.
+func TestRangeAtRevision(t *testing.T) {
+	f := newTestFSM(t)
+	r1 := f.put("/r/a", "1").Header.Revision
+	f.put("/r/b", "1")
+	r2 := f.put("/r/a", "2").Header.Revision
+	if _, err := f.do(pb.CommandType_COMMAND_DELETE_RANGE, &pb.DeleteRangeRequest{Key: []byte("/r/b")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.put("/r/c", "1")
+	at := func(rev int64, extra func(*pb.RangeRequest)) (string, int64, bool, error) {
+		req := &pb.RangeRequest{Key: []byte("/r/"), RangeEnd: []byte("/r0"), Revision: rev}
+		if extra != nil {
+			extra(req)
+		}
+		resp, err := f.Range(req)
+		if err != nil {
+			return "", 0, false, err
+		}
+		var s []string
+		for _, kv := range resp.Kvs {
+			s = append(s, fmt.Sprintf("%s=%s@%d", kv.Key, kv.Value, kv.ModRevision))
+		}
+		if resp.Header.Revision != f.Revision() {
+			t.Errorf("header revision %d, store %d", resp.Header.Revision, f.Revision())
+		}
+		return strings.Join(s, " "), resp.Count, resp.More, nil
+	}
+	for _, c := range []struct {
+		rev   int64
+		extra func(*pb.RangeRequest)
+		want  string
+		count int64
+		more  bool
+	}{
+		{r1, nil, fmt.Sprintf("/r/a=1@%d", r1), 1, false},
+		{r1 + 1, nil, fmt.Sprintf("/r/a=1@%d /r/b=1@%d", r1, r1+1), 2, false},
+		{r2, nil, fmt.Sprintf("/r/a=2@%d /r/b=1@%d", r2, r1+1), 2, false},
+		{r2 + 1, nil, fmt.Sprintf("/r/a=2@%d", r2), 1, false},
+		{0, nil, fmt.Sprintf("/r/a=2@%d /r/c=1@%d", r2, r2+2), 2, false},
+		{r2, func(r *pb.RangeRequest) { r.Limit = 1 }, fmt.Sprintf("/r/a=2@%d", r2), 2, true},
+		{r2, func(r *pb.RangeRequest) { r.KeysOnly = true }, fmt.Sprintf("/r/a=@%d /r/b=@%d", r2, r1+1), 2, false},
+		{r2, func(r *pb.RangeRequest) { r.CountOnly = true }, "", 2, false},
+	} {
+		got, count, more, err := at(c.rev, c.extra)
+		if err != nil || got != c.want || count != c.count || more != c.more {
+			t.Errorf("range at %d: %q count %d more %v, %v; want %q count %d more %v", c.rev, got, count, more, err, c.want, c.count, c.more)
+		}
+	}
+	if _, _, _, err := at(f.Revision()+1, nil); !errors.Is(err, ErrFutureRevision) {
+		t.Errorf("range at a future revision: %v, want ErrFutureRevision", err)
+	}
+	if _, err := f.do(pb.CommandType_COMMAND_COMPACT, &pb.CompactRequest{Revision: r2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := at(r1, nil); !errors.Is(err, ErrCompacted) {
+		t.Errorf("range at a compacted revision: %v, want ErrCompacted", err)
+	}
+	if got, _, _, err := at(r2, nil); err != nil || got != fmt.Sprintf("/r/a=2@%d /r/b=1@%d", r2, r1+1) {
+		t.Errorf("range at the compact revision: %q, %v", got, err)
+	}
+	txn := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("/r/a"), Revision: r2}}}}}
+	if _, err := f.do(pb.CommandType_COMMAND_TXN, txn, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("txn range at a revision: %v, want ErrInvalid", err)
+	}
+	if _, err := f.Range(&pb.RangeRequest{Key: []byte("/r/a"), Revision: -1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("range at revision -1: %v, want ErrInvalid", err)
 	}
 }

@@ -3,6 +3,8 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"sort"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
@@ -73,16 +75,73 @@ func copyKV(kv *pb.KeyValue, withValue bool) *pb.KeyValue {
 
 // Range reads keys from the local state (the caller provides
 // linearizability). Header.Revision is the store revision. An empty key is
-// ErrInvalid, a negative limit ErrInvalid. Count is the number of keys in the
-// range regardless of limit; More is set when limit cut the result.
+// ErrInvalid, a negative limit or revision ErrInvalid. Count is the number
+// of keys in the range regardless of limit; More is set when limit cut the
+// result. A non-zero req.Revision reads the range as it was at that
+// revision (etcd's MVCC read), rebuilt from the watch history: a revision
+// below the compact revision is ErrCompacted, one above the store's
+// ErrFutureRevision.
 func (f *FSM) Range(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if err := validateRange(req); err != nil {
 		return nil, err
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	resp := f.rangeLocked(req)
+	var resp *pb.RangeResponse
+	if rev := req.GetRevision(); rev != 0 && rev != f.rev {
+		var err error
+		if resp, err = f.rangeAtLocked(req); err != nil {
+			return nil, err
+		}
+	} else {
+		resp = f.rangeLocked(req)
+	}
 	resp.Header = &pb.ResponseHeader{Revision: f.rev}
+	return resp, nil
+}
+
+// rangeAtLocked is Range at req.Revision (not the current revision): the
+// keys of the range now, less those an event after req.Revision touched,
+// plus the value each of those had before its first such event (its
+// prev_kv; none if that event created it).
+func (f *FSM) rangeAtLocked(req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	rev := req.GetRevision()
+	switch {
+	case rev > f.rev:
+		return nil, fmt.Errorf("%w: range at revision %d, store at %d", ErrFutureRevision, rev, f.rev)
+	case rev < f.compactRev:
+		return nil, fmt.Errorf("%w: range at revision %d, compacted to %d", ErrCompacted, rev, f.compactRev)
+	}
+	r := parseRange(req.GetKey(), req.GetRangeEnd())
+	touched := map[string]bool{}
+	var kvs []*pb.KeyValue
+	for i := sort.Search(len(f.hist), func(i int) bool { return f.hist[i].rev > rev }); i < len(f.hist); i++ {
+		for _, ev := range f.hist[i].events {
+			if k := string(ev.Kv.Key); r.contains(ev.Kv.Key) && !touched[k] {
+				touched[k] = true
+				if ev.PrevKv != nil {
+					kvs = append(kvs, ev.PrevKv)
+				}
+			}
+		}
+	}
+	f.ascend(r, func(kv *pb.KeyValue) bool {
+		if !touched[string(kv.Key)] {
+			kvs = append(kvs, kv)
+		}
+		return true
+	})
+	slices.SortFunc(kvs, func(a, b *pb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	resp := &pb.RangeResponse{Count: int64(len(kvs))}
+	if req.GetCountOnly() {
+		return resp, nil
+	}
+	if limit := req.GetLimit(); limit > 0 && int64(len(kvs)) > limit {
+		kvs, resp.More = kvs[:limit], true
+	}
+	for _, kv := range kvs {
+		resp.Kvs = append(resp.Kvs, copyKV(kv, !req.GetKeysOnly()))
+	}
 	return resp, nil
 }
 
@@ -93,7 +152,19 @@ func validateRange(req *pb.RangeRequest) error {
 	if req.GetLimit() < 0 {
 		return fmt.Errorf("%w: range: negative limit %d", ErrInvalid, req.GetLimit())
 	}
+	if req.GetRevision() < 0 {
+		return fmt.Errorf("%w: range: negative revision %d", ErrInvalid, req.GetRevision())
+	}
 	return nil
+}
+
+// validateTxnRange is validateRange for a range inside a txn, which reads
+// the current revision only (etcd refuses a revision there too).
+func validateTxnRange(req *pb.RangeRequest) error {
+	if req.GetRevision() != 0 {
+		return fmt.Errorf("%w: range at revision %d inside a txn: a txn reads the current revision; read older ones with a plain range", ErrInvalid, req.GetRevision())
+	}
+	return validateRange(req)
 }
 
 func (f *FSM) rangeLocked(req *pb.RangeRequest) *pb.RangeResponse {
@@ -275,7 +346,7 @@ func (f *FSM) applyTxn(_ *applyCtx, req *pb.TxnRequest) (*pb.TxnResponse, error)
 		var err error
 		switch r := op.GetRequest().(type) {
 		case *pb.RequestOp_RequestRange:
-			err = validateRange(r.RequestRange)
+			err = validateTxnRange(r.RequestRange)
 		case *pb.RequestOp_RequestPut:
 			err = validatePut(f, r.RequestPut)
 		case *pb.RequestOp_RequestDeleteRange:
@@ -358,7 +429,7 @@ func (f *FSM) TxnRead(req *pb.TxnRequest) (*pb.TxnResponse, error) {
 		return nil, err
 	}
 	for i, op := range ops {
-		if err := validateRange(op.GetRequestRange()); err != nil {
+		if err := validateTxnRange(op.GetRequestRange()); err != nil {
 			return nil, fmt.Errorf("txn op %d: %w", i, err)
 		}
 	}

@@ -47,7 +47,7 @@ func Precheck(t pb.CommandType, req proto.Message) error {
 				var err error
 				switch o := op.GetRequest().(type) {
 				case *pb.RequestOp_RequestRange:
-					err = validateRange(o.RequestRange)
+					err = validateTxnRange(o.RequestRange)
 				case *pb.RequestOp_RequestPut:
 					err = precheckPut(o.RequestPut)
 				case *pb.RequestOp_RequestDeleteRange:

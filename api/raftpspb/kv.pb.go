@@ -336,9 +336,14 @@ type RangeRequest struct {
 	RangeEnd []byte `protobuf:"bytes,2,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	Limit    int64  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// serializable serves from the local FSM without a leader round trip.
-	Serializable  bool `protobuf:"varint,4,opt,name=serializable,proto3" json:"serializable,omitempty"`
-	KeysOnly      bool `protobuf:"varint,5,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
-	CountOnly     bool `protobuf:"varint,6,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	Serializable bool `protobuf:"varint,4,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	KeysOnly     bool `protobuf:"varint,5,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	CountOnly    bool `protobuf:"varint,6,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	// revision reads the range as it was at this store revision (etcd's
+	// RangeRequest.revision); 0 is the current one. Older than the compact
+	// revision: OutOfRange (ErrCompacted); newer than the store:
+	// OutOfRange (ErrFutureRevision).
+	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +418,13 @@ func (x *RangeRequest) GetCountOnly() bool {
 		return x.CountOnly
 	}
 	return false
+}
+
+func (x *RangeRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type RangeResponse struct {
@@ -3149,7 +3161,7 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x14\n" +
-	"\x05lease\x18\x06 \x01(\x03R\x05lease\"\xb3\x01\n" +
+	"\x05lease\x18\x06 \x01(\x03R\x05lease\"\xcf\x01\n" +
 	"\fRangeRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
 	"\trange_end\x18\x02 \x01(\fR\brangeEnd\x12\x14\n" +
@@ -3157,7 +3169,8 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\fserializable\x18\x04 \x01(\bR\fserializable\x12\x1b\n" +
 	"\tkeys_only\x18\x05 \x01(\bR\bkeysOnly\x12\x1d\n" +
 	"\n" +
-	"count_only\x18\x06 \x01(\bR\tcountOnly\"\x93\x01\n" +
+	"count_only\x18\x06 \x01(\bR\tcountOnly\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\"\x93\x01\n" +
 	"\rRangeResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.raftps.v1.ResponseHeaderR\x06header\x12%\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x13.raftps.v1.KeyValueR\x03kvs\x12\x12\n" +

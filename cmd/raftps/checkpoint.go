@@ -163,7 +163,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if len(bad) > 0 {
-					return &exitError{code: 5, err: fmt.Errorf("version %s of %s: %d mismatches", fmtVersion(v), args[0], len(bad))}
+					return &exitError{code: codeVerifyFailed, err: fmt.Errorf("version %s of %s: %d mismatches", fmtVersion(v), args[0], len(bad))}
 				}
 				return nil
 			})
@@ -231,7 +231,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				}
 				b, ok := checkpoint.Best(vs, checkpoint.HigherIsBetter)
 				if !ok {
-					return &exitError{code: 1, err: fmt.Errorf("no complete version of %s has an eval metric", args[0])}
+					return &exitError{code: codeError, err: fmt.Errorf("no complete version of %s has an eval metric", args[0])}
 				}
 				fmt.Fprintf(g.err, "version %s (step %d): test accuracy %.2f%%\n", fmtVersion(b.Version), b.Step, 100**b.Metric)
 				return g.printer.Object(b, func(w io.Writer) { fmt.Fprintf(w, "%d\n", b.Version) })

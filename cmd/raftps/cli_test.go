@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -170,5 +171,39 @@ func TestGetPutEtcdctlFlags(t *testing.T) {
 		if _, err := run(t, n, append([]string{"kv", "get", "/f/"}, bad...)...); !errors.Is(err, ErrFlags) {
 			t.Errorf("kv get %v: %v; want ErrFlags", bad, err)
 		}
+	}
+}
+
+// TestGetRev (issue 37): kv get --rev reads a key as it was at a revision
+// (etcdctl's --rev), refuses a future revision with the store's message
+// and a negative one as a flag error.
+func TestGetRev(t *testing.T) {
+	n := mustNode(t)
+	out, err := run(t, n, "-w", "json", "kv", "put", "/v/a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var put struct {
+		Header struct {
+			Revision int64 `json:"revision"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(out), &put); err != nil || put.Header.Revision == 0 {
+		t.Fatalf("put -w json: %q, %v", out, err)
+	}
+	rev := put.Header.Revision
+	if _, err := run(t, n, "kv", "put", "/v/a", "2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ rev, want string }{{fmt.Sprint(rev), "1\n"}, {"0", "2\n"}, {fmt.Sprint(rev - 1), ""}} {
+		if out, err := run(t, n, "kv", "get", "/v/a", "--rev", c.rev); err != nil || out != c.want {
+			t.Errorf("kv get /v/a --rev %s: %q, %v; want %q", c.rev, out, err, c.want)
+		}
+	}
+	if _, err := run(t, n, "kv", "get", "/v/a", "--rev", fmt.Sprint(rev+1000)); err == nil || !strings.Contains(err.Error(), "future") {
+		t.Errorf("kv get --rev in the future: %v; want the future-revision error", err)
+	}
+	if _, err := run(t, n, "kv", "get", "/v/a", "--rev", "-1"); !errors.Is(err, ErrFlags) {
+		t.Errorf("kv get --rev -1: %v; want ErrFlags", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,24 +50,27 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 
 	root.AddCommand(
 		withoutClientFlags(newNodeCmd(g)),
-		newKVCmd(g),
-		withLeaseListing(newLeaseCmd(g), g),
+		withEtcdctlCodes(newKVCmd(g)),
+		withEtcdctlCodes(withLeaseListing(newLeaseCmd(g), g)),
 		hiddenAlias(newMembersCmd(g)),
-		newMemberCmd(g),
-		newEndpointCmd(g),
+		withEtcdctlCodes(newMemberCmd(g)),
+		withEtcdctlCodes(newEndpointCmd(g)),
 		newStatusCmd(g),
 		newJobCmd(g),
 		newTrainCmd(g),
 		newCheckpointCmd(g),
 		newDemoCmd(g),
 		withoutClientFlags(newDevCmd(g)),
-		newSnapshotCmd(g),
+		withEtcdctlCodes(newSnapshotCmd(g)),
 		newVersionCmd(g),
 		withoutClientFlags(newTLSCmd(g)),
 		newKeyringCmd(g),
+		withEtcdctlCodes(newLockCmd(g)),
+		withEtcdctlCodes(newElectCmd(g)),
 	)
 	envUsage(pf)
 	refuseUnknownSubcommands(root)
+	flagErrorsAreErrFlags(root)
 	return root
 }
 
@@ -129,14 +131,6 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
-
-func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 1
-}
 
 // rpcError turns a gRPC error into a user-facing one that names no Go
 // package: the server's sentinels read "fsm: not found: job \"x\"", and

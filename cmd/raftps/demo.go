@@ -327,11 +327,11 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		<-ctx.Done()
 	}
 	if !noFaults && len(faults) < 2 {
-		return &exitError{code: 4, err: fmt.Errorf("only %d of 2 faults were injected", len(faults))}
+		return &exitError{code: codeDemoFault, err: fmt.Errorf("only %d of 2 faults were injected", len(faults))}
 	}
 	for _, f := range faults {
 		if f.stall == 0 {
-			return &exitError{code: 4, err: fmt.Errorf("training did not resume after %s", f.what)}
+			return &exitError{code: codeDemoFault, err: fmt.Errorf("training did not resume after %s", f.what)}
 		}
 	}
 	return reportResult(io.Discard, res, spec.TargetAccuracy)

@@ -7,7 +7,9 @@
 // ctl.go holds the root command with the one list of subcommands, one
 // file per command group (kv.go, lease.go and lease_list.go, member.go,
 // endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
-// version.go, demo.go, dev.go; member add|promote|remove go to the leader),
+// version.go, demo.go, dev.go, lock.go: lock and elect run etcd's client v3
+// concurrency.Mutex and Election over the node's etcd API; member
+// add|promote|remove go to the leader),
 // globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):
@@ -32,6 +34,17 @@
 // Signals become a context: SIGINT/SIGTERM close the node in reverse order
 // (agents release their leases, RPCs stop, leadership is handed over, the
 // node leaves gossip, stores close). Errors from the cluster carry their
-// gRPC code; exit codes: 1 error, 2 job failed, 3 accuracy below target,
-// 4 a demo fault not survived, 5 checkpoint verification found mismatches.
+// gRPC code. Exit codes (exitcode.go, the one place that decides them):
+//
+//	code  kv, lease, member, endpoint,       train, demo, checkpoint,
+//	      snapshot, lock, elect (etcdctl's)   job, node and the rest
+//	0     success                             success
+//	1     any other error                     any error not below
+//	2     no node reachable (ErrDial,         train: the job failed or was
+//	      Unavailable)                        cancelled
+//	3     malformed input (kv txn's stdin)    train: accuracy below target
+//	4     not served (Unimplemented)          demo: a fault not survived
+//	5     -                                   checkpoint verify: mismatches
+//	128   bad flags or arguments              -
+//	N     lock NAME COMMAND: COMMAND's exit status
 package main

@@ -46,13 +46,13 @@ func newKVCmd(g *globals) *cobra.Command {
 
 	var (
 		prefix, serializable, fromKey, keysOnly, valueOnly bool
-		limit                                              int64
+		limit, getRev                                      int64
 	)
 	get := &cobra.Command{
 		Use: "get KEY", Short: "get a key (or every key with --prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
-				req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable, Limit: limit, KeysOnly: keysOnly}
+				req := &pb.RangeRequest{Key: []byte(args[0]), Serializable: serializable, Limit: limit, KeysOnly: keysOnly, Revision: getRev}
 				switch {
 				case prefix:
 					req.RangeEnd = schema.PrefixEnd(req.Key)
@@ -107,6 +107,8 @@ func newKVCmd(g *globals) *cobra.Command {
 			return fmt.Errorf("%w: --keys-only and --print-value-only cannot be set at the same time, choose one", ErrFlags)
 		case limit < 0:
 			return fmt.Errorf("%w: --limit %d: want 0 (no limit) or more", ErrFlags, limit)
+		case getRev < 0:
+			return fmt.Errorf("%w: --rev %d: want 0 (the current revision) or more", ErrFlags, getRev)
 		}
 		return nil
 	}
@@ -115,6 +117,7 @@ func newKVCmd(g *globals) *cobra.Command {
 	get.Flags().BoolVar(&keysOnly, "keys-only", false, "print only the keys")
 	get.Flags().BoolVar(&valueOnly, "print-value-only", false, "print only the values (also with --prefix or --from-key)")
 	get.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: no limit)")
+	get.Flags().Int64Var(&getRev, "rev", 0, "read the keys as they were at this revision (0: the current one; etcdctl's --rev)")
 	get.Flags().BoolVar(&serializable, "serializable", false, "read the local node's state (may be stale)")
 
 	var delPrefix bool
@@ -159,7 +162,7 @@ func newKVCmd(g *globals) *cobra.Command {
 	}
 	watch.Flags().BoolVar(&watchPrefix, "prefix", false, "watch every key with this prefix")
 	watch.Flags().Int64Var(&rev, "rev", 0, "start revision (0: from now)")
-	c.AddCommand(put, get, del, watch)
+	c.AddCommand(put, get, del, watch, newTxnCmd(g))
 	return c
 }
 

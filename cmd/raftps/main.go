@@ -14,8 +14,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCmd(os.Stdout, os.Stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "raftps:", err)
-		os.Exit(exitCode(err))
+		os.Exit(exitCode(err, cmd))
 	}
 }

@@ -22,7 +22,7 @@ import (
 type snapshotSaved struct {
 	Path string `json:"path"`
 	raftstore.SnapshotInfo
-	// SHA256 is the checksum of the whole file (its last 32 bytes are the
+	// SHA256 is the checksum of the whole file (its last 32 bytes are a
 	// SHA-256 of the rest, checked on every read).
 	SHA256 string `json:"sha256"`
 	// FileBytes is the file's size.
@@ -31,9 +31,11 @@ type snapshotSaved struct {
 
 // newSnapshotCmd is `raftps snapshot save|restore|status` (etcdctl's).
 // The file is the stream of the Maintenance.Snapshot RPC (raftstore/etcdapi):
-// the node's FSM snapshot (format version in its magic) padded, its length
-// and a SHA-256 of everything before; `etcdctl snapshot save` against a
-// raftps node writes the same file.
+// a bolt header whose one key tells etcdctl's user to run `raftps snapshot
+// status|restore`, the node's FSM snapshot (format version in its magic)
+// padded, its length and a SHA-256 of everything before
+// (etcdapi.EncodeSnapshot); `etcdctl snapshot save` against a raftps node
+// writes the same file, which `etcdctl snapshot status|restore` refuse.
 func newSnapshotCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "snapshot", Short: "save, restore and inspect backups of the cluster's metadata"}
 	save := &cobra.Command{

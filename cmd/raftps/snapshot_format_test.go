@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore/etcdapi"
 )
 
 // TestSnapshotNewerFormatRefused (mixed versions): a snapshot file whose
@@ -29,15 +29,15 @@ func TestSnapshotNewerFormatRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The FSM snapshot starts the file with its magic "RPSFSM\x00<format>".
+	// The FSM snapshot starts with its magic "RPSFSM\x00<format>".
 	const formatByte = 7
-	if !bytes.HasPrefix(b, []byte("RPSFSM\x00")) {
-		t.Fatalf("snapshot file starts %q, want the FSM magic", b[:8])
+	body, err := etcdapi.ParseSnapshot(b)
+	if err != nil || !bytes.HasPrefix(body, []byte("RPSFSM\x00")) {
+		t.Fatalf("snapshot file: %v; FSM snapshot starts %q, want the FSM magic", err, body[:min(8, len(body))])
 	}
-	newer := bytes.Clone(b)
-	newer[formatByte]++
-	sum := sha256.Sum256(newer[:len(newer)-sha256.Size])
-	copy(newer[len(newer)-sha256.Size:], sum[:])
+	body = bytes.Clone(body)
+	body[formatByte]++
+	newer := etcdapi.EncodeSnapshot(body)
 	p := filepath.Join(dir, "newer.db")
 	if err := os.WriteFile(p, newer, 0o600); err != nil {
 		t.Fatal(err)

@@ -189,10 +189,10 @@ func reportResult(w io.Writer, res *followResult, target float64) error {
 	}
 	fmt.Fprintf(w, "checkpoint version: %d (md5 %v)\n", v, md5s)
 	if st.State != pb.JobState_JOB_SUCCEEDED {
-		return &exitError{code: 2, err: fmt.Errorf("job %s ended %s: %s", st.Name, jobState(st.State), st.Message)}
+		return &exitError{code: codeJobFailed, err: fmt.Errorf("job %s ended %s: %s", st.Name, jobState(st.State), st.Message)}
 	}
 	if target > 0 && (!ok || acc < target) {
-		return &exitError{code: 3, err: fmt.Errorf("final test accuracy %.2f%% is below the target %.2f%%", 100*acc, 100*target)}
+		return &exitError{code: codeBelowTarget, err: fmt.Errorf("final test accuracy %.2f%% is below the target %.2f%%", 100*acc, 100*target)}
 	}
 	return nil
 }

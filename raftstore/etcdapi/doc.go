@@ -52,11 +52,16 @@
 //     package follows; db size is 0: raftps keeps its keyspace in memory
 //     and in Raft snapshots, see its metrics), Alarm GET
 //     (no alarms), HashKV (CRC-32 over the key/value state at a revision),
-//     Snapshot (raftps' FSM snapshot, the bytes raftps' Raft snapshots
-//     hold, zero-padded to a multiple of 512 bytes with its length at the
-//     end, then its SHA-256, the shape etcdctl 3.4 checks; it is not a bolt
-//     database: `etcdctl snapshot status/restore` cannot read it,
-//     ParseSnapshot gives the FSM snapshot back for fsm.FSM.Restore).
+//     Snapshot (EncodeSnapshot's file: a 16 KiB bolt database whose one
+//     key reads "NOT AN ETCD SNAPSHOT: ... use `raftps snapshot
+//     status|restore`", then raftps' FSM snapshot, the bytes raftps' Raft
+//     snapshots hold, zero-padded to a multiple of 512 bytes with its
+//     length at the end, then a SHA-256 over a raftps domain string and
+//     all before, the shape etcdctl 3.4's `snapshot save` checks;
+//     `etcdctl snapshot status` fails with that key's name and `etcdctl
+//     snapshot restore` refuses it at its hash check (leaving
+//     DIR/member/snap/db, which etcdctl writes first); ParseSnapshot
+//     gives the FSM snapshot back for fsm.FSM.Restore).
 //
 // Everything else (Compact, RangeStream, member add/remove/update/promote,
 // Defragment, MoveLeader, Downgrade, every method of Auth (raftps

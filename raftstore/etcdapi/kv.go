@@ -74,7 +74,7 @@ func checkRange(r *etcdpb.RangeRequest) error {
 // range (no limit, no count_only) if the result is post-processed here.
 func raftpsRange(r *etcdpb.RangeRequest, whole bool) *pb.RangeRequest {
 	req := &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, Limit: r.Limit, Serializable: r.Serializable,
-		KeysOnly: r.KeysOnly, CountOnly: r.CountOnly}
+		KeysOnly: r.KeysOnly, CountOnly: r.CountOnly, Revision: max(r.Revision, 0)} // etcd: <= 0 is the current revision
 	if whole {
 		req.Limit, req.CountOnly = 0, false
 	}
@@ -85,21 +85,13 @@ func (s *Server) rangeKV(ctx context.Context, r *etcdpb.RangeRequest) (*etcdpb.R
 	if err := checkRange(r); err != nil {
 		return nil, err
 	}
-	whole := postProcessed(r) || r.Revision != 0
+	whole := postProcessed(r)
 	out, err := s.store.Range(ctx, raftpsRange(r, whole))
 	if err != nil {
 		return nil, err
 	}
-	cur := out.GetHeader().GetRevision()
-	kvs := out.Kvs
-	if r.Revision > cur {
-		return nil, fmt.Errorf("%w: range at revision %d, store at %d", fsm.ErrFutureRevision, r.Revision, cur)
-	}
-	if r.Revision != 0 && r.Revision < cur {
-		if kvs, err = s.kvsAt(r.Key, r.RangeEnd, r.Revision, cur, kvs); err != nil {
-			return nil, err
-		}
-	}
+	// The FSM serves r.Revision (fsm.ErrFutureRevision, fsm.ErrCompacted).
+	cur, kvs := out.GetHeader().GetRevision(), out.Kvs
 	resp := &etcdpb.RangeResponse{Header: s.header(cur)}
 	if !whole {
 		resp.Kvs, resp.More, resp.Count = toKVs(kvs), out.More, out.Count
@@ -107,44 +99,6 @@ func (s *Server) rangeKV(ctx context.Context, r *etcdpb.RangeRequest) (*etcdpb.R
 	}
 	finishRange(r, kvs, resp)
 	return resp, nil
-}
-
-// kvsAt rebuilds the keys of [key, end) at revision rev from their state
-// at revision cur (in key order) and the events of the revisions in
-// (rev, cur]: a key an event touched there had, at rev, the event's
-// prev_kv (none if the event created it). Errors: fsm.ErrCompacted if the
-// history no longer reaches back to rev+1.
-func (s *Server) kvsAt(key, end []byte, rev, cur int64, kvs []*pb.KeyValue) ([]*pb.KeyValue, error) {
-	evs, err := s.store.FSM().Events(key, end, rev+1, 0)
-	if err != nil {
-		return nil, fmt.Errorf("range at revision %d: %w", rev, err)
-	}
-	before := map[string]*pb.KeyValue{} // the first event's prev_kv per key
-	touched := map[string]bool{}
-	for _, ev := range evs {
-		if ev.GetKv().GetModRevision() > cur {
-			break
-		}
-		k := string(ev.Kv.Key)
-		if touched[k] {
-			continue
-		}
-		touched[k] = true
-		if ev.PrevKv != nil {
-			before[k] = ev.PrevKv
-		}
-	}
-	out := make([]*pb.KeyValue, 0, len(kvs)+len(before))
-	for _, kv := range kvs {
-		if !touched[string(kv.Key)] {
-			out = append(out, kv)
-		}
-	}
-	for _, kv := range before {
-		out = append(out, kv)
-	}
-	slices.SortFunc(out, func(a, b *pb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
-	return out, nil
 }
 
 // finishRange applies r's filters, sort, limit, count_only and keys_only

@@ -3,10 +3,7 @@ package etcdapi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"hash/crc32"
 
 	"github.com/hashicorp/raft"
@@ -114,15 +111,13 @@ func (m maintenanceServer) HashKV(ctx context.Context, r *etcdpb.HashKVRequest) 
 }
 
 // Snapshot streams this node's FSM snapshot (the bytes raftps' Raft
-// snapshots hold: keys, leases, watch history, jobs) in 32 KiB blobs,
-// laid out as etcd's clients expect a snapshot stream (a body whose size
-// is a multiple of 512, then its SHA-256; etcdctl 3.4 checks the size):
-//
-//	FSM snapshot | zero padding | length of the FSM snapshot (uint64, big endian) | SHA-256 of all before
-//
-// It is raftps' format, not a bolt database: ParseSnapshot gives back the
-// FSM snapshot (fsm.FSM.Restore reads it); `etcdctl snapshot
-// status/restore` cannot.
+// snapshots hold: keys, leases, watch history, jobs) in 32 KiB blobs, as
+// a snapshot file (EncodeSnapshot): a small bolt database whose one key
+// tells etcdctl's user to use `raftps snapshot status|restore`, the FSM
+// snapshot, padding to a multiple of 512 bytes, its length and a
+// checksum. It is raftps' format: ParseSnapshot gives back the FSM
+// snapshot (fsm.FSM.Restore reads it); `etcdctl snapshot save` writes it,
+// `etcdctl snapshot status/restore` refuse it.
 func (m maintenanceServer) Snapshot(_ *etcdpb.SnapshotRequest, stream etcdpb.Maintenance_SnapshotServer) error {
 	ctx := stream.Context()
 	snap, err := m.s.store.FSM().Snapshot()
@@ -134,13 +129,7 @@ func (m maintenanceServer) Snapshot(_ *etcdpb.SnapshotRequest, stream etcdpb.Mai
 	if err := snap.Persist(sink); err != nil {
 		return ToStatus(ctx, err)
 	}
-	n := sink.Len()
-	body := (n + 8 + snapshotAlign - 1) / snapshotAlign * snapshotAlign
-	data := make([]byte, body, body+sha256.Size)
-	copy(data, sink.Bytes())
-	binary.BigEndian.PutUint64(data[body-8:], uint64(n))
-	sum := sha256.Sum256(data)
-	data = append(data, sum[:]...)
+	data := EncodeSnapshot(sink.Bytes())
 	hdr := m.s.header(0)
 	for len(data) > 0 {
 		n := min(len(data), snapshotChunk)
@@ -151,31 +140,6 @@ func (m maintenanceServer) Snapshot(_ *etcdpb.SnapshotRequest, stream etcdpb.Mai
 		data = data[n:]
 	}
 	return nil
-}
-
-// snapshotAlign is the multiple of the snapshot body's size (a bolt page).
-const snapshotAlign = 512
-
-// ErrBadSnapshot: a file is not a snapshot written by Snapshot (wrong
-// size, checksum or length).
-var ErrBadSnapshot = errors.New("etcdapi: not a raftps snapshot")
-
-// ParseSnapshot checks a snapshot saved from Maintenance.Snapshot (by
-// `etcdctl snapshot save`) and returns the FSM snapshot inside it.
-// Errors: ErrBadSnapshot.
-func ParseSnapshot(b []byte) ([]byte, error) {
-	if len(b) < snapshotAlign+sha256.Size || (len(b)-sha256.Size)%snapshotAlign != 0 {
-		return nil, fmt.Errorf("%w: size %d", ErrBadSnapshot, len(b))
-	}
-	body := b[:len(b)-sha256.Size]
-	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], b[len(body):]) {
-		return nil, fmt.Errorf("%w: SHA-256 mismatch", ErrBadSnapshot)
-	}
-	n := binary.BigEndian.Uint64(body[len(body)-8:])
-	if n > uint64(len(body)-8) {
-		return nil, fmt.Errorf("%w: length %d in a body of %d bytes", ErrBadSnapshot, n, len(body))
-	}
-	return body[:n], nil
 }
 
 // bufferSink is a raft.SnapshotSink in memory.
