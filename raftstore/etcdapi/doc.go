@@ -49,9 +49,10 @@
 //     http://<Raft address>; https:// for both when the call came over
 //     TLS (a raftps cluster serves every node with mutual TLS, or none).
 //   - Maintenance: Status (version is Version, the etcd API version this
-//     package follows; db size is 0: raftps keeps its keyspace in memory
-//     and in Raft snapshots, see its metrics), Alarm GET
-//     (no alarms), HashKV (CRC-32 over the key/value state at a revision),
+//     package follows, and raftps's own version is the response header
+//     VersionHeader; db size is the bytes of the node's Raft log store and
+//     snapshots), Alarm (GET lists the NOSPACE alarm, DEACTIVATE disarms
+//     it), HashKV (CRC-32 over the key/value state at a revision),
 //     Snapshot (EncodeSnapshot's file: a 16 KiB bolt database whose one
 //     key reads "NOT AN ETCD SNAPSHOT: ... use `raftps snapshot
 //     status|restore`", then raftps' FSM snapshot, the bytes raftps' Raft

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -26,6 +27,7 @@ import (
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/version"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
@@ -422,6 +424,13 @@ func TestClusterAndMaintenance(t *testing.T) {
 	st, err := e.cli.Status(ctx, e.addr)
 	if err != nil || st.Leader != etcdapi.MemberID("n1") || st.Header.MemberId != st.Leader || len(st.Errors) != 0 || st.RaftTerm == 0 {
 		t.Fatalf("status: %v %v", st, err)
+	}
+	// raftps's own version beside the etcd API version (issue 37).
+	var md metadata.MD
+	if _, err := etcdpb.NewMaintenanceClient(e.cli.ActiveConnection()).Status(ctx, &etcdpb.StatusRequest{}, grpc.Header(&md)); err != nil ||
+		len(md.Get(etcdapi.VersionHeader)) != 1 || md.Get(etcdapi.VersionHeader)[0] != version.Get().Version || st.Version != etcdapi.Version {
+		t.Errorf("status: header %s = %v (%v), version %q; want raftps's %q in the header and the etcd API's %q in the answer",
+			etcdapi.VersionHeader, md.Get(etcdapi.VersionHeader), err, st.Version, version.Get().Version, etcdapi.Version)
 	}
 	// The real size of the node's Raft data (issue 37: etcdctl endpoint status said 0 B).
 	if st.DbSize <= 0 || st.DbSizeInUse != st.DbSize {

@@ -9,8 +9,11 @@ import (
 	"github.com/hashicorp/raft"
 	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/version"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -23,13 +26,18 @@ type maintenanceServer struct {
 }
 
 // Status reports this node's Raft state in etcd's terms: Version is the
-// etcd API version this package follows (Version), DbSize and
+// etcd API version this package follows (Version; raftps's own version is
+// the response header VersionHeader), DbSize and
 // DbSizeInUse the bytes of this node's Raft data on disk (its log store
 // and snapshots: what `raftps endpoint status` reports as db_size; they
 // were 0).
 // With no known leader, Errors holds "etcdserver: no leader", as etcd's
 // does.
 func (m maintenanceServer) Status(ctx context.Context, _ *etcdpb.StatusRequest) (*etcdpb.StatusResponse, error) {
+	// raftps's own version travels beside etcd's answer, in the response
+	// header (etcd's StatusResponse has no field for it; `raftps endpoint
+	// status` shows it).
+	_ = grpc.SetHeader(ctx, metadata.Pairs(VersionHeader, version.Get().Version))
 	st := m.s.store.Stats()
 	out := &etcdpb.StatusResponse{Header: m.s.header(st.Revision), Version: Version, Leader: MemberID(st.LeaderID),
 		RaftIndex: st.CommitIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex}

@@ -20,6 +20,11 @@ import (
 // etcd API version whose semantics this package follows.
 const Version = "3.6.0"
 
+// VersionHeader is the gRPC response header in which Maintenance.Status
+// gives raftps's own version (internal/version), beside the etcd API
+// version in the answer's Version field.
+const VersionHeader = "raftps-version"
+
 // Store is what the etcd services need of the Raft store.
 // *raftstore.Store implements it.
 type Store interface {
