@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +13,14 @@ import (
 	"github.com/raftps/raftps/internal/localcluster"
 )
 
-// dropKeyring removes --gossip-keyring-file from p's command line: gossip
-// in the clear, as in the README's set-up.
+// dropKeyring removes --gossip-keyring-file from p's command line and
+// gives --insecure-gossip instead: gossip in the clear, as in the
+// README's set-up before a TLS node required a keyring.
 func dropKeyring(p *Proc) {
 	if i := slices.Index(p.Args, "--gossip-keyring-file"); i >= 0 {
 		p.Args = slices.Delete(p.Args, i, i+2)
 	}
+	p.Args = append(p.Args, "--insecure-gossip")
 	p.Keyring = ""
 }
 
@@ -34,6 +38,99 @@ func raftMembers(t *testing.T, c *Cluster) []string {
 	return append(slices.Clone(st.Voters), st.Nonvoters...)
 }
 
+// startRogue starts `raftps node --insecure --id rogue --join <the
+// cluster's gossip addresses>`: no certificate, no keyring.
+func startRogue(t *testing.T, c *Cluster) *Proc {
+	t.Helper()
+	rogue, err := localcluster.Add(c.Bin, c.Dir, c.Procs, "--insecure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its own name and data dir (c.AddProc makes the next n<i>).
+	rogue.ID, rogue.DataDir, rogue.LogPath = "rogue", filepath.Join(c.Dir, "rogue"), filepath.Join(c.Dir, "rogue.log")
+	for i, a := range rogue.Args {
+		switch a {
+		case "--id":
+			rogue.Args[i+1] = rogue.ID
+		case "--data-dir":
+			rogue.Args[i+1] = rogue.DataDir
+		}
+	}
+	if err := rogue.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return rogue
+}
+
+// TestRogueOutOfKeyringGossip is the rest of issue 32's hole 3: a TLS
+// node without a gossip keyring refuses to start (naming `raftps keyring
+// generate` and --insecure-gossip; before the fix it started with gossip
+// in the clear, which any process that reaches the gossip port may join
+// and report members dead through), and against a cluster with a keyring
+// `raftps node --insecure --join` never enters gossip while the real
+// nodes stay alive in the members list.
+func TestRogueOutOfKeyringGossip(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 60*time.Second)
+
+	// A node with certificates but no keyring exits at start with the
+	// command that makes one.
+	bare := c.AddProc()
+	if i := slices.Index(bare.Args, "--gossip-keyring-file"); i >= 0 {
+		bare.Args = slices.Delete(bare.Args, i, i+2)
+	}
+	bare.Keyring = ""
+	c.Start(bare)
+	select {
+	case <-bare.Exited():
+	case <-time.After(30 * time.Second):
+		bare.Kill()
+		t.Fatal("a TLS node without --gossip-keyring-file is running; want it to refuse to start")
+	}
+	log, err := os.ReadFile(bare.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--gossip-keyring-file", "raftps keyring generate", "--insecure-gossip"} {
+		if !strings.Contains(string(log), want) {
+			t.Fatalf("the refusal does not name %q:\n%s", want, log)
+		}
+	}
+
+	rogue := startRogue(t, c)
+	defer rogue.Kill()
+	// The rogue retries its join; for the whole window it must not be a
+	// gossip member, and every real node stays alive.
+	cl := c.Client(c.Procs[:3]...)
+	deadline := time.Now().Add(15 * time.Second)
+	polls := 0
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		r, err := cl.Cluster.Members(ctx, &pb.MembersRequest{})
+		cancel()
+		if err == nil {
+			polls++
+			alive := 0
+			for _, m := range r.Members {
+				if m.Id == rogue.ID {
+					t.Fatalf("the rogue without the keyring joined gossip: %+v", m)
+				}
+				if m.Status == "alive" {
+					alive++
+				}
+			}
+			if alive != 3 {
+				t.Fatalf("members %v: want n1, n2, n3 alive while the rogue tries to join", r.Members)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if polls == 0 {
+		t.Fatal("no members list answered in 15 s")
+	}
+}
+
 // TestInsecureRogueNeverBecomesMember is issue 32's hole 3: against a
 // mutual-TLS cluster whose gossip has no keyring, `raftps node --insecure
 // --join <gossip addr>` joins gossip but never enters the Raft
@@ -48,23 +145,7 @@ func TestInsecureRogueNeverBecomesMember(t *testing.T) {
 	mustLeader(t, c, 60*time.Second)
 	waitFor(t, 30*time.Second, "3 members", func() bool { return len(raftMembers(t, c)) == 3 })
 
-	rogue, err := localcluster.Add(c.Bin, c.Dir, c.Procs, "--insecure")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its own name and data dir (c.AddProc below makes the next n4).
-	rogue.ID, rogue.DataDir, rogue.LogPath = "rogue", filepath.Join(c.Dir, "rogue"), filepath.Join(c.Dir, "rogue.log")
-	for i, a := range rogue.Args {
-		switch a {
-		case "--id":
-			rogue.Args[i+1] = rogue.ID
-		case "--data-dir":
-			rogue.Args[i+1] = rogue.DataDir
-		}
-	}
-	if err := rogue.Start(); err != nil {
-		t.Fatal(err)
-	}
+	rogue := startRogue(t, c)
 	defer rogue.Kill()
 	// It is in gossip (the master sees it) within a few seconds; it must
 	// stay out of Raft for the whole window.

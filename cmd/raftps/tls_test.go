@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
 )
 
@@ -129,6 +130,37 @@ func TestNodeSecureByDefault(t *testing.T) {
 		"--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
 	if err == nil || !strings.Contains(err.Error(), "--insecure") {
 		t.Fatalf("--insecure with TLS files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "LOCK")); err == nil {
+		t.Fatal("a refused node took the data dir")
+	}
+}
+
+// TestNodeTLSNeedsGossipKeyring (issue 32, hole 3): a node with TLS
+// material but no --gossip-keyring-file refuses to start, saying how to
+// make a keyring and naming the unsafe opt-out; it does not take the data
+// dir. --insecure-gossip with a keyring is refused too.
+func TestNodeTLSNeedsGossipKeyring(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "n1")
+	files, _, err := security.Dev(dir, []string{"n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := files["n1"]
+	tlsArgs := []string{"node", "--id", "n1", "--data-dir", data, "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key}
+	_, err = runOffline(t, tlsArgs...)
+	if !errors.Is(err, node.ErrNoGossipKeyring) || !strings.Contains(err.Error(), "--gossip-keyring-file") ||
+		!strings.Contains(err.Error(), "raftps keyring generate") || !strings.Contains(err.Error(), "--insecure-gossip") {
+		t.Fatalf("TLS without a keyring: %v; want ErrNoGossipKeyring naming --gossip-keyring-file, raftps keyring generate and --insecure-gossip", err)
+	}
+	keyring := filepath.Join(dir, "gossip.keyring")
+	if err := security.NewKeyringFile(keyring); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runOffline(t, append(tlsArgs, "--gossip-keyring-file", keyring, "--insecure-gossip")...)
+	if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), "--insecure-gossip with --gossip-keyring-file") {
+		t.Fatalf("--insecure-gossip with a keyring: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "LOCK")); err == nil {
 		t.Fatal("a refused node took the data dir")

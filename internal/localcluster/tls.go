@@ -35,15 +35,7 @@ func NewPKI(dir string) (*PKI, error) {
 	if _, _, err := security.Dev(dir, nil); err != nil {
 		return nil, fmt.Errorf("localcluster: CA in %s: %w", dir, err)
 	}
-	k, err := security.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	key, err := security.ParseKey(k)
-	if err != nil {
-		return nil, err
-	}
-	if err := security.SaveKeyringFile(filepath.Join(dir, "gossip.keyring"), [][]byte{key}); err != nil {
+	if err := security.NewKeyringFile(filepath.Join(dir, "gossip.keyring")); err != nil {
 		return nil, err
 	}
 	return LoadPKI(dir)
