@@ -24,7 +24,8 @@ func runOffline(t *testing.T, args ...string) (string, error) {
 
 // TestTLSCommands: `tls ca create` and `tls cert create` write 0600 PEM
 // files that load as mutual-TLS material with the right role, never
-// overwrite, and refuse flag sets that do not describe one certificate.
+// overwrite, and refuse flag sets that do not describe one certificate;
+// `tls ca create` also writes a 0600 gossip keyring of one key.
 func TestTLSCommands(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := runOffline(t, "tls", "ca", "create", "--dir", dir); err != nil {
@@ -48,8 +49,11 @@ func TestTLSCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 10 {
-		t.Fatalf("%d files, want 10", len(entries))
+	if len(entries) != 11 {
+		t.Fatalf("%d files, want 11 (the PEM files and gossip.keyring)", len(entries))
+	}
+	if keys, err := security.LoadKeyringFile(filepath.Join(dir, GossipKeyringName)); err != nil || len(keys) != 1 || len(keys[0]) != 32 {
+		t.Fatalf("gossip keyring: %d keys, %v; want one 32-byte key", len(keys), err)
 	}
 	for _, e := range entries {
 		fi, err := e.Info()
