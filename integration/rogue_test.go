@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/raftstore/client"
 )
 
 // dropKeyring removes --gossip-keyring-file from p's command line and
@@ -100,9 +101,14 @@ func TestRogueOutOfKeyringGossip(t *testing.T) {
 
 	rogue := startRogue(t, c)
 	defer rogue.Kill()
-	// The rogue retries its join; for the whole window it must not be a
-	// gossip member, and every real node stays alive.
-	cl := c.Client(c.Procs[:3]...)
+	assertOutOfGossip(t, c.Client(c.Procs[:3]...), rogue.ID, 3)
+}
+
+// assertOutOfGossip polls the members list through cl for 15 s: the
+// member id (a rogue retrying its join) must never be in it, and alive
+// members must be exactly alive.
+func assertOutOfGossip(t *testing.T, cl *client.Client, id string, alive int) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	polls := 0
 	for time.Now().Before(deadline) {
@@ -111,17 +117,17 @@ func TestRogueOutOfKeyringGossip(t *testing.T) {
 		cancel()
 		if err == nil {
 			polls++
-			alive := 0
+			n := 0
 			for _, m := range r.Members {
-				if m.Id == rogue.ID {
+				if m.Id == id {
 					t.Fatalf("the rogue without the keyring joined gossip: %+v", m)
 				}
 				if m.Status == "alive" {
-					alive++
+					n++
 				}
 			}
-			if alive != 3 {
-				t.Fatalf("members %v: want n1, n2, n3 alive while the rogue tries to join", r.Members)
+			if n != alive {
+				t.Fatalf("members %v: want %d alive while the rogue tries to join", r.Members, alive)
 			}
 		}
 		time.Sleep(500 * time.Millisecond)
