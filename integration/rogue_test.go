@@ -14,15 +14,14 @@ import (
 	"github.com/raftps/raftps/raftstore/client"
 )
 
-// dropKeyring removes --gossip-keyring-file from p's command line and
-// gives --insecure-gossip instead: gossip in the clear, as in the
-// README's set-up before a TLS node required a keyring.
-func dropKeyring(p *Proc) {
-	if i := slices.Index(p.Args, "--gossip-keyring-file"); i >= 0 {
-		p.Args = slices.Delete(p.Args, i, i+2)
+// dropKeyring runs p's gossip in the clear (localcluster.SetKeyring nil:
+// --insecure-gossip), as the README's set-up did before a TLS node
+// required a keyring.
+func dropKeyring(t *testing.T, p *Proc) {
+	t.Helper()
+	if err := localcluster.SetKeyring(p, nil); err != nil {
+		t.Fatal(err)
 	}
-	p.Args = append(p.Args, "--insecure-gossip")
-	p.Keyring = ""
 }
 
 // raftMembers returns the voters and non-voters the leader's status
@@ -145,7 +144,7 @@ func assertOutOfGossip(t *testing.T, cl *client.Client, id string, alive int) {
 func TestInsecureRogueNeverBecomesMember(t *testing.T) {
 	c := NewCluster(t, binPath, 3)
 	for _, p := range c.Procs {
-		dropKeyring(p)
+		dropKeyring(t, p)
 	}
 	c.StartAll()
 	mustLeader(t, c, 60*time.Second)
@@ -168,7 +167,7 @@ func TestInsecureRogueNeverBecomesMember(t *testing.T) {
 
 	// A node with a node certificate of the cluster's CA still joins.
 	n4 := c.AddProc()
-	dropKeyring(n4)
+	dropKeyring(t, n4)
 	c.Start(n4)
 	waitFor(t, 60*time.Second, "n4 in the Raft configuration", func() bool { return slices.Contains(raftMembers(t, c), n4.ID) })
 	if m := raftMembers(t, c); slices.Contains(m, "rogue") {
