@@ -245,6 +245,8 @@ func checkInsecure(cfg node.Config, insecure bool, log *slog.Logger) error {
 		return fmt.Errorf("%w: give --tls-ca-file, --tls-cert-file and --tls-key-file (make them with `raftps tls ca create` and `raftps tls cert create --node %s`), or --insecure for a throw-away cluster", ErrNoTLS, cfg.ID)
 	case insecure:
 		log.Warn("running INSECURE (--insecure): no TLS, no authentication, no authorisation; any process that reaches this node's ports can read and change everything")
+	case cfg.InsecureGossip:
+		log.Warn("gossip INSECURE (--insecure-gossip): no keyring; any process that reaches the gossip port can join it and report members dead (their leases are revoked, their tasks requeued)")
 	}
 	return nil
 }
