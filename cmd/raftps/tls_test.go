@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
@@ -152,8 +154,18 @@ func TestNodeTLSNeedsGossipKeyring(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := files["n1"]
-	tlsArgs := []string{"node", "--id", "n1", "--data-dir", data, "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key}
-	_, err = runOffline(t, tlsArgs...)
+	tlsArgs := []string{"node", "--id", "n1", "--data-dir", data, "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key,
+		"--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
+	// A node that starts runs until the context ends (nil error or the
+	// context's): bounded, so a regression fails rather than hangs.
+	runNode := func(args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		root := newRootCmd(io.Discard, io.Discard)
+		root.SetArgs(args)
+		return root.ExecuteContext(ctx)
+	}
+	err = runNode(tlsArgs...)
 	if !errors.Is(err, node.ErrNoGossipKeyring) || !strings.Contains(err.Error(), "--gossip-keyring-file") ||
 		!strings.Contains(err.Error(), "raftps keyring generate") || !strings.Contains(err.Error(), "--insecure-gossip") {
 		t.Fatalf("TLS without a keyring: %v; want ErrNoGossipKeyring naming --gossip-keyring-file, raftps keyring generate and --insecure-gossip", err)
@@ -162,7 +174,7 @@ func TestNodeTLSNeedsGossipKeyring(t *testing.T) {
 	if err := security.NewKeyringFile(keyring); err != nil {
 		t.Fatal(err)
 	}
-	_, err = runOffline(t, append(tlsArgs, "--gossip-keyring-file", keyring, "--insecure-gossip")...)
+	err = runNode(append(tlsArgs, "--gossip-keyring-file", keyring, "--insecure-gossip")...)
 	if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), "--insecure-gossip with --gossip-keyring-file") {
 		t.Fatalf("--insecure-gossip with a keyring: %v", err)
 	}
