@@ -26,7 +26,9 @@
 //     MemberPromote; a node that left gracefully is
 //     removed; a failed one is only marked unhealthy and removed after
 //     DeadServerTimeout, never below three voters (raft-autopilot's rule);
-//     a schema.NodeRecord per node (schema.NodeKey) is written from gossip;
+//     a schema.NodeRecord per node (schema.NodeKey) is written from gossip
+//     for each node that proved its identity (verified) or is a Raft
+//     member at gossip's Raft address;
 //     the server role is gossip.RoleServer;
 //   - releases a node that gossip declares dead or left: the pending tasks
 //     of its trainers are requeued at once (COMMAND_REQUEUE_TRAINER) and the

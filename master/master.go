@@ -266,7 +266,9 @@ func (m *Master) reconcile(ctx context.Context) {
 	learners := learnerSet(m.store.FSM())
 	for _, mem := range m.members.Members() {
 		id := mem.Meta.ID
-		m.writeNode(ctx, mem)
+		if m.proven(ctx, self, mem, inRaft) {
+			m.writeNode(ctx, mem)
+		}
 		// A node that died or left while another node led (or before this
 		// leader subscribed to gossip) is released here: its event is gone.
 		m.mu.Lock()
@@ -426,6 +428,23 @@ func (m *Master) verified(ctx context.Context, id, raftAddr string) bool {
 	case <-time.After(verifyWait):
 		return false
 	}
+}
+
+// proven reports whether gossip's member mem proved that it is the node
+// of its ID, so that its schema.NodeRecord may be written: this node
+// itself, a Raft member at the Raft address gossip reports (added after
+// its check, or bootstrapped), or an alive member that passed verified.
+// Gossip without a keyring is not authenticated (--insecure-gossip): a
+// process that never proved an identity writes no /nodes/ key.
+func (m *Master) proven(ctx context.Context, self string, mem gossip.Member, inRaft map[string]raft.Server) bool {
+	id := mem.Meta.ID
+	if id == self {
+		return true
+	}
+	if srv, ok := inRaft[id]; ok && srv.Address == raft.ServerAddress(mem.Meta.RaftAddr) {
+		return true
+	}
+	return mem.Status == gossip.StatusAlive && mem.Meta.RaftAddr != "" && m.verified(ctx, id, mem.Meta.RaftAddr)
 }
 
 // writeNode writes the node's schema.NodeRecord when it differs from gossip.

@@ -152,13 +152,13 @@ func newMaster(s *raftstore.Store, mem *fakeMembers) *Master {
 }
 
 // TestReconcileWritesNodeRecords: reconcile writes one schema.NodeRecord
-// per gossip member, with gossip's roles, addresses and status, and does
+// per gossip member (plaintext: every member is proven), with gossip's roles, addresses and status, and does
 // not rewrite a record that is up to date.
 func TestReconcileWritesNodeRecords(t *testing.T) {
 	s := openStore(t)
 	mem := &fakeMembers{members: []gossip.Member{
 		member("n1", gossip.StatusAlive, s.Addr(), gossip.RoleServer, gossip.RolePServer),
-		member("n9", gossip.StatusDead, "", gossip.RoleTrainer),
+		member("n9", gossip.StatusAlive, "127.0.0.1:1", gossip.RoleTrainer),
 	}}
 	m := newMaster(s, mem)
 	ctx := ctxT(t, 10*time.Second)

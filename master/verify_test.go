@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/schema"
 )
 
 // verifyStore answers VerifyPeer with fn and counts the calls.
@@ -67,5 +70,35 @@ func TestVerifiedBoundsReconcile(t *testing.T) {
 	}
 	if n := st.calls.Load(); n != 2+maxVerifying {
 		t.Fatalf("%d checks, want %d (at most %d in flight)", n, 2+maxVerifying, maxVerifying)
+	}
+}
+
+// TestNodeRecordsOnlyForProvenMembers (issue 32, hole 3): reconcile
+// writes /nodes/<id> only for members that proved their identity
+// (Master.verified) or are Raft members at gossip's Raft address: a
+// process gossip reports that failed the check, or a dead one never
+// checked, gets no record; a member that passed gets one.
+func TestNodeRecordsOnlyForProvenMembers(t *testing.T) {
+	s := openStore(t)
+	st := &verifyStore{Store: s, fn: func(_ context.Context, id string) error {
+		if id == "n4" {
+			return nil
+		}
+		return errors.New("no node certificate")
+	}}
+	mem := &fakeMembers{members: []gossip.Member{
+		member("n1", gossip.StatusAlive, s.Addr(), gossip.RoleServer),
+		member("n4", gossip.StatusAlive, "127.0.0.1:1", gossip.RoleTrainer),
+		member("rogue", gossip.StatusAlive, "127.0.0.1:2", gossip.RoleTrainer),
+		member("ghost", gossip.StatusDead, "127.0.0.1:3", gossip.RoleTrainer),
+	}}
+	m := New(Config{Logger: slogDiscard()}, st, mem)
+	ctx := ctxT(t, 10*time.Second)
+	m.reconcile(ctx)
+	m.reconcile(ctx)
+	for id, want := range map[string]bool{"n1": true, "n4": true, "rogue": false, "ghost": false} {
+		if got := exists(t, s, schema.NodeKey(id)); got != want {
+			t.Errorf("/nodes/%s written: %v, want %v", id, got, want)
+		}
 	}
 }

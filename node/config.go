@@ -87,8 +87,16 @@ type Config struct {
 	// GossipKeyringFile is a keyring file (security.LoadKeyringFile: a JSON
 	// array of base64 keys, the primary first) that encrypts gossip;
 	// `raftps keyring` changes it on every member and each rewrites its
-	// file. No secret on the command line.
+	// file. No secret on the command line. Required with TLS unless
+	// InsecureGossip (Validate: ErrNoGossipKeyring).
 	GossipKeyringFile string
+	// InsecureGossip lets a TLS node run gossip without a keyring
+	// (--insecure-gossip). UNSAFE: anyone who reaches the gossip port may
+	// join memberlist and report members dead (the master then revokes
+	// their leases, requeues their tasks and, after DeadServerTimeout,
+	// removes dead voters). Raft membership still needs the node
+	// certificate (raftstore.Store.VerifyPeer).
+	InsecureGossip bool
 
 	// TLS names the cluster CA and this node's certificate and key (PEM;
 	// security.Files): with them every gRPC port, node-to-node dial and
@@ -197,6 +205,10 @@ func DefaultConfig() Config {
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
 var ErrInvalidConfig = errors.New("invalid node configuration")
 
+// ErrNoGossipKeyring: a node with mutual TLS was given no gossip keyring
+// (GossipKeyringFile) and not InsecureGossip (issue 32, hole 3).
+var ErrNoGossipKeyring = errors.New("no gossip keyring")
+
 // Validate checks the configuration; its errors wrap ErrInvalidConfig and
 // name the `raftps node` flag at fault.
 func (c *Config) Validate() error {
@@ -228,6 +240,14 @@ func (c *Config) Validate() error {
 	}
 	if err := c.TLS.Validate(); err != nil {
 		return bad("--tls-ca-file, --tls-cert-file and --tls-key-file go together: %v", err)
+	}
+	if c.TLS.Enabled() && c.GossipKeyringFile == "" && !c.InsecureGossip {
+		return fmt.Errorf("%w: %w: with mutual TLS, gossip needs --gossip-keyring-file, or anyone who reaches the gossip port can report members dead; "+
+			"make one with `echo \"[\\\"$(raftps keyring generate)\\\"]\" > gossip.keyring` (`raftps tls ca create` writes one beside the CA), copy it to every node (mode 0600), "+
+			"or give --insecure-gossip to run unauthenticated gossip (unsafe)", ErrInvalidConfig, ErrNoGossipKeyring)
+	}
+	if c.InsecureGossip && c.GossipKeyringFile != "" {
+		return bad("--insecure-gossip with --gossip-keyring-file: give one or the other")
 	}
 	if c.HTTPTLS && !c.TLS.Enabled() {
 		return bad("--http-tls needs --tls-ca-file, --tls-cert-file and --tls-key-file")

@@ -126,11 +126,16 @@
 // through an os.Root of its directory (a symbolic link out of it is
 // refused: dataset.ErrOutsideDir).
 //
-// Gossip is not authenticated without a keyring, so a node gossip reports
-// becomes a Raft member (the master's reconcile, bootstrap-expect) only
-// after it proved over its Raft port that it holds the node certificate
-// of its ID (raftstore.Store.VerifyPeer); `--insecure --join` against a
-// TLS cluster stays out.
+// Gossip decides liveness (a node reported dead loses its leases and
+// tasks, and a dead voter is removed after DeadServerTimeout) and carries
+// addresses; it is authenticated by the keyring alone, so a TLS node
+// refuses to start without GossipKeyringFile (ErrNoGossipKeyring) unless
+// InsecureGossip (--insecure-gossip, unsafe). Gossip never makes a member
+// by itself: a node gossip reports becomes a Raft member (the master's
+// reconcile, bootstrap-expect) and gets a /nodes/<id> record only after
+// it proved over its Raft port that it holds the node certificate of its
+// ID (raftstore.Store.VerifyPeer); `--insecure --join` against a TLS
+// cluster stays out of both, and out of gossip itself with a keyring.
 //
 // Connections that send nothing hold no port (issue 32, hole 2):
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore"
+	"github.com/raftps/raftps/security"
 )
 
 // testConfig is a server-only node on free loopback ports in a temp dir.
@@ -36,6 +37,12 @@ func testConfig(t *testing.T, id string) Config {
 // mustOpen opens a node of cfg and waits for it to lead.
 func mustOpen(t *testing.T, cfg Config) *Node {
 	t.Helper()
+	if cfg.TLS.Enabled() && cfg.GossipKeyringFile == "" && !cfg.InsecureGossip {
+		cfg.GossipKeyringFile = filepath.Join(t.TempDir(), "gossip.keyring") // ErrNoGossipKeyring
+		if err := security.NewKeyringFile(cfg.GossipKeyringFile); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

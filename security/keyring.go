@@ -56,6 +56,17 @@ func SaveKeyringFile(path string, keys [][]byte) error {
 	return WriteFile(path, append(b, '\n'), true)
 }
 
+// NewKeyringFile writes a keyring of one new random 32-byte key (NewKey)
+// to path, mode 0600, overwriting what is there: a cluster's first
+// gossip keyring (a TLS node's --gossip-keyring-file).
+func NewKeyringFile(path string) error {
+	var k [32]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return err
+	}
+	return SaveKeyringFile(path, [][]byte{k[:]})
+}
+
 // ParseKey decodes one base64 gossip key and checks its length.
 func ParseKey(s string) ([]byte, error) {
 	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))

@@ -26,7 +26,9 @@ with an existing data dir, and for a node added to a running cluster:
     --tls-ca-file ca.pem --tls-cert-file n1.pem --tls-key-file n1-key.pem
 
 A node is secure by default (CockroachDB's rule): without --tls-* material it
-refuses to start unless --insecure is given (see raftps tls --help).`,
+refuses to start unless --insecure is given (see raftps tls --help), and a TLS
+node refuses to start without --gossip-keyring-file (raftps tls ca create writes
+gossip.keyring beside the CA) unless --insecure-gossip is given (unsafe).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile != "" {
@@ -44,11 +46,11 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 			cfg.Logger = logger
 			cfg.DiskReserve = reserve << 20
 			tuneGC(gcHeap, logger)
-			n, err := node.New(cfg)
-			if err != nil {
+			if err := checkInsecure(cfg, insecure, logger); err != nil {
 				return err
 			}
-			if err := checkInsecure(cfg, insecure, logger); err != nil {
+			n, err := node.New(cfg)
+			if err != nil {
 				return err
 			}
 			return n.Run(cmd.Context())
@@ -80,6 +82,7 @@ refuses to start unless --insecure is given (see raftps tls --help).`,
 	f.IntVar(&cfg.MaxTxnOps, "max-txn-ops", cfg.MaxTxnOps, "most ops a txn may hold in its compares and in each branch (raftps's and etcd's KV); larger txns are refused with InvalidArgument before the log")
 	f.Int64Var(&cfg.QuotaBackendBytes, "quota-backend-bytes", cfg.QuotaBackendBytes, "most bytes of keys and values the store may hold; past it writes are refused with ResourceExhausted and the NOSPACE alarm (key /alarms/nospace) is armed until an admin frees space and deletes it (negative: no quota)")
 	f.StringVar(&cfg.GossipKeyringFile, "gossip-keyring-file", "", "gossip encryption keyring: a JSON array of base64 keys, the primary first (raftps keyring rotates it)")
+	f.BoolVar(&cfg.InsecureGossip, "insecure-gossip", false, "UNSAFE: run a TLS node's gossip without --gossip-keyring-file; anyone who reaches the gossip port may then join it and report members dead")
 	f.StringVar(&cfg.TLS.CA, "tls-ca-file", "", "cluster CA certificate (PEM): with --tls-cert-file and --tls-key-file, mutual TLS on every port and dial")
 	f.StringVar(&cfg.TLS.Cert, "tls-cert-file", "", "this node's certificate (PEM; made with raftps tls cert create --node), reloaded when it changes")
 	f.StringVar(&cfg.TLS.Key, "tls-key-file", "", "this node's key (PEM)")

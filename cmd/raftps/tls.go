@@ -32,7 +32,7 @@ func newTLSCmd(g *globals) *cobra.Command {
 	)
 	caCreate := &cobra.Command{
 		Use:   "create",
-		Short: "create a CA: <dir>/ca.pem and <dir>/ca-key.pem (keep ca-key.pem off the nodes)",
+		Short: "create a CA: <dir>/ca.pem and <dir>/ca-key.pem (keep ca-key.pem off the nodes), and <dir>/gossip.keyring unless it exists",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
@@ -43,9 +43,18 @@ func newTLSCmd(g *globals) *cobra.Command {
 			if err := writeNew(certFile, cpem, keyFile, kpem); err != nil {
 				return err
 			}
-			return g.printer.Object(map[string]any{"ca_cert": certFile, "ca_key": keyFile}, func(w io.Writer) {
+			keyring, made, err := newGossipKeyring(filepath.Join(dir, GossipKeyringName))
+			if err != nil {
+				return err
+			}
+			return g.printer.Object(map[string]any{"ca_cert": certFile, "ca_key": keyFile, "gossip_keyring": keyring}, func(w io.Writer) {
 				fmt.Fprintf(w, "==> CA certificate %s\n", certFile)
 				fmt.Fprintf(w, "==> CA key %s (mode 0600; keep it off the nodes)\n", keyFile)
+				if made {
+					fmt.Fprintf(w, "==> gossip keyring %s (mode 0600; copy it to every node: --gossip-keyring-file)\n", keyring)
+				} else {
+					fmt.Fprintf(w, "==> gossip keyring %s kept (it exists)\n", keyring)
+				}
 			})
 		},
 	}
@@ -175,6 +184,19 @@ func writeNew(certFile string, cpem []byte, keyFile string, kpem []byte) error {
 	return security.WriteFile(certFile, cpem, false)
 }
 
+// GossipKeyringName is the gossip keyring `tls ca create` writes beside
+// the CA: every TLS node needs one (--gossip-keyring-file).
+const GossipKeyringName = "gossip.keyring"
+
+// newGossipKeyring writes a keyring of one new key to path (mode 0600)
+// unless a file is there; made says whether it wrote one.
+func newGossipKeyring(path string) (string, bool, error) {
+	if fileExists(path) {
+		return path, false, nil
+	}
+	return path, true, security.NewKeyringFile(path)
+}
+
 // clientTLS are the client flags --cacert, --cert and --key (etcdctl's;
 // RAFTPS_CACERT, RAFTPS_CERT, RAFTPS_KEY).
 type clientTLS struct {
@@ -230,6 +252,8 @@ func checkInsecure(cfg node.Config, insecure bool, log *slog.Logger) error {
 		return fmt.Errorf("%w: give --tls-ca-file, --tls-cert-file and --tls-key-file (make them with `raftps tls ca create` and `raftps tls cert create --node %s`), or --insecure for a throw-away cluster", ErrNoTLS, cfg.ID)
 	case insecure:
 		log.Warn("running INSECURE (--insecure): no TLS, no authentication, no authorisation; any process that reaches this node's ports can read and change everything")
+	case cfg.InsecureGossip:
+		log.Warn("gossip INSECURE (--insecure-gossip): no keyring; any process that reaches the gossip port can join it and report members dead (their leases are revoked, their tasks requeued)")
 	}
 	return nil
 }

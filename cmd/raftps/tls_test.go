@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
 )
 
@@ -23,7 +26,8 @@ func runOffline(t *testing.T, args ...string) (string, error) {
 
 // TestTLSCommands: `tls ca create` and `tls cert create` write 0600 PEM
 // files that load as mutual-TLS material with the right role, never
-// overwrite, and refuse flag sets that do not describe one certificate.
+// overwrite, and refuse flag sets that do not describe one certificate;
+// `tls ca create` also writes a 0600 gossip keyring of one key.
 func TestTLSCommands(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := runOffline(t, "tls", "ca", "create", "--dir", dir); err != nil {
@@ -47,8 +51,11 @@ func TestTLSCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 10 {
-		t.Fatalf("%d files, want 10", len(entries))
+	if len(entries) != 11 {
+		t.Fatalf("%d files, want 11 (the PEM files and gossip.keyring)", len(entries))
+	}
+	if keys, err := security.LoadKeyringFile(filepath.Join(dir, GossipKeyringName)); err != nil || len(keys) != 1 || len(keys[0]) != 32 {
+		t.Fatalf("gossip keyring: %d keys, %v; want one 32-byte key", len(keys), err)
 	}
 	for _, e := range entries {
 		fi, err := e.Info()
@@ -129,6 +136,47 @@ func TestNodeSecureByDefault(t *testing.T) {
 		"--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
 	if err == nil || !strings.Contains(err.Error(), "--insecure") {
 		t.Fatalf("--insecure with TLS files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "LOCK")); err == nil {
+		t.Fatal("a refused node took the data dir")
+	}
+}
+
+// TestNodeTLSNeedsGossipKeyring (issue 32, hole 3): a node with TLS
+// material but no --gossip-keyring-file refuses to start, saying how to
+// make a keyring and naming the unsafe opt-out; it does not take the data
+// dir. --insecure-gossip with a keyring is refused too.
+func TestNodeTLSNeedsGossipKeyring(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "n1")
+	files, _, err := security.Dev(dir, []string{"n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := files["n1"]
+	tlsArgs := []string{"node", "--id", "n1", "--data-dir", data, "--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key,
+		"--grpc-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
+	// A node that starts runs until the context ends (nil error or the
+	// context's): bounded, so a regression fails rather than hangs.
+	runNode := func(args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		root := newRootCmd(io.Discard, io.Discard)
+		root.SetArgs(args)
+		return root.ExecuteContext(ctx)
+	}
+	err = runNode(tlsArgs...)
+	if !errors.Is(err, node.ErrNoGossipKeyring) || !strings.Contains(err.Error(), "--gossip-keyring-file") ||
+		!strings.Contains(err.Error(), "raftps keyring generate") || !strings.Contains(err.Error(), "--insecure-gossip") {
+		t.Fatalf("TLS without a keyring: %v; want ErrNoGossipKeyring naming --gossip-keyring-file, raftps keyring generate and --insecure-gossip", err)
+	}
+	keyring := filepath.Join(dir, "gossip.keyring")
+	if err := security.NewKeyringFile(keyring); err != nil {
+		t.Fatal(err)
+	}
+	err = runNode(append(tlsArgs, "--gossip-keyring-file", keyring, "--insecure-gossip")...)
+	if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), "--insecure-gossip with --gossip-keyring-file") {
+		t.Fatalf("--insecure-gossip with a keyring: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "LOCK")); err == nil {
 		t.Fatal("a refused node took the data dir")

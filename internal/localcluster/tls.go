@@ -35,15 +35,7 @@ func NewPKI(dir string) (*PKI, error) {
 	if _, _, err := security.Dev(dir, nil); err != nil {
 		return nil, fmt.Errorf("localcluster: CA in %s: %w", dir, err)
 	}
-	k, err := security.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	key, err := security.ParseKey(k)
-	if err != nil {
-		return nil, err
-	}
-	if err := security.SaveKeyringFile(filepath.Join(dir, "gossip.keyring"), [][]byte{key}); err != nil {
+	if err := security.NewKeyringFile(filepath.Join(dir, "gossip.keyring")); err != nil {
 		return nil, err
 	}
 	return LoadPKI(dir)
@@ -154,13 +146,19 @@ func CLIFlags(f security.Files) []string {
 
 // SetKeyring writes keys (primary first) to n's keyring file
 // (<dir>/<id>.keyring) and points --gossip-keyring-file at it; nil keys
-// drop the flag (gossip in the clear). Call it before Start.
+// drop the flag (gossip in the clear), giving a TLS node
+// --insecure-gossip, without which it refuses to start (unsafe: for
+// tests of unauthenticated gossip). Call it before Start.
 func SetKeyring(n *Node, keys [][]byte) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.Args = withoutFlags(n.Args, "--gossip-keyring-file")
+	n.Args = slices.DeleteFunc(n.Args, func(a string) bool { return a == "--insecure-gossip" })
 	if keys == nil {
 		n.Keyring = ""
+		if n.TLS.Enabled() {
+			n.Args = append(n.Args, "--insecure-gossip")
+		}
 		return nil
 	}
 	f := filepath.Join(filepath.Dir(n.DataDir), n.ID+".keyring")

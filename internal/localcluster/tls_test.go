@@ -88,7 +88,7 @@ func TestNewSecureByDefault(t *testing.T) {
 		t.Fatalf("n4's files: %v", err)
 	}
 
-	if err := SetKeyring(n4, nil); err != nil || count(n4.Args, "--gossip-keyring-file") != 0 || n4.Keyring != "" {
+	if err := SetKeyring(n4, nil); err != nil || count(n4.Args, "--gossip-keyring-file") != 0 || n4.Keyring != "" || count(n4.Args, "--insecure-gossip") != 1 {
 		t.Fatalf("SetKeyring(nil): %v %v", err, n4.Args)
 	}
 }

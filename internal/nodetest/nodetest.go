@@ -10,12 +10,14 @@ import (
 	"github.com/raftps/raftps/internal/localcluster"
 	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/node"
+	"github.com/raftps/raftps/security"
 )
 
 // Open starts an in-process node id with roles on free loopback ports,
 // its data dir under t.TempDir(), jobs confined to the repository's
 // datasets/ (they name datasets/fashion-mnist), the test's logger, and
-// plaintext unless configure sets TLS. configure, if not nil, may change
+// plaintext unless configure sets TLS (then with a new gossip keyring
+// unless configure gives one or InsecureGossip). configure, if not nil, may change
 // the Config before the node is made. Open waits until the node leads
 // (a single-node cluster) and closes it at the test's end.
 func Open(t testing.TB, id string, roles []string, configure func(*node.Config)) *node.Node {
@@ -33,6 +35,13 @@ func Open(t testing.TB, id string, roles []string, configure func(*node.Config))
 	cfg.Logger = testutil.Logger(t)
 	if configure != nil {
 		configure(&cfg)
+	}
+	if cfg.TLS.Enabled() && cfg.GossipKeyringFile == "" && !cfg.InsecureGossip {
+		// A TLS node needs a gossip keyring (node.ErrNoGossipKeyring).
+		cfg.GossipKeyringFile = filepath.Join(t.TempDir(), "gossip.keyring")
+		if err := security.NewKeyringFile(cfg.GossipKeyringFile); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := node.New(cfg)
 	if err != nil {

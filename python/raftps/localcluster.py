@@ -13,6 +13,9 @@ binary's own commands: ``raftps tls ca create`` makes a CA in
 <workdir>/tls, ``raftps tls cert create --node`` a certificate per node
 (IP 127.0.0.1, DNS localhost) and ``--client admin --role admin`` the
 admin's, which every node's ``client_tls`` names (a :class:`raftps.TLS`).
+``tls ca create`` also writes the gossip keyring (<workdir>/tls/gossip.keyring,
+which TLS nodes require); each node starts with its own copy,
+<workdir>/<id>.keyring (``raftps keyring`` rewrites a node's file).
 :func:`client_cert` issues more (a trainer's for its jobs, a reader's).
 
 Each node logs to <workdir>/<id>.log (appended across restarts).
@@ -21,6 +24,7 @@ Each node logs to <workdir>/<id>.log (appended across restarts).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -84,6 +88,8 @@ class Node:
         # TLS: the node's --tls-* files and the admin client's (None: plaintext).
         self.node_tls: TLS | None = None
         self.client_tls: TLS | None = None
+        # The node's gossip keyring file (--gossip-keyring-file; None: plaintext).
+        self.keyring: str | None = None
 
     def addrs(self) -> list[str]:
         """Every listener's address: gRPC, Raft, gossip, HTTP, peer, pserver."""
@@ -100,7 +106,7 @@ class Node:
             self.args += ["--bootstrap-expect", str(expect)]
         if self.node_tls is not None:
             self.args += ["--tls-ca-file", self.node_tls.cacert, "--tls-cert-file", self.node_tls.cert,
-                          "--tls-key-file", self.node_tls.key]
+                          "--tls-key-file", self.node_tls.key, "--gossip-keyring-file", self.keyring]
         else:
             # Plaintext: nodes refuse to start without TLS material unless told.
             self.args += ["--insecure"]
@@ -163,11 +169,15 @@ def client_cert(bin_path: str, tls_dir: str, name: str, role: str, jobs: Sequenc
                os.path.join(tls_dir, name + "-key.pem"))
 
 
-def _secure_node(nd: Node, tls_dir: str, admin: TLS) -> None:
+def _secure_node(nd: Node, tls_dir: str, admin: TLS, keyring: str) -> None:
+    """Issues nd's node certificate and gives it its own copy (mode 0600)
+    of the gossip keyring file ``keyring``."""
     _tls_cmd(nd.bin, "cert", "create", *_ca_args(tls_dir), "--node", nd.id)
     nd.node_tls = TLS(os.path.join(tls_dir, "ca.pem"), os.path.join(tls_dir, nd.id + ".pem"),
                       os.path.join(tls_dir, nd.id + "-key.pem"))
     nd.client_tls = admin
+    nd.keyring = os.path.join(os.path.dirname(nd.data_dir), nd.id + ".keyring")
+    shutil.copy(keyring, nd.keyring)  # copies the mode (0600) too
 
 
 def tls_dir(workdir: str) -> str:
@@ -203,7 +213,7 @@ def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver"
     if secure:
         admin = make_ca(bin_path, tls_dir(workdir))
         for nd in nodes:
-            _secure_node(nd, tls_dir(workdir), admin)
+            _secure_node(nd, tls_dir(workdir), admin, os.path.join(tls_dir(workdir), "gossip.keyring"))
     for nd in nodes:
         nd.set_args(nodes, n, ["--roles", roles, *extra])
     for nd in nodes:
@@ -214,10 +224,11 @@ def start(bin_path: str, workdir: str, n: int = 3, roles: str = "server,pserver"
 
 def add(bin_path: str, workdir: str, existing: Sequence[Node], roles: str, extra: Sequence[str] = ()) -> Node:
     """Starts a node n<len+1> that joins the existing ones (with a node
-    certificate from the cluster's CA if the cluster is secure)."""
+    certificate from the cluster's CA and a copy of the first existing
+    node's current gossip keyring if the cluster is secure)."""
     nd = new_node(bin_path, workdir, existing)
     if existing and existing[0].client_tls is not None:
-        _secure_node(nd, tls_dir(workdir), existing[0].client_tls)
+        _secure_node(nd, tls_dir(workdir), existing[0].client_tls, existing[0].keyring)
     nd.set_args(existing, 0, ["--roles", roles, *extra])
     nd.start()
     return nd
