@@ -16,7 +16,6 @@ import (
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/testutil"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/schema"
 )
@@ -25,32 +24,7 @@ import (
 // leads and has applied its own term.
 func openStore(t *testing.T) *raftstore.Store {
 	t.Helper()
-	cfg := raftstore.DefaultConfig()
-	cfg.ID = "n1"
-	cfg.DataDir = t.TempDir()
-	cfg.RaftAddr = "127.0.0.1:0"
-	cfg.Bootstrap = true
-	cfg.Logger = testutil.Logger(t)
-	s, err := raftstore.New(cfg, fsm.New(nil), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	ctx := ctxT(t, 10*time.Second)
-	for !s.IsLeader() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("single node never led")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	if err := s.LinearizableRead(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return openStoreAt(t, t.TempDir())
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
