@@ -46,15 +46,8 @@ func newPKI(t *testing.T) pki {
 		t.Fatal(err)
 	}
 	issue := func(name, role string, jobs ...string) security.Files {
-		c, k, err := ca.Issue(security.CertRequest{Name: name, Role: role, Jobs: jobs})
+		f, err := security.IssueFiles(ca, dir, security.CertRequest{Name: name, Role: role, Jobs: jobs})
 		if err != nil {
-			t.Fatal(err)
-		}
-		f := security.Files{CA: admin.CA, Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}
-		if err := security.WriteFile(f.Cert, c, true); err != nil {
-			t.Fatal(err)
-		}
-		if err := security.WriteFile(f.Key, k, true); err != nil {
 			t.Fatal(err)
 		}
 		return f

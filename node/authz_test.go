@@ -41,15 +41,8 @@ func newRolePKI(t *testing.T) rolePKI {
 	}
 	issue := func(name string, req security.CertRequest) security.Files {
 		req.Name = name
-		c, k, err := ca.Issue(req)
+		f, err := security.IssueFiles(ca, dir, req)
 		if err != nil {
-			t.Fatal(err)
-		}
-		f := security.Files{CA: admin.CA, Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}
-		if err := security.WriteFile(f.Cert, c, true); err != nil {
-			t.Fatal(err)
-		}
-		if err := security.WriteFile(f.Key, k, true); err != nil {
 			t.Fatal(err)
 		}
 		return f

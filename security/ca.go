@@ -266,11 +266,18 @@ func Dev(dir string, nodes []string) (map[string]Files, Files, error) {
 // localhost) for node id with ca into dir (<id>.pem, <id>-key.pem; the
 // CA's certificate is dir/ca.pem).
 func IssueDev(ca *CA, dir, id string) (Files, error) {
-	c, k, err := ca.Issue(CertRequest{Name: id, Role: RoleNode, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNS: []string{"localhost"}})
+	return IssueFiles(ca, dir, CertRequest{Name: id, Role: RoleNode, IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNS: []string{"localhost"}})
+}
+
+// IssueFiles issues req with ca into dir: <name>.pem and <name>-key.pem
+// (0600, replacing what is there), with dir/ca.pem as the CA's
+// certificate.
+func IssueFiles(ca *CA, dir string, req CertRequest) (Files, error) {
+	c, k, err := ca.Issue(req)
 	if err != nil {
 		return Files{}, err
 	}
-	f := Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, id+".pem"), Key: filepath.Join(dir, id+"-key.pem")}
+	f := Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, req.Name+".pem"), Key: filepath.Join(dir, req.Name+"-key.pem")}
 	if err := WriteFile(f.Key, k, true); err != nil {
 		return Files{}, err
 	}
