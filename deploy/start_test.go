@@ -74,9 +74,9 @@ func run(t *testing.T, bin string, args ...string) string {
 	return string(out)
 }
 
-// makePKI makes, with `raftps tls` and `raftps keyring generate` as the
-// files' comments say, a CA, a node certificate per node (IP 127.0.0.1
-// plus dns(node)), the admin's certificate and a gossip keyring in dir.
+// makePKI makes, with `raftps tls` as the files' comments say, a CA and
+// the gossip keyring beside it, a node certificate per node (IP 127.0.0.1
+// plus dns(node)) and the admin's certificate in dir.
 func makePKI(t *testing.T, bin, dir string, nodes []string, dns func(string) []string) security.Files {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -92,9 +92,8 @@ func makePKI(t *testing.T, bin, dir string, nodes []string, dns func(string) []s
 		run(t, bin, args...)
 	}
 	run(t, bin, append([]string{"tls", "cert", "create", "--client", "admin", "--role", "admin"}, ca...)...)
-	key := strings.TrimSpace(run(t, bin, "keyring", "generate"))
-	if err := os.WriteFile(filepath.Join(dir, "gossip.keyring"), []byte(`["`+key+`"]`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	if _, err := security.LoadKeyringFile(filepath.Join(dir, "gossip.keyring")); err != nil {
+		t.Fatalf("tls ca create wrote no usable gossip keyring: %v", err)
 	}
 	return security.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "admin.pem"), Key: filepath.Join(dir, "admin-key.pem")}
 }
