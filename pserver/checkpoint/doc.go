@@ -148,7 +148,7 @@
 // # Files
 //
 // manifest.go (the Manifest, its encoding, validation and Pebble keys),
-// store.go (the Pebble Store), writer.go (the write protocol), restore.go,
+// store.go (the Pebble Store), gc.go (deleting versions, collecting blobs), writer.go (the write protocol), restore.go,
 // ops.go (list, verify, export), prune.go, service.go (gRPC service and
 // Client). Metadata keys and the pointer's encoding are package schema's
 // (schema.CheckpointKey, schema.SlotKey, schema.MarshalPointer).
