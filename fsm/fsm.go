@@ -55,6 +55,7 @@ type FSM struct {
 	used       int64             // bytes of every key and value (quota.go)
 	jobUse     map[string]*usage // per job under /jobs/<job>/ (quota.go)
 	leases     map[int64]*lease
+	leasesOf   map[string]int // leases held per owner (derived from leases)
 	nextLease  int64 // next candidate for a store-assigned lease id
 	hist       []revEvents
 	histSize   int64 // sum of revEvents.size over hist
@@ -118,6 +119,7 @@ func New(logger *slog.Logger) *FSM {
 		kvs:       newTree(),
 		jobUse:    map[string]*usage{},
 		leases:    map[int64]*lease{},
+		leasesOf:  map[string]int{},
 		nextLease: 1,
 		histRevs:  HistoryRevisions,
 		histBytes: HistoryBytes,

@@ -117,13 +117,7 @@ func (f *FSM) applyLeaseGrant(c *applyCtx, req *pb.LeaseGrantRequest) (*pb.Lease
 		return nil, fmt.Errorf("%w: lease grant: owner of %d bytes, at most %d", ErrInvalid, len(req.Owner), MaxLeaseOwner)
 	}
 	if req.OwnerLimit > 0 {
-		held := 0
-		for _, l := range f.leases {
-			if l.owner == req.Owner {
-				held++
-			}
-		}
-		if held >= int(req.OwnerLimit) {
+		if held := f.leasesOf[req.Owner]; held >= int(req.OwnerLimit) {
 			return nil, fmt.Errorf("%w: lease grant: %s holds %d leases, the limit of its role; revoke or let some expire",
 				ErrTooManyLeases, req.Owner, held)
 		}
@@ -142,6 +136,7 @@ func (f *FSM) applyLeaseGrant(c *applyCtx, req *pb.LeaseGrantRequest) (*pb.Lease
 		}
 	}
 	f.leases[id] = &lease{ttl: req.Ttl, owner: req.Owner, keys: map[string]struct{}{}}
+	f.leasesOf[req.Owner]++
 	c.note.LeasesGranted = append(c.note.LeasesGranted, LeaseInfo{ID: id, TTL: req.Ttl, Owner: req.Owner})
 	return &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: f.rev}, Id: id, Ttl: req.Ttl}, nil
 }
@@ -183,6 +178,9 @@ func (f *FSM) applyLeaseRevoke(c *applyCtx, req *pb.LeaseRevokeRequest) (*pb.Lea
 		}
 	}
 	delete(f.leases, req.Id)
+	if f.leasesOf[l.owner]--; f.leasesOf[l.owner] <= 0 {
+		delete(f.leasesOf, l.owner)
+	}
 	w.end()
 	c.note.LeasesRevoked = append(c.note.LeasesRevoked, req.Id)
 	return resp, nil

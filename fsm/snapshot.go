@@ -220,6 +220,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.kvs = st.kvs
 	f.recount()
 	f.leases = st.leases
+	f.leasesOf = map[string]int{}
+	for _, l := range f.leases {
+		f.leasesOf[l.owner]++
+	}
 	f.hist = st.hist
 	f.histSize = st.histSize
 	f.jobs = st.jobs
