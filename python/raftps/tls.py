@@ -85,8 +85,24 @@ class TLS:
                                             certificate_chain=data[1])
 
 
+def _connectivity(_state: grpc.ChannelConnectivity) -> None:
+    """The no-op subscriber of channel (see there)."""
+
+
 def channel(target: str, creds: grpc.ChannelCredentials | None, options) -> grpc.Channel:
-    """A channel to target: secure with creds, plaintext without."""
+    """A channel to target: secure with creds, plaintext without.
+
+    The channel is subscribed to its connectivity (grpc's polling thread,
+    stopped by ``close``), so a connection attempt makes progress between
+    calls. Without it, gRPC Python drives a channel's sockets only while a
+    call polls: a call that fails fast on a channel in TRANSIENT_FAILURE
+    leaves the next attempt's TLS handshake half done, and a server that
+    bounds handshakes (raftps: security.HandshakeTimeout, 5 s) closes it;
+    with calls a second apart, the channel never connects again ("Socket
+    closed") although the server is up."""
     if creds is None:
-        return grpc.insecure_channel(target, options=options)
-    return grpc.secure_channel(target, creds, options=options)
+        ch = grpc.insecure_channel(target, options=options)
+    else:
+        ch = grpc.secure_channel(target, creds, options=options)
+    ch.subscribe(_connectivity, try_to_connect=True)
+    return ch

@@ -188,6 +188,32 @@ def test_watch_survives_leader_sigkill(client, cluster):
     killed.start()
 
 
+def test_client_reconnects_to_restarted_node_between_failed_calls(client, cluster):
+    """A client whose only endpoint is a node that is down fails fast; once
+    the node is back, calls a second apart get through. (gRPC Python drives
+    a channel's connection only while something polls it: without the
+    channel's connectivity subscription, each fail-fast call advanced the
+    TLS handshake by one step, the node closed it after its 5 s handshake
+    bound, and the client never connected again: "Socket closed".)"""
+    leader = client.status().leader
+    nd = next(n for n in cluster if n.id != leader)
+    nd.kill()
+    with raftps.Client([nd.grpc], timeout=2.0) as c:
+        with pytest.raises(errors.Unavailable):
+            c.status()
+        nd.start()
+        last = None
+        for _ in range(30):
+            time.sleep(1.0)
+            try:
+                c.status()
+                break
+            except errors.Unavailable as e:
+                last = e
+        else:
+            pytest.fail(f"no answer from the restarted {nd.id} in 30 calls a second apart: {last}")
+
+
 def test_watch_from_compacted_or_now(client):
     k = uniq("w2")
     with client.watch(k, prev_kv=True) as w:
