@@ -19,8 +19,9 @@ How it finds and follows the pservers, exactly as the Go client does:
   (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
 - A slot answering Unavailable (not hosted here, or fenced after its
   holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
-  to 250 ms, up to ``retries`` times (60: about 15 s); then
-  :class:`raftps.errors.Unavailable`.
+  to 250 ms, for ``retry_for`` seconds (60: past a handover, which waits
+  out the old holder's lease TTL, also under CPU load) or, if given,
+  ``retries`` times; then :class:`raftps.errors.Unavailable`.
 - Every push goes to every slot (an empty one if it holds none of the
   gradients) with the version that slot returned on the last pull, as
   the sync step, and the slot's incarnation of that pull. A stale push
@@ -339,20 +340,25 @@ class ParamClient:
             :class:`raftps.tasks.TrainerSession`).
         spec: the JobSpec (default: read with GetJob).
         retries: Unavailable retries per call (re-resolving the slot each time;
-            backoff 20 ms doubling to 250 ms).
+            backoff 20 ms doubling to 250 ms); None (default): retry for
+            ``retry_for`` seconds instead of a count.
+        retry_for: seconds a call retries Unavailable when ``retries`` is
+            None (default 60: longer than a slot handover, which waits out
+            the old holder's lease TTL, even on a loaded machine).
         timeout: seconds per pserver call (a sync push waits for the step).
         watch: follow slot moves with a watch (default True).
     """
 
     def __init__(self, client: Client, job: str, trainer: str, spec: job_pb2.JobSpec | None = None,
-                 retries: int = 60, timeout: float = 60.0, watch: bool = True):
+                 retries: int | None = None, timeout: float = 60.0, watch: bool = True,
+                 retry_for: float = 60.0):
         self.client, self.job, self.trainer = client, job, trainer
         if spec is None:
             from raftps import jobs
             spec = jobs.status(client, job).spec
         self.spec = spec
         self.layout = Layout(spec)
-        self.retries, self.timeout = retries, timeout
+        self.retries, self.timeout, self.retry_for = retries, timeout, retry_for
         # Loopback polls are cheap: a short cap brings a trainer back within
         # a quarter second of its slot being served again.
         self.max_backoff = 0.25
@@ -443,6 +449,7 @@ class ParamClient:
 
     def _do(self, slot: int, fn, retries: int | None = None):
         retries = self.retries if retries is None else retries
+        deadline = time.monotonic() + self.retry_for if retries is None else None
         backoff = 0.02
         attempt = 0
         while True:
@@ -458,7 +465,7 @@ class ParamClient:
                     raise err
             except errors.Unavailable as e:
                 err = e
-            if attempt >= retries:
+            if (time.monotonic() >= deadline) if deadline is not None else attempt >= retries:
                 raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code)
             attempt += 1
             self.retried += 1
