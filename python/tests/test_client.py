@@ -1,6 +1,7 @@
 """raftps.Client against a real 3-node cluster: KV, Txn, leases, watches
 (across a leader SIGKILL), status and error mapping."""
 
+import os
 import threading
 import time
 import uuid
@@ -224,3 +225,18 @@ def test_watch_from_compacted_or_now(client):
     assert [e.type for e in evs] == ["PUT", "PUT", "DELETE"]
     assert evs[0].revision == r1 and evs[1].revision == r2
     assert evs[1].prev_kv.value == b"a"
+
+
+def test_process_with_unclosed_client_exits(cluster):
+    """A script that never closes its Client exits at its end: channels
+    subscribed to their connectivity (raftps.tls.channel) are closed at
+    exit; an open one kept the interpreter from exiting."""
+    import subprocess
+    import sys
+    code = ("import sys, raftps\n"
+            "c = raftps.Client(sys.argv[1:], timeout=5.0)\n"
+            "print(c.status().leader)\n")
+    r = subprocess.run([sys.executable, "-c", code, *[n.grpc for n in cluster]], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(raftps.__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip(), "no leader printed"
