@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/security"
 )
@@ -79,8 +79,8 @@ var (
 	}
 	pserverClass = serviceClass{
 		name:       "pserver data path",
-		maxRecv:    pserver.MaxMessageSize,
-		maxSend:    pserver.MaxMessageSize,
+		maxRecv:    wire.MaxMessageSize,
+		maxSend:    wire.MaxMessageSize,
 		maxStreams: 1000,
 		services:   []string{pb.PServer_ServiceDesc.ServiceName},
 		tuned:      true,
@@ -141,7 +141,7 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 	if c.tuned {
 		// pserver.ServerOptions sets the same message limits; ours come
 		// first and its tuning follows.
-		opts = append(opts, pserver.ServerOptions()...)
+		opts = append(opts, wire.ServerOptions()...)
 	}
 	opts = append(opts, grpcMetricsOptions()...) // gRPC server metrics (metrics_training.go)
 	return grpc.NewServer(append(opts, extra...)...)

@@ -1,7 +1,10 @@
 // Package pserver is raftps's parameter server: it holds a job's parameters
 // cut into virtual shards, applies trainers' gradients with an optimizer
 // (SGD, momentum, Adam, Adagrad) in sync or async mode, snapshots shards for
-// checkpoints, and serves it all over gRPC; Client is the trainers' side.
+// checkpoints, and serves it all over gRPC. The trainers' side is
+// pserver/psclient; what server and client share (the sharding layout, the
+// tensor codec, the error sentinels, transport and socket tuning) is the
+// leaf pserver/wire, so a trainer never links this package.
 //
 // # Sharding
 //
@@ -43,7 +46,7 @@
 // that stops waiting first folds the pushes up to its own into one float64
 // sum per key).
 //
-// Retries: every Client.Push carries a push id (PushRequest.push_id, the
+// Retries: every psclient Client.Push carries a push id (PushRequest.push_id, the
 // same on each retry); a slot applies a push id at most once and answers a
 // retry with the version the first attempt produced, keeping the last 64
 // ids of up to 4096 trainers. The memory is the slot's, not in
@@ -61,8 +64,8 @@
 // (else InvalidArgument, slot unchanged). A sync push from a trainer not in
 // the trainer set waits at most MemberWait. Named pulls are sized before allocating, refuse duplicates
 // and are capped at MaxPullBytes; pulls never create rows. RestoreSlot
-// refuses non-finite or negative-step state. The Client refuses pull
-// responses carrying blocks of another slot.
+// refuses non-finite or negative-step state. The client (psclient) refuses
+// pull responses carrying blocks of another slot.
 //
 // # Fencing
 //
@@ -107,40 +110,26 @@
 //	s.SetDeadline(until) // the lease's serve-until (Deadline)
 //	srv := pserver.NewServer()
 //	srv.Host(spec.Name, slot, s)
-//	gs := grpc.NewServer(pserver.ServerOptions()...)
+//	gs := grpc.NewServer(wire.ServerOptions()...)
 //	pb.RegisterPServerServer(gs, srv)
-//	lis, err := pserver.Listen(addr) // SocketBufferBytes socket buffers
+//	lis, err := wire.Listen(addr) // SocketBufferBytes socket buffers
 //	go gs.Serve(lis)
 //	// on /jobs/<job>/trainers/ changes: s.SetTrainers(ids)
 //	// on lease loss:                    srv.Unhost(spec.Name, slot)
 //
-// On a trainer:
-//
-//	c, _ := pserver.NewClient(spec, trainerID, resolver)
-//	params := c.NewParams()
-//	for {
-//		_ = c.Pull(ctx, params)
-//		grads := model.Gradients(params, batch)
-//		err := c.Push(ctx, &pserver.Grads{Dense: grads, Examples: n})
-//		if errors.Is(err, pserver.ErrStale) { continue } // re-pull
-//	}
-//	_ = c.LeaveStep(ctx) // out of data (sync mode)
-//
-// Client.PushPull(ctx, grads, params) is Push then Pull in one round trip
-// per slot: the push asks for the slot's parameters in its reply
-// (PushRequest.pull), read after the update (sync: after the step). The
-// trainer uses it for every step of a task but the last. Against the
-// plain Push + Pull it lifted BenchmarkTrainerRPCvsLocal's median from
-// 0.75-0.76x to 0.78-0.82x of in-process training (3 interleaved A/B runs).
+// On a trainer: psclient.NewClient (see pserver/psclient). A push with
+// PushRequest.pull set is answered with the slot's parameters, read after
+// the update (sync: after the step): Client.PushPull, one round trip per
+// slot (figures in DESIGN.md, "Transport").
 //
 // # Concurrency
 //
-// Slot, Server and Client are safe for concurrent use. A Slot serializes
+// Slot and Server are safe for concurrent use. A Slot serializes
 // updates with one lock; pulls share it. Within one update, the entries'
 // dry runs and commits, and a sync step's mean, run in chunks on every
 // core (runChunks: the
 // handler and GOMAXPROCS-1 helper goroutines shared by all slots). Errors carry gRPC codes
-// (status.Code works on them) and wrap the sentinels of errors.go.
+// (status.Code works on them) and wrap the sentinels of pserver/wire.
 //
 // # Sources
 //

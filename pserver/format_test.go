@@ -5,6 +5,11 @@ import (
 	"errors"
 	"hash/crc32"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // A vshard blob of a newer format (a newer raftps wrote it, in a
@@ -33,14 +38,14 @@ func TestDecodeVShardRefusesNewerFormat(t *testing.T) {
 		t.Fatalf("current format: %v", err)
 	}
 	_, err := DecodeVShard(reformat(vshardFormat + 1))
-	if !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrCorrupt) {
-		t.Fatalf("format %d: %v, want ErrNewerFormat", vshardFormat+1, err)
+	if !errors.Is(err, wire.ErrNewerFormat) || errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("format %d: %v, want wire.ErrNewerFormat", vshardFormat+1, err)
 	}
-	if codeOf(err).String() != "FailedPrecondition" {
-		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshardFormat+1, codeOf(err))
+	if status.Code(wire.ToGRPC(err)) != codes.FailedPrecondition {
+		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshardFormat+1, status.Code(wire.ToGRPC(err)))
 	}
 	t.Logf("newer format: %v", err)
-	if _, err := DecodeVShard(reformat(0)); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("format 0: %v, want ErrCorrupt", err)
+	if _, err := DecodeVShard(reformat(0)); !errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("format 0: %v, want wire.ErrCorrupt", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Optimizer names (OptimizerSpec.name).
@@ -92,11 +93,11 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 		c.lr = 0.01
 	}
 	if !(c.lr > 0 && c.weightDecay >= 0 && c.lrDecay >= 0) || !finite(c.lr, c.weightDecay, c.lrDecay, s.GetMomentum(), s.GetEpsilon()) {
-		return c, errorf(ErrBadSpec, "optimizer: learning_rate %g, weight_decay %g, lr_decay %g: want finite, learning_rate > 0, others >= 0",
+		return c, wire.Errorf(wire.ErrBadSpec, "optimizer: learning_rate %g, weight_decay %g, lr_decay %g: want finite, learning_rate > 0, others >= 0",
 			c.lr, c.weightDecay, c.lrDecay)
 	}
 	if b1, b2, mu, eps := s.GetBeta1(), s.GetBeta2(), s.GetMomentum(), s.GetEpsilon(); b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1 || mu < 0 || mu >= 1 || eps < 0 {
-		return c, errorf(ErrBadSpec, "optimizer: beta1 %g, beta2 %g, momentum %g: want [0, 1); epsilon %g: want >= 0", b1, b2, mu, eps)
+		return c, wire.Errorf(wire.ErrBadSpec, "optimizer: beta1 %g, beta2 %g, momentum %g: want [0, 1); epsilon %g: want >= 0", b1, b2, mu, eps)
 	}
 	switch strings.ToLower(s.GetName()) {
 	case "", OptSGD:
@@ -126,7 +127,7 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 		}
 		c.opt = a
 	default:
-		return c, errorf(ErrBadSpec, "unknown optimizer %q", s.GetName())
+		return c, wire.Errorf(wire.ErrBadSpec, "unknown optimizer %q", s.GetName())
 	}
 	return c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // refOpt is a float64 reference of one optimizer, hand-coded from the papers.
@@ -279,8 +280,8 @@ func TestMomentumBeyondFloat32Coefficients(t *testing.T) {
 			t.Fatalf("w[%d] moved by %g, want 1e9", i, d)
 		}
 	}
-	if err := push(1); !errors.Is(err, ErrInvalid) { // w -= 1e39: past float32
-		t.Fatalf("gradient 1 with lr 1e39: %v, want ErrInvalid", err)
+	if err := push(1); !errors.Is(err, wire.ErrInvalid) { // w -= 1e39: past float32
+		t.Fatalf("gradient 1 with lr 1e39: %v, want wire.ErrInvalid", err)
 	}
 	if got := pullAll(t, s)["w"]; !slices.Equal(got, w) {
 		t.Fatalf("refused push changed w: %v, was %v", got, w)

@@ -8,12 +8,13 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/shape"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // gradItem is one validated gradient for one entry.
 type gradItem struct {
 	k    key
-	p    *ParamLayout
+	p    *wire.ParamLayout
 	g    []float32
 	gmax float64 // max |g|, or -1: not computed (see optConfig.boundOK)
 	row  bool
@@ -41,20 +42,20 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 	for _, t := range grads {
 		p, ok := s.layout.Param(t.GetName())
 		if !ok {
-			return errorf(ErrInvalid, "push: unknown param %q", t.GetName())
+			return wire.Errorf(wire.ErrInvalid, "push: unknown param %q", t.GetName())
 		}
 		if len(t.GetData())%4 != 0 {
-			return errorf(ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
+			return wire.Errorf(wire.ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
 		}
 		if pp.bytes += int64(len(t.GetData())); pp.bytes > s.maxPushBytes {
-			return errorf(ErrInvalid, "param %q: push carries more than the %d bytes of gradient slot %d can take", p.Spec.GetName(), s.maxPushBytes, s.slot)
+			return wire.Errorf(wire.ErrInvalid, "param %q: push carries more than the %d bytes of gradient slot %d can take", p.Spec.GetName(), s.maxPushBytes, s.slot)
 		}
 		if p.Embedding {
 			rows := t.GetRows()
 			if n, ok := shape.Mul(int64(len(rows)), p.Dim); !ok || int64(len(t.GetData())/4) != n {
-				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
+				return wire.Errorf(wire.ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
-			g := viewFloat32s(t.GetData())
+			g := wire.ViewFloat32s(t.GetData())
 			if err := checkGrad(p, g); err != nil {
 				return err
 			}
@@ -65,7 +66,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 				}
 				k := key{int32(p.Index), r}
 				if _, dup := pp.seen[k]; dup {
-					return errorf(ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
+					return wire.Errorf(wire.ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
 				}
 				pp.seen[k] = struct{}{}
 				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], gmax: -1, row: true})
@@ -73,7 +74,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 			continue
 		}
 		if len(t.GetRows()) != 0 {
-			return errorf(ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
+			return wire.Errorf(wire.ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
 		}
 		b := t.GetBlock()
 		if err := s.checkBlock(p, b); err != nil {
@@ -81,14 +82,14 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 		}
 		lo, hi := s.layout.BlockRange(p, b)
 		if int64(len(t.GetData())/4) != hi-lo {
-			return errorf(ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(t.GetData())/4, hi-lo)
+			return wire.Errorf(wire.ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(t.GetData())/4, hi-lo)
 		}
 		k := key{int32(p.Index), b}
 		if _, dup := pp.seen[k]; dup {
-			return errorf(ErrInvalid, "param %q: block %d pushed twice", p.Spec.GetName(), b)
+			return wire.Errorf(wire.ErrInvalid, "param %q: block %d pushed twice", p.Spec.GetName(), b)
 		}
 		pp.seen[k] = struct{}{}
-		g := viewFloat32s(t.GetData())
+		g := wire.ViewFloat32s(t.GetData())
 		if err := checkGrad(p, g); err != nil {
 			return err
 		}
@@ -99,13 +100,13 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 
 // checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see anyAbove);
 // only a refused gradient is scanned again, for the message.
-func checkGrad(p *ParamLayout, g []float32) error {
+func checkGrad(p *wire.ParamLayout, g []float32) error {
 	if !anyAbove(g, maxGradientBits) {
 		return nil
 	}
 	for _, v := range g {
 		if math.Float32bits(v)&absMask > maxGradientBits {
-			return errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+			return wire.Errorf(wire.ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
 		}
 	}
 	return nil
@@ -177,7 +178,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			if it.row {
 				what = "row"
 			}
-			return errorf(ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
+			return wire.Errorf(wire.ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
 				it.p.Spec.GetName(), what, it.k.i)
 		}
 	}
@@ -338,7 +339,7 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 	}
 	pr, buf := s.pullAll(s.maxReplyBytes)
 	if pr == nil || s.checkFence() != nil {
-		putDataBuf(buf)
+		wire.PutDataBuf(buf)
 		return resp, nil, nil
 	}
 	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, buf, nil
@@ -347,10 +348,10 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 // push applies a validated push (see Push).
 func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
 	if len(req.GetTrainer()) > MaxTrainerIDLen {
-		return nil, errorf(ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
+		return nil, wire.Errorf(wire.ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
 	}
 	if n := req.GetExamples(); n < 0 || n > MaxExamples {
-		return nil, errorf(ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
+		return nil, wire.Errorf(wire.ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
 	}
 	var resp *pb.PushResponse
 	var err error
@@ -375,7 +376,7 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 		return &pb.PushResponse{Version: v}, nil // a retry of an applied push
 	}
 	if s.staleness > 0 && req.GetVersion() < s.version-s.staleness {
-		return nil, errorf(ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
+		return nil, wire.Errorf(wire.ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
 			req.GetVersion(), s.slot, s.version, s.staleness)
 	}
 	scale := 1.0

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // key names one entry of a slot: a dense block or an embedding row of the
@@ -79,7 +80,7 @@ type Slot struct {
 	cowNanos    atomic.Int64
 
 	spec      *pb.JobSpec
-	layout    *Layout
+	layout    *wire.Layout
 	slot      int32
 	opt       optConfig
 	mode      pb.UpdateMode
@@ -156,12 +157,12 @@ func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 }
 
 func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
-	l, err := NewLayout(spec, numPservers)
+	l, err := wire.NewLayout(spec, numPservers)
 	if err != nil {
 		return nil, err
 	}
 	if slot < 0 || slot >= numPservers {
-		return nil, errorf(ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
+		return nil, wire.Errorf(wire.ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
 	}
 	opt, err := newOptConfig(spec.GetOptimizer())
 	if err != nil {
@@ -183,10 +184,10 @@ func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 		membersCh: make(chan struct{}),
 		cur:       newSyncStep(),
 
-		maxReplyBytes: MaxMessageSize / 2,
+		maxReplyBytes: wire.MaxMessageSize / 2,
 	}
 	for v := int32(0); v < l.NumVShards; v++ {
-		s.owned[v] = SlotOfVShard(v, numPservers) == slot
+		s.owned[v] = wire.SlotOfVShard(v, numPservers) == slot
 	}
 	for _, p := range l.Params {
 		n := p.Size // an embedding's rows may hash anywhere: all of it
@@ -213,7 +214,7 @@ func (s *Slot) addDense(k key, e *entry) {
 func (s *Slot) sortKeys() { slices.SortFunc(s.denseKeys, keyLess) }
 
 // Layout returns the slot's (immutable) sharding layout.
-func (s *Slot) Layout() *Layout { return s.layout }
+func (s *Slot) Layout() *wire.Layout { return s.layout }
 
 // Index returns the slot number.
 func (s *Slot) Index() int32 { return s.slot }
@@ -278,11 +279,11 @@ func (s *Slot) Fenced() bool { return s.fenced.Load() }
 // updated the slot (acked), so nothing is acknowledged after the fence.
 func (s *Slot) checkFence() error {
 	if s.fenced.Load() {
-		return errorf(ErrFenced, "slot %d", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d", s.slot)
 	}
 	if d := s.deadline.Load(); d != nil && !d.Holds() {
 		s.Fence()
-		return errorf(ErrFenced, "slot %d: past its lease's serve-until deadline", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d: past its lease's serve-until deadline", s.slot)
 	}
 	return nil
 }
@@ -295,14 +296,7 @@ func (s *Slot) acked(err error) error {
 		return err
 	}
 	if s.checkFence() != nil {
-		return errorf(ErrFenced, "slot %d: fenced while the request ran, so it is not acknowledged (a push may have applied here; retry it on the slot's next holder)", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d: fenced while the request ran, so it is not acknowledged (a push may have applied here; retry it on the slot's next holder)", s.slot)
 	}
 	return nil
 }
-
-// MaxPullBytes bounds the tensor data of one named pull (a PullRequest
-// that lists tensors): the response is sized before anything is allocated
-// and a larger one is refused with ErrInvalid (split the request). It is
-// gRPC's message limit (MaxMessageSize); a bigger response could not be
-// sent anyway.
-const MaxPullBytes = MaxMessageSize

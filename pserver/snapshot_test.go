@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 func restoreSpec() *pb.JobSpec {
@@ -118,18 +119,18 @@ func TestRestoreErrors(t *testing.T) {
 	slots := []*Slot{mustSlot(t, spec, 0, 1)}
 	blobs := blobsOf(t, slots)
 	delete(blobs, 5)
-	if _, err := RestoreSlot(spec, 0, 1, blobs); !errors.Is(err, ErrMissingVShard) {
+	if _, err := RestoreSlot(spec, 0, 1, blobs); !errors.Is(err, wire.ErrMissingVShard) {
 		t.Fatalf("missing vshard: %v", err)
 	}
 	blobs = blobsOf(t, slots)
 	other := restoreSpec()
 	other.Optimizer.Name = "sgd"
-	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, ErrIncompatible) {
+	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, wire.ErrIncompatible) {
 		t.Fatalf("other optimizer: %v", err)
 	}
 	other = restoreSpec()
 	other.Params[0].Shape = []int64{4, 5}
-	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, ErrIncompatible) {
+	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, wire.ErrIncompatible) {
 		t.Fatalf("other shape: %v", err)
 	}
 }
@@ -167,7 +168,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	blob := blobsOf(t, []*Slot{s})[3]
 	// Every truncation.
 	for n := 0; n < len(blob); n++ {
-		if _, err := DecodeVShard(blob[:n]); !errors.Is(err, ErrCorrupt) {
+		if _, err := DecodeVShard(blob[:n]); !errors.Is(err, wire.ErrCorrupt) {
 			t.Fatalf("truncated to %d: %v", n, err)
 		}
 	}
@@ -175,7 +176,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	for i := range blob {
 		b := append([]byte(nil), blob...)
 		b[i] ^= 0x40
-		if _, err := DecodeVShard(b); !errors.Is(err, ErrCorrupt) {
+		if _, err := DecodeVShard(b); !errors.Is(err, wire.ErrCorrupt) {
 			t.Fatalf("flip at %d: %v", i, err)
 		}
 	}
@@ -197,7 +198,7 @@ func TestDecodeCorrupt(t *testing.T) {
 			}
 		}
 	}
-	if _, err := DecodeVShard([]byte("RPVS\x02\x00\x00\x00abcdefgh")); !errors.Is(err, ErrCorrupt) {
+	if _, err := DecodeVShard([]byte("RPVS\x02\x00\x00\x00abcdefgh")); !errors.Is(err, wire.ErrCorrupt) {
 		t.Fatalf("future format: %v", err)
 	}
 }
@@ -215,8 +216,8 @@ func FuzzDecodeVShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		vs, err := DecodeVShard(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			if !errors.Is(err, wire.ErrCorrupt) {
+				t.Fatalf("error %v does not wrap wire.ErrCorrupt", err)
 			}
 			return
 		}

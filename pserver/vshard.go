@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Vshard blob format, version 1. All integers little-endian.
@@ -109,7 +110,7 @@ func (vs *VShardSnapshot) Encode() []byte {
 func appendFloats(b []byte, f []float32) []byte {
 	n := len(b)
 	b = slices.Grow(b, 4*len(f))[:n+4*len(f)]
-	putFloat32s(b[n:], f)
+	wire.PutFloat32s(b[n:], f)
 	return b
 }
 
@@ -124,7 +125,7 @@ func (r *reader) take(n int, what string) []byte {
 		return nil
 	}
 	if n < 0 || n > len(r.b) {
-		r.err = fmt.Errorf("%w: truncated reading %s (need %d bytes, have %d)", ErrCorrupt, what, n, len(r.b))
+		r.err = fmt.Errorf("%w: truncated reading %s (need %d bytes, have %d)", wire.ErrCorrupt, what, n, len(r.b))
 		return nil
 	}
 	out := r.b[:n]
@@ -166,7 +167,7 @@ func (r *reader) str(what string) string {
 func (r *reader) count(minSize int, what string) int {
 	n := int(r.u32(what))
 	if r.err == nil && n*minSize > len(r.b) {
-		r.err = fmt.Errorf("%w: %s count %d exceeds remaining %d bytes", ErrCorrupt, what, n, len(r.b))
+		r.err = fmt.Errorf("%w: %s count %d exceeds remaining %d bytes", wire.ErrCorrupt, what, n, len(r.b))
 		return 0
 	}
 	return n
@@ -178,22 +179,22 @@ func (r *reader) count(minSize int, what string) int {
 // on bad input.
 func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 	if len(blob) < 8+4 {
-		return nil, fmt.Errorf("%w: %d bytes is too short", ErrCorrupt, len(blob))
+		return nil, fmt.Errorf("%w: %d bytes is too short", wire.ErrCorrupt, len(blob))
 	}
 	if string(blob[:4]) != vshardMagic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
+		return nil, fmt.Errorf("%w: bad magic %q", wire.ErrCorrupt, blob[:4])
 	}
 	// The envelope (magic, format, CRC-32C trailer) is every format's: the
 	// CRC first, so that a damaged format field reads as damage, not as a
 	// newer raftps.
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
 	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", ErrCorrupt, got, sum)
+		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", wire.ErrCorrupt, got, sum)
 	}
 	if f := binary.LittleEndian.Uint16(blob[4:]); f > vshardFormat {
-		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", ErrNewerFormat, f, vshardFormat)
+		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", wire.ErrNewerFormat, f, vshardFormat)
 	} else if f != vshardFormat {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, f)
+		return nil, fmt.Errorf("%w: unknown format version %d", wire.ErrCorrupt, f)
 	}
 	r := &reader{b: body[8:]}
 	vs := &VShardSnapshot{}
@@ -228,11 +229,11 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 		e.T = int64(r.u64("entry t"))
 		n := int(r.u32("entry length"))
 		if r.err == nil && (e.Param < 0 || int(e.Param) >= len(vs.Params)) {
-			r.err = fmt.Errorf("%w: entry %d names param %d of %d", ErrCorrupt, i, e.Param, len(vs.Params))
+			r.err = fmt.Errorf("%w: entry %d names param %d of %d", wire.ErrCorrupt, i, e.Param, len(vs.Params))
 		}
 		total += n * ns1 * 4
 		if r.err == nil && total > len(r.b) {
-			r.err = fmt.Errorf("%w: entries need more data than the blob holds", ErrCorrupt)
+			r.err = fmt.Errorf("%w: entries need more data than the blob holds", wire.ErrCorrupt)
 		}
 		if r.err != nil {
 			return nil, r.err
@@ -243,16 +244,16 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 		return nil, r.err
 	}
 	if total != len(r.b) {
-		return nil, fmt.Errorf("%w: %d data bytes, entries describe %d", ErrCorrupt, len(r.b), total)
+		return nil, fmt.Errorf("%w: %d data bytes, entries describe %d", wire.ErrCorrupt, len(r.b), total)
 	}
 	for i := range vs.Entries {
 		e := &vs.Entries[i]
 		n := len(e.Values)
-		getFloat32s(e.Values, r.take(4*n, "values"))
+		wire.GetFloat32s(e.Values, r.take(4*n, "values"))
 		e.State = make([][]float32, len(vs.StateSlots))
 		for j := range e.State {
 			e.State[j] = make([]float32, n)
-			getFloat32s(e.State[j], r.take(4*n, "state"))
+			wire.GetFloat32s(e.State[j], r.take(4*n, "state"))
 		}
 	}
 	return vs, r.err
@@ -285,7 +286,7 @@ func RestoreSlot(spec *pb.JobSpec, slot, numPservers int32, blobs map[int32][]by
 		}
 		blob, ok := blobs[v]
 		if !ok {
-			return nil, fmt.Errorf("%w: vshard %d of slot %d", ErrMissingVShard, v, slot)
+			return nil, fmt.Errorf("%w: vshard %d of slot %d", wire.ErrMissingVShard, v, slot)
 		}
 		vs, err := DecodeVShard(blob)
 		if err != nil {
@@ -304,7 +305,7 @@ func RestoreSlot(spec *pb.JobSpec, slot, numPservers int32, blobs map[int32][]by
 		}
 		for b := int64(0); b < p.Blocks; b++ {
 			if s.owned[l.VShardOfBlock(p, b)] && s.dense[key{int32(p.Index), b}] == nil {
-				return nil, fmt.Errorf("%w: param %q block %d missing from vshard %d", ErrIncompatible, p.Spec.GetName(), b, l.VShardOfBlock(p, b))
+				return nil, fmt.Errorf("%w: param %q block %d missing from vshard %d", wire.ErrIncompatible, p.Spec.GetName(), b, l.VShardOfBlock(p, b))
 			}
 		}
 	}
@@ -316,13 +317,13 @@ func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
 	l := s.layout
 	if vs.VShard != v || vs.NumVShards != l.NumVShards || vs.BlockSize != l.BlockSize {
 		return fmt.Errorf("%w: blob is vshard %d/%d block size %d, want %d/%d block size %d",
-			ErrIncompatible, vs.VShard, vs.NumVShards, vs.BlockSize, v, l.NumVShards, l.BlockSize)
+			wire.ErrIncompatible, vs.VShard, vs.NumVShards, vs.BlockSize, v, l.NumVShards, l.BlockSize)
 	}
 	if vs.Optimizer != s.opt.opt.name() || !slices.Equal(vs.StateSlots, s.opt.opt.stateSlots()) {
-		return fmt.Errorf("%w: blob optimizer %q %v, spec wants %q", ErrIncompatible, vs.Optimizer, vs.StateSlots, s.opt.opt.name())
+		return fmt.Errorf("%w: blob optimizer %q %v, spec wants %q", wire.ErrIncompatible, vs.Optimizer, vs.StateSlots, s.opt.opt.name())
 	}
 	// Map blob params to spec params by name, checking kind and shape.
-	pm := make([]*ParamLayout, len(vs.Params))
+	pm := make([]*wire.ParamLayout, len(vs.Params))
 	for i, pi := range vs.Params {
 		p, ok := l.Param(pi.Name)
 		if !ok {
@@ -330,7 +331,7 @@ func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
 		}
 		if p.Embedding != pi.Embedding || !slices.Equal(p.Spec.GetShape(), pi.Shape) {
 			return fmt.Errorf("%w: param %q is embedding=%v shape %v in blob, embedding=%v shape %v in spec",
-				ErrIncompatible, pi.Name, pi.Embedding, pi.Shape, p.Embedding, p.Spec.GetShape())
+				wire.ErrIncompatible, pi.Name, pi.Embedding, pi.Shape, p.Embedding, p.Spec.GetShape())
 		}
 		pm[i] = p
 	}
@@ -340,29 +341,29 @@ func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
 			continue
 		}
 		if err := s.opt.checkEntry(es); err != nil {
-			return fmt.Errorf("%w: param %q index %d: %v", ErrCorrupt, p.Spec.GetName(), es.Index, err)
+			return fmt.Errorf("%w: param %q index %d: %v", wire.ErrCorrupt, p.Spec.GetName(), es.Index, err)
 		}
 		e := &entry{values: es.Values, state: es.State, t: es.T}
 		k := key{int32(p.Index), es.Index}
 		if p.Embedding {
 			if es.Index < 0 || es.Index >= p.Buckets || l.VShardOfRow(p, es.Index) != v || int64(len(es.Values)) != p.Dim {
-				return fmt.Errorf("%w: param %q row %d (len %d) does not belong in vshard %d", ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), v)
+				return fmt.Errorf("%w: param %q row %d (len %d) does not belong in vshard %d", wire.ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), v)
 			}
 			if s.rows[k] != nil {
-				return fmt.Errorf("%w: param %q row %d twice", ErrIncompatible, p.Spec.GetName(), es.Index)
+				return fmt.Errorf("%w: param %q row %d twice", wire.ErrIncompatible, p.Spec.GetName(), es.Index)
 			}
 			s.rows[k] = e
 			continue
 		}
 		if es.Index < 0 || es.Index >= p.Blocks || l.VShardOfBlock(p, es.Index) != v {
-			return fmt.Errorf("%w: param %q block %d does not belong in vshard %d", ErrIncompatible, p.Spec.GetName(), es.Index, v)
+			return fmt.Errorf("%w: param %q block %d does not belong in vshard %d", wire.ErrIncompatible, p.Spec.GetName(), es.Index, v)
 		}
 		lo, hi := l.BlockRange(p, es.Index)
 		if int64(len(es.Values)) != hi-lo {
-			return fmt.Errorf("%w: param %q block %d has %d values, want %d", ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), hi-lo)
+			return fmt.Errorf("%w: param %q block %d has %d values, want %d", wire.ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), hi-lo)
 		}
 		if s.dense[k] != nil {
-			return fmt.Errorf("%w: param %q block %d twice", ErrIncompatible, p.Spec.GetName(), es.Index)
+			return fmt.Errorf("%w: param %q block %d twice", wire.ErrIncompatible, p.Spec.GetName(), es.Index)
 		}
 		s.addDense(k, e)
 	}
@@ -396,7 +397,7 @@ func DecodeVShardValues(blob []byte) ([]ValueRun, error) {
 		off := e.Index * vs.BlockSize
 		if p.Embedding {
 			if len(p.Shape) != 2 {
-				return nil, fmt.Errorf("%w: embedding %q has shape %v", ErrCorrupt, p.Name, p.Shape)
+				return nil, fmt.Errorf("%w: embedding %q has shape %v", wire.ErrCorrupt, p.Name, p.Shape)
 			}
 			off = e.Index * p.Shape[1]
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // A crafted blob with a rank-0 embedding (valid CRC and MD5 as far as the
@@ -23,7 +24,7 @@ func TestVShardDecoderRefusesRankZeroEmbedding(t *testing.T) {
 	}()
 	if _, err := vshardDecoder.DecodeVShard(blob); err == nil {
 		t.Fatal("rank-0 embedding decoded without error")
-	} else if !errors.Is(err, pserver.ErrCorrupt) {
-		t.Fatalf("err = %v, want pserver.ErrCorrupt", err)
+	} else if !errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("err = %v, want wire.ErrCorrupt", err)
 	}
 }
