@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/vshard"
 	"github.com/raftps/raftps/pserver/wire"
 )
 
@@ -151,7 +152,7 @@ func TestSnapshotReleaseReusesBuffers(t *testing.T) {
 	}
 }
 
-func firstEntry(snap *SlotSnapshot) EntrySnapshot {
+func firstEntry(snap *SlotSnapshot) vshard.Entry {
 	for v := int32(0); ; v++ {
 		if es := snap.VShards[v].Entries; len(es) > 0 {
 			return es[0]

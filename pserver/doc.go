@@ -97,7 +97,7 @@
 // the slot keeps at most one extra copy of itself (snapshot.go).
 // EncodeVShard writes one
 // vshard in a versioned, self-describing, CRC-checked binary format
-// (documented in vshard.go); RestoreSlot rebuilds a slot from the blobs of
+// (package pserver/vshard); RestoreSlot rebuilds a slot from the blobs of
 // the vshards it owns, whichever slots wrote them, so restoring with another
 // number of pservers is just another choice of blobs. Storage and
 // replication of blobs are in pserver/checkpoint.

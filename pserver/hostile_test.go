@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/vshard"
 	"github.com/raftps/raftps/pserver/wire"
 )
 
@@ -423,7 +424,7 @@ func TestRestoreRefusesPoisonedState(t *testing.T) {
 	spec := restoreSpec()
 	s := mustSlot(t, spec, 0, 1)
 	trainSlots(t, []*Slot{s}, 3, 1)
-	first := func(snap *SlotSnapshot, emb bool) *EntrySnapshot {
+	first := func(snap *SlotSnapshot, emb bool) *vshard.Entry {
 		for v := range s.Layout().NumVShards {
 			vs, ok := snap.VShards[v]
 			if !ok {

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/vshard"
 	"github.com/raftps/raftps/pserver/wire"
 )
 
@@ -198,7 +199,7 @@ const MaxUpdates = 1 << 62
 // checkEntry checks restored values and state for this optimizer: every
 // element finite, second moments (Adam's "v", Adagrad's "accumulator")
 // non-negative, state lengths equal to the values', and 0 <= t <= MaxUpdates.
-func (c *optConfig) checkEntry(es EntrySnapshot) error {
+func (c *optConfig) checkEntry(es vshard.Entry) error {
 	if es.T < 0 || es.T > MaxUpdates {
 		return fmt.Errorf("update count %d not in [0, %d]", es.T, int64(MaxUpdates))
 	}

@@ -61,7 +61,7 @@ func newEntry(n, nstate int) *entry {
 // it membership (SetTrainers) and lease loss (Fence).
 //
 // All methods are safe for concurrent use. Errors are *Error values carrying
-// a gRPC status (see errors.go).
+// a gRPC status (see pserver/wire, errors.go).
 type Slot struct {
 	// snapEvery and snapFn are the SnapshotEvery hook (guarded by mu).
 	snapEvery int64
