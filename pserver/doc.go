@@ -1,6 +1,6 @@
 // Package pserver is raftps's parameter server: it holds a job's parameters
 // cut into virtual shards, applies trainers' gradients with an optimizer
-// (SGD, momentum, Adam, Adagrad) in sync or async mode, snapshots shards for
+// (SGD, momentum, Adam, Adagrad; package pserver/optim) in sync or async mode, snapshots shards for
 // checkpoints, and serves it all over gRPC. The trainers' side is
 // pserver/psclient; what server and client share (the sharding layout, the
 // tensor codec, the error sentinels, transport and socket tuning) is the

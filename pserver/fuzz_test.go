@@ -82,7 +82,7 @@ func FuzzPushPull(f *testing.F) {
 			}
 			for _, vs := range s.Snapshot().VShards {
 				for _, e := range vs.Entries {
-					if err := s.opt.checkEntry(e); err != nil {
+					if err := s.opt.CheckState(e.Values, e.State, e.T); err != nil {
 						t.Fatalf("slot state after pushes: %v", err)
 					}
 				}

@@ -144,7 +144,7 @@ func TestParallelUpdateMatchesSerial(t *testing.T) {
 			// large gradient element in the last chunk of w overflows (for
 			// SGD and momentum only it: its gradient is 0 elsewhere).
 			for _, s := range []*Slot{par, ser} {
-				s.opt.lr, s.opt.weightDecay = 1e39, 0
+				s.opt.LR, s.opt.WeightDecay = 1e39, 0
 			}
 			g := make([]float32, 3*chunkElems+5)
 			g[len(g)-2] = 1e9

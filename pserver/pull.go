@@ -174,7 +174,7 @@ func (s *Slot) pullAll(limit int) (*pb.PullResponse, []byte) {
 // newRow returns embedding row r of p at its initial value with zero
 // optimizer state, not stored (only a committed push stores rows).
 func (s *Slot) newRow(p *wire.ParamLayout, r int64) *entry {
-	e := newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
+	e := newEntry(int(p.Dim), len(s.opt.StateSlots()))
 	initValues(e.values, s.spec.GetSeed(), p, 'r', r)
 	return e
 }

@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/shape"
+	"github.com/raftps/raftps/pserver/optim"
 	"github.com/raftps/raftps/pserver/wire"
 )
 
@@ -16,7 +17,7 @@ type gradItem struct {
 	k    key
 	p    *wire.ParamLayout
 	g    []float32
-	gmax float64 // max |g|, or -1: not computed (see optConfig.boundOK)
+	gmax float64 // max |g|, or -1: not computed (see optim.Config.UpdateBound)
 	row  bool
 }
 
@@ -98,14 +99,14 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 	return nil
 }
 
-// checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see anyAbove);
+// checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see optim.AnyAbove);
 // only a refused gradient is scanned again, for the message.
 func checkGrad(p *wire.ParamLayout, g []float32) error {
-	if !anyAbove(g, maxGradientBits) {
+	if !optim.AnyAbove(g, maxGradientBits) {
 		return nil
 	}
 	for _, v := range g {
-		if math.Float32bits(v)&absMask > maxGradientBits {
+		if math.Float32bits(v)&optim.AbsMask > maxGradientBits {
 			return wire.Errorf(wire.ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
 		}
 	}
@@ -136,10 +137,9 @@ func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
 func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 	c := &s.opt
 	es := make([]*entry, len(items))
-	lrs := make([]float64, len(items))
-	ts := make([]int64, len(items))
+	hs := make([]optim.Hyper, len(items))
 	bounds := make([]float64, len(items))
-	modes := make([]stepMode, len(items))
+	modes := make([]optim.Mode, len(items))
 	var fresh, dry []int
 	for i, it := range items {
 		e := s.dense[it.k]
@@ -150,16 +150,16 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			}
 		}
 		es[i] = e
-		lrs[i], ts[i] = c.schedule(e, lrScale)
-		bounds[i] = c.updateBound(e, it.g, it.gmax, lrs[i], ts[i])
+		hs[i] = c.Schedule(e.t, lrScale)
+		bounds[i] = c.UpdateBound(e.magnitude(), it.g, it.gmax, MaxGradient, hs[i])
 		switch {
-		case !(bounds[i] < safeBound):
+		case !(bounds[i] < optim.SafeBound):
 			dry = append(dry, i)
-			modes[i] = stepStore
-		case ts[i]%exactMaxEvery == 0 || bounds[i] > exactMaxAbove:
-			modes[i] = stepStore
+			modes[i] = optim.Store
+		case hs[i].T%exactMaxEvery == 0 || bounds[i] > exactMaxAbove:
+			modes[i] = optim.Store
 		default:
-			modes[i] = stepStoreFast
+			modes[i] = optim.StoreFast
 		}
 	}
 	if len(dry) > 0 {
@@ -168,7 +168,8 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 		runChunks(len(chunks)-1, func(k int) {
 			for j := chunks[k]; j < chunks[k+1]; j++ {
 				x := spans[j]
-				ok, _ := c.opt.step(es[x.item], x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], stepCheck)
+				e := es[x.item]
+				ok, _ := c.Apply(e.values, e.state, x.lo, items[x.item].g[x.lo:x.hi], hs[x.item], optim.Check)
 				bad[j] = !ok
 			}
 		})
@@ -199,7 +200,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			x := spans[j]
 			e := es[x.item]
 			owned[x.item].Do(func() { s.ownLocked(e) })
-			_, amax[j] = c.opt.step(e, x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], modes[x.item])
+			_, amax[j] = c.Apply(e.values, e.state, x.lo, items[x.item].g[x.lo:x.hi], hs[x.item], modes[x.item])
 		}
 	})
 	for j := 0; j < len(spans); {
@@ -216,18 +217,18 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 }
 
 // exactMaxEvery: every this many updates of an entry, a commit takes the
-// exact largest magnitude (stepStore). In between, an optimizer may leave
-// it untaken (stepStoreFast: two passes over the entry fewer, most of
+// exact largest magnitude (optim.Store). In between, an optimizer may leave
+// it untaken (optim.StoreFast: two passes over the entry fewer, most of
 // momentum's commit) and the entry keeps the update's bound instead, which
 // grows from one update to the next (by lr·μ·amax and lr·(1+μ)·MaxGradient
 // for momentum); taking the exact maximum again keeps it from reaching
-// safeBound, past which every update would pay for a dry run. An update
+// optim.SafeBound, past which every update would pay for a dry run. An update
 // whose bound is already above exactMaxAbove takes it at once (a learning
 // rate of 10 multiplies the bound by about 10 per update), so the bound
-// never runs up to safeBound between two exact maxima.
+// never runs up to optim.SafeBound between two exact maxima.
 const (
 	exactMaxEvery = 16
-	exactMaxAbove = safeBound * 1e-6
+	exactMaxAbove = optim.SafeBound * 1e-6
 )
 
 // chunkElems is the grain of a parallel update: about 10 µs of a float64

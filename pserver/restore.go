@@ -78,8 +78,8 @@ func (s *Slot) restoreVShard(v int32, vs *vshard.Snapshot) error {
 		return fmt.Errorf("%w: blob is vshard %d/%d block size %d, want %d/%d block size %d",
 			wire.ErrIncompatible, vs.VShard, vs.NumVShards, vs.BlockSize, v, l.NumVShards, l.BlockSize)
 	}
-	if vs.Optimizer != s.opt.opt.name() || !slices.Equal(vs.StateSlots, s.opt.opt.stateSlots()) {
-		return fmt.Errorf("%w: blob optimizer %q %v, spec wants %q", wire.ErrIncompatible, vs.Optimizer, vs.StateSlots, s.opt.opt.name())
+	if vs.Optimizer != s.opt.Name() || !slices.Equal(vs.StateSlots, s.opt.StateSlots()) {
+		return fmt.Errorf("%w: blob optimizer %q %v, spec wants %q", wire.ErrIncompatible, vs.Optimizer, vs.StateSlots, s.opt.Name())
 	}
 	// Map blob params to spec params by name, checking kind and shape.
 	pm := make([]*wire.ParamLayout, len(vs.Params))
@@ -99,7 +99,7 @@ func (s *Slot) restoreVShard(v int32, vs *vshard.Snapshot) error {
 		if p == nil {
 			continue
 		}
-		if err := s.opt.checkEntry(es); err != nil {
+		if err := s.opt.CheckState(es.Values, es.State, es.T); err != nil {
 			return fmt.Errorf("%w: param %q index %d: %v", wire.ErrCorrupt, p.Spec.GetName(), es.Index, err)
 		}
 		e := &entry{values: es.Values, state: es.State, t: es.T}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/optim"
 	"github.com/raftps/raftps/pserver/wire"
 )
 
@@ -55,6 +56,30 @@ func newEntry(n, nstate int) *entry {
 	return e
 }
 
+// committed counts an update whose commit stored at most amax in magnitude
+// (the largest of its ranges', or the update's bound) in e.t and e's
+// magnitude bound.
+func (e *entry) committed(amax float64) {
+	e.t++
+	// A maximum taken before rounding to float32, or a bound computed in
+	// exact arithmetic: widen it by more than the relative error of the
+	// few float32 roundings of an element (2^-24 each).
+	e.amax, e.amaxKnown = amax*(1+1e-6), true
+}
+
+// magnitude returns the largest |value| or |state| of e (computed once,
+// then maintained by committed updates).
+func (e *entry) magnitude() float64 {
+	if !e.amaxKnown {
+		m := optim.MaxAbs(e.values)
+		for _, st := range e.state {
+			m = max(m, optim.MaxAbs(st))
+		}
+		e.amax, e.amaxKnown = m, true
+	}
+	return e.amax
+}
+
 // Slot holds the virtual shards of one pserver slot of one job: parameter
 // values, optimizer state, the model version and the sync-step state. It has
 // no gRPC or Raft dependency; Server exposes it over gRPC and the node feeds
@@ -82,7 +107,7 @@ type Slot struct {
 	spec      *pb.JobSpec
 	layout    *wire.Layout
 	slot      int32
-	opt       optConfig
+	opt       optim.Config
 	mode      pb.UpdateMode
 	staleness int64
 	owned     []bool // by vshard
@@ -147,7 +172,7 @@ func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 				continue
 			}
 			lo, hi := l.BlockRange(p, b)
-			e := newEntry(int(hi-lo), len(s.opt.opt.stateSlots()))
+			e := newEntry(int(hi-lo), len(s.opt.StateSlots()))
 			initValues(e.values, spec.GetSeed(), p, 'b', b)
 			s.addDense(key{int32(p.Index), b}, e)
 		}
@@ -164,7 +189,7 @@ func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 	if slot < 0 || slot >= numPservers {
 		return nil, wire.Errorf(wire.ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
 	}
-	opt, err := newOptConfig(spec.GetOptimizer())
+	opt, err := optim.New(spec.GetOptimizer())
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/optim"
 	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/pserver/wire"
 )
@@ -567,22 +568,22 @@ func TestCheckGrad(t *testing.T) {
 					if err := checkGrad(p, g); !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
 						t.Fatalf("off %d n=%d: %g at %d: err %v, want wire.ErrInvalid naming the param", off, n, b, pos, err)
 					}
-					if b != b && !math.IsInf(maxAbs(g), 1) {
-						t.Fatalf("off %d n=%d: NaN at %d: maxAbs %g, want +Inf", off, n, pos, maxAbs(g))
+					if b != b && !math.IsInf(optim.MaxAbs(g), 1) {
+						t.Fatalf("off %d n=%d: NaN at %d: maxAbs %g, want +Inf", off, n, pos, optim.MaxAbs(g))
 					}
 				}
 				g[pos] = -MaxGradient
-				if err := checkGrad(p, g); err != nil || maxAbs(g) != float64(float32(MaxGradient)) {
-					t.Fatalf("off %d n=%d: -MaxGradient at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
+				if err := checkGrad(p, g); err != nil || optim.MaxAbs(g) != float64(float32(MaxGradient)) {
+					t.Fatalf("off %d n=%d: -MaxGradient at %d: max %g, err %v", off, n, pos, optim.MaxAbs(g), err)
 				}
 				g[pos] = -2.5
-				if err := checkGrad(p, g); err != nil || maxAbs(g) != 2.5 {
-					t.Fatalf("off %d n=%d: -2.5 at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
+				if err := checkGrad(p, g); err != nil || optim.MaxAbs(g) != 2.5 {
+					t.Fatalf("off %d n=%d: -2.5 at %d: max %g, err %v", off, n, pos, optim.MaxAbs(g), err)
 				}
 			}
 		}
 	}
-	if maxAbs(nil) != 0 || checkGrad(p, nil) != nil {
+	if optim.MaxAbs(nil) != 0 || checkGrad(p, nil) != nil {
 		t.Fatal("empty gradient")
 	}
 }
@@ -595,7 +596,7 @@ func TestAnyAbove(t *testing.T) {
 	for trial := range 20000 {
 		off, n := r.IntN(2), r.IntN(23)
 		g := buf[off : off+n]
-		limit := r.Uint32() & absMask
+		limit := r.Uint32() & optim.AbsMask
 		for i := range g {
 			g[i] = math.Float32frombits(r.Uint32())
 			if r.IntN(2) == 0 { // near the limit, where the carry decides
@@ -604,10 +605,10 @@ func TestAnyAbove(t *testing.T) {
 		}
 		want := false
 		for _, x := range g {
-			want = want || math.Float32bits(x)&absMask > limit
+			want = want || math.Float32bits(x)&optim.AbsMask > limit
 		}
-		if got := anyAbove(g, limit); got != want {
-			t.Fatalf("trial %d: anyAbove(%v, %#x) = %v, want %v", trial, g, limit, got, want)
+		if got := optim.AnyAbove(g, limit); got != want {
+			t.Fatalf("trial %d: optim.AnyAbove(%v, %#x) = %v, want %v", trial, g, limit, got, want)
 		}
 	}
 }

@@ -251,7 +251,7 @@ func (s *Slot) newSnapshot() *SlotSnapshot {
 		if s.owned[v] {
 			snap.VShards[v] = &vshard.Snapshot{
 				Job: s.spec.GetName(), VShard: v, NumVShards: s.layout.NumVShards, BlockSize: s.layout.BlockSize,
-				Optimizer: s.opt.opt.name(), StateSlots: s.opt.opt.stateSlots(), Params: params,
+				Optimizer: s.opt.Name(), StateSlots: s.opt.StateSlots(), Params: params,
 			}
 		}
 	}

@@ -220,7 +220,7 @@ func (s *Slot) maybeCompleteLocked() {
 // on their order. It runs in one pass over the pushes' gradients (and the
 // folded prefix) on every core (runChunks), into buffers kept from an
 // earlier step (meanFree) where there are. The weighted mean of gradients
-// bounded by MaxGradient is bounded too: it fits a float32, and boundOK
+// bounded by MaxGradient is bounded too: it fits a float32, and optim.Config.UpdateBound
 // may use MaxGradient for it (gmax -1). Write lock held.
 func (s *Slot) meanLocked(st *syncStep) []gradItem {
 	type sources struct {
