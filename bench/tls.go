@@ -54,7 +54,7 @@ func (c *tlsCluster) close() {
 // 3-node clusters of raftps processes, one --insecure and one on mutual
 // TLS 1.3 with encrypted gossip (localcluster's default), both up at
 // once; puts of 256 B with 16 clients and pserver push+pull (one Go
-// pserver.Client, PushPullTensors x PushPullSize float32 over 2 slots) are
+// psclient.Client, PushPullTensors x PushPullSize float32 over 2 slots) are
 // run A B A B in Pairs pairs. Each row is TLS/plaintext: the median pair
 // ratio with its min-max spread.
 func (r *runner) tlsSection(ctx context.Context, tmp string) {

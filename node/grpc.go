@@ -139,7 +139,7 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 			grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(8<<20))
 	}
 	if c.tuned {
-		// pserver.ServerOptions sets the same message limits; ours come
+		// wire.ServerOptions sets the same message limits; ours come
 		// first and its tuning follows.
 		opts = append(opts, wire.ServerOptions()...)
 	}
@@ -154,7 +154,7 @@ type grpcServers struct {
 }
 
 // listenClass binds addr with listen (net.Listen over TCP, or
-// pserver.Listen), or, if addr is empty, an ephemeral port on the host of
+// wire.Listen), or, if addr is empty, an ephemeral port on the host of
 // the client API address (peers learn it from gossip).
 func listenClass(addr, clientAddr string, listen func(addr string) (net.Listener, error)) (net.Listener, error) {
 	if addr == "" {

@@ -170,7 +170,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.peerLis, err = listenClass(n.cfg.PeerAddr, n.cfg.GRPCAddr, listenTCP); err != nil {
 		return fmt.Errorf("listen node-to-node gRPC %s: %w", n.cfg.PeerAddr, err)
 	}
-	// The pserver port's sockets get pserver.SocketBufferBytes buffers.
+	// The pserver port's sockets get wire.SocketBufferBytes buffers.
 	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr, wire.Listen); err != nil {
 		return fmt.Errorf("listen pserver gRPC %s: %w", n.cfg.PServerAddr, err)
 	}

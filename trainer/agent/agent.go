@@ -424,7 +424,7 @@ func (m masterAdapter) GetJob(ctx context.Context, name string) (*pb.JobStatus, 
 	return resp.Status, nil
 }
 
-// psAdapter fits pserver.Client to trainer.PS.
+// psAdapter fits psclient.Client to trainer.PS.
 type psAdapter struct {
 	c   *psclient.Client
 	buf map[string][]float32
@@ -488,7 +488,7 @@ func (p *psAdapter) PushPull(ctx context.Context, grads map[string][]float32, ro
 	return p.buf, p.version(), nil
 }
 
-// pushGrads is one step's gradients as pserver.Grads (embedding tables in
+// pushGrads is one step's gradients as psclient.Grads (embedding tables in
 // name order).
 func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, examples int64) *psclient.Grads {
 	g := &psclient.Grads{Dense: grads, Examples: examples}
