@@ -77,6 +77,7 @@ func (e *Error) Unwrap() error { return e.Sentinel }
 // GRPCStatus makes status.Code / status.FromError see the mapped code.
 func (e *Error) GRPCStatus() *status.Status { return status.New(codeOf(e.Sentinel), e.Error()) }
 
+// Errorf returns an *Error of sentinel with a formatted detail.
 func Errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
