@@ -1,5 +1,5 @@
 """raftps.ps: a trainer's client of one job's parameter servers, the
-Python twin of Go's pserver.Client.
+Python twin of Go's psclient.Client (pserver/psclient).
 
     ps = raftps.ps.ParamClient(client, "mnist", trainer="py-1")
     params = ps.new_params()          # name -> np.float32 array of its shape
@@ -10,7 +10,7 @@ Python twin of Go's pserver.Client.
 
 How it finds and follows the pservers, exactly as the Go client does:
 
-- Parameters are cut as pserver/layout.go cuts them: dense tensors into
+- Parameters are cut as pserver/wire/layout.go cuts them: dense tensors into
   blocks of ``dense_block_size`` float32s, block b of parameter p in
   virtual shard (FNV-1a-32(p) + b) mod num_virtual_shards, embedding row r
   in FNV-1a-64(p || r as 8 bytes LE) mod num_virtual_shards, and vshard v
@@ -110,7 +110,7 @@ class Param:
 
 class Layout:
     """The sharding of a job's parameters over its pserver slots
-    (pserver.Layout): immutable."""
+    (pserver/wire's Layout): immutable."""
 
     def __init__(self, spec: job_pb2.JobSpec):
         self.num_vshards = spec.num_virtual_shards or DEFAULT_NUM_VIRTUAL_SHARDS

@@ -1,6 +1,7 @@
-package pserver
+package wire
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -76,22 +77,23 @@ func (e *Error) Unwrap() error { return e.Sentinel }
 // GRPCStatus makes status.Code / status.FromError see the mapped code.
 func (e *Error) GRPCStatus() *status.Status { return status.New(codeOf(e.Sentinel), e.Error()) }
 
-func errorf(sentinel error, format string, args ...any) error {
+// Errorf returns an *Error of sentinel with a formatted detail.
+func Errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
-// toGRPC converts any error to one with a gRPC status, keeping context errors.
-func toGRPC(err error) error {
+// ToGRPC converts any error to one with a gRPC status, keeping context errors.
+func ToGRPC(err error) error {
 	if err == nil {
 		return nil
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, contextCanceled) {
+	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, err.Error())
 	}
-	if errors.Is(err, contextDeadline) {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return status.Error(codeOf(err), err.Error())
