@@ -54,7 +54,7 @@ func (p gossipPeers) Peers() []checkpoint.Peer {
 // any node can hold replicas) and the pserver and trainer agents of its
 // roles.
 func (n *Node) openRoles(ctx context.Context) error {
-	local := service.Local{Store: n.gated}
+	local := service.Local{Store: n.store}
 	store, err := checkpoint.Open(n.dataDirOf("checkpoints"), n.log.With("component", "checkpoint"))
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial,
 			MemoryBudget:   n.cfg.TrainerMemoryBudget,
 			ResolveDataset: n.resolveDataset, Logger: n.log},
-			local, master.NewService(n.gated, n.gossip))
+			local, master.NewService(n.store, n.gossip))
 		n.goAgent(ctx, a.Run)
 	}
 	return nil

@@ -305,7 +305,7 @@ func (s *Store) armNoSpace() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = s.ApplyLocal(ctx, cmd)
+	_, err = s.applyLocal(ctx, cmd)
 	return err
 }
 
