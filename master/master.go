@@ -18,39 +18,22 @@ import (
 	"github.com/raftps/raftps/schema"
 )
 
-// Store is what the master needs of the Raft store.
+// Store is what the master needs of the Raft store: its roles (keyspace,
+// leases, job queue, membership) and the leader-local views below.
 type Store interface {
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	raftstore.KV
+	raftstore.Lessor
+	raftstore.Jobs
+	raftstore.Membership
 	// LeaseLastKeepAlive: when the last keepalive of a lease arrived at
 	// this leader in its term (leader-local; slot handover).
 	LeaseLastKeepAlive(id int64) (time.Time, bool)
 	// LeaderSince: when this server established its current leadership
 	// (leader-local; slot handover when LeaseLastKeepAlive knows nothing).
 	LeaderSince() (time.Time, bool)
-	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
-	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
-	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
-	DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error)
-	PruneJobs(ctx context.Context, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error)
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
-	TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
-	TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
-	ExpireTasks(ctx context.Context, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error)
-	RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error)
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 	LinearizableRead(ctx context.Context) error
 	IsLeader() bool
 	LeaderCh() <-chan bool
-	Join(ctx context.Context, id, raftAddr string, voter bool) error
-	// VerifyPeer proves that the server at raftAddr holds node id's
-	// certificate (nil without TLS); reconcile calls it before Join.
-	VerifyPeer(ctx context.Context, id, raftAddr string) error
-	Remove(ctx context.Context, id string) error
-	AddMember(ctx context.Context, id, raftAddr string, voter bool) error
-	PromoteMember(ctx context.Context, id string) error
-	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
 }

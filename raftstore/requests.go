@@ -19,8 +19,9 @@ import (
 // one method per command type, each built on raftRequest, which encodes the
 // request, runs it through Apply (forwarded to the leader from a follower;
 // a rejected command comes back as an error wrapping its sentinel, checked
-// once there) and decodes the response. The gRPC services, the in-process
-// client (service.Local) and the master all write through these.
+// once there) and decodes the response. The gRPC services, the node's
+// agents (in process, through the roles of roles.go) and the master all
+// write through these.
 //
 // Responses that carry a header get Header.Revision = the store's revision
 // after the command; callers fill the rest (term, member).
@@ -212,6 +213,10 @@ func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEve
 	out, _, err := raftRequest[pb.JobEvent](ctx, s, pb.CommandType_COMMAND_JOB_EVENT, ev)
 	return out, err
 }
+
+// Jobs lists every job as this server's state machine holds it
+// (serializable: it may trail the leader; no Raft round trip).
+func (s *Store) Jobs() []*pb.JobStatus { return s.fsm.Jobs().Jobs() }
 
 // MaxTxnOps is Config.MaxTxnOps (after defaults): the most ops a txn may
 // hold in its compares and in each branch.
