@@ -14,18 +14,22 @@ import (
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
+	"github.com/raftps/raftps/raftstore/roles"
 	"github.com/raftps/raftps/schema"
 )
 
-// Meta is what the agent needs of the metadata store.
+// Meta is what the agent needs of the metadata store, in the store's own
+// shapes (raftstore/roles): the keyspace, leases (a concurrency.Session's
+// calls), job events and the job list. The node passes its
+// *raftstore.Store.
 type Meta interface {
-	pserver.Meta
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	LeaseRevoke(ctx context.Context, id int64) error
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error
+	roles.KV
+	concurrency.LeaseAPI
+	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error)
 	Jobs() []*pb.JobStatus
 }
+
+var _ pserver.Meta = Meta(nil)
 
 // Members counts the alive nodes with the pserver role (fair share of slots).
 type Members interface {
@@ -251,10 +255,11 @@ type renewals struct {
 	until *pserver.Deadline // lease id's serve-until: sent + fence
 }
 
-func (r *renewals) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
+func (r *renewals) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	sent := time.Now()
-	id, err := r.api.LeaseGrant(ctx, ttl)
+	resp, err := r.api.LeaseGrant(ctx, req)
 	if err == nil {
+		id := resp.GetId()
 		// A new lease gets a new deadline: slots claimed under an earlier
 		// lease are never extended by this one's renewals.
 		until := pserver.NewDeadline(nil)
@@ -263,7 +268,7 @@ func (r *renewals) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
 		r.id, r.sent, r.until = id, sent, until
 		r.mu.Unlock()
 	}
-	return id, err
+	return resp, err
 }
 
 func (r *renewals) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
@@ -280,8 +285,8 @@ func (r *renewals) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) 
 	return ttl, err
 }
 
-func (r *renewals) LeaseRevoke(ctx context.Context, id int64) error {
-	return r.api.LeaseRevoke(ctx, id)
+func (r *renewals) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return r.api.LeaseRevoke(ctx, req)
 }
 
 // last returns when the last successful renewal of lease id was sent.

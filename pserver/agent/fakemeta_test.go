@@ -287,15 +287,15 @@ func (f *fakeMeta) Watch(context.Context, *pb.WatchRequest) (<-chan *pb.WatchRes
 	return nil, errors.New("fake: no watch")
 }
 
-func (f *fakeMeta) LeaseGrant(_ context.Context, ttl int64) (int64, error) {
+func (f *fakeMeta) LeaseGrant(_ context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.unreachable {
-		return 0, errUnreachable
+		return nil, errUnreachable
 	}
 	f.nextID++
 	f.leases[f.nextID] = true
-	return f.nextID, nil
+	return &pb.LeaseGrantResponse{Id: f.nextID, Ttl: req.Ttl}, nil
 }
 
 func (f *fakeMeta) LeaseKeepAlive(_ context.Context, id int64) (int64, error) {
@@ -311,21 +311,21 @@ func (f *fakeMeta) LeaseKeepAlive(_ context.Context, id int64) (int64, error) {
 	return 1, nil
 }
 
-func (f *fakeMeta) LeaseRevoke(_ context.Context, id int64) error {
+func (f *fakeMeta) LeaseRevoke(_ context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.unreachable {
-		return errUnreachable
+		return nil, errUnreachable
 	}
-	f.revokeLocked(id)
-	return nil
+	f.revokeLocked(req.Id)
+	return &pb.LeaseRevokeResponse{}, nil
 }
 
-func (f *fakeMeta) RecordJobEvent(_ context.Context, ev *pb.JobEvent) error {
+func (f *fakeMeta) RecordJobEvent(_ context.Context, ev *pb.JobEvent) (*pb.JobEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, proto.Clone(ev).(*pb.JobEvent))
-	return nil
+	return ev, nil
 }
 
 func (f *fakeMeta) Jobs() []*pb.JobStatus {

@@ -3,9 +3,9 @@
 // behalf of an agent, so the keys it holds vanish when the agent dies, and
 // the agent learns when its lease was lost (to fence and re-register).
 //
-// A Session runs over LeaseAPI, which both the gRPC client
-// (raftstore/client.Client.Leases) and a node's in-process adapter
-// (raftstore/service.Local) satisfy.
+// A Session runs over LeaseAPI, the shape of raftstore.Lessor, which both
+// the gRPC client (raftstore/client.Client.Leases) and a node's own
+// *raftstore.Store (in process) satisfy.
 //
 //	s := concurrency.NewSession(api, 10) // 10 s TTL
 //	id, lost, err := s.Ensure(ctx)       // call at least every TTL/3

@@ -7,18 +7,20 @@ import (
 	"sync"
 	"time"
 
+	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm/errs"
 )
 
-// LeaseAPI is what a Session needs: raftstore/service.Local and the gRPC
-// client's Leases adapter implement it. A lease that no longer exists must
-// come back as an error wrapping errs.ErrLeaseNotFound, or as a gRPC status
-// that rpctypes.FromStatus maps to it.
+// LeaseAPI is what a Session needs, in the shape of raftstore.Lessor: the
+// node's own *raftstore.Store (in process) and the gRPC client's Leases
+// adapter implement it. A lease that no longer exists must come back as an
+// error wrapping errs.ErrLeaseNotFound, or as a gRPC status that
+// rpctypes.FromStatus maps to it.
 type LeaseAPI interface {
-	LeaseGrant(ctx context.Context, ttl int64) (int64, error)
-	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
-	LeaseRevoke(ctx context.Context, id int64) error
+	LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
+	LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err error)
+	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
 }
 
 // callTimeout bounds each grant, keepalive and revoke; a keepalive also
@@ -100,14 +102,15 @@ func (s *Session) Ensure(ctx context.Context) (id int64, lost bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	sent := s.now()
-	id, err = s.api.LeaseGrant(cctx, s.ttl)
+	resp, err := s.api.LeaseGrant(cctx, &pb.LeaseGrantRequest{Ttl: s.ttl})
 	if err != nil {
 		return 0, s.lost, fmt.Errorf("grant lease: %w", err)
 	}
+	id = resp.GetId()
 	lost, s.lost = s.lost, false
 	s.id, s.last = id, sent
 	if s.stale != 0 {
-		if err := s.api.LeaseRevoke(cctx, s.stale); err == nil || isLeaseNotFound(err) {
+		if _, err := s.api.LeaseRevoke(cctx, &pb.LeaseRevokeRequest{Id: s.stale}); err == nil || isLeaseNotFound(err) {
 			s.stale = 0
 		}
 	}
@@ -133,7 +136,7 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if err := s.api.LeaseRevoke(cctx, id); err != nil && !isLeaseNotFound(err) {
+	if _, err := s.api.LeaseRevoke(cctx, &pb.LeaseRevokeRequest{Id: id}); err != nil && !isLeaseNotFound(err) {
 		return fmt.Errorf("revoke lease %d: %w", id, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm/errs"
 )
@@ -39,16 +40,16 @@ func (f *fakeLeases) out(err error) error {
 	return err
 }
 
-func (f *fakeLeases) LeaseGrant(context.Context, int64) (int64, error) {
+func (f *fakeLeases) LeaseGrant(_ context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.grants++
 	if f.grantErr != nil {
-		return 0, f.grantErr
+		return nil, f.grantErr
 	}
 	f.next++
 	f.live[f.next] = true
-	return f.next, nil
+	return &pb.LeaseGrantResponse{Id: f.next, Ttl: req.Ttl}, nil
 }
 
 func (f *fakeLeases) LeaseKeepAlive(_ context.Context, id int64) (int64, error) {
@@ -64,15 +65,16 @@ func (f *fakeLeases) LeaseKeepAlive(_ context.Context, id int64) (int64, error) 
 	return 9, nil
 }
 
-func (f *fakeLeases) LeaseRevoke(_ context.Context, id int64) error {
+func (f *fakeLeases) LeaseRevoke(_ context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	id := req.Id
 	if !f.live[id] {
-		return f.out(fmt.Errorf("%w: %d", errs.ErrLeaseNotFound, id))
+		return nil, f.out(fmt.Errorf("%w: %d", errs.ErrLeaseNotFound, id))
 	}
 	delete(f.live, id)
 	f.revoked = append(f.revoked, id)
-	return nil
+	return &pb.LeaseRevokeResponse{}, nil
 }
 
 func (f *fakeLeases) expire(id int64) {
@@ -268,7 +270,9 @@ type revokeErr struct {
 	err error
 }
 
-func (r revokeErr) LeaseRevoke(context.Context, int64) error { return r.err }
+func (r revokeErr) LeaseRevoke(context.Context, *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return nil, r.err
+}
 
 // TestSessionConcurrentEnsure: concurrent Ensures (run with -race) share
 // one lease: one grant, every caller gets its id.
