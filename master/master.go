@@ -35,7 +35,11 @@ type Store interface {
 	IsLeader() bool
 	LeaderCh() <-chan bool
 	Stats() raftstore.Status
-	FSM() *fsm.FSM
+	// LeaseTTL: lease id's granted TTL in seconds (serializable).
+	LeaseTTL(id int64) (int64, bool)
+	// ClockTerm: the cluster clock and the term of the entry that last
+	// advanced it, as this server applied them (fsm/clock.go).
+	ClockTerm() (now int64, term uint64)
 }
 
 // Members is what the master needs of gossip: it reports, the master decides.
@@ -246,7 +250,7 @@ func (m *Master) reconcile(ctx context.Context) {
 	self := m.store.Stats().ID
 	now := time.Now()
 	// Learners (member add --learner) stay non-voters until member promote.
-	learners := learnerSet(m.store.FSM())
+	learners := learnerSet(ctx, m.store)
 	for _, mem := range m.members.Members() {
 		id := mem.Meta.ID
 		if m.proven(ctx, self, mem, inRaft) {
@@ -436,7 +440,7 @@ func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
 		RaftAddr: mem.Meta.RaftAddr, HTTPAddr: mem.Meta.HTTPAddr, Status: mem.Status.String()}
 	val := rec.Marshal()
 	key := []byte(schema.NodeKey(rec.ID))
-	cur, err := m.store.FSM().Range(&pb.RangeRequest{Key: key})
+	cur, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key})
 	if err == nil && len(cur.Kvs) == 1 && bytes.Equal(cur.Kvs[0].Value, val) {
 		return
 	}
@@ -459,7 +463,7 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	m.gone[node] = true
 	m.mu.Unlock()
 	key, end := schema.PrefixRange(schema.JobsPrefix)
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
+	resp, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
@@ -544,12 +548,12 @@ type heldSlot struct {
 // serving), so it always describes the slot's last holder.
 func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slots []heldSlot) {
 	var ttl int64
-	if l, ok := m.store.FSM().Lease(id); ok {
-		ttl = l.TTL
+	if t, ok := m.store.LeaseTTL(id); ok {
+		ttl = t
 	}
 	before := make([]int64, len(slots)) // mod revision of each slot's handover key (0: none)
 	for i, h := range slots {
-		r, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey(h.job, h.slot))})
+		r, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: []byte(schema.HandoverKey(h.job, h.slot))})
 		if err == nil && len(r.Kvs) > 0 {
 			before[i] = r.Kvs[0].ModRevision
 		}
@@ -609,7 +613,7 @@ func (m *Master) sweep(ctx context.Context) {
 	if !m.store.IsLeader() {
 		return
 	}
-	jobs := m.store.FSM().Jobs().Jobs()
+	jobs := m.store.JobQueue().Jobs()
 	now := m.clusterNow()
 	m.prune(ctx, now)
 	for _, j := range jobs {
@@ -644,7 +648,7 @@ func (m *Master) prune(ctx context.Context, now int64) {
 		return
 	}
 	req := &pb.PruneJobsRequest{MaxAgeMs: maxAge.Milliseconds(), KeepFinished: keep}
-	due, err := m.store.FSM().Jobs().PruneDue(now, req)
+	due, err := m.store.JobQueue().PruneDue(now, req)
 	if err != nil {
 		m.log.Warn("prune finished jobs", "err", err)
 		return
@@ -674,7 +678,7 @@ func (m *Master) prune(ctx context.Context, now int64) {
 // (fsm.ClockEstimator.NowInTerm): deadlines and finish times are cluster
 // time, not this node's wall clock.
 func (m *Master) clusterNow() int64 {
-	now, term := m.store.FSM().ClockTerm()
+	now, term := m.store.ClockTerm()
 	return m.clock.NowInTerm(now, term, m.store.Stats().Term)
 }
 
@@ -683,7 +687,7 @@ func (m *Master) clusterNow() int64 {
 // command worth a log entry (the FSM decides with the clock stamped in the
 // entry).
 func (m *Master) overdue(job string, now int64) bool {
-	for _, t := range m.store.FSM().Jobs().Pending(job) {
+	for _, t := range m.store.JobQueue().Pending(job) {
 		if t.DeadlineUnixNano > 0 && t.DeadlineUnixNano < now {
 			return true
 		}
@@ -696,7 +700,7 @@ func (m *Master) overdue(job string, now int64) bool {
 // revoked), so a dead trainer's task does not wait for its deadline.
 func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 	holders := map[string]bool{}
-	for _, t := range m.store.FSM().Jobs().Pending(job) {
+	for _, t := range m.store.JobQueue().Pending(job) {
 		if t.Trainer != "" {
 			holders[t.Trainer] = true
 		}
@@ -708,7 +712,7 @@ func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 		return
 	}
 	key, end := schema.PrefixRange(schema.TrainerPrefix(job))
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true})
+	resp, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end, KeysOnly: true})
 	if err != nil {
 		return
 	}

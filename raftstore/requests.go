@@ -218,6 +218,21 @@ func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEve
 // (serializable: it may trail the leader; no Raft round trip).
 func (s *Store) Jobs() []*pb.JobStatus { return s.fsm.Jobs().Jobs() }
 
+// JobQueue reads the job queue as this server's state machine holds it
+// (serializable; LinearizableRead first makes it current).
+func (s *Store) JobQueue() JobReader { return s.fsm.Jobs() }
+
+// LeaseTTL returns lease id's granted TTL in seconds as this server's
+// state machine holds it (serializable); false if there is no such lease.
+func (s *Store) LeaseTTL(id int64) (int64, bool) {
+	l, ok := s.fsm.Lease(id)
+	return l.TTL, ok
+}
+
+// ClockTerm returns the cluster clock (Unix ns) and the term of the entry
+// that last advanced it, as this server has applied them (fsm/clock.go).
+func (s *Store) ClockTerm() (now int64, term uint64) { return s.fsm.ClockTerm() }
+
 // MaxTxnOps is Config.MaxTxnOps (after defaults): the most ops a txn may
 // hold in its compares and in each branch.
 func (s *Store) MaxTxnOps() int { return s.cfg.MaxTxnOps }

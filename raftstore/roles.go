@@ -21,6 +21,8 @@ type (
 	Lessor = roles.Lessor
 	// Jobs is roles.Jobs: the job queue and its events.
 	Jobs = roles.Jobs
+	// JobReader is roles.JobReader: serializable reads of the job queue.
+	JobReader = roles.JobReader
 )
 
 // Membership is the Raft configuration: servers join, leave, and are

@@ -54,4 +54,26 @@ type Jobs interface {
 	// Jobs lists every job as this server's state machine holds it
 	// (serializable: it may trail the leader).
 	Jobs() []*pb.JobStatus
+	// JobQueue reads the job queue as this server's state machine holds
+	// it (serializable; a LinearizableRead first makes it current).
+	JobQueue() JobReader
+}
+
+// JobReader reads the job queue; each call sees one applied state (the
+// shape of fsm.JobReader, which implements it).
+type JobReader interface {
+	// Job returns a copy of the named job's status.
+	Job(name string) (*pb.JobStatus, bool)
+	// Jobs returns every job's status (copies).
+	Jobs() []*pb.JobStatus
+	// Events returns the job's events with seq >= fromSeq, at most limit
+	// (> 0); fsm.ErrFailedPrecondition if fromSeq was trimmed.
+	Events(job string, fromSeq int64, limit int) ([]*pb.JobEvent, error)
+	// EventSeq is the seq of the job's latest event (0 if none).
+	EventSeq(job string) int64
+	// Pending returns the job's pending tasks (copies).
+	Pending(job string) []*pb.Task
+	// PruneDue names, sorted, the finished jobs a PruneJobs command applied
+	// at cluster time now (Unix ns) would delete; it changes nothing.
+	PruneDue(now int64, req *pb.PruneJobsRequest) ([]string, error)
 }
