@@ -5,6 +5,8 @@
 // not link the server) and the in-process and remote clients share one
 // shape; raftstore re-exports them next to Store (raftstore.KV, ...), with
 // raftstore.Membership, the Raft configuration, which needs hashicorp/raft.
+// raftstore/storetest implements KV, Lessor and Jobs over the real state
+// machine without Raft, for tests.
 //
 // Writes go through Raft (forwarded to the leader from a follower) and
 // pass the store's disk check; errors wrap the sentinels of fsm/errs
