@@ -194,7 +194,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		}
 		rec.Version = 0
 	}
-	until := a.renewals.deadline(lease)
+	until := a.deadline(lease)
 	if until == nil {
 		s.Close()
 		a.releaseKey(ctx, spec.Name, i, inc)

@@ -13,5 +13,11 @@
 //	if err != nil { /* no live lease right now: retry on the next round */ }
 //	defer s.Close(ctx)                   // revokes the lease
 //
+// As etcd's Session, Done and Ctx end when the current lease is no longer
+// kept alive (found gone, given up unrenewed for a TTL, or closed);
+// Renewed reports when its last successful renewal was sent (fencing
+// bounds are measured from it) and KeepAlive renews at once, for callers
+// that renew more often than every TTL/3.
+//
 // Session is safe for concurrent use.
 package concurrency
