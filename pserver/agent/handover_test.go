@@ -129,9 +129,7 @@ func revokeWithHandover(t *testing.T, meta *fakeMeta, holder *nodeMeta, job stri
 		t.Fatal(err)
 	}
 	since := time.Since(holder.lastArrival(kv.GetLease()))
-	meta.mu.Lock()
-	rev := meta.rev
-	meta.mu.Unlock()
+	rev := meta.revision()
 	rec := schema.HandoverRecord{Node: "n1", Incarnation: kv.GetCreateRevision(), Lease: kv.GetLease(), RevokedRevision: rev,
 		SinceKeepAliveNanos: int64(since), WaitNanos: int64(schema.HandoverWait(ttl, since))}
 	resp, err := meta.Txn(ctx, &pb.TxnRequest{
