@@ -18,41 +18,28 @@ import (
 	"github.com/raftps/raftps/schema"
 )
 
-// Store is what the master needs of the Raft store.
+// Store is what the master needs of the Raft store: its roles (keyspace,
+// leases, job queue, membership) and the leader-local views below.
 type Store interface {
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	raftstore.KV
+	raftstore.Lessor
+	raftstore.Jobs
+	raftstore.Membership
 	// LeaseLastKeepAlive: when the last keepalive of a lease arrived at
 	// this leader in its term (leader-local; slot handover).
 	LeaseLastKeepAlive(id int64) (time.Time, bool)
 	// LeaderSince: when this server established its current leadership
 	// (leader-local; slot handover when LeaseLastKeepAlive knows nothing).
 	LeaderSince() (time.Time, bool)
-	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
-	SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)
-	CancelJob(ctx context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error)
-	DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.DeleteJobResponse, error)
-	PruneJobs(ctx context.Context, req *pb.PruneJobsRequest) (*pb.PruneJobsResponse, error)
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error)
-	TaskFinished(ctx context.Context, req *pb.TaskFinishedRequest) (*pb.TaskFinishedResponse, error)
-	TaskFailed(ctx context.Context, req *pb.TaskFailedRequest) (*pb.TaskFailedResponse, error)
-	ExpireTasks(ctx context.Context, req *pb.ExpireTasksRequest) (*pb.ExpireTasksResponse, error)
-	RequeueTrainer(ctx context.Context, req *pb.RequeueTrainerRequest) (*pb.RequeueTrainerResponse, error)
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 	LinearizableRead(ctx context.Context) error
 	IsLeader() bool
 	LeaderCh() <-chan bool
-	Join(ctx context.Context, id, raftAddr string, voter bool) error
-	// VerifyPeer proves that the server at raftAddr holds node id's
-	// certificate (nil without TLS); reconcile calls it before Join.
-	VerifyPeer(ctx context.Context, id, raftAddr string) error
-	Remove(ctx context.Context, id string) error
-	AddMember(ctx context.Context, id, raftAddr string, voter bool) error
-	PromoteMember(ctx context.Context, id string) error
-	Configuration() ([]raft.Server, error)
 	Stats() raftstore.Status
-	FSM() *fsm.FSM
+	// LeaseTTL: lease id's granted TTL in seconds (serializable).
+	LeaseTTL(id int64) (int64, bool)
+	// ClockTerm: the cluster clock and the term of the entry that last
+	// advanced it, as this server applied them (fsm/clock.go).
+	ClockTerm() (now int64, term uint64)
 }
 
 // Members is what the master needs of gossip: it reports, the master decides.
@@ -263,7 +250,7 @@ func (m *Master) reconcile(ctx context.Context) {
 	self := m.store.Stats().ID
 	now := time.Now()
 	// Learners (member add --learner) stay non-voters until member promote.
-	learners := learnerSet(m.store.FSM())
+	learners := learnerSet(ctx, m.store)
 	for _, mem := range m.members.Members() {
 		id := mem.Meta.ID
 		if m.proven(ctx, self, mem, inRaft) {
@@ -453,7 +440,7 @@ func (m *Master) writeNode(ctx context.Context, mem gossip.Member) {
 		RaftAddr: mem.Meta.RaftAddr, HTTPAddr: mem.Meta.HTTPAddr, Status: mem.Status.String()}
 	val := rec.Marshal()
 	key := []byte(schema.NodeKey(rec.ID))
-	cur, err := m.store.FSM().Range(&pb.RangeRequest{Key: key})
+	cur, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key})
 	if err == nil && len(cur.Kvs) == 1 && bytes.Equal(cur.Kvs[0].Value, val) {
 		return
 	}
@@ -476,7 +463,7 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 	m.gone[node] = true
 	m.mu.Unlock()
 	key, end := schema.PrefixRange(schema.JobsPrefix)
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
+	resp, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
@@ -561,12 +548,12 @@ type heldSlot struct {
 // serving), so it always describes the slot's last holder.
 func (m *Master) handoverRevoke(ctx context.Context, node string, id int64, slots []heldSlot) {
 	var ttl int64
-	if l, ok := m.store.FSM().Lease(id); ok {
-		ttl = l.TTL
+	if t, ok := m.store.LeaseTTL(id); ok {
+		ttl = t
 	}
 	before := make([]int64, len(slots)) // mod revision of each slot's handover key (0: none)
 	for i, h := range slots {
-		r, err := m.store.FSM().Range(&pb.RangeRequest{Key: []byte(schema.HandoverKey(h.job, h.slot))})
+		r, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: []byte(schema.HandoverKey(h.job, h.slot))})
 		if err == nil && len(r.Kvs) > 0 {
 			before[i] = r.Kvs[0].ModRevision
 		}
@@ -626,7 +613,7 @@ func (m *Master) sweep(ctx context.Context) {
 	if !m.store.IsLeader() {
 		return
 	}
-	jobs := m.store.FSM().Jobs().Jobs()
+	jobs := m.store.JobQueue().Jobs()
 	now := m.clusterNow()
 	m.prune(ctx, now)
 	for _, j := range jobs {
@@ -661,7 +648,7 @@ func (m *Master) prune(ctx context.Context, now int64) {
 		return
 	}
 	req := &pb.PruneJobsRequest{MaxAgeMs: maxAge.Milliseconds(), KeepFinished: keep}
-	due, err := m.store.FSM().Jobs().PruneDue(now, req)
+	due, err := m.store.JobQueue().PruneDue(now, req)
 	if err != nil {
 		m.log.Warn("prune finished jobs", "err", err)
 		return
@@ -691,7 +678,7 @@ func (m *Master) prune(ctx context.Context, now int64) {
 // (fsm.ClockEstimator.NowInTerm): deadlines and finish times are cluster
 // time, not this node's wall clock.
 func (m *Master) clusterNow() int64 {
-	now, term := m.store.FSM().ClockTerm()
+	now, term := m.store.ClockTerm()
 	return m.clock.NowInTerm(now, term, m.store.Stats().Term)
 }
 
@@ -700,7 +687,7 @@ func (m *Master) clusterNow() int64 {
 // command worth a log entry (the FSM decides with the clock stamped in the
 // entry).
 func (m *Master) overdue(job string, now int64) bool {
-	for _, t := range m.store.FSM().Jobs().Pending(job) {
+	for _, t := range m.store.JobQueue().Pending(job) {
 		if t.DeadlineUnixNano > 0 && t.DeadlineUnixNano < now {
 			return true
 		}
@@ -713,7 +700,7 @@ func (m *Master) overdue(job string, now int64) bool {
 // revoked), so a dead trainer's task does not wait for its deadline.
 func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 	holders := map[string]bool{}
-	for _, t := range m.store.FSM().Jobs().Pending(job) {
+	for _, t := range m.store.JobQueue().Pending(job) {
 		if t.Trainer != "" {
 			holders[t.Trainer] = true
 		}
@@ -725,7 +712,7 @@ func (m *Master) requeueUnregistered(ctx context.Context, job string) {
 		return
 	}
 	key, end := schema.PrefixRange(schema.TrainerPrefix(job))
-	resp, err := m.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true})
+	resp, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end, KeysOnly: true})
 	if err != nil {
 		return
 	}

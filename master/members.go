@@ -12,6 +12,7 @@ import (
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -68,7 +69,7 @@ func (s *Service) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest)
 	if _, err := s.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(schema.LearnerKey(id))}); err != nil {
 		s.log().Warn("member remove: delete learner mark", "id", id, "err", err)
 	}
-	return &pb.MemberRemoveResponse{Header: s.header(), Members: s.configMembers()}, nil
+	return &pb.MemberRemoveResponse{Header: s.header(), Members: s.configMembers(ctx)}, nil
 }
 
 // MemberAdd adds a server to the Raft configuration (etcd's `member add`,
@@ -114,7 +115,7 @@ func (s *Service) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.
 		}
 		return nil, rpctypes.ToStatus(err)
 	}
-	out := &pb.MemberAddResponse{Header: s.header(), Members: s.configMembers()}
+	out := &pb.MemberAddResponse{Header: s.header(), Members: s.configMembers(ctx)}
 	for _, m := range out.Members {
 		if m.Id == id {
 			out.Member = m
@@ -173,7 +174,7 @@ func (s *Service) MemberPromote(ctx context.Context, req *pb.MemberPromoteReques
 	if _, err := s.store.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(schema.LearnerKey(id))}); err != nil {
 		s.log().Warn("member promote: delete learner mark", "id", id, "err", err)
 	}
-	return &pb.MemberPromoteResponse{Header: s.header(), Members: s.configMembers()}, nil
+	return &pb.MemberPromoteResponse{Header: s.header(), Members: s.configMembers(ctx)}, nil
 }
 
 // caughtUp asks learner id for its progress and compares it with this
@@ -214,12 +215,12 @@ func inSync(leaderTerm, leaderLast uint64, p *pb.RaftProgressResponse) bool {
 
 // configMembers is the Raft configuration as Members (id, raft address,
 // suffrage, is_learner).
-func (s *Service) configMembers() []*pb.Member {
+func (s *Service) configMembers(ctx context.Context) []*pb.Member {
 	servers, err := s.store.Configuration()
 	if err != nil {
 		return nil
 	}
-	learners := learnerSet(s.store.FSM())
+	learners := learnerSet(ctx, s.store)
 	out := make([]*pb.Member, 0, len(servers))
 	for _, srv := range servers {
 		m := &pb.Member{Id: string(srv.ID), RaftAddr: string(srv.Address), Suffrage: "voter"}
@@ -233,9 +234,9 @@ func (s *Service) configMembers() []*pb.Member {
 
 // learnerSet returns the ids held as learners (schema.LearnerKey) in f's
 // state as this replica has applied it.
-func learnerSet(f *fsm.FSM) map[string]bool {
+func learnerSet(ctx context.Context, kv raftstore.KV) map[string]bool {
 	key, end := schema.PrefixRange(schema.LearnersPrefix)
-	resp, err := f.Range(&pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true})
+	resp, err := kv.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end, KeysOnly: true, Serializable: true})
 	out := map[string]bool{}
 	if err != nil {
 		return out

@@ -117,12 +117,12 @@ func (s *Service) GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJob
 	if err := s.store.LinearizableRead(ctx); err != nil {
 		return nil, rpctypes.ToStatus(err)
 	}
-	j, ok := s.store.FSM().Jobs().Job(req.Name)
+	j, ok := s.store.JobQueue().Job(req.Name)
 	if !ok {
 		return nil, rpctypes.ToStatus(fmt.Errorf("%w: job %q", fsm.ErrNotFound, req.Name))
 	}
-	s.fillMembership(j)
-	j.PendingTasks = s.store.FSM().Jobs().Pending(req.Name)
+	s.fillMembership(ctx, j)
+	j.PendingTasks = s.store.JobQueue().Pending(req.Name)
 	return &pb.GetJobResponse{Status: j}, nil
 }
 
@@ -131,18 +131,18 @@ func (s *Service) ListJobs(ctx context.Context, _ *pb.ListJobsRequest) (*pb.List
 	if err := s.store.LinearizableRead(ctx); err != nil {
 		return nil, rpctypes.ToStatus(err)
 	}
-	jobs := s.store.FSM().Jobs().Jobs()
+	jobs := s.store.JobQueue().Jobs()
 	for _, j := range jobs {
-		s.fillMembership(j)
+		s.fillMembership(ctx, j)
 	}
 	return &pb.ListJobsResponse{Jobs: jobs}, nil
 }
 
 // fillMembership adds trainers, pservers, checkpoints and restores from
 // the job's keys (schema's records; a record that does not parse is skipped).
-func (s *Service) fillMembership(j *pb.JobStatus) {
+func (s *Service) fillMembership(ctx context.Context, j *pb.JobStatus) {
 	key, end := schema.PrefixRange(schema.JobPrefix(j.Name))
-	resp, err := s.store.FSM().Range(&pb.RangeRequest{Key: key, RangeEnd: end})
+	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
@@ -255,7 +255,7 @@ func (s *Service) WatchJob(req *pb.WatchJobRequest, stream pb.Master_WatchJobSer
 	if err := s.store.LinearizableRead(ctx); err != nil {
 		return rpctypes.ToStatus(err)
 	}
-	jobs := s.store.FSM().Jobs()
+	jobs := s.store.JobQueue()
 	if _, ok := jobs.Job(req.Name); !ok {
 		return rpctypes.ToStatus(fmt.Errorf("%w: job %q", fsm.ErrNotFound, req.Name))
 	}
@@ -305,7 +305,7 @@ func (s *Service) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Member
 			}
 		}
 	}
-	learners := learnerSet(s.store.FSM())
+	learners := learnerSet(ctx, s.store)
 	out := &pb.MembersResponse{Header: s.header()}
 	seen := map[string]bool{}
 	for _, m := range s.members.Members() {
@@ -321,7 +321,7 @@ func (s *Service) Members(ctx context.Context, _ *pb.MembersRequest) (*pb.Member
 	}
 	// Members of the Raft configuration that gossip does not know (added
 	// with `member add` and not started yet, or long gone): status unknown.
-	for _, m := range s.configMembers() {
+	for _, m := range s.configMembers(ctx) {
 		if !seen[m.Id] {
 			m.Status = "unknown"
 			out.Members = append(out.Members, m)

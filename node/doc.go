@@ -152,7 +152,8 @@
 // # Disk space
 //
 // Every write the node starts (client API, forwarded from followers, its
-// agents' and the master's) first asks a raftstore.DiskGuard: while the
+// agents' and the master's) first asks a raftstore.DiskGuard, in the
+// store's one write path (raftstore.Config.Disk): while the
 // data dir's file system has less than Config.DiskReserve free (64 MiB by
 // default), it is refused at once with ResourceExhausted naming the data
 // dir and the figures, /readyz answers 503 with the same reason and

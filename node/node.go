@@ -40,7 +40,6 @@ type Node struct {
 	fsm    *fsm.FSM
 	store  *raftstore.Store
 	disk   *raftstore.DiskGuard
-	gated  gatedStore // store behind the disk guard: what services and agents use
 	gossip *gossip.Gossip
 	fwd    *service.Forwarder
 	grpcServers
@@ -228,13 +227,13 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	rcfg.HeartbeatTimeout, rcfg.ElectionTimeout, rcfg.LeaderLeaseTimeout = RaftTimeouts(n.cfg.HeartbeatInterval, n.cfg.ElectionTimeout)
 	rcfg.Logger = n.log
 	rcfg.TLS = n.tls
+	rcfg.Disk = n.disk // every write asks it (raftstore.Config.Disk)
 	if n.store, err = raftstore.New(rcfg, n.fsm, n.fwd); err != nil {
 		return err
 	}
 	if err := n.store.Open(); err != nil {
 		return err
 	}
-	n.gated = gatedStore{Store: n.store, disk: n.disk}
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
@@ -252,10 +251,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	n.pserver = pserverClass.newServer(ports, pserverOpts...)
 	// service.Register registers KV, Lease, Watch and Internal; each
 	// server's tap handle refuses what its class does not serve.
-	svc := service.New(n.gated)
+	svc := service.New(n.store)
 	svc.Register(n.client)
 	svc.Register(n.peer)
-	ms := master.NewService(n.gated, n.gossip)
+	ms := master.NewService(n.store, n.gossip)
 	ms.CheckDataset = n.checkDataset // confined to the dataset roots (security.go)
 	ms.TLS = n.tls != nil            // status: tls on/off
 	ms.Progress = n.fwd.RaftProgress // member promote asks the learner
@@ -266,7 +265,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	pb.RegisterKeyringServer(n.peer, kr)
 	// etcd's v3 API (etcdserverpb) over the same store, for etcdctl and
 	// etcd's clients.
-	etcdapi.New(n.gated, n.gossip).Register(n.client)
+	etcdapi.New(n.store, n.gossip).Register(n.client)
 	if err := n.openRoles(runCtx); err != nil {
 		return err
 	}
@@ -289,7 +288,7 @@ func (n *Node) Open(ctx context.Context) (err error) {
 
 	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
 		KeepFinishedJobs: n.cfg.KeepFinishedJobs, FinishedJobMaxAge: n.cfg.FinishedJobMaxAge,
-		Logger: n.cfg.Logger.With("component", "master")}, n.gated, n.gossip)
+		Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

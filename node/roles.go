@@ -10,7 +10,6 @@ import (
 	"github.com/raftps/raftps/pserver"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/pserver/checkpoint"
-	"github.com/raftps/raftps/raftstore/service"
 	tagent "github.com/raftps/raftps/trainer/agent"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -54,7 +53,7 @@ func (p gossipPeers) Peers() []checkpoint.Peer {
 // any node can hold replicas) and the pserver and trainer agents of its
 // roles.
 func (n *Node) openRoles(ctx context.Context) error {
-	local := service.Local{Store: n.gated}
+	local := n.store // the agents' in-process client: the store's roles (raftstore/roles)
 	store, err := checkpoint.Open(n.dataDirOf("checkpoints"), n.log.With("component", "checkpoint"))
 	if err != nil {
 		return err
@@ -107,7 +106,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial,
 			MemoryBudget:   n.cfg.TrainerMemoryBudget,
 			ResolveDataset: n.resolveDataset, Logger: n.log},
-			local, master.NewService(n.gated, n.gossip))
+			local, master.NewService(n.store, n.gossip))
 		n.goAgent(ctx, a.Run)
 	}
 	return nil

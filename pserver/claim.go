@@ -15,7 +15,7 @@ type Meta interface {
 	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
 	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
-	LeaseGrant(ctx context.Context, ttlSeconds int64) (id int64, err error)
+	LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
 	LeaseKeepAlive(ctx context.Context, id int64) (ttl int64, err error)
 }
 

@@ -96,7 +96,9 @@ func (m *fakeMeta) Range(_ context.Context, req *pb.RangeRequest) (*pb.RangeResp
 func (m *fakeMeta) Watch(context.Context, *pb.WatchRequest) (<-chan *pb.WatchResponse, error) {
 	return make(chan *pb.WatchResponse), nil
 }
-func (m *fakeMeta) LeaseGrant(context.Context, int64) (int64, error)          { return 1, nil }
+func (m *fakeMeta) LeaseGrant(_ context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return &pb.LeaseGrantResponse{Id: 1, Ttl: req.Ttl}, nil
+}
 func (m *fakeMeta) LeaseKeepAlive(_ context.Context, id int64) (int64, error) { return 10, nil }
 
 func (m *fakeMeta) expire(key string) {

@@ -50,15 +50,20 @@ type pendingEntry struct {
 // raft.ErrLeadershipLost (the leader lost its term with the entry
 // uncommitted; it may still commit under the next leader). ErrNotLeader (wrapping
 // ErrNoLeader) is returned only if no leader became known before ctx ended.
+// While Config.Disk is below its reserve it returns a *DiskFullError
+// (wrapping ErrDiskFull) without proposing.
 func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
 	if cmd == nil {
 		return nil, fmt.Errorf("%w: nil command", fsm.ErrInvalid)
+	}
+	if err := s.checkDisk(); err != nil {
+		return nil, err
 	}
 	var res *pb.Result
 	err := s.onLeader(ctx,
 		func() error {
 			var err error
-			res, err = s.ApplyLocal(ctx, cmd)
+			res, err = s.applyLocal(ctx, cmd)
 			return err
 		},
 		func(id, addr string) error {
@@ -75,7 +80,26 @@ func (s *Store) Apply(ctx context.Context, cmd *pb.Command) (*pb.Result, error) 
 // ApplyLocal is Apply without forwarding: it returns ErrNotLeader unless
 // this server is the leader. The Internal.ForwardApply handler calls it.
 // Lease grants below the minimum TTL (Config.MinLeaseTTL) are raised.
+// It refuses as Apply does while Config.Disk is below its reserve.
 func (s *Store) ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
+	if err := s.checkDisk(); err != nil {
+		return nil, err
+	}
+	return s.applyLocal(ctx, cmd)
+}
+
+// checkDisk is Config.Disk's Check, nil without a guard: the one gate
+// every write that appends to the log passes (as etcd's quota check).
+func (s *Store) checkDisk() error {
+	if s.cfg.Disk == nil {
+		return nil
+	}
+	return s.cfg.Disk.Check()
+}
+
+// applyLocal is ApplyLocal without the disk check: the store's own writes
+// (lease expiry, the NOSPACE alarm) use it.
+func (s *Store) applyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}

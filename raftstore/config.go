@@ -95,6 +95,14 @@ type Config struct {
 	// it is refused with fsm.ErrNoSpace (ResourceExhausted) and arms the
 	// NOSPACE alarm (schema.NoSpaceAlarmKey).
 	QuotaBackendBytes int64
+	// Disk, if set, is asked before every write that appends to the log
+	// (Apply, ApplyLocal, Join, Remove): while the data dir's file system
+	// is below its reserve the write is refused at once with a
+	// *DiskFullError (ResourceExhausted) instead of meeting ENOSPC in the
+	// log, which costs the leader its leadership. Reads, watches and lease
+	// keepalives pass. The store's own writes (expired-lease revocations,
+	// the NOSPACE alarm) are not refused. The store does not close it.
+	Disk *DiskGuard
 	// MaxWatchers is the most watchers the store serves at once, of all
 	// clients (default DefaultMaxWatchers, 20000); MaxWatchersPerConn the
 	// most of one client connection (the gRPC peer address; default

@@ -4,11 +4,16 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/fsm"
 )
 
 // TestDiskGuard: below the reserve Check refuses with ErrDiskFull
@@ -83,5 +88,70 @@ func TestDiskGuardReadsTheDisk(t *testing.T) {
 	}
 	if err := missing.Check(); err != nil {
 		t.Fatalf("a failing statfs refuses writes: %v", err)
+	}
+}
+
+// TestStoreDiskFull: with Config.Disk below its reserve, every write that
+// would append to the log (Put, a writing Txn, LeaseGrant, ApplyLocal as
+// the forwarding handler calls it, Join, Remove) is refused at once with
+// ErrDiskFull / ResourceExhausted, while reads and read-only txns are
+// served; when space returns, writes succeed again. The check sits in the
+// store's one write path (it was node's gatedStore wrapper).
+func TestStoreDiskFull(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(100 << 20)
+	g := NewDiskGuard("/data/n1", 64<<20)
+	g.statfs = func(string) (uint64, error) { return free.Load(), nil }
+	cfg := testConfig(t, "n1", t.TempDir())
+	cfg.Bootstrap = true
+	cfg.Disk = g
+	s, err := New(cfg, fsm.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	if err := s.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(ctx, t, s, "/before", "1")
+
+	free.Store(10 << 20)
+	full := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrDiskFull) || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "/data/n1") {
+			t.Fatalf("%s on a full disk: %v, want ErrDiskFull / ResourceExhausted naming the dir", what, err)
+		}
+	}
+	_, err = s.Put(ctx, &pb.PutRequest{Key: []byte("/full"), Value: []byte("1")})
+	full("put", err)
+	_, err = s.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{
+		RequestPut: &pb.PutRequest{Key: []byte("/full"), Value: []byte("1")}}}}})
+	full("writing txn", err)
+	_, err = s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 10})
+	full("lease grant", err)
+	_, err = s.ApplyLocal(ctx, putCmd(t, "/full", "1", 0))
+	full("apply local", err)
+	full("join", s.Join(ctx, "n2", "127.0.0.1:1", true))
+	full("remove", s.Remove(ctx, "n2"))
+
+	if v, ok, err := get(ctx, s, "/before", false); err != nil || !ok || v != "1" {
+		t.Fatalf("read on a full disk: %q %v %v", v, ok, err)
+	}
+	tr, err := s.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{
+		RequestRange: &pb.RangeRequest{Key: []byte("/before")}}}}})
+	if err != nil || len(tr.Responses[0].GetResponseRange().GetKvs()) != 1 {
+		t.Fatalf("read-only txn on a full disk: %v %v", tr, err)
+	}
+	if _, ok, _ := get(ctx, s, "/full", false); ok {
+		t.Fatal("a refused write was applied")
+	}
+
+	free.Store(64 << 20) // space returns
+	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("/after"), Value: []byte("1")}); err != nil {
+		t.Fatalf("put after space returned: %v", err)
 	}
 }

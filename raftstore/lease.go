@@ -250,7 +250,7 @@ func (s *Store) revokeExpired(ctx context.Context, id int64, timeout time.Durati
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := s.ApplyLocal(ctx, cmd); err != nil {
+	if _, err := s.applyLocal(ctx, cmd); err != nil {
 		if errors.Is(err, fsm.ErrLeaseNotFound) {
 			s.leases.forget(id) // revoked by a client meanwhile
 			return

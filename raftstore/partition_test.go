@@ -190,26 +190,6 @@ func others(all []*Store, s *Store) []*Store {
 	return out
 }
 
-// storeLeases is the store's own lease calls as a concurrency.LeaseAPI.
-type storeLeases struct{ s *Store }
-
-func (l storeLeases) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
-	r, err := l.s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: ttl})
-	if err != nil {
-		return 0, err
-	}
-	return r.Id, nil
-}
-
-func (l storeLeases) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
-	return l.s.LeaseKeepAlive(ctx, id)
-}
-
-func (l storeLeases) LeaseRevoke(ctx context.Context, id int64) error {
-	_, err := l.s.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id})
-	return err
-}
-
 // TestPartitionedFollowerLosesLease: a follower cut off from the cluster
 // for longer than its Session's TTL (issue 12, item 1's scenario): the
 // majority revokes the lease when the TTL runs out and its key vanishes;
@@ -221,7 +201,7 @@ func TestPartitionedFollowerLosesLease(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	f := nc.follower(ctx)
 	const ttl = 2
-	sess := concurrency.NewSession(storeLeases{f}, ttl)
+	sess := concurrency.NewSession(f, ttl) // the store is a concurrency.LeaseAPI
 	id, _, err := sess.Ensure(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,9 @@ import (
 // one method per command type, each built on raftRequest, which encodes the
 // request, runs it through Apply (forwarded to the leader from a follower;
 // a rejected command comes back as an error wrapping its sentinel, checked
-// once there) and decodes the response. The gRPC services, the in-process
-// client (service.Local) and the master all write through these.
+// once there) and decodes the response. The gRPC services, the node's
+// agents (in process, through the roles of roles.go) and the master all
+// write through these.
 //
 // Responses that carry a header get Header.Revision = the store's revision
 // after the command; callers fill the rest (term, member).
@@ -213,6 +214,25 @@ func (s *Store) RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEve
 	return out, err
 }
 
+// Jobs lists every job as this server's state machine holds it
+// (serializable: it may trail the leader; no Raft round trip).
+func (s *Store) Jobs() []*pb.JobStatus { return s.fsm.Jobs().Jobs() }
+
+// JobQueue reads the job queue as this server's state machine holds it
+// (serializable; LinearizableRead first makes it current).
+func (s *Store) JobQueue() JobReader { return s.fsm.Jobs() }
+
+// LeaseTTL returns lease id's granted TTL in seconds as this server's
+// state machine holds it (serializable); false if there is no such lease.
+func (s *Store) LeaseTTL(id int64) (int64, bool) {
+	l, ok := s.fsm.Lease(id)
+	return l.TTL, ok
+}
+
+// ClockTerm returns the cluster clock (Unix ns) and the term of the entry
+// that last advanced it, as this server has applied them (fsm/clock.go).
+func (s *Store) ClockTerm() (now int64, term uint64) { return s.fsm.ClockTerm() }
+
 // MaxTxnOps is Config.MaxTxnOps (after defaults): the most ops a txn may
 // hold in its compares and in each branch.
 func (s *Store) MaxTxnOps() int { return s.cfg.MaxTxnOps }
@@ -305,7 +325,7 @@ func (s *Store) armNoSpace() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = s.ApplyLocal(ctx, cmd)
+	_, err = s.applyLocal(ctx, cmd)
 	return err
 }
 

@@ -538,8 +538,12 @@ func (s *Store) Configuration() ([]raft.Server, error) {
 // server, which must be the leader (else ErrNotLeader). It is idempotent: a
 // server already present with the same address and suffrage is a no-op; one
 // with the same ID or address but a different address or ID is removed first.
+// It refuses as Apply does while Config.Disk is below its reserve.
 func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error {
 	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.checkDisk(); err != nil {
 		return err
 	}
 	if id == "" || raftAddr == "" {
@@ -583,9 +587,13 @@ func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error
 }
 
 // Remove removes server id through this server, which must be the leader
-// (else ErrNotLeader). Removing an absent server is a no-op.
+// (else ErrNotLeader). Removing an absent server is a no-op. It refuses
+// as Apply does while Config.Disk is below its reserve.
 func (s *Store) Remove(ctx context.Context, id string) error {
 	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.checkDisk(); err != nil {
 		return err
 	}
 	if !s.IsLeader() {

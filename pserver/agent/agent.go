@@ -2,30 +2,31 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
+	"github.com/raftps/raftps/raftstore/roles"
 	"github.com/raftps/raftps/schema"
 )
 
-// Meta is what the agent needs of the metadata store.
+// Meta is what the agent needs of the metadata store, in the store's own
+// shapes (raftstore/roles): the keyspace, leases (a concurrency.Session's
+// calls), job events and the job list. The node passes its
+// *raftstore.Store.
 type Meta interface {
-	pserver.Meta
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	LeaseRevoke(ctx context.Context, id int64) error
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error
+	roles.KV
+	concurrency.LeaseAPI
+	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error)
 	Jobs() []*pb.JobStatus
 }
+
+var _ pserver.Meta = Meta(nil)
 
 // Members counts the alive nodes with the pserver role (fair share of slots).
 type Members interface {
@@ -63,11 +64,13 @@ type Agent struct {
 	members Members
 	log     *slog.Logger
 
-	session  *concurrency.Session
-	renewals *renewals // the session's LeaseAPI: when its last renewal was sent
-	mu       sync.Mutex
-	lease    int64 // the session's lease as of the last renewal; 0 after a fence
-	hosted   map[slotKey]*hosted
+	session *concurrency.Session
+	untilMu sync.Mutex
+	untilID int64             // the session's lease that until belongs to
+	until   *pserver.Deadline // untilID's serve-until (renewed)
+	mu      sync.Mutex
+	lease   int64 // the session's lease as of the last renewal; 0 after a fence
+	hosted  map[slotKey]*hosted
 	// written is the restore record this node last wrote per slot: a slot
 	// whose record is still this one was held by no one else since
 	// (takeOver).
@@ -135,10 +138,9 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	rn := &renewals{api: meta, fence: schema.PServerFence(cfg.LeaseTTL)}
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
-		session: concurrency.NewSession(rn, cfg.LeaseTTL), renewals: rn,
-		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
+		session: concurrency.NewSession(meta, cfg.LeaseTTL),
+		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
 		refused: map[slotKey]bool{}}
 }
 
@@ -184,7 +186,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // that fails for a while still leaves 2/3 of the TTL before the fence.
 // The watchdog is a timer, which a paused or loaded process runs late; the
 // slots check the same deadline themselves on every request and reply
-// (renewals extends the lease's pserver.Deadline), so the bound holds
+// (renewed extends the lease's pserver.Deadline), so the bound holds
 // without it, and the watchdog only unhosts what already refuses.
 func (a *Agent) keepAlive(ctx context.Context) {
 	safe := schema.PServerFence(a.cfg.LeaseTTL)
@@ -195,29 +197,33 @@ func (a *Agent) keepAlive(ctx context.Context) {
 	defer watchdog.Stop()
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
-	var gone int64 // a lease a keepalive found gone, which the session may still return from its cache
 	for {
 		id, lost, err := a.session.Ensure(ctx)
 		if lost {
 			a.fenceAll("lease lost")
 		}
-		if err == nil && id != gone {
-			if sent, ok := a.renewals.last(id); ok && time.Since(sent) >= a.cfg.Poll/2 {
+		gone := false
+		if err == nil {
+			done := a.session.Done() // id's: closed once the session ends it
+			if rid, sent := a.renewed(); rid == id && time.Since(sent) >= a.cfg.Poll/2 {
 				kctx, cancel := context.WithTimeout(ctx, min(max(time.Until(sent.Add(safe)), 100*time.Millisecond), 2*time.Second))
-				_, kerr := a.renewals.LeaseKeepAlive(kctx, id)
+				_, _ = a.session.KeepAlive(kctx) // a failure: the watchdog and the slots' deadline fence
 				cancel()
-				if errors.Is(rpctypes.FromStatus(kerr), errs.ErrLeaseNotFound) {
-					gone = id
-					a.fenceAll("lease lost (keepalive: not found)")
-				}
+				a.renewed()
+			}
+			select {
+			case <-done: // the keepalive found id gone: the next Ensure grants a successor
+				gone = true
+				a.fenceAll("lease lost (keepalive: not found)")
+			default:
 			}
 		}
 		switch {
 		case err != nil:
 			a.log.Warn("pserver lease", "err", err)
-		case id == gone:
+		case gone:
 		default:
-			if sent, ok := a.renewals.last(id); ok {
+			if rid, sent := a.renewed(); rid == id {
 				watchdog.Reset(time.Until(sent.Add(safe)))
 			}
 			a.mu.Lock()
@@ -235,71 +241,36 @@ func (a *Agent) keepAlive(ctx context.Context) {
 	}
 }
 
-// renewals is the session's LeaseAPI over the agent's Meta: it records
-// when the last grant or keepalive that succeeded was sent, for the
-// watchdog, and extends the lease's serve-until (pserver.Deadline) that
-// every slot claimed under the lease checks on each request: both are
-// that send plus fence (schema.PServerFence of the TTL), and nothing else
-// moves them.
-type renewals struct {
-	api   concurrency.LeaseAPI
-	fence time.Duration
-
-	mu    sync.Mutex
-	id    int64             // the lease last granted
-	sent  time.Time         // send of its last successful grant or keepalive
-	until *pserver.Deadline // lease id's serve-until: sent + fence
-}
-
-func (r *renewals) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
-	sent := time.Now()
-	id, err := r.api.LeaseGrant(ctx, ttl)
-	if err == nil {
-		// A new lease gets a new deadline: slots claimed under an earlier
-		// lease are never extended by this one's renewals.
-		until := pserver.NewDeadline(nil)
-		until.Extend(sent.Add(r.fence))
-		r.mu.Lock()
-		r.id, r.sent, r.until = id, sent, until
-		r.mu.Unlock()
+// renewed reads the session's last successful renewal (Session.Renewed)
+// and extends its lease's serve-until (pserver.Deadline) to that send plus
+// fence (schema.PServerFence of the TTL), which every slot claimed under
+// the lease checks on each request; a new lease gets a new deadline, so
+// slots claimed under an earlier lease are never extended by its
+// renewals. The keepalive loop calls it after every Ensure and KeepAlive,
+// before it publishes the lease to claims.
+func (a *Agent) renewed() (id int64, sent time.Time) {
+	id, sent = a.session.Renewed()
+	if id == 0 {
+		return 0, sent
 	}
-	return id, err
-}
-
-func (r *renewals) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
-	sent := time.Now()
-	ttl, err := r.api.LeaseKeepAlive(ctx, id)
-	if err == nil {
-		r.mu.Lock()
-		if id == r.id && sent.After(r.sent) {
-			r.sent = sent
-			r.until.Extend(sent.Add(r.fence))
-		}
-		r.mu.Unlock()
+	a.untilMu.Lock()
+	defer a.untilMu.Unlock()
+	if id != a.untilID {
+		a.untilID, a.until = id, pserver.NewDeadline(nil)
 	}
-	return ttl, err
+	a.until.Extend(sent.Add(schema.PServerFence(a.cfg.LeaseTTL)))
+	return id, sent
 }
 
-func (r *renewals) LeaseRevoke(ctx context.Context, id int64) error {
-	return r.api.LeaseRevoke(ctx, id)
-}
-
-// last returns when the last successful renewal of lease id was sent.
-func (r *renewals) last(id int64) (time.Time, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sent, id != 0 && id == r.id
-}
-
-// deadline returns lease id's serve-until, or nil if id is not the lease
-// last granted.
-func (r *renewals) deadline(id int64) *pserver.Deadline {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if id == 0 || id != r.id {
+// deadline returns lease id's serve-until, or nil if id is not the
+// session's latest lease.
+func (a *Agent) deadline(id int64) *pserver.Deadline {
+	a.untilMu.Lock()
+	defer a.untilMu.Unlock()
+	if id == 0 || id != a.untilID {
 		return nil
 	}
-	return r.until
+	return a.until
 }
 
 // currentLease is the lease new claims are made under (0: none known live).

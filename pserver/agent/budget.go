@@ -57,6 +57,6 @@ func (a *Agent) fits(ctx context.Context, spec *pb.JobSpec, i int32) bool {
 		i, a.cfg.NodeID, need, a.cfg.MemoryBudget, int64(a.cfg.MemoryBudget)-inUse, inUse)
 	a.log.Warn("slot not claimed: over the memory budget", "job", spec.Name, "slot", i, "need", need,
 		"budget", a.cfg.MemoryBudget, "in_use", inUse)
-	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_SLOT_NOT_CLAIMED, Job: spec.Name, Message: msg})
+	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_SLOT_NOT_CLAIMED, Job: spec.Name, Message: msg})
 	return false
 }

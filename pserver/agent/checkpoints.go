@@ -93,7 +93,7 @@ func (a *Agent) checkpoint(ctx context.Context, h *hosted, snap *pserver.SlotSna
 	checkpointBytes.Add(float64(ptr.Bytes))
 	a.log.Info("checkpoint committed", "job", h.key.job, "slot", h.key.slot, "version", ptr.Version, "md5", ptr.Md5,
 		"bytes", ptr.Bytes, "replicas", ptr.Replicas, "took", time.Since(start).Round(time.Millisecond))
-	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
+	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_CHECKPOINT_COMMITTED, Job: h.key.job, Version: ptr.Version,
 		Message: fmt.Sprintf("slot %d version %d md5 %s replicas %s", h.key.slot, ptr.Version, ptr.Md5, strings.Join(ptr.Replicas, ","))})
 	return ptr, nil
 }

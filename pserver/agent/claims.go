@@ -195,7 +195,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		}
 		rec.Version = 0
 	}
-	until := a.renewals.deadline(lease)
+	until := a.deadline(lease)
 	if until == nil {
 		s.Close()
 		a.releaseKey(ctx, spec.Name, i, inc)
@@ -242,7 +242,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	a.log.Info("slot claimed and served", "job", spec.Name, "slot", i, "incarnation", inc, "epoch", h.epoch,
 		"restored_version", rec.Version, "md5", rec.Md5, "source", rec.Source, "reason", rec.Reason,
 		"step", s.Step(), "handover", handover, "took", time.Since(start).Round(time.Millisecond))
-	_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
+	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
 		Version: rec.Version, Message: fmt.Sprintf("slot %d on %s: version %d md5 %s from %s: %s", i, a.cfg.NodeID, rec.Version, rec.Md5, rec.Source, rec.Reason)})
 	return nil
 }

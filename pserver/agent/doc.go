@@ -12,9 +12,9 @@
 // never serve the same slot at the same incarnation (DESIGN.md §5, §6).
 // Across incarnations, a lost lease fences every slot within
 // schema.PServerFence (2/3 of the TTL) of the send of the last successful
-// renewal (a watchdog, and every request's check of the lease's
-// pserver.Deadline, which holds when the watchdog runs late; the lease is
-// renewed every Poll), and a slot that
+// renewal (Session.Renewed; a watchdog, and every request's check of the
+// lease's pserver.Deadline, which holds when the watchdog runs late; the
+// lease is renewed every Poll with Session.KeepAlive), and a slot that
 // another node held (its restore record exists and is not this node's) is
 // served only once that holder has surely fenced: the master may revoke a
 // gossip-dead holder's lease early, and the holder, if only partitioned,

@@ -72,11 +72,11 @@ func (n *nodeMeta) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	return n.fakeMeta.Put(ctx, r)
 }
 
-func (n *nodeMeta) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
+func (n *nodeMeta) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if n.isCut() {
-		return 0, errUnreachable
+		return nil, errUnreachable
 	}
-	return n.fakeMeta.LeaseGrant(ctx, ttl)
+	return n.fakeMeta.LeaseGrant(ctx, req)
 }
 
 func (n *nodeMeta) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
@@ -125,13 +125,11 @@ func revokeWithHandover(t *testing.T, meta *fakeMeta, holder *nodeMeta, job stri
 		t.Fatal("slot 0 not claimed")
 	}
 	ctx := context.Background()
-	if err := meta.LeaseRevoke(ctx, kv.GetLease()); err != nil {
+	if _, err := meta.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: kv.GetLease()}); err != nil {
 		t.Fatal(err)
 	}
 	since := time.Since(holder.lastArrival(kv.GetLease()))
-	meta.mu.Lock()
-	rev := meta.rev
-	meta.mu.Unlock()
+	rev := meta.revision()
 	rec := schema.HandoverRecord{Node: "n1", Incarnation: kv.GetCreateRevision(), Lease: kv.GetLease(), RevokedRevision: rev,
 		SinceKeepAliveNanos: int64(since), WaitNanos: int64(schema.HandoverWait(ttl, since))}
 	resp, err := meta.Txn(ctx, &pb.TxnRequest{
@@ -303,7 +301,7 @@ func TestHandoverWaitsHolderTTL(t *testing.T) {
 		fenced <- time.Now()
 	}()
 	// An operator revokes n1's lease: no handover record.
-	if err := meta.LeaseRevoke(context.Background(), meta.get(schema.SlotKey("j", 0)).GetLease()); err != nil {
+	if _, err := meta.LeaseRevoke(context.Background(), &pb.LeaseRevokeRequest{Id: meta.get(schema.SlotKey("j", 0)).GetLease()}); err != nil {
 		t.Fatal(err)
 	}
 	a2 := startNode(t, newNodeMeta(meta), "n2", ttl2)

@@ -90,7 +90,7 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		old.Close()
 		a.log.Warn("rolled back to keep the sync model consistent", "job", spec.Name, "slot", h.key.slot,
 			"from_step", from, "to_version", rb.Version, "epoch", rb.Epoch, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
-		_ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
+		_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
 			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (epoch %d, step %d; slot %d was restored)",
 				h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Version/EpochStride, rb.Version%EpochStride, rb.Slot)})
 	}

@@ -85,7 +85,7 @@ func quietLogger() *slog.Logger {
 }
 
 type benchEnv struct {
-	meta *fakeMeta
+	meta testMeta
 	st   *Store
 	mgr  *Manager
 	dir  string
@@ -99,7 +99,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	meta := newFakeMeta()
+	meta := newTestMeta()
 	meta.put(schema.SlotKey("bench", 0), []byte(`{"node":"n0","incarnation":1}`))
 	mgr, err := New(Config{NodeID: "n0", Store: st, Meta: meta, Logger: quietLogger()})
 	if err != nil {

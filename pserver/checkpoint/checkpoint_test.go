@@ -758,19 +758,19 @@ func TestRestoreAndCheckpointErrors(t *testing.T) {
 		t.Fatalf("bad slot: %v", err)
 	}
 	down := errors.New("no leader")
-	c.meta.failRange = down
+	c.meta.Fail("Range", down)
 	if _, rec, err := mgr.Restore(ctx, RestoreRequest{Job: testJob, Slot: 0, NumPservers: 2}); !errors.Is(err, down) || rec != nil {
 		t.Fatalf("meta down: %v %v", rec, err)
 	}
-	c.meta.failRange = nil
+	c.meta.Fail("Range", nil)
 	// A Txn failure leaves the pointer where it was.
-	c.meta.failTxn = down
+	c.meta.Fail("Txn", down)
 	_, err := c.nodes[0].mgr.Writer(testJob, 0).Checkpoint(ctx, WriteRequest{Job: testJob, Slot: 0, NumPservers: 2, Version: 5,
 		Incarnation: 1, Blobs: slotBlobs(5, 0, 2, testNV, testSize), Policy: &pb.CheckpointPolicy{Replicas: 2}})
 	if !errors.Is(err, down) {
 		t.Fatalf("txn down: %v", err)
 	}
-	c.meta.failTxn = nil
+	c.meta.Fail("Txn", nil)
 	if p := mustPointer(t, c.meta, testJob, 0); p.GetVersion() != 1 {
 		t.Fatalf("pointer moved to %d", p.GetVersion())
 	}

@@ -34,7 +34,7 @@ type testNode struct {
 
 type testCluster struct {
 	tb    testing.TB
-	meta  *fakeMeta
+	meta  testMeta
 	mu    sync.Mutex
 	nodes []*testNode
 	cli   *Client
@@ -55,7 +55,7 @@ func (c *testCluster) Peers() []Peer {
 
 func mustCluster(tb testing.TB, n int) *testCluster {
 	tb.Helper()
-	c := &testCluster{tb: tb, meta: newFakeMeta(), cli: NewClient()}
+	c := &testCluster{tb: tb, meta: newTestMeta(), cli: NewClient()}
 	tb.Cleanup(func() { c.cli.Close() })
 	for i := 0; i < n; i++ {
 		nd := &testNode{id: fmt.Sprintf("n%d", i), host: fmt.Sprintf("h%d", i), dir: tb.TempDir()}

@@ -21,13 +21,9 @@ var _ concurrency.LeaseAPI = Leases{}
 // Leases returns the adapter over c's Lease service.
 func (c *Client) Leases() Leases { return Leases{c: c.Lease} }
 
-// LeaseGrant grants a lease of ttl seconds and returns its id.
-func (l Leases) LeaseGrant(ctx context.Context, ttl int64) (int64, error) {
-	resp, err := l.c.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: ttl})
-	if err != nil {
-		return 0, err
-	}
-	return resp.Id, nil
+// LeaseGrant grants a lease of req.Ttl seconds.
+func (l Leases) LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return l.c.LeaseGrant(ctx, req)
 }
 
 // LeaseKeepAlive renews lease id once (one request on a LeaseKeepAlive
@@ -57,8 +53,7 @@ func (l Leases) LeaseKeepAlive(ctx context.Context, id int64) (int64, error) {
 	return resp.Ttl, nil
 }
 
-// LeaseRevoke revokes lease id and deletes its keys.
-func (l Leases) LeaseRevoke(ctx context.Context, id int64) error {
-	_, err := l.c.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: id})
-	return err
+// LeaseRevoke revokes lease req.Id and deletes its keys.
+func (l Leases) LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return l.c.LeaseRevoke(ctx, req)
 }

@@ -28,14 +28,8 @@ const VersionHeader = "raftps-version"
 // Store is what the etcd services need of the Raft store.
 // *raftstore.Store implements it.
 type Store interface {
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
-	LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
-	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
-	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
-	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
+	raftstore.KV
+	raftstore.Lessor
 	WatchShared(ctx context.Context, req *pb.WatchRequest, id int64, out chan<- raftstore.WatchEvent) error
 	LeaseOwner(ctx context.Context, id int64) (string, error)
 	LinearizableRead(ctx context.Context) error

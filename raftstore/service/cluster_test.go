@@ -142,7 +142,7 @@ func (c *grpcCluster) follower(t *testing.T, ctx context.Context) *raftstore.Sto
 // TestFollowerSeesLostLease (issue 12, item 1): a lease revoked on the
 // leader is fsm.ErrLeaseNotFound on a follower too, whose keepalives and
 // time-to-live calls are forwarded over gRPC, and a concurrency.Session
-// there, in process (Local) or over the gRPC client, reports lost=true and
+// there, in process (the *raftstore.Store itself) or over the gRPC client, reports lost=true and
 // a new lease instead of failing forever.
 func TestFollowerSeesLostLease(t *testing.T) {
 	c := startGRPCCluster(t, 3)
@@ -159,7 +159,7 @@ func TestFollowerSeesLostLease(t *testing.T) {
 		name string
 		api  concurrency.LeaseAPI
 	}{
-		{"in process on a follower", Local{Store: f}},
+		{"in process on a follower", f},
 		{"gRPC client to a follower", cl.Leases()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

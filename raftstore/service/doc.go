@@ -21,14 +21,15 @@
 // (Internal.ReadIndex) and wait until the local FSM has applied it.
 // Keepalives go to the leader's lease timers (Internal.LeaseKeepAliveOnce).
 //
-// Agents on a node (pservers, trainers, checkpoints) use Local, the
-// in-process client of the node's own store with the same semantics, and
-// keep their keys under a concurrency.Session (raftstore/client/concurrency)
-// that Local's lease calls satisfy (checked at compile time).
+// Agents on a node (pservers, trainers, checkpoints) use the node's own
+// *raftstore.Store in process, through its roles (raftstore/roles: KV,
+// Lessor, Jobs), with the same semantics as this service, and keep their
+// keys under a concurrency.Session (raftstore/client/concurrency) whose
+// LeaseAPI the store satisfies.
 //
 // Writes go through the store's typed methods (raftstore.Store.Put, Txn,
-// LeaseGrant, ...), so the service, Local and the master share one write
-// path.
+// LeaseGrant, ...), so the service, the agents and the master share one
+// write path.
 //
 // A write that carries a request id in its metadata (rpctypes.RequestID:
 // raftps-client-id, raftps-seq, raftps-acked; raftstore/client sends one

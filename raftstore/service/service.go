@@ -23,19 +23,12 @@ import (
 // Store is what the KV, Lease, Watch and Internal services need of the
 // Raft store. *raftstore.Store implements it.
 type Store interface {
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error)
-	LeaseGrant(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
-	LeaseRevoke(ctx context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	raftstore.KV
+	raftstore.Lessor
 	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error)
 	ApplyLocal(ctx context.Context, cmd *pb.Command) (*pb.Result, error)
 	ReadIndex(ctx context.Context) (uint64, error)
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
-	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
-	LeaseTimeToLive(ctx context.Context, id int64) (int64, error)
 	LeaseOwner(ctx context.Context, id int64) (string, error)
-	Watch(ctx context.Context, req *pb.WatchRequest) (<-chan *pb.WatchResponse, error)
 	Stats() raftstore.Status
 	FSM() *fsm.FSM
 	IsLeader() bool

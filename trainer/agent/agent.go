@@ -21,6 +21,7 @@ import (
 	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
+	"github.com/raftps/raftps/raftstore/roles"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
@@ -28,12 +29,8 @@ import (
 
 // Meta is what the agent needs of the metadata store.
 type Meta interface {
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	LeaseGrant(ctx context.Context, ttl int64) (int64, error)
-	LeaseKeepAlive(ctx context.Context, id int64) (int64, error)
-	LeaseRevoke(ctx context.Context, id int64) error
+	roles.KV
+	concurrency.LeaseAPI
 	Jobs() []*pb.JobStatus
 }
 

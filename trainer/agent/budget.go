@@ -23,9 +23,9 @@ func TrainerBytes(spec *pb.JobSpec) int64 {
 }
 
 // eventRecorder is the optional part of Meta that records job events
-// (service.Local has it).
+// (the node's *raftstore.Store has it; roles.Jobs).
 type eventRecorder interface {
-	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) error
+	RecordJobEvent(ctx context.Context, ev *pb.JobEvent) (*pb.JobEvent, error)
 }
 
 // fits reports whether one more trainer of spec fits in what
@@ -58,7 +58,7 @@ func (a *Agent) fits(ctx context.Context, spec *pb.JobSpec) bool {
 	a.log.Warn("trainer not started: over the memory budget", "job", spec.Name, "need", need,
 		"budget", a.cfg.MemoryBudget, "in_use", inUse)
 	if r, ok := a.meta.(eventRecorder); ok {
-		_ = r.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_TRAINER_NOT_STARTED, Job: spec.Name, Message: msg})
+		_, _ = r.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_TRAINER_NOT_STARTED, Job: spec.Name, Message: msg})
 	}
 	return false
 }

@@ -3,9 +3,9 @@
 // serve) and whose dataset is on this node it registers a trainer under the node's lease
 // (schema.TrainerKey, a schema.TrainerRecord) and runs a trainer.Trainer
 // against the master and the job's pservers until the job ends. It reaches
-// the cluster through client interfaces only: Meta (a node's in-process
-// service.Local, or any client with the same calls; its lease calls keep a
-// concurrency.Session) and MasterAPI.
+// the cluster through client interfaces only: Meta (the store's roles,
+// raftstore/roles: the node passes its own *raftstore.Store; its lease
+// calls keep a concurrency.Session) and MasterAPI.
 //
 //	a := agent.New(agent.Config{NodeID: "n1", Addr: grpcAddr}, meta, masterSvc)
 //	go a.Run(ctx)

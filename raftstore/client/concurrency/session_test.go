@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm/errs"
 )
@@ -39,16 +40,16 @@ func (f *fakeLeases) out(err error) error {
 	return err
 }
 
-func (f *fakeLeases) LeaseGrant(context.Context, int64) (int64, error) {
+func (f *fakeLeases) LeaseGrant(_ context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.grants++
 	if f.grantErr != nil {
-		return 0, f.grantErr
+		return nil, f.grantErr
 	}
 	f.next++
 	f.live[f.next] = true
-	return f.next, nil
+	return &pb.LeaseGrantResponse{Id: f.next, Ttl: req.Ttl}, nil
 }
 
 func (f *fakeLeases) LeaseKeepAlive(_ context.Context, id int64) (int64, error) {
@@ -64,15 +65,16 @@ func (f *fakeLeases) LeaseKeepAlive(_ context.Context, id int64) (int64, error) 
 	return 9, nil
 }
 
-func (f *fakeLeases) LeaseRevoke(_ context.Context, id int64) error {
+func (f *fakeLeases) LeaseRevoke(_ context.Context, req *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	id := req.Id
 	if !f.live[id] {
-		return f.out(fmt.Errorf("%w: %d", errs.ErrLeaseNotFound, id))
+		return nil, f.out(fmt.Errorf("%w: %d", errs.ErrLeaseNotFound, id))
 	}
 	delete(f.live, id)
 	f.revoked = append(f.revoked, id)
-	return nil
+	return &pb.LeaseRevokeResponse{}, nil
 }
 
 func (f *fakeLeases) expire(id int64) {
@@ -268,7 +270,9 @@ type revokeErr struct {
 	err error
 }
 
-func (r revokeErr) LeaseRevoke(context.Context, int64) error { return r.err }
+func (r revokeErr) LeaseRevoke(context.Context, *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return nil, r.err
+}
 
 // TestSessionConcurrentEnsure: concurrent Ensures (run with -race) share
 // one lease: one grant, every caller gets its id.
@@ -300,5 +304,111 @@ func TestSessionConcurrentEnsure(t *testing.T) {
 		if id != ids[0] || id == 0 {
 			t.Fatalf("caller %d got lease %d, caller 0 got %d", i, id, ids[0])
 		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestSessionDone: Done and Ctx (etcd's Session.Done/Ctx) belong to the
+// current lease: open while it is kept alive, closed when a keepalive
+// finds it gone, when it is given up unrenewed for a TTL, and at Close; a
+// new lease gets a new, open one. Before the first grant Done is closed.
+func TestSessionDone(t *testing.T) {
+	f := newFake()
+	s, c := newTestSession(f, 3)
+	if !closed(s.Done()) {
+		t.Fatal("Done open before any lease")
+	}
+	id, _ := mustEnsure(t, s)
+	done, ctx := s.Done(), s.Ctx()
+	if closed(done) || ctx.Err() != nil {
+		t.Fatal("Done closed with a live lease")
+	}
+	c.advance(2 * time.Second)
+	mustEnsure(t, s) // renewed
+	if closed(done) {
+		t.Fatal("Done closed after a successful renewal")
+	}
+
+	f.expire(id) // the keepalive finds it gone
+	c.advance(2 * time.Second)
+	id2, lost := mustEnsure(t, s)
+	if !lost || !closed(done) || !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("after the lease was found gone: lost %v, Done closed %v, ctx %v", lost, closed(done), ctx.Err())
+	}
+	done2 := s.Done()
+	if id2 == id || closed(done2) {
+		t.Fatalf("successor %d: Done closed %v", id2, closed(done2))
+	}
+
+	// Not renewed for a whole TTL (the cluster unreachable): given up.
+	f.set(func(f *fakeLeases) { f.keepAliveErr = status.Error(codes.Unavailable, "no leader") })
+	c.advance(4 * time.Second)
+	if _, lost, err := s.Ensure(context.Background()); !lost || err == nil || !closed(done2) {
+		t.Fatalf("unrenewed for a TTL: lost %v err %v Done closed %v", lost, err, closed(done2))
+	}
+	f.set(func(f *fakeLeases) { f.keepAliveErr = nil })
+	mustEnsure(t, s)
+	done3 := s.Done()
+	if closed(done3) {
+		t.Fatal("Done of the third lease closed")
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(done3) {
+		t.Fatal("Done open after Close")
+	}
+}
+
+// TestSessionKeepAliveAndRenewed: KeepAlive renews at once, whatever the
+// lease's age, and Renewed reports the send of the last successful
+// renewal; a KeepAlive that finds the lease gone ends it (Done closed, the
+// next Ensure reports lost); without a lease it is ErrNoLease.
+func TestSessionKeepAliveAndRenewed(t *testing.T) {
+	f := newFake()
+	s, c := newTestSession(f, 9)
+	if _, err := s.KeepAlive(context.Background()); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("KeepAlive without a lease: %v, want ErrNoLease", err)
+	}
+	id, _ := mustEnsure(t, s)
+	if rid, sent := s.Renewed(); rid != id || !sent.Equal(c.now()) {
+		t.Fatalf("Renewed after the grant: %d %v, want %d %v", rid, sent, id, c.now())
+	}
+	c.advance(500 * time.Millisecond) // well within TTL/3
+	if ttl, err := s.KeepAlive(context.Background()); err != nil || ttl != 9 {
+		t.Fatalf("KeepAlive: %d %v", ttl, err)
+	}
+	if _, k := f.counts(); k != 1 {
+		t.Fatalf("%d keepalives, want 1", k)
+	}
+	if _, sent := s.Renewed(); !sent.Equal(c.now()) {
+		t.Fatalf("Renewed after KeepAlive: %v, want %v", sent, c.now())
+	}
+	f.set(func(f *fakeLeases) { f.keepAliveErr = status.Error(codes.Unavailable, "no leader") })
+	before := c.now()
+	c.advance(time.Second)
+	if _, err := s.KeepAlive(context.Background()); err == nil {
+		t.Fatal("KeepAlive with the cluster unreachable succeeded")
+	}
+	if _, sent := s.Renewed(); !sent.Equal(before) {
+		t.Fatalf("a failed KeepAlive moved Renewed to %v", sent)
+	}
+	f.set(func(f *fakeLeases) { f.keepAliveErr = nil })
+	done := s.Done()
+	f.expire(id)
+	if _, err := s.KeepAlive(context.Background()); !errors.Is(err, errs.ErrLeaseNotFound) || !closed(done) {
+		t.Fatalf("KeepAlive of a gone lease: %v, Done closed %v", err, closed(done))
+	}
+	if id2, lost := mustEnsure(t, s); !lost || id2 == id {
+		t.Fatalf("Ensure after KeepAlive found the lease gone: %d lost %v", id2, lost)
 	}
 }
