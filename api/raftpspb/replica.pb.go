@@ -86,8 +86,8 @@ type ReplicateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Slot  int32                  `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
-	// epoch is the slot's replica epoch the primary holds (its record in
-	// Raft). A backup that knows a newer epoch refuses the message
+	// epoch is the slot's replica epoch the primary holds: the mod_revision
+	// of its record in Raft (schema.ReplicaKey). A backup that knows a newer epoch refuses the message
 	// (FailedPrecondition); a newer one it adopts.
 	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// seq is the slot's version after this update: consecutive, from 1,
