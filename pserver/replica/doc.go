@@ -32,8 +32,15 @@
 //	primary.OnUpdate(func(u *pb.ReplicateRequest) { queue <- u })
 //	err := r.Replicate(ctx, <-queue)          // before the push is acknowledged
 //
-// Not wired yet (issue 34): the gRPC service (api Replica.Replicate), the
-// agent's placement of backups, promotion by the master, the wait for the
+// Over the network, a node serves its backups with Service (the Replica
+// service's Replicate stream: requests applied concurrently, acks sent as
+// each applies) and a primary reaches each backup through a Stream, a
+// Peer over one such stream whose failure status maps back to the
+// sentinels (so BackupError.Deposed works across gRPC).
+//
+// Not wired yet (issue 34): registering Service on the node (and the
+// authz role of /raftps.v1.Replica/Replicate: node only), the agent's
+// placement of backups, promotion by the master, the wait for the
 // replication before a push's reply, trainers' epoch handling and
 // re-replication.
 package replica
