@@ -83,6 +83,17 @@
 // slots). Errors carry gRPC codes (status.Code works on them) and wrap the
 // sentinels of pserver/wire.
 //
+// # Replication
+//
+// Replicated slots (DESIGN.md, "Replicated slots"; package
+// pserver/replica) rest on two hooks: Slot.OnUpdate reports every update
+// a slot applies (async push, released sync step) as a
+// ReplicateRequest (the gradient applied, learning rate scale, push
+// ids, seq = version), and Slot.ApplyReplicated applies such an update to
+// a backup's slot through the same validation and optimizer code, in seq
+// order, so the backup ends byte-identical, push-id memory included. Not
+// wired yet: pushes are still acknowledged without waiting for backups.
+//
 // # Sources
 //
 //   - PaddlePaddle cloud design (2017), doc/design/cluster_train:

@@ -147,6 +147,8 @@ type Slot struct {
 	// by one trainer alone drops them. Embedding rows, a different set
 	// every step, are not kept.
 	meanFree map[key][]float32
+	// onUpdate is the OnUpdate hook (replicate.go; guarded by mu).
+	onUpdate func(*pb.ReplicateRequest)
 }
 
 // NewSlot builds slot `slot` of numPservers for spec, with every dense block

@@ -191,9 +191,7 @@ func (s *Slot) maybeCompleteLocked() {
 		if st.err = s.applyLocked(items, scale); st.err == nil {
 			s.version++
 			s.step++
-			for t, id := range st.ids {
-				s.pushIDs.record(t, id, s.version)
-			}
+			s.emitLocked(items, scale, s.recordStepIDsLocked(st.ids))
 			s.stepSnapshotLocked()
 		}
 		if !solo {

@@ -12,6 +12,7 @@
 //	/jobs/<job>/checkpoints/<slot>   pb.CheckpointPointer (protojson): a slot's newest committed checkpoint
 //	/jobs/<job>/restores/<slot>      pb.RestoreRecord (protojson): a slot's latest restore
 //	/jobs/<job>/handovers/<slot>     HandoverRecord (JSON): the last early revoke of a slot holder's lease
+//	/jobs/<job>/replicas/<slot>      ReplicaRecord (JSON): a replicated slot's primary and in-sync backups; mod_revision = epoch
 //	/jobs/<job>/rollback             Rollback (JSON): the version a sync job went back to
 //
 // Job specs, task queues and events are not keys: they live in the FSM's

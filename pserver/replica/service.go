@@ -1,0 +1,219 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/status"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// Service serves the Replica gRPC service for the backups a node holds
+// (register it with pb.RegisterReplicaServer). Safe for concurrent use.
+type Service struct {
+	pb.UnimplementedReplicaServer
+
+	mu      sync.RWMutex
+	backups map[slotID]*Backup
+}
+
+type slotID struct {
+	job  string
+	slot int32
+}
+
+// NewService returns a Service holding no backups.
+func NewService() *Service { return &Service{backups: map[slotID]*Backup{}} }
+
+// Add serves b as the backup of (job, b.Slot().Index()), replacing any.
+func (s *Service) Add(job string, b *Backup) {
+	s.mu.Lock()
+	s.backups[slotID{job, b.Slot().Index()}] = b
+	s.mu.Unlock()
+}
+
+// Remove stops serving the backup of (job, slot) (promoted or dropped).
+func (s *Service) Remove(job string, slot int32) {
+	s.mu.Lock()
+	delete(s.backups, slotID{job, slot})
+	s.mu.Unlock()
+}
+
+func (s *Service) backup(job string, slot int32) *Backup {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.backups[slotID{job, slot}]
+}
+
+// Replicate applies each request of the stream with Backup.Replicate,
+// concurrently (at most MaxPending at once, so a request waiting for an
+// earlier seq never blocks the receipt of that seq), and sends each ack
+// as its request is applied. The first error ends the stream with that
+// error's status (ErrWrongSlot for a slot this node does not back up).
+func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	var (
+		mu     sync.Mutex // guards closed and wg.Add
+		closed bool
+		wg     sync.WaitGroup
+		sendMu sync.Mutex
+		once   sync.Once
+		first  error
+	)
+	fail := func(err error) { once.Do(func() { first = err; cancel() }) }
+	sem := make(chan struct{}, MaxPending)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+			b := s.backup(req.GetJob(), req.GetSlot())
+			if b == nil {
+				fail(errorf(ErrWrongSlot, "this node holds no backup of job %q slot %d", req.GetJob(), req.GetSlot()))
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				return
+			}
+			wg.Add(1)
+			mu.Unlock()
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				ack, err := b.Replicate(ctx, req)
+				if err == nil {
+					sendMu.Lock()
+					err = stream.Send(ack)
+					sendMu.Unlock()
+				}
+				if err != nil {
+					fail(err)
+				}
+			}()
+		}
+	}()
+	select {
+	case <-recvDone: // the primary closed its side (or the stream broke)
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+	wg.Wait()
+	return first
+}
+
+// Stream is a Peer over one Replicate stream of a backup: requests are
+// sent in the caller's order, acks are matched by seq. Safe for
+// concurrent use. Once the stream fails, every call fails with its error
+// (status codes as the backup's; ErrStaleEpoch and the other sentinels
+// are recognized again, for BackupError.Deposed); open a new Stream.
+type Stream struct {
+	stream pb.Replica_ReplicateClient
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	applied int64
+	epoch   int64
+	err     error
+	changed chan struct{}
+}
+
+// NewStream opens a Replicate stream on c; ctx bounds its life.
+func NewStream(ctx context.Context, c pb.ReplicaClient) (*Stream, error) {
+	st, err := c.Replicate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stream{stream: st, changed: make(chan struct{})}
+	go s.recv()
+	return s, nil
+}
+
+func (s *Stream) recv() {
+	for {
+		ack, err := s.stream.Recv()
+		s.mu.Lock()
+		if err != nil {
+			s.err = fromStatus(err)
+		} else {
+			s.applied, s.epoch = max(s.applied, ack.GetApplied()), max(s.epoch, ack.GetEpoch())
+		}
+		close(s.changed)
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Replicate sends req and waits for an ack covering req.seq.
+func (s *Stream) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateAck, error) {
+	s.sendMu.Lock()
+	err := s.stream.Send(req)
+	s.sendMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if s.applied >= req.GetSeq() {
+			return &pb.ReplicateAck{Epoch: s.epoch, Applied: s.applied}, nil
+		}
+		if s.err != nil {
+			return nil, s.err
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err // (io.EOF from Send: the stream's error comes from Recv)
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close ends the sending side of the stream.
+func (s *Stream) Close() error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.stream.CloseSend()
+}
+
+// fromStatus wraps err's sentinel again, recognized by the message the
+// backup's Error carried (the status message starts with it).
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, s := range []error{ErrStaleEpoch, ErrWrongSlot, ErrTooFarAhead, ErrNotAcked} {
+		if detail, found := strings.CutPrefix(st.Message(), s.Error()+": "); found && st.Code() == codeOf(s) {
+			return &Error{Sentinel: s, Detail: detail}
+		}
+	}
+	return err
+}

@@ -1,0 +1,55 @@
+package pserver
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// TestApplyReplicatedRefuses: a replicated update out of sequence is
+// ErrStale, one with a non-positive learning rate scale or a bad tensor is
+// ErrInvalid, and none of them changes the slot; a refused push is not
+// reported to OnUpdate.
+func TestApplyReplicatedRefuses(t *testing.T) {
+	spec := &pb.JobSpec{Name: "r", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Seed: 1, DenseBlockSize: 4, NumVirtualShards: 4, NumPservers: 1,
+		Optimizer: &pb.OptimizerSpec{Name: OptSGD, LearningRate: 0.1},
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{4}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
+	p, b := mustSlot(t, spec, 0, 1), mustSlot(t, spec, 0, 1)
+	var got []*pb.ReplicateRequest
+	p.OnUpdate(func(u *pb.ReplicateRequest) { got = append(got, u) })
+	g := []*pb.Tensor{{Name: "w", Data: packed(1, 2, 3, 4)}}
+	if _, err := p.Push(context.Background(), &pb.PushRequest{Trainer: "t", PushId: 1, Grads: g}); err != nil {
+		t.Fatal(err)
+	}
+	bad := []*pb.Tensor{{Name: "w", Data: packed(1, 2, 3, float32(MaxGradient)*2)}}
+	if _, err := p.Push(context.Background(), &pb.PushRequest{Trainer: "t", PushId: 2, Grads: bad}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad push: %v", err)
+	}
+	if len(got) != 1 || got[0].GetSeq() != 1 || got[0].GetLrScale() != 1 {
+		t.Fatalf("reported %v, want the one applied update", got)
+	}
+	before := pullAll(t, b)
+	for _, u := range []struct {
+		req  *pb.ReplicateRequest
+		want error
+	}{
+		{&pb.ReplicateRequest{Seq: 2, LrScale: 1, Grads: g}, ErrStale},
+		{&pb.ReplicateRequest{Seq: 1, LrScale: 0, Grads: g}, ErrInvalid},
+		{&pb.ReplicateRequest{Seq: 1, LrScale: 1, Grads: bad}, ErrInvalid},
+	} {
+		if err := b.ApplyReplicated(u.req); !errors.Is(err, u.want) {
+			t.Fatalf("ApplyReplicated(seq %d, lr scale %g): %v, want %v", u.req.Seq, u.req.LrScale, err, u.want)
+		}
+	}
+	if b.Version() != 0 || pullAll(t, b)["w"][0] != before["w"][0] {
+		t.Fatal("a refused replicated update changed the slot")
+	}
+	if err := b.ApplyReplicated(got[0]); err != nil {
+		t.Fatal(err)
+	}
+	if pw, bw := pullAll(t, p)["w"], pullAll(t, b)["w"]; b.Version() != 1 || pw[3] != bw[3] {
+		t.Fatalf("backup %v at version %d, primary %v", bw, b.Version(), pw)
+	}
+}
