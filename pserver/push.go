@@ -390,7 +390,9 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 	s.version++
 	s.step++
 	s.pushIDs.record(req.GetTrainer(), req.GetPushId(), s.version)
-	s.emitLocked(items, scale, []*pb.PushID{{Trainer: req.GetTrainer(), PushId: req.GetPushId()}})
+	if s.onUpdate != nil { // no allocation per push without replication
+		s.emitLocked(items, scale, []*pb.PushID{{Trainer: req.GetTrainer(), PushId: req.GetPushId()}})
+	}
 	return &pb.PushResponse{Version: s.version}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Hooks for replicated slots (DESIGN.md, "Replicated slots"; package
@@ -19,7 +20,7 @@ import (
 // after the update), step, incarnation, the gradient applied (copied: fn
 // owns it), the learning rate scale and the push ids the update completes;
 // epoch is left 0 for the replicator. nil removes the hook. A refused
-// update (ErrInvalid) is not reported.
+// update (wire.ErrInvalid) is not reported.
 func (s *Slot) OnUpdate(fn func(*pb.ReplicateRequest)) {
 	s.mu.Lock()
 	s.onUpdate = fn
@@ -71,7 +72,7 @@ func (s *Slot) recordIDsLocked(ids []*pb.PushID) {
 func itemTensors(items []gradItem) []*pb.Tensor {
 	var ts []*pb.Tensor
 	for _, it := range items {
-		data := slices.Clone(float32Bytes(it.g))
+		data := slices.Clone(wire.Float32Bytes(it.g))
 		if it.row {
 			if n := len(ts); n > 0 && len(ts[n-1].Rows) > 0 && ts[n-1].Name == it.p.Spec.GetName() {
 				ts[n-1].Rows = append(ts[n-1].Rows, it.k.i)
@@ -91,8 +92,8 @@ func itemTensors(items []gradItem) []*pb.Tensor {
 // sets the slot's version to req.seq, its step and incarnation to the
 // request's, and records its push ids, so a retry of one of them is
 // answered, not applied. It applies nothing that is not next: req.seq must
-// be Version()+1 (else ErrStale, FailedPrecondition; ordering and epochs
-// are package replica's). A malformed or non-finite update is ErrInvalid
+// be Version()+1 (else wire.ErrStale, FailedPrecondition; ordering and epochs
+// are package replica's). A malformed or non-finite update is wire.ErrInvalid
 // and leaves the slot unchanged. No staleness bound, membership or fence
 // applies: the primary already decided.
 func (s *Slot) ApplyReplicated(req *pb.ReplicateRequest) error {
@@ -102,12 +103,12 @@ func (s *Slot) ApplyReplicated(req *pb.ReplicateRequest) error {
 	}
 	scale := req.GetLrScale()
 	if !(scale > 0) {
-		return errorf(ErrInvalid, "replicated update %d: learning rate scale %g is not positive", req.GetSeq(), scale)
+		return wire.Errorf(wire.ErrInvalid, "replicated update %d: learning rate scale %g is not positive", req.GetSeq(), scale)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if req.GetSeq() != s.version+1 {
-		return errorf(ErrStale, "replicated update %d: slot %d is at version %d; it applies only version %d next", req.GetSeq(), s.slot, s.version, s.version+1)
+		return wire.Errorf(wire.ErrStale, "replicated update %d: slot %d is at version %d; it applies only version %d next", req.GetSeq(), s.slot, s.version, s.version+1)
 	}
 	if err := s.applyLocked(items, scale); err != nil {
 		return err

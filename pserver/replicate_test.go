@@ -6,15 +6,17 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/optim"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // TestApplyReplicatedRefuses: a replicated update out of sequence is
-// ErrStale, one with a non-positive learning rate scale or a bad tensor is
-// ErrInvalid, and none of them changes the slot; a refused push is not
+// wire.ErrStale, one with a non-positive learning rate scale or a bad tensor is
+// wire.ErrInvalid, and none of them changes the slot; a refused push is not
 // reported to OnUpdate.
 func TestApplyReplicatedRefuses(t *testing.T) {
 	spec := &pb.JobSpec{Name: "r", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Seed: 1, DenseBlockSize: 4, NumVirtualShards: 4, NumPservers: 1,
-		Optimizer: &pb.OptimizerSpec{Name: OptSGD, LearningRate: 0.1},
+		Optimizer: &pb.OptimizerSpec{Name: optim.SGD, LearningRate: 0.1},
 		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{4}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
 	p, b := mustSlot(t, spec, 0, 1), mustSlot(t, spec, 0, 1)
 	var got []*pb.ReplicateRequest
@@ -24,7 +26,7 @@ func TestApplyReplicatedRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := []*pb.Tensor{{Name: "w", Data: packed(1, 2, 3, float32(MaxGradient)*2)}}
-	if _, err := p.Push(context.Background(), &pb.PushRequest{Trainer: "t", PushId: 2, Grads: bad}); !errors.Is(err, ErrInvalid) {
+	if _, err := p.Push(context.Background(), &pb.PushRequest{Trainer: "t", PushId: 2, Grads: bad}); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("bad push: %v", err)
 	}
 	if len(got) != 1 || got[0].GetSeq() != 1 || got[0].GetLrScale() != 1 {
@@ -35,9 +37,9 @@ func TestApplyReplicatedRefuses(t *testing.T) {
 		req  *pb.ReplicateRequest
 		want error
 	}{
-		{&pb.ReplicateRequest{Seq: 2, LrScale: 1, Grads: g}, ErrStale},
-		{&pb.ReplicateRequest{Seq: 1, LrScale: 0, Grads: g}, ErrInvalid},
-		{&pb.ReplicateRequest{Seq: 1, LrScale: 1, Grads: bad}, ErrInvalid},
+		{&pb.ReplicateRequest{Seq: 2, LrScale: 1, Grads: g}, wire.ErrStale},
+		{&pb.ReplicateRequest{Seq: 1, LrScale: 0, Grads: g}, wire.ErrInvalid},
+		{&pb.ReplicateRequest{Seq: 1, LrScale: 1, Grads: bad}, wire.ErrInvalid},
 	} {
 		if err := b.ApplyReplicated(u.req); !errors.Is(err, u.want) {
 			t.Fatalf("ApplyReplicated(seq %d, lr scale %g): %v, want %v", u.req.Seq, u.req.LrScale, err, u.want)
