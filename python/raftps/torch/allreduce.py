@@ -393,11 +393,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
 def local_optimizer(spec, params) -> torch.optim.Optimizer:
     """The torch optimizer of a job spec's ``optimizer`` (sgd, momentum,
     adam, adagrad; learning_rate, momentum, nesterov, betas, epsilon,
-    weight_decay), as the pservers apply it in PS mode. lr_decay is not
-    supported here (InvalidArgument)."""
+    weight_decay), as the pservers apply it in PS mode; lr_decay is
+    :class:`AllreduceOptimizer`'s schedule."""
     o = spec.optimizer
-    if o.lr_decay:
-        raise errors.InvalidArgument("allreduce mode: optimizer lr_decay is not supported; use a torch scheduler")
     name, lr, wd = (o.name or "sgd").lower(), o.learning_rate, o.weight_decay
     if name in ("sgd", "momentum"):
         return torch.optim.SGD(params, lr=lr, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0,
@@ -435,19 +433,25 @@ class AllreduceOptimizer(torch.optim.Optimizer):
                 from raftps import jobs
                 spec = jobs.status(session.client, session.job).spec
             optimizer = local_optimizer(spec, [p for _, p in self.named])
+            self.lr_decay = spec.optimizer.lr_decay
+        else:
+            self.lr_decay = 0.0
         self.local = optimizer
+        self.base_lr = [g["lr"] for g in optimizer.param_groups]
+        self.t = 0  # updates applied (the pservers' step): lr_t = lr / (1 + lr_decay * t)
         self.examples = examples
         self.steps = 0
         self.empty_steps = 0
         self.stale = 0
         self.rdzv = rendezvous or init(session, **rendezvous_kw)
 
-    # torch.optim.Optimizer's state is the local optimizer's.
+    # torch.optim.Optimizer's state is the local optimizer's and the step.
     def state_dict(self):
-        return self.local.state_dict()
+        return {"local": self.local.state_dict(), "t": self.t}
 
     def load_state_dict(self, d) -> None:
-        self.local.load_state_dict(d)
+        self.local.load_state_dict(d["local"])
+        self.t = d["t"]
 
     @property
     def grad_scale(self) -> float:
@@ -490,7 +494,11 @@ class AllreduceOptimizer(torch.optim.Optimizer):
             n = p.numel()
             p.grad = flat[off:off + n].view_as(p).clone()
             off += n
+        if self.lr_decay:
+            for g, lr in zip(self.local.param_groups, self.base_lr):
+                g["lr"] = lr / (1.0 + self.lr_decay * self.t)
         self.local.step()
+        self.t += 1
         self.steps += 1
 
     @torch.no_grad()
@@ -550,7 +558,7 @@ class AllreduceOptimizer(torch.optim.Optimizer):
         """Broadcasts rank 0's model (parameters and buffers) and optimizer
         state to every member."""
         broadcast_parameters(self.model.state_dict(), 0, self.rdzv)
-        broadcast_optimizer_state(self.local, 0, self.rdzv)
+        self.load_state_dict(broadcast_object(self.state_dict(), 0, self.rdzv))
 
     def members(self) -> frozenset:
         return frozenset(self.rdzv.group.members)

@@ -81,6 +81,7 @@ class State:
         self.sync_failures = 0
         self.resets = 0
         self.restores = 0
+        self.last_failure = ""  # the error of the last restore (type: message)
         self._saved_user: dict = {}
 
     def register_reset_callbacks(self, callbacks) -> None:
@@ -234,7 +235,8 @@ def run(func):
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
-            except RECOVERABLE:
+            except RECOVERABLE as e:
+                state.last_failure = f"{type(e).__name__}: {e}"
                 # Asked first: a job that ended under this trainer (its
                 # task's other copy, a speculative backup or a requeue,
                 # finished the last task) took its pservers away; that
