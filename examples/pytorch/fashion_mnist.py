@@ -43,6 +43,7 @@ Security: the demo's cluster runs mutual TLS with a CA of its own
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -157,6 +158,7 @@ def cmd_train(a):
     from raftps.torch import DistributedOptimizer, elastic
 
     torch.set_num_threads(1)
+    faulthandler.register(signal.SIGUSR1)  # the demo dumps a trainer's stacks before killing a hung one
 
     def emit(**kw):
         kw["t"] = time.time()
@@ -190,8 +192,14 @@ def cmd_train(a):
     if ps is None:
         opt.attach(batches)  # join the group's steps while waiting for a task and after the job
     state = elastic.TorchState(model, opt, batches=batches, step=0)
-    state.register_reset_callbacks([lambda: emit(ev="reset", members=sorted(state.members()), step=state.step,
-                                                 restores=state.restores, why=state.last_failure[:200])])
+    restores = [0]
+
+    def on_reset():
+        why = state.last_failure[:200] if state.restores > restores[0] else "trainer set changed"
+        restores[0] = state.restores
+        emit(ev="reset", members=sorted(state.members()), step=state.step, restores=state.restores, why=why)
+
+    state.register_reset_callbacks([on_reset])
     emit(ev="start", members=sorted(session.members()))
 
     @elastic.run
@@ -329,6 +337,8 @@ def cmd_demo(a):
         try:
             p.wait(60)
         except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # stacks into <id>.log.err
+            time.sleep(1)
             p.kill()
     st = raftps.jobs.status(c, job)
 

@@ -112,6 +112,10 @@ def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
         assert first["rank"] == (0 if older else 1)
         withd = [r for r in after if r["members"] == ["a", "b", "d"]]
         assert withd and withd[0]["size"] == 3 and withd[0]["rank"] == first["rank"]
+    # Every reset but the restore after c's death was agreed in a step:
+    # a and b raised HostsUpdatedInterrupt as many times (at least for d).
+    ia, ib = events("a", "interrupt"), events("b", "interrupt")
+    assert len(ia) == len(ib) >= 1, (ia, ib)
     # d joined with rank 2 (the newest registration).
     assert any(r["members"] == ["a", "b", "d"] and r["rank"] == 2 for r in [events("d", "start")[0]] + events("d", "reset"))
     # No record lost or repeated: for every task a live trainer had

@@ -25,8 +25,10 @@ key each, then build a Gloo group on a Store under
 oldest survivor, whose state ``sync()`` broadcasts).
 
 Changes. A trainer that joins (or ends its cooldown) proposes the next
-generation: every member sees it at its next ``state.commit()`` (a
-:class:`HostsUpdatedInterrupt`, no restore). A member that dies inside a
+generation. Each step's allreduce carries whether any member saw a
+change, so every member raises :class:`HostsUpdatedInterrupt` at the
+same ``state.commit()`` (no restore; Horovod agrees the same way) and
+they form the new generation together. A member that dies inside a
 collective: Gloo reports the closed connection, or (a hung member) the
 raftps lease expires and its registration goes: the collective is
 abandoned (the watch is the detector, never Gloo's timeout), the step
@@ -63,6 +65,9 @@ from raftps.torch.store import Store, store_prefix
 # Abandoned groups are kept: destroying a Gloo group whose collective is
 # blocked on a dead peer joins its threads, which wait for Gloo's timeout.
 _abandoned: list = []
+
+# The message of c10d Work.wait(timeout) when the timeout passes first.
+_WAIT_TIMED_OUT = "Operation timed out!"
 
 
 class GroupChanged(TrainerFailure):
@@ -171,12 +176,15 @@ class Rendezvous:
     # -- forming ------------------------------------------------------------
 
     def form(self, failure: bool) -> Group:
-        """Joins the current generation if its members are the trainers
-        eligible now, else proposes the next one; after a failure of the
-        current group (``failure``) only a newer generation will do.
-        Returns the group this trainer is a member of."""
+        """Joins the newest generation if it is newer than the current
+        group's and its members are the trainers eligible now, else
+        proposes the next one (``failure``: marked as replacing a broken
+        group, so members still inside a collective abandon it). Returns
+        the group this trainer is a member of."""
         old = self.group
-        after = old.gen if (old is not None and failure) else (old.gen - 1 if old is not None else 0)
+        # Every member resets together (the step's agreed flag, or a
+        # failure), so the next group is always a newer generation.
+        after = old.gen if old is not None else 0
         deadline = time.monotonic() + self.form_timeout
         while True:
             if time.monotonic() > deadline:
@@ -200,8 +208,6 @@ class Rendezvous:
             if self.me not in rec["members"]:
                 self._wait_change(seen, sgen, deadline)  # a spare, or in cooldown
                 continue
-            if old is not None and old.gen == g:
-                return old  # nothing changed for this group
             ready = self.prefix + f"elastic/ready/{g}/"
             self.client.put(ready + self.me, b"1", lease=self.session._lease.id)
             if not self._wait_ready(ready, rec["members"], g, deadline):
@@ -291,7 +297,11 @@ class Rendezvous:
                 work.wait(datetime.timedelta(milliseconds=50))
                 return
             except RuntimeError as e:
-                if work.is_completed():
+                # c10d's Work.wait raises exactly this when the wait's own
+                # timeout passes (the work may complete right after it:
+                # is_completed() cannot tell that from a failure); any
+                # other error is the collective's own.
+                if str(e) != _WAIT_TIMED_OUT:
                     raise GroupChanged(f"elastic: collective of generation {self.group.gen} failed: {e}") from None
             if self.broken():
                 raise GroupChanged(f"elastic: generation {self.group.gen} lost a member mid-collective")
@@ -443,6 +453,7 @@ class AllreduceOptimizer(torch.optim.Optimizer):
         self.steps = 0
         self.empty_steps = 0
         self.stale = 0
+        self.updated = False  # the group agreed to re-form (see _collective)
         self.rdzv = rendezvous or init(session, **rendezvous_kw)
 
     # torch.optim.Optimizer's state is the local optimizer's and the step.
@@ -482,10 +493,17 @@ class AllreduceOptimizer(torch.optim.Optimizer):
                 parts.append(g.detach().reshape(-1) * s)
         else:
             parts.append(torch.zeros(sum(p.numel() for _, p in self.named)))
-        parts.append(torch.tensor([float(examples), 1.0 if active else 0.0]))
+        # The third scalar: whether any member sees a reason to re-form.
+        # Summed in the same collective, every member learns it at the
+        # same step, so all raise HostsUpdatedInterrupt together (no
+        # member is left waiting in a collective of the old group).
+        parts.append(torch.tensor([float(examples), 1.0 if active else 0.0,
+                                   1.0 if self.rdzv.hosts_updated() else 0.0]))
         buf = torch.cat(parts)
         self.rdzv.wait(self.rdzv.group.pg.allreduce([buf]))
-        return buf[:-2], float(buf[-2]), float(buf[-1])
+        if buf[-1] > 0:
+            self.updated = True
+        return buf[:-3], float(buf[-3]), float(buf[-2])
 
     def _apply(self, flat: torch.Tensor, total: float) -> None:
         flat /= total
@@ -525,7 +543,9 @@ class AllreduceOptimizer(torch.optim.Optimizer):
         if total > 0:
             with torch.no_grad():
                 self._apply(flat, total)
-        else:
+        if self.updated:
+            raise HostsUpdatedInterrupt(members=self.members())
+        if total == 0:
             time.sleep(min(wait, 0.2))
 
     def drain(self) -> None:
@@ -538,6 +558,8 @@ class AllreduceOptimizer(torch.optim.Optimizer):
                     self._apply(flat, total)
             if active == 0:
                 return
+            if self.updated:
+                raise HostsUpdatedInterrupt(members=self.members())
             self.empty_steps += 1
 
     def attach(self, batches) -> None:
@@ -549,10 +571,13 @@ class AllreduceOptimizer(torch.optim.Optimizer):
     # -- elastic hooks ------------------------------------------------------
 
     def hosts_updated(self) -> bool:
-        return self.rdzv.hosts_updated()
+        """Whether the group agreed, in a step since the last reset, to
+        re-form (TorchState.commit raises HostsUpdatedInterrupt)."""
+        return self.updated
 
     def reform(self, failure: bool) -> None:
         self.rdzv.form(failure)
+        self.updated = False
 
     def sync(self) -> None:
         """Broadcasts rank 0's model (parameters and buffers) and optimizer
