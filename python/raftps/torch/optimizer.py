@@ -135,6 +135,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def set_examples(self, n: int) -> None:
         self.examples = n
 
+    def attach(self, batches) -> None:
+        """Gives a :class:`raftps.tasks.TaskBatches`' source this optimizer's
+        ParamClient (it leaves the sync steps while the master has no task
+        for this trainer); the allreduce optimizer's ``attach`` hooks the
+        same place, so one script serves both modes."""
+        batches.source.ps = self.ps
+
     def pull(self) -> None:
         """Pulls the parameters from the pservers into the model, in place."""
         with torch.no_grad():
