@@ -47,6 +47,7 @@ are averaged weighted by examples, as the pservers' sync steps.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import io
 import json
@@ -62,9 +63,14 @@ from raftps.tasks import trainer_prefix
 from raftps.torch.elastic import HostsUpdatedInterrupt, TrainerFailure
 from raftps.torch.store import Store, store_prefix
 
-# Abandoned groups are kept: destroying a Gloo group whose collective is
-# blocked on a dead peer joins its threads, which wait for Gloo's timeout.
-_abandoned: list = []
+
+
+def _abandon(pg) -> None:
+    """Leaks a Gloo group whose collective may still be blocked on a peer:
+    its destructor (at the last reference, or at interpreter exit) would
+    join its threads, which wait out Gloo's timeout. The OS reclaims it at
+    exit."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
 
 # The message of c10d Work.wait(timeout) when the timeout passes first.
 _WAIT_TIMED_OUT = "Operation timed out!"
@@ -91,13 +97,16 @@ class Rendezvous:
         min_np / max_np: bounds on the group's size (max_np None: no bound).
         cooldown / cooldown_max: seconds a member lost mid-training stays
             out, doubled per loss.
-        timeout: Gloo's own timeout for a collective (a backstop only).
+        timeout: Gloo's own timeout for a collective, seconds: a backstop
+            only (raftps's watch detects dead members), longer than any
+            pause of a member between steps (e.g. an eval task); torch's
+            default.
         form_timeout: seconds ``form`` waits for min_np trainers
             (DeadlineExceeded after it).
     """
 
     def __init__(self, session, min_np: int = 1, max_np: int | None = None, cooldown: float = 1.0,
-                 cooldown_max: float = 60.0, timeout: float = 60.0, form_timeout: float = 300.0):
+                 cooldown_max: float = 60.0, timeout: float = 1800.0, form_timeout: float = 300.0):
         if min_np < 1 or (max_np is not None and max_np < min_np):
             raise errors.InvalidArgument(f"elastic: min_np {min_np}, max_np {max_np}: want 1 <= min_np <= max_np")
         self.session, self.client, self.job, self.me = session, session.client, session.job, session.id
@@ -253,7 +262,7 @@ class Rendezvous:
         pg = dist.ProcessGroupGloo(store, rank, len(members), datetime.timedelta(seconds=self.timeout))
         old, self.group = self.group, Group(g, list(members), rank, pg, store)
         if old is not None:
-            _abandoned.append(old.pg)
+            _abandon(old.pg)
             try:
                 old.store.close()
             except errors.RaftpsError:
