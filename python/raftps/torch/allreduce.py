@@ -195,6 +195,10 @@ class Rendezvous:
         # failure), so the next group is always a newer generation.
         after = old.gen if old is not None else 0
         deadline = time.monotonic() + self.form_timeout
+        # After a failure the lost member's registration is usually about
+        # to go with its lease: wait up to two lease TTLs for that before
+        # proposing the same members again (which would only cost a round).
+        patience = time.monotonic() + 2 * self.session.ttl if failure else 0.0
         while True:
             if time.monotonic() > deadline:
                 raise errors.DeadlineExceeded(f"elastic: no group of >= {self.min_np} trainers formed "
@@ -209,6 +213,9 @@ class Rendezvous:
             want = [m for m in live if not self._blacklisted(m, now)][:self.max_np]
             g = rec["gen"]
             if g <= after or set(rec["members"]) != set(want):
+                if g <= after and set(rec["members"]) == set(want) and time.monotonic() < patience:
+                    self._wait_change(seen, sgen, patience)
+                    continue
                 if len(want) >= self.min_np and self.me in want:
                     self._propose(rec, live, want, failure and g <= after, now)
                     continue
