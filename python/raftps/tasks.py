@@ -159,6 +159,13 @@ class TrainerSession:
                 except ValueError:  # the client was closed
                     return
 
+    @property
+    def lease_id(self) -> int:
+        """The id of the lease the registration is on now (0 while it is
+        being re-registered)."""
+        lease = self._lease
+        return lease.id if lease is not None else 0
+
     def members(self) -> frozenset[str]:
         with self._mu:
             return self._members

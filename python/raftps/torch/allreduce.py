@@ -225,7 +225,7 @@ class Rendezvous:
                 self._wait_change(seen, sgen, deadline)  # a spare, or in cooldown
                 continue
             ready = self.prefix + f"elastic/ready/{g}/"
-            self.client.put(ready + self.me, b"1", lease=self.session._lease.id)
+            self.client.put(ready + self.me, b"1", lease=self.session.lease_id)
             if not self._wait_ready(ready, rec["members"], g, deadline):
                 continue
             return self._build(g, rec["members"])
