@@ -72,6 +72,7 @@ def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
         procs["c"].send_signal(signal.SIGKILL)
         procs["c"].wait(10)
         killed = time.time()
+        print(f"c SIGKILLed at {killed:.3f}")
         wait_for(lambda: all(any(r["members"] == ["a", "b"] and r["t"] > killed for r in events(t, "reset"))
                              for t in "ab"), 60, "a and b to re-form without c", [procs["a"], procs["b"]])
         n_ab = {t: len(events(t, "step")) for t in "ab"}
