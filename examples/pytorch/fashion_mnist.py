@@ -223,8 +223,10 @@ def cmd_train(a):
     train(state)
     # The model holds the parameters of this trainer's last pull, i.e. the
     # final ones if it took part in the last step (versions tell).
-    loss, acc = evaluate(model, xt, yt)
-    emit(ev="final_eval", test_accuracy=acc, test_loss=loss, versions=list(ps.versions) if ps else [])
+    # Allreduce mode: every member ends with the same model; rank 0 evaluates it.
+    if ps is not None or state.rank == 0:
+        loss, acc = evaluate(model, xt, yt)
+        emit(ev="final_eval", test_accuracy=acc, test_loss=loss, versions=list(ps.versions) if ps else [])
     emit(ev="done", step=state.step, resets=state.resets, restores=state.restores, stale=opt.stale,
          tasks=batches.source.tasks_done, seconds=time.time() - t0, retried=ps.retried if ps else 0)
     session.close()
