@@ -75,10 +75,12 @@ test-python: build
 
 # demo-python: examples/pytorch/fashion_mnist.py demo (3 nodes on mutual TLS, 2 PyTorch
 # trainers in sync mode on 2 pservers, a trainer and the slot-0 node
-# SIGKILLed, a trainer added, summary).
+# SIGKILLed, a trainer added, summary), then the same CNN and faults in
+# elastic allreduce mode (--mode allreduce).
 demo-python: build
 	@./scripts/install-python.sh
 	$(PYTHON) examples/pytorch/fashion_mnist.py demo --bin bin/raftps
+	$(PYTHON) examples/pytorch/fashion_mnist.py demo --mode allreduce --bin bin/raftps
 
 vet:
 	$(GO) vet ./...

@@ -26,7 +26,8 @@ import (
 //	         /jobs/<job>/ (and keys outside /jobs/), its jobs' status and
 //	         events, GetTask/TaskFinished/TaskFailed/Pull/Push/LeaveStep
 //	         as the trainer its certificate names, Put/Delete of its own
-//	         registration key /jobs/<job>/trainers/<name>, the leases it
+//	         registration key /jobs/<job>/trainers/<name> and single
+//	         keys of its jobs' torch stores /torch/store/<job>/, the leases it
 //	         granted (TTL <= TrainerMaxLeaseTTL, at most
 //	         TrainerMaxLeases); none of etcd's API
 //	reader   an operator's read-only view: every read of every job

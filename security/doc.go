@@ -32,7 +32,8 @@
 // alone the internal APIs; admin: every user method; trainer: the jobs its
 // certificate names only (their keys, status, events, task API, pull and
 // push), as the trainer its certificate's name names, Put/Delete of its
-// registration key /jobs/<job>/trainers/<name>, leases of at most
+// registration key /jobs/<job>/trainers/<name> and single keys under
+// its jobs' /torch/store/<job>/ (raftps.torch.Store), leases of at most
 // TrainerMaxLeaseTTL and TrainerMaxLeases; reader: an operator's
 // read-only view of every job. A refusal is PermissionDenied naming the
 // method, the identity and why, and a Warn log line. Streams are checked

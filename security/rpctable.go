@@ -66,7 +66,7 @@ const (
 	limitJob       = "trainer: jobs its certificate names"
 	limitAsTrainer = "trainer: jobs its certificate names; trainer field = its certificate's name"
 	limitKeys      = "trainer: keys under /jobs/<its job>/ or outside /jobs/"
-	limitOwnKey    = "trainer: writes only /jobs/<its job>/trainers/<its name>; reads as Range"
+	limitOwnKey    = "trainer: writes only /jobs/<its job>/trainers/<its name> and single keys under /torch/store/<its job>/; reads as Range"
 	limitLease     = "trainer, reader (TimeToLive): leases its certificate granted; node, admin: any"
 )
 
@@ -359,8 +359,15 @@ func txnOp(id Identity, op *pb.RequestOp) string {
 	return ""
 }
 
+// TorchStorePrefix is the root of the keys of raftps.torch.Store (the
+// Python c10d store, python/raftps/torch/store.py): a job's store lives
+// under TorchStorePrefix + <job> + "/", where the trainers of the job
+// rendezvous and form their Gloo groups (issue 35).
+const TorchStorePrefix = "/torch/store/"
+
 // trainerKey allows the single key /jobs/<job>/trainers/<name> of one of
-// the identity's jobs, <name> exactly its certificate's name.
+// the identity's jobs, <name> exactly its certificate's name, and any
+// single key of one of its jobs' torch stores (TorchStorePrefix).
 func trainerKey(id Identity, key, end []byte) string {
 	if len(end) > 0 {
 		return "a trainer may delete single keys only (no range)"
@@ -369,6 +376,11 @@ func trainerKey(id Identity, key, end []byte) string {
 	if ok && kind == schema.KindTrainer && id.HasJob(job) && tid == id.Name {
 		return ""
 	}
-	return fmt.Sprintf("key %q is not its registration key (%s%s of its jobs %v)",
-		key, schema.TrainerPrefix("<job>"), id.Name, id.Jobs)
+	if rest, ok := bytes.CutPrefix(key, []byte(TorchStorePrefix)); ok {
+		if job, k, ok := bytes.Cut(rest, []byte("/")); ok && len(k) > 0 && id.HasJob(string(job)) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("key %q is neither its registration key (%s%s) nor under %s<job>/ of its jobs %v",
+		key, schema.TrainerPrefix("<job>"), id.Name, TorchStorePrefix, id.Jobs)
 }

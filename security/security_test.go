@@ -289,6 +289,16 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer key of a trainer named ci-x", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "ci-x")), false, false},
 		{"trainer other's key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("mnist", "n1-1")), false, false},
 		{"trainer other job's key", trainer, "/raftps.v1.KV/Put", put(schema.TrainerKey("cifar", "ci")), false, false},
+		// issue 35: a trainer's raftps.torch.Store (elastic allreduce) writes under its jobs' prefix.
+		{"trainer torch store key", trainer, "/raftps.v1.KV/Put", put(TorchStorePrefix + "mnist/elastic/gen"), false, true},
+		{"trainer torch store key of a series job", series, "/raftps.v1.KV/Put", put(TorchStorePrefix + "exp-3/gloo/1/rank_0"), false, true},
+		{"trainer torch store other job", trainer, "/raftps.v1.KV/Put", put(TorchStorePrefix + "cifar/k"), false, false},
+		{"trainer torch store job prefix of another", trainer, "/raftps.v1.KV/Put", put(TorchStorePrefix + "mnist2/k"), false, false},
+		{"trainer torch store no key", trainer, "/raftps.v1.KV/Put", put(TorchStorePrefix + "mnist"), false, false},
+		{"trainer torch store txn", trainer, "/raftps.v1.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestPut{RequestPut: put(TorchStorePrefix + "mnist/ctr")}}}}, false, true},
+		{"trainer torch store delete range", trainer, "/raftps.v1.KV/DeleteRange",
+			&pb.DeleteRangeRequest{Key: []byte(TorchStorePrefix + "mnist/"), RangeEnd: []byte(TorchStorePrefix + "mnist0")}, false, false},
 		{"trainer delete prefix", trainer, "/raftps.v1.KV/DeleteRange",
 			&pb.DeleteRangeRequest{Key: []byte("/"), RangeEnd: []byte{0}}, false, false},
 		{"trainer txn put elsewhere", trainer, "/raftps.v1.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{

@@ -3,7 +3,7 @@
 (datasets/fashion-mnist, IDX gzip; nothing is downloaded) with raftps's
 parameter servers, task queue and checkpoints.
 
-    fashion_mnist.py demo [--epochs 4] [--no-faults]   # local 3-node cluster, faults, summary (make demo-python)
+    fashion_mnist.py demo [--epochs 4] [--no-faults] [--mode ps|allreduce]   # local 3-node cluster, faults, summary (make demo-python)
     fashion_mnist.py local [--epochs 4]                # plain single-process PyTorch, same hyperparameters
     fashion_mnist.py train --endpoints H:P,... --job J --id T   # one trainer process
 
@@ -18,6 +18,15 @@ adds a trainer, and prints a summary: final test accuracy (the last pass's
 eval task), how long training stood still after each fault, the restores,
 and the test accuracy of the exported safetensors checkpoint loaded into a
 fresh model. It exits 1 if the accuracy misses --target.
+
+``--mode allreduce`` runs the same trainers in raftps's elastic allreduce
+mode (raftps.torch.allreduce: a Gloo group on raftps.torch.Store, the
+job's optimizer applied by every trainer, membership from the trainers'
+1 s leases), with the same faults: a trainer SIGKILLed mid-step (the
+others abandon the collective, restore the last commit and re-form
+without it), a raftps node SIGKILLed (the group's store outlives it), a
+trainer added (rank 2, synced from rank 0). There is no export: the
+pservers' copy of the parameters is unused in this mode.
 
 Hyperparameters (both modes): 4 epochs, batch 64 per trainer (sync
 averages the two trainers' batches: 128 per step; `local` uses 128, so
@@ -34,6 +43,7 @@ Security: the demo's cluster runs mutual TLS with a CA of its own
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -148,6 +158,7 @@ def cmd_train(a):
     from raftps.torch import DistributedOptimizer, elastic
 
     torch.set_num_threads(1)
+    faulthandler.register(signal.SIGUSR1)  # the demo dumps a trainer's stacks before killing a hung one
 
     def emit(**kw):
         kw["t"] = time.time()
@@ -158,22 +169,37 @@ def cmd_train(a):
     spec = raftps.jobs.status(c, a.job).spec
     x, y = load("train", spec.dataset.records)
     xt, yt = load("test")
-    session = TrainerSession(c, a.job, a.id, ttl=2)
+    # allreduce: a 1 s lease, the detector of a dead member.
+    session = TrainerSession(c, a.job, a.id, ttl=1 if a.mode == "allreduce" else 2)
     if a.min_trainers > 1:
         session.wait_members(a.min_trainers, 120)
-    ps = ParamClient(c, a.job, a.id, spec=spec)
     model = MODELS[a.model]()
-    opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
+    if a.mode == "allreduce":
+        ps = None
+        opt = DistributedOptimizer(model, session=session, mode="allreduce", spec=spec)
+    else:
+        ps = ParamClient(c, a.job, a.id, spec=spec)
+        opt = DistributedOptimizer(ps, model.named_parameters(), session=session)
 
     def eval_fn(task):
-        opt.pull()
+        if ps is not None:
+            opt.pull()
         loss, acc = evaluate(model, xt, yt)
         emit(ev="eval", pass_=task.pass_, test_accuracy=acc, test_loss=loss)
         return loss, acc, len(xt)
 
     batches = TaskBatches(TaskSource(c, a.job, a.id, ps=ps, spec=spec), eval_fn=eval_fn)
+    if ps is None:
+        opt.attach(batches)  # join the group's steps while waiting for a task and after the job
     state = elastic.TorchState(model, opt, batches=batches, step=0)
-    state.register_reset_callbacks([lambda: emit(ev="reset", members=sorted(state.members()), step=state.step)])
+    restores = [0]
+
+    def on_reset():
+        why = state.last_failure[:200] if state.restores > restores[0] else "trainer set changed"
+        restores[0] = state.restores
+        emit(ev="reset", members=sorted(state.members()), step=state.step, restores=state.restores, why=why)
+
+    state.register_reset_callbacks([on_reset])
     emit(ev="start", members=sorted(session.members()))
 
     @elastic.run
@@ -197,12 +223,17 @@ def cmd_train(a):
     train(state)
     # The model holds the parameters of this trainer's last pull, i.e. the
     # final ones if it took part in the last step (versions tell).
-    loss, acc = evaluate(model, xt, yt)
-    emit(ev="final_eval", test_accuracy=acc, test_loss=loss, versions=list(ps.versions))
+    # Allreduce mode: every member ends with the same model; rank 0 evaluates it.
+    if ps is not None or state.rank == 0:
+        loss, acc = evaluate(model, xt, yt)
+        emit(ev="final_eval", test_accuracy=acc, test_loss=loss, versions=list(ps.versions) if ps else [])
     emit(ev="done", step=state.step, resets=state.resets, restores=state.restores, stale=opt.stale,
-         tasks=batches.source.tasks_done, seconds=time.time() - t0, retried=ps.retried)
+         tasks=batches.source.tasks_done, seconds=time.time() - t0, retried=ps.retried if ps else 0)
     session.close()
-    ps.close()
+    if ps is not None:
+        ps.close()
+    else:
+        opt.close()
     c.close()
 
 
@@ -244,13 +275,13 @@ def cmd_demo(a):
 
     def start_trainer(tid, min_trainers=1):
         logs[tid] = os.path.join(work, f"{tid}.log")
-        env = dict(os.environ)
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
         if admin is not None:
             t = localcluster.client_cert(bin_path, localcluster.tls_dir(work), tid, "trainer", jobs=[job])
             env.update(RAFTPS_CACERT=t.cacert, RAFTPS_CERT=t.cert, RAFTPS_KEY=t.key)
         procs[tid] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "train", "--endpoints", eps,
                                        "--job", job, "--id", tid, "--min-trainers", str(min_trainers),
-                                       "--model", a.model],
+                                       "--model", a.model, "--mode", a.mode],
                                       stdout=open(logs[tid], "w"), stderr=open(logs[tid] + ".err", "w"), env=env)
 
     t_start = time.time()
@@ -308,6 +339,8 @@ def cmd_demo(a):
         try:
             p.wait(60)
         except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # stacks into <id>.log.err
+            time.sleep(1)
             p.kill()
     st = raftps.jobs.status(c, job)
 
@@ -342,7 +375,8 @@ def cmd_demo(a):
                 finals.append(json.loads(line))
     final = max(finals, key=lambda e: sum(e["versions"]), default=None)
     final_acc = final["test_accuracy"] if final else float("nan")
-    print("\nraftps demo-python: PyTorch CNN on Fashion-MNIST, 2 pservers, sync")
+    print(f"\nraftps demo-python: PyTorch CNN on Fashion-MNIST, "
+          f"{'elastic allreduce (Gloo on raftps.torch.Store)' if a.mode == 'allreduce' else '2 pservers, sync'}")
     print(f"security:         {'mutual TLS (trainers: trainer certificates for this job)' if admin else 'plaintext (--insecure)'}")
     print(f"pserver lease:    TTL {a.pserver_lease_ttl or '5s (node default)'} (--pserver-lease-ttl: a dead node's "
           f"slots are served elsewhere about 2/3 of it after its last keepalive)")
@@ -398,7 +432,9 @@ def cmd_demo(a):
         print(f"checkpoints:      list failed ({e}): {r.stdout.strip()[:200]} {r.stderr.strip()[:200]}")
     r = subprocess.run([bin_path, "checkpoint", "export", job, *version, "--format", "safetensors", "--out", out,
                         "--endpoints", eps, *cli_tls], capture_output=True, text=True)
-    if r.returncode == 0:
+    if a.mode == "allreduce":
+        print("exported:         n/a (allreduce mode: the model lives on the trainers, the pservers' copy is unused)")
+    elif r.returncode == 0:
         from raftps.checkpoint import load_state_dict
         fresh = MODELS[a.model]()
         load_state_dict(out, fresh)
@@ -408,7 +444,7 @@ def cmd_demo(a):
               f"(reported {100 * final_acc:.2f}%, diff {100 * abs(exported_acc - final_acc):.2f} pp)")
     else:
         print(f"exported:         checkpoint export failed: {r.stderr.strip()}")
-    summary = {"job": job, "faults": not a.no_faults, "tls": admin is not None,
+    summary = {"job": job, "mode": a.mode, "faults": not a.no_faults, "tls": admin is not None,
                "pserver_lease_ttl": a.pserver_lease_ttl or "5s", "test_accuracy": final_acc, "exported_accuracy": exported_acc,
                "stalls": stalls, "seconds": wall, "steps": len(steps), "requeued": st.requeued,
                "restores": len(st.restores)}
@@ -433,6 +469,8 @@ def main():
         p.add_argument("--lr-decay", type=float, default=0.002,
                        help="lr_t = lr / (1 + lr_decay * t), t = steps before (the pservers' schedule)")
         p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--mode", choices=["ps", "allreduce"], default="ps",
+                       help="ps: pservers apply the updates; allreduce: Gloo group of the trainers (elastic)")
     d = sub.choices["demo"]
     d.add_argument("--no-faults", action="store_true", help="the baseline run without faults")
     d.add_argument("--insecure", action="store_true", help="plaintext nodes (--insecure) instead of mutual TLS")

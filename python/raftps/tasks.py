@@ -159,6 +159,13 @@ class TrainerSession:
                 except ValueError:  # the client was closed
                     return
 
+    @property
+    def lease_id(self) -> int:
+        """The id of the lease the registration is on now (0 while it is
+        being re-registered)."""
+        lease = self._lease
+        return lease.id if lease is not None else 0
+
     def members(self) -> frozenset[str]:
         with self._mu:
             return self._members
@@ -232,6 +239,9 @@ class TaskSource:
         self.tasks_done = 0
         self.stale_finishes = 0
         self.leave_failures = 0
+        # on_wait(seconds), if set, replaces the sleep while the master has
+        # no task for this trainer (allreduce mode: an empty step).
+        self.on_wait: Callable[[float], None] | None = None
 
     def _retry(self, method: str, req):
         # One request id for every attempt: a GetTask or TaskFinished whose
@@ -271,7 +281,10 @@ class TaskSource:
                 return None
             self._leave()
             wait = resp.retry_after_ms / 1000.0 if resp.retry_after_ms > 0 else 0.2
-            time.sleep(min(wait, self.max_wait))
+            if self.on_wait is not None:
+                self.on_wait(min(wait, self.max_wait))
+            else:
+                time.sleep(min(wait, self.max_wait))
 
     def job_over(self) -> bool:
         """Whether the job has ended (succeeded, failed or cancelled), read
@@ -331,6 +344,9 @@ class TaskBatches:
         self.cursor = 0  # next record position in the current task
         self.done = False
         self.steps = 0
+        # on_over(), if set, runs each time an iteration ends with the job
+        # (allreduce mode: joins the group's steps until every member is done).
+        self.on_over: Callable[[], None] | None = None
 
     def job_over(self) -> bool:
         """Whether the job has ended (see TaskSource.job_over); if so the
@@ -355,7 +371,7 @@ class TaskBatches:
                 t = self.source.next()
                 if t is None:
                     self.done = True
-                    return
+                    break
                 if t.eval:
                     if self.eval_fn is not None:
                         loss, acc, n = self.eval_fn(t)
@@ -370,6 +386,8 @@ class TaskBatches:
             self.cursor = hi
             self.steps += 1
             yield self.task.records[lo:hi]
+        if self.on_over is not None:
+            self.on_over()
 
     def __len__(self) -> int:  # DataLoader asks; an upper bound is not known
         return max(int(self.source.records // self.batch_size), 1)

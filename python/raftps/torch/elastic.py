@@ -81,6 +81,7 @@ class State:
         self.sync_failures = 0
         self.resets = 0
         self.restores = 0
+        self.last_failure = ""  # the error of the last restore (type: message)
         self._saved_user: dict = {}
 
     def register_reset_callbacks(self, callbacks) -> None:
@@ -163,9 +164,48 @@ class TorchState(State):
     def restore(self) -> None:
         self.model.load_state_dict(self._model_state)
         self.optimizer.load_state_dict(self._opt_state)
+        self._failed = True
         super().restore()
 
+    @property
+    def rank(self) -> int:
+        """This trainer's rank (the optimizer's: group rank in allreduce
+        mode, place among the registered trainers in PS mode)."""
+        return self.optimizer.rank
+
+    @property
+    def size(self) -> int:
+        """How many trainers train together (the optimizer's)."""
+        return self.optimizer.size
+
+    def check_host_updates(self) -> None:
+        """PS mode: the trainer set changed since the last reset. Allreduce
+        mode: the group must re-form (a newer generation, a member gone, an
+        eligible trainer waiting)."""
+        updated = getattr(self.optimizer, "hosts_updated", None)
+        if updated is None:
+            return super().check_host_updates()
+        if updated():
+            raise HostsUpdatedInterrupt(skip_sync=False, members=self.members())
+
+    def on_reset(self) -> None:
+        """Allreduce mode re-forms the group first (a new generation after a
+        failure), so the callbacks see the new rank and size."""
+        reform = getattr(self.optimizer, "reform", None)
+        if reform is not None:
+            reform(getattr(self, "_failed", False))
+        self._failed = False
+        super().on_reset()
+
     def sync(self) -> None:
+        """Allreduce mode: broadcasts rank 0's model and optimizer state.
+        PS mode: see below."""
+        bcast = getattr(self.optimizer, "sync", None)
+        if bcast is not None:
+            return bcast()
+        self._pull()
+
+    def _pull(self) -> None:
         """Pulls the parameters from the pservers (the source of truth). A
         pull that fails with a recoverable error (e.g. the job just ended
         and its slots are gone, or a slot is down) is counted in
@@ -189,13 +229,14 @@ def run(func):
     def wrapper(state: State, *args, **kwargs):
         skip_sync = False
         while True:
-            if not skip_sync:
-                state.sync()
             try:
+                if not skip_sync:
+                    state.sync()  # allreduce mode: a collective, which may fail too
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
-            except RECOVERABLE:
+            except RECOVERABLE as e:
+                state.last_failure = f"{type(e).__name__}: {e}"
                 # Asked first: a job that ended under this trainer (its
                 # task's other copy, a speculative backup or a requeue,
                 # finished the last task) took its pservers away; that

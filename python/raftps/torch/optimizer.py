@@ -60,16 +60,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
     momentum that is the learning rate scaled by it (e.g. rescaled by the
     trainer count in an elastic reset callback).
 
+    ``DistributedOptimizer(model, session=session, mode="allreduce")``
+    returns a :class:`raftps.torch.allreduce.AllreduceOptimizer` instead:
+    the same script, gradients averaged over a Gloo group of the job's
+    trainers. Both have ``rank`` and ``size``.
+
     Args:
-        ps: the job's :class:`raftps.ps.ParamClient`.
+        ps: the job's :class:`raftps.ps.ParamClient`, or the model (then
+            ``session`` is required and names the job and trainer).
         named_parameters: ``model.named_parameters()``; names must be the
             job's param names. Parameters must be CPU float32 tensors.
+        mode: "ps" (this class) or "allreduce".
         session: the trainer's :class:`raftps.tasks.TrainerSession` (used by
             elastic.TorchState to see trainer-set changes).
     """
 
-    def __init__(self, ps: ParamClient, named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
-                 session=None, examples: int = 1):
+    def __new__(cls, *args, mode: str = "ps", **kwargs):
+        if mode == "allreduce":
+            # Not a subclass: Python does not run __init__ again on it.
+            from raftps.torch.allreduce import AllreduceOptimizer
+            return AllreduceOptimizer(*args, **kwargs)
+        if mode != "ps":
+            raise errors.InvalidArgument(f"DistributedOptimizer: mode {mode!r} is not 'ps' or 'allreduce'")
+        return super().__new__(cls)
+
+    def __init__(self, ps, named_parameters: Iterable[tuple[str, torch.nn.Parameter]] | None = None,
+                 session=None, examples: int = 1, mode: str = "ps"):
+        if isinstance(ps, torch.nn.Module):  # DistributedOptimizer(model, session=session)
+            if session is None:
+                raise errors.InvalidArgument("DistributedOptimizer(model): session= is required")
+            named_parameters = ps.named_parameters()
+            ps = ParamClient(session.client, session.job, session.id)
         named = list(named_parameters)
         if not named:
             raise errors.InvalidArgument("DistributedOptimizer: no parameters")
@@ -90,6 +111,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.pull()
 
     @property
+    def rank(self) -> int:
+        """This trainer's place among the job's registered trainers (by
+        name; 0 without a session)."""
+        if self.session is None:
+            return 0
+        return sorted(self.session.members() | {self.session.id}).index(self.session.id)
+
+    @property
+    def size(self) -> int:
+        """How many trainers are registered to the job (1 without a session)."""
+        return len(self.session.members() | {self.session.id}) if self.session is not None else 1
+
+    @property
     def grad_scale(self) -> float:
         return self.param_groups[0]["grad_scale"]
 
@@ -100,6 +134,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def set_examples(self, n: int) -> None:
         self.examples = n
+
+    def attach(self, batches) -> None:
+        """Gives a :class:`raftps.tasks.TaskBatches`' source this optimizer's
+        ParamClient (it leaves the sync steps while the master has no task
+        for this trainer); the allreduce optimizer's ``attach`` hooks the
+        same place, so one script serves both modes."""
+        batches.source.ps = self.ps
 
     def pull(self) -> None:
         """Pulls the parameters from the pservers into the model, in place."""

@@ -30,8 +30,8 @@ Semantics (those of c10d's TCPStore):
   called, its keys go once the lease expires or is revoked.
 
 Under mutual TLS the client's certificate must be allowed to write the
-prefix (an admin certificate; a trainer certificate writes only its
-registration key).
+prefix: an admin certificate, or a trainer certificate for the job (it
+writes single keys under ``/torch/store/<its job>/``, not another prefix).
 """
 
 from __future__ import annotations

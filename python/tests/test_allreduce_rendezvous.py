@@ -1,0 +1,92 @@
+"""The allreduce group's membership rules (raftps.torch.allreduce.
+Rendezvous) with in-process trainer sessions: max_np keeps the newest
+registration out as a spare; a member that is lost is blacklisted with a
+cooldown in the generation record, stays out while it lasts, then joins
+(ranks in registration order)."""
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from raftps import errors
+from raftps.tasks import TrainerSession
+from raftps.torch.allreduce import Rendezvous
+
+
+def form_in_thread(r, failure=False):
+    out = {}
+
+    def run():
+        try:
+            out["group"] = r.form(failure)
+        except Exception as e:  # noqa: BLE001 (asserted by the caller)
+            out["error"] = e
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, out
+
+
+def test_bounds_are_checked(client):
+    s = TrainerSession(client, f"rdzv-{uuid.uuid4().hex[:6]}", "x", ttl=2)
+    try:
+        with pytest.raises(errors.InvalidArgument, match="min_np"):
+            Rendezvous(s, min_np=3, max_np=2)
+    finally:
+        s.close()
+
+
+def test_max_np_spare_blacklist_cooldown_and_rejoin(client):
+    job = f"rdzv-{uuid.uuid4().hex[:6]}"
+    sa = TrainerSession(client, job, "a", ttl=1)
+    sb = TrainerSession(client, job, "b", ttl=1)
+    ra, rb = Rendezvous(sa, max_np=1, cooldown=3), Rendezvous(sb, max_np=1, cooldown=3)
+    sa2 = None
+    try:
+        ga = ra.form(False)
+        assert (ga.gen, ga.members, ga.rank, ga.size) == (1, ["a"], 0, 1)
+        # b, the newer registration, is a spare while the group is full.
+        th, out = form_in_thread(rb)
+        th.join(3)
+        assert th.is_alive() and not out, out
+        assert not ra.hosts_updated()
+        # a is lost (its registration goes): b forms generation 2 alone
+        # and the record blacklists a.
+        sa.close()
+        th.join(60)
+        assert not th.is_alive() and "group" in out, out
+        gb = out["group"]
+        assert gb.members == ["b"] and gb.gen == 2 and gb.rank == 0
+        rec, _ = rb._read()
+        until, losses = rec["blacklist"]["a"]
+        assert losses == 1 and until > time.time() - 1
+        # a comes back within its cooldown: it is not eligible until then.
+        sa2 = TrainerSession(client, job, "a", ttl=1)
+        rb.max_np = None
+        ra2 = Rendezvous(sa2, cooldown=3)
+        th, out = form_in_thread(ra2)
+        th.join(0.5)
+        rec, _ = rb._read()
+        if time.time() < until:
+            assert rec["gen"] == 2 and th.is_alive(), (rec, out)
+        # After the cooldown a proposes generation 3 with b (b is older:
+        # rank 0); b, whose group now is not the newest, re-forms too.
+        deadline = time.monotonic() + 60
+        while not rb.hosts_updated():
+            assert time.monotonic() < deadline, "b never saw a's proposal"
+            time.sleep(0.1)
+        gb3 = rb.form(False)
+        th.join(60)
+        assert "group" in out, out
+        ga3 = out["group"]
+        assert time.time() >= until
+        assert gb3.members == ga3.members == ["b", "a"] and gb3.gen == ga3.gen == 3
+        assert (gb3.rank, ga3.rank) == (0, 1)
+        ra2.close()
+    finally:
+        for r in (ra, rb):
+            r.close()
+        for s in (sa, sb, sa2):
+            if s is not None:
+                s.close()
