@@ -19,8 +19,8 @@
 //	go test ./integration/jepsen -run 'Check|Hosts' -v               # checker tests (no root) and host tests (root)
 //	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v  # the scenarios (see Scenarios)
 //
-// Flags (after the package): -jepsen.bin PATH (default: go build
-// ./cmd/raftps into a temp dir; the test fails, saying why, if that fails or
+// Flags (after the package): -jepsen.bin PATH (default: go build -tags
+// raftps_testclock ./cmd/raftps into a temp dir; the test fails, saying why, if that fails or
 // `raftps node --help` lacks a flag the suite uses), -jepsen.out DIR,
 // -jepsen.seed N, -jepsen.faults kill-leader,loss,... (overrides the
 // schedule; kinds in AllFaults), -jepsen.training, -jepsen.long,
@@ -146,8 +146,8 @@
 //     the server role only (no accepted model is allocated).
 //   - TestJepsenLeaderClockStep (-jepsen.long): the leader's wall clock is
 //     stepped +1h and back through raftstore.TestClockOffsetEnv (a
-//     test-only file read by the node: the wall stamp of the entries it
-//     proposes), then every follower is set 1h ahead and the leader paused
+//     file read by a node built with -tags raftps_testclock, as the suite
+//     builds it: the wall stamp of the entries it proposes), then every follower is set 1h ahead and the leader paused
 //     2 s (a failover to a node ahead); CheckNoTimeouts (no task requeued
 //     for a timeout or failed), leases, registers, training.
 //   - TestJepsenKeepMaxOne (-jepsen.long): a sync job of 3 slots with
