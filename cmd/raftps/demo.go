@@ -64,7 +64,7 @@ accuracy misses its target or a fault was not survived.`,
 	c.Flags().BoolVar(&noFaults, "no-faults", false, "train without killing nodes (the baseline run)")
 	// 3 s, not the node's default 5 s: on one machine's loopback the
 	// keepalives do not need the margin, and a killed slot holder's slots
-	// are served again ~2 s sooner (stalls 3.5-4.4 s instead of ~6.4 s).
+	// are served again sooner (DESIGN.md, "Measurements").
 	c.Flags().DurationVar(&leaseTTL, "pserver-lease-ttl", 3*time.Second, "every node's --pserver-lease-ttl: a killed node's slots are served elsewhere about 2/3 of it after its last keepalive")
 	return c
 }
