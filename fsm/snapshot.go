@@ -21,6 +21,7 @@ import (
 	"github.com/raftps/raftps/fsm/jobq"
 )
 
+// snapMagic opens an FSM snapshot; its last byte is the format version.
 // Snapshot format (version 1). All integers are varints (protowire):
 //
 //	magic    "RPSFSM\x00\x01"
