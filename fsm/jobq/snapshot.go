@@ -12,6 +12,7 @@ import (
 	"github.com/raftps/raftps/fsm/errs"
 )
 
+// snapshotMagic opens a queue snapshot (MarshalBinary), then its version.
 // Snapshot format (all integers varints, little-endian floats as 8 bytes):
 //
 //	"JOBQ" version=1 njobs { job }            jobs sorted by name
