@@ -85,10 +85,13 @@ demo-python: build
 vet:
 	$(GO) vet ./...
 
+# test also runs the test clock (raftstore/testclock_on.go), which only a
+# build with -tags raftps_testclock has (the Jepsen suite builds its nodes so).
 test: build
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
+	$(GO) test -race -count=1 -tags raftps_testclock -run TestStampWall ./raftstore
 	$(MAKE) test-python
 
 demo: build

@@ -38,7 +38,7 @@
 //
 // Elections (`raftps-bench elections`) is apart from Run: one 3-node raftps
 // cluster with the flags given, its Raft terms per minute idle and beside
-// stress-ng --cpu workers, and its failover times in both; node/doc.go
+// stress-ng --cpu workers, and its failover times in both; node/DESIGN.md
 // ("Raft timing") chose the election defaults with it.
 //
 // Run needs a built raftps binary, a module checkout (for go test) and

@@ -71,11 +71,8 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster, wal Cluster)
 	for i := range leases {
 		leases[i] = &sync.Map{}
 	}
-	type wl struct {
-		w   func(i int) Workload
-		key string
-	}
-	wls := []wl{
+	k := &kvRun{clusters: clusters, wal: wal, pools: pools, viaLeader: viaLeader, walPool: walPool, leases: leases, dur: dur, maxOps: maxOps}
+	wls := []kvWorkload{
 		{func(int) Workload { return PutWorkload(1) }, "put"},
 		{func(int) Workload { return PutWorkload(16) }, "put"},
 		{func(int) Workload { return PutWorkload(256) }, "put"},
@@ -84,91 +81,118 @@ func (r *runner) kvSection(ctx context.Context, clusters []Cluster, wal Cluster)
 		{func(i int) Workload { return LeaseWorkload(16, leases[i]) }, "lease"},
 	}
 	for _, x := range wls {
-		// figures[m][i][p]: metric m (throughput, p50, p99) of system i in pair p.
-		var figures [3][2][]float64
-		var errs [2]int64
-		var name string
-		res := make([][]LoadResult, len(clusters))
-		for i := range clusters { // a short warm-up each
-			_, _ = RunLoad(ctx, pools[i], x.w(i), 300*time.Millisecond, 1000)
-			if x.key == "lease" {
-				revokeAll(ctx, leases[i])
+		r.kvWorkload(ctx, k, x)
+	}
+}
+
+// kvWorkload is one workload of the kv section: w makes it for system i,
+// key is its kind ("put", "get", "cas", "lease").
+type kvWorkload struct {
+	w   func(i int) Workload
+	key string
+}
+
+// kvRun is what every workload of the kv section runs against: the
+// clusters (raftps, etcd), their connection pools, etcd via its leader
+// alone, raftps on the wal log store, and each run's bounds.
+type kvRun struct {
+	clusters  []Cluster
+	wal       Cluster
+	pools     [][]Store
+	viaLeader []Store
+	walPool   []Store
+	leases    []*sync.Map // per system: the leases the lease workload holds
+	dur       time.Duration
+	maxOps    int64
+}
+
+// kvWorkload runs workload x in Pairs interleaved pairs and adds its rows.
+func (r *runner) kvWorkload(ctx context.Context, k *kvRun, x kvWorkload) {
+	clusters, pools, viaLeader, walPool, wal, leases, dur, maxOps := k.clusters, k.pools, k.viaLeader, k.walPool, k.wal, k.leases, k.dur, k.maxOps
+	// figures[m][i][p]: metric m (throughput, p50, p99) of system i in pair p.
+	var figures [3][2][]float64
+	var errs [2]int64
+	var name string
+	res := make([][]LoadResult, len(clusters))
+	for i := range clusters { // a short warm-up each
+		_, _ = RunLoad(ctx, pools[i], x.w(i), 300*time.Millisecond, 1000)
+		if x.key == "lease" {
+			revokeAll(ctx, leases[i])
+		}
+		name = x.w(i).Name
+	}
+	if x.key == "put" && len(viaLeader) > 0 {
+		_, _ = RunLoad(ctx, viaLeader, x.w(1), 300*time.Millisecond, 1000)
+	}
+	// raftps-wal, per pair (1-client puts only): throughput and p50.
+	onWAL := x.key == "put" && len(walPool) > 0 && x.w(0).Name == PutWorkload(1).Name
+	var walFig [2][]float64
+	if onWAL {
+		_, _ = RunLoad(ctx, walPool, x.w(0), 300*time.Millisecond, 1000)
+	}
+	var leaderTp []float64 // etcd via its leader, per pair (puts only)
+	for p := 0; p < Pairs; p++ {
+		if onWAL {
+			tp, p50 := NA, NA
+			if lr, err := RunLoad(ctx, walPool, x.w(0), dur, maxOps); err != nil {
+				r.logf("%s %s pair %d: %v", wal.Name(), name, p+1, err)
+			} else {
+				tp, p50 = lr.Throughput(), ms(lr.P50)
+				r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", wal.Name(), name, p+1, tp, p50, ms(lr.P99), lr.Ops, lr.Errors)
 			}
-			name = x.w(i).Name
+			walFig[0], walFig[1] = append(walFig[0], tp), append(walFig[1], p50)
 		}
 		if x.key == "put" && len(viaLeader) > 0 {
-			_, _ = RunLoad(ctx, viaLeader, x.w(1), 300*time.Millisecond, 1000)
-		}
-		// raftps-wal, per pair (1-client puts only): throughput and p50.
-		onWAL := x.key == "put" && len(walPool) > 0 && x.w(0).Name == PutWorkload(1).Name
-		var walFig [2][]float64
-		if onWAL {
-			_, _ = RunLoad(ctx, walPool, x.w(0), 300*time.Millisecond, 1000)
-		}
-		var leaderTp []float64 // etcd via its leader, per pair (puts only)
-		for p := 0; p < Pairs; p++ {
-			if onWAL {
-				tp, p50 := NA, NA
-				if lr, err := RunLoad(ctx, walPool, x.w(0), dur, maxOps); err != nil {
-					r.logf("%s %s pair %d: %v", wal.Name(), name, p+1, err)
-				} else {
-					tp, p50 = lr.Throughput(), ms(lr.P50)
-					r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors)", wal.Name(), name, p+1, tp, p50, ms(lr.P99), lr.Ops, lr.Errors)
-				}
-				walFig[0], walFig[1] = append(walFig[0], tp), append(walFig[1], p50)
+			lr, err := RunLoad(ctx, viaLeader, x.w(1), dur, maxOps)
+			tp := NA
+			if err != nil {
+				r.logf("etcd via its leader %s pair %d: %v", name, p+1, err)
+			} else {
+				tp = lr.Throughput()
+				r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (via its leader)", "etcd", name, p+1, tp, ms(lr.P50), ms(lr.P99))
 			}
-			if x.key == "put" && len(viaLeader) > 0 {
-				lr, err := RunLoad(ctx, viaLeader, x.w(1), dur, maxOps)
-				tp := NA
+			leaderTp = append(leaderTp, tp)
+		}
+		for i := 0; i < 2; i++ {
+			tp, p50, p99 := NA, NA, NA
+			if i < len(clusters) {
+				c := clusters[i]
+				lr, err := RunLoad(ctx, pools[i], x.w(i), dur, maxOps)
+				if x.key == "lease" {
+					revokeAll(ctx, leases[i])
+				}
 				if err != nil {
-					r.logf("etcd via its leader %s pair %d: %v", name, p+1, err)
+					r.logf("%s %s pair %d: %v", c.Name(), name, p+1, err)
 				} else {
-					tp = lr.Throughput()
-					r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (via its leader)", "etcd", name, p+1, tp, ms(lr.P50), ms(lr.P99))
+					res[i] = append(res[i], lr)
+					errs[i] += lr.Errors
+					tp, p50, p99 = lr.Throughput(), ms(lr.P50), ms(lr.P99)
+					r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, extra %d)", c.Name(), name, p+1,
+						tp, p50, p99, lr.Ops, lr.Errors, lr.Extra)
 				}
-				leaderTp = append(leaderTp, tp)
 			}
-			for i := 0; i < 2; i++ {
-				tp, p50, p99 := NA, NA, NA
-				if i < len(clusters) {
-					c := clusters[i]
-					lr, err := RunLoad(ctx, pools[i], x.w(i), dur, maxOps)
-					if x.key == "lease" {
-						revokeAll(ctx, leases[i])
-					}
-					if err != nil {
-						r.logf("%s %s pair %d: %v", c.Name(), name, p+1, err)
-					} else {
-						res[i] = append(res[i], lr)
-						errs[i] += lr.Errors
-						tp, p50, p99 = lr.Throughput(), ms(lr.P50), ms(lr.P99)
-						r.logf("%-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, extra %d)", c.Name(), name, p+1,
-							tp, p50, p99, lr.Ops, lr.Errors, lr.Extra)
-					}
-				}
-				figures[0][i] = append(figures[0][i], tp)
-				figures[1][i] = append(figures[1][i], p50)
-				figures[2][i] = append(figures[2][i], p99)
-			}
+			figures[0][i] = append(figures[0][i], tp)
+			figures[1][i] = append(figures[1][i], p50)
+			figures[2][i] = append(figures[2][i], p99)
 		}
-		r.raw[fmt.Sprintf("kv/%s", name)] = res
-		note := ""
-		if errs[0] > 0 || errs[1] > 0 {
-			note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
-		}
-		r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, figures[0][0], figures[0][1]))
-		if len(leaderTp) > 0 {
-			r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput vs etcd via its leader", Unit: "ops/s", BaseName: "etcd-leader",
-				Note: "etcd's clients all on its leader's endpoint (raftps' client sends writes to the leader)"}, figures[0][0], leaderTp))
-		}
-		if onWAL {
-			r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput " + WALSuffix, Unit: "ops/s", BaseName: "etcd",
-				Note: "a second raftps cluster started with --raft-log-store wal (hashicorp/raft-wal); the row above is the default, boltdb"}, walFig[0], figures[0][1]))
-			r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50 " + WALSuffix, Unit: "ms", BaseName: "etcd"}, walFig[1], figures[1][1]))
-		}
-		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
-		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))
 	}
+	r.raw[fmt.Sprintf("kv/%s", name)] = res
+	note := ""
+	if errs[0] > 0 || errs[1] > 0 {
+		note = fmt.Sprintf("errors raftps %d, etcd %d", errs[0], errs[1])
+	}
+	r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, figures[0][0], figures[0][1]))
+	if len(leaderTp) > 0 {
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput vs etcd via its leader", Unit: "ops/s", BaseName: "etcd-leader",
+			Note: "etcd's clients all on its leader's endpoint (raftps' client sends writes to the leader)"}, figures[0][0], leaderTp))
+	}
+	if onWAL {
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " throughput " + WALSuffix, Unit: "ops/s", BaseName: "etcd",
+			Note: "a second raftps cluster started with --raft-log-store wal (hashicorp/raft-wal); the row above is the default, boltdb"}, walFig[0], figures[0][1]))
+		r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50 " + WALSuffix, Unit: "ms", BaseName: "etcd"}, walFig[1], figures[1][1]))
+	}
+	r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
+	r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

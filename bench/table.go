@@ -240,7 +240,7 @@ func WriteMarkdownTable(w io.Writer, rows []Row) error {
 	return err
 }
 
-// fmtDur prints d in seconds or milliseconds for notes.
+// fmtSeconds lists xs (seconds) for notes, each as FormatValue shows it.
 func fmtSeconds(xs []float64) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {

@@ -249,108 +249,30 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 	var fwg sync.WaitGroup
 	defer func() { fcancel(); fwg.Wait() }()
 
-	jobN := 0
-	var job string
-	var events *eventLog
-	submit := func() error {
-		jobN++
-		job = fmt.Sprintf("bench-recovery-%d", jobN)
-		leader, err := c.Leader(ctx)
-		if err != nil {
-			return err
-		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(sctx, r.cfg.Bin, "--endpoints", c.grpc[leader], "job", "submit", "--name", job,
-			"--model", "mlp", "--hidden", "64", "--records", "60000", "--records-per-task", "500", "--passes", "10",
-			"--pservers", "2", "--mode", "sync", "--checkpoint-steps", "20", "--dataset", r.cfg.Dataset).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("job submit: %v: %s", err, out)
-		}
-		events = newEventLog()
-		fwg.Add(1)
-		go func(l *eventLog, job string) { defer fwg.Done(); l.follow(fctx, c, job) }(events, job)
-		// In full flow: every trainer has finished a task.
-		seen := map[string]bool{}
-		if events.wait(ctx, 90*time.Second, func(e *pb.JobEvent) bool {
-			if e.Type == pb.JobEvent_TASK_DONE {
-				node, _, _ := strings.Cut(e.Trainer, "-")
-				seen[node] = true
-			}
-			return len(seen) == len(c.procs)
-		}) == nil {
-			if len(seen) == 0 {
-				return fmt.Errorf("job %s: no task done within 90 s", job)
-			}
-			r.note(fmt.Sprintf("training: job %s: only trainers %v finished a task within 90 s of the submit", job, keys(seen)))
-		}
-		return nil
-	}
-	if err := submit(); err != nil {
+	jobs := &recoveryJobs{r: r, c: c, ctx: ctx, fctx: fctx, fwg: &fwg}
+	if err := jobs.submit(); err != nil {
 		r.note(fmt.Sprintf("training: %v (logs in %s)", err, dir))
 		return
 	}
-	r.logf("training job %s running", job)
-	// fresh replaces the job with a new one when it has ended or is in its
-	// last two passes, so that every trial hits a job in full flow.
-	fresh := func() error {
-		cl, err := client.New(c.Endpoints())
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		resp, err := cl.Master.GetJob(gctx, &pb.GetJobRequest{Name: job})
-		if err != nil {
-			return nil // a transient error: the trial will tell
-		}
-		st := resp.Status
-		running := st.State == pb.JobState_JOB_RUNNING || st.State == pb.JobState_JOB_PENDING
-		if running && st.Pass < 8 {
-			return nil
-		}
-		if running {
-			_, _ = cl.Master.CancelJob(gctx, &pb.CancelJobRequest{Name: job})
-		}
-		if err := submit(); err != nil {
-			return err
-		}
-		r.logf("training job %s running", job)
-		return nil
-	}
+	r.logf("training job %s running", jobs.job)
 	deadline := time.Now().Add(budget)
 	failures := make([]int, len(recoveryScenarios))
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if err := fresh(); err != nil {
+		if err := jobs.fresh(); err != nil {
 			r.note(fmt.Sprintf("training: new job: %v", err))
 			return
 		}
-		leader, st, err := observe(ctx, c, job)
+		leader, st, err := observe(ctx, c, jobs.job)
 		if err != nil {
 			r.logf("training: %v", err)
 			continue
 		}
-		// The scenario still short of trials that is clean now, the one
-		// with fewest trials first; else the neediest one, noted unclean.
-		si, forced := -1, false
-		for i, s := range recoveryScenarios {
-			if len(results[i])+failures[i] < trials && s.clean(leader, st, c) && (si < 0 || len(results[i]) < len(results[si])) {
-				si = i
-			}
-		}
-		if si < 0 {
-			for i := range recoveryScenarios {
-				if len(results[i])+failures[i] < trials && (si < 0 || len(results[i]) < len(results[si])) {
-					si, forced = i, true
-				}
-			}
-		}
+		si, forced := pickScenario(results, failures, trials, leader, st, c)
 		if si < 0 {
 			break // all done
 		}
 		s := recoveryScenarios[si]
-		d, note, err := r.recoveryTrial(ctx, c, events, s, leader, st)
+		d, note, err := r.recoveryTrial(ctx, c, jobs.events, s, leader, st)
 		if forced && note == "" {
 			note = "not isolated"
 		}
@@ -371,6 +293,108 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 			r.note(fmt.Sprintf("recovery in training: %s: %d of %d trials succeeded (%d failed; budget %v)", recoveryScenarios[i].name, len(results[i]), trials, failures[i], budget))
 		}
 	}
+}
+
+// pickScenario is the next recovery trial's scenario: the one still short
+// of trials that is clean now (recoveryScenario.clean), the one with
+// fewest trials first; else the neediest one, forced (noted unclean). -1
+// when every scenario has its trials.
+func pickScenario(results [][]float64, failures []int, trials, leader int, st *pb.JobStatus, c *raftpsCluster) (si int, forced bool) {
+	si, forced = -1, false
+	for i, s := range recoveryScenarios {
+		if len(results[i])+failures[i] < trials && s.clean(leader, st, c) && (si < 0 || len(results[i]) < len(results[si])) {
+			si = i
+		}
+	}
+	if si < 0 {
+		for i := range recoveryScenarios {
+			if len(results[i])+failures[i] < trials && (si < 0 || len(results[i]) < len(results[si])) {
+				si, forced = i, true
+			}
+		}
+	}
+	return si, forced
+}
+
+// recoveryJobs is the job the recovery trials hit, replaced by a new one
+// (bench-recovery-N) when it nears its end.
+type recoveryJobs struct {
+	r      *runner
+	c      *raftpsCluster
+	ctx    context.Context // the section's
+	fctx   context.Context // the event followers' (cancelled at the end)
+	fwg    *sync.WaitGroup // the event followers
+	n      int
+	job    string
+	events *eventLog // job's events
+}
+
+// submit submits a new job, follows its events, and waits (90 s at most)
+// until every node's trainer has finished a task.
+func (j *recoveryJobs) submit() error {
+	j.n++
+	j.job = fmt.Sprintf("bench-recovery-%d", j.n)
+	ctx, c, r, job := j.ctx, j.c, j.r, j.job
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(sctx, r.cfg.Bin, "--endpoints", c.grpc[leader], "job", "submit", "--name", job,
+		"--model", "mlp", "--hidden", "64", "--records", "60000", "--records-per-task", "500", "--passes", "10",
+		"--pservers", "2", "--mode", "sync", "--checkpoint-steps", "20", "--dataset", r.cfg.Dataset).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("job submit: %v: %s", err, out)
+	}
+	j.events = newEventLog()
+	j.fwg.Add(1)
+	go func(l *eventLog, job string) { defer j.fwg.Done(); l.follow(j.fctx, c, job) }(j.events, job)
+	// In full flow: every trainer has finished a task.
+	seen := map[string]bool{}
+	if j.events.wait(ctx, 90*time.Second, func(e *pb.JobEvent) bool {
+		if e.Type == pb.JobEvent_TASK_DONE {
+			node, _, _ := strings.Cut(e.Trainer, "-")
+			seen[node] = true
+		}
+		return len(seen) == len(c.procs)
+	}) == nil {
+		if len(seen) == 0 {
+			return fmt.Errorf("job %s: no task done within 90 s", job)
+		}
+		r.note(fmt.Sprintf("training: job %s: only trainers %v finished a task within 90 s of the submit", job, keys(seen)))
+	}
+	return nil
+}
+
+// fresh replaces the job with a new one when it has ended or is in its
+// last two passes, so that every trial hits a job in full flow.
+func (j *recoveryJobs) fresh() error {
+	ctx, c, r, job := j.ctx, j.c, j.r, j.job
+	cl, err := client.New(c.Endpoints())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cl.Master.GetJob(gctx, &pb.GetJobRequest{Name: job})
+	if err != nil {
+		return nil // a transient error: the trial will tell
+	}
+	st := resp.Status
+	running := st.State == pb.JobState_JOB_RUNNING || st.State == pb.JobState_JOB_PENDING
+	if running && st.Pass < 8 {
+		return nil
+	}
+	if running {
+		_, _ = cl.Master.CancelJob(gctx, &pb.CancelJobRequest{Name: job})
+	}
+	if err := j.submit(); err != nil {
+		return err
+	}
+	r.logf("training job %s running", j.job)
+	return nil
 }
 
 func trimErr(err error) string {

@@ -24,63 +24,6 @@
 //
 // Reads (Range, Events, Leases, Jobs) are served from local state.
 //
-// # Semantics
-//
-// The store follows etcd v3: an empty store is at revision 1; every command
-// that changes a key (Put, a DeleteRange that deletes something, a Txn with a
-// write, a LeaseRevoke of a lease with keys) takes the next revision, and a
-// Txn or a revoke is one revision however many keys it writes. Lease grants,
-// compactions and job commands do not change the revision. Each command is
-// atomic: it is validated completely before anything changes, and a rejected
-// command (pb.Result.Error set) changed nothing; the other commands of the
-// same entry still apply. An undecodable payload (ErrMalformed) is rejected
-// the same way on every replica and logged at Error level; an entry that
-// does not decode at all is logged and skipped (ApplyResult.Err), the
-// applied index still advances. A handler panic is recovered, logged with
-// its stack and returned as codes.Internal (identically on every replica).
-//
-// # Commands this replica cannot apply: halt
-//
-// A committed entry must have the same effect on every replica, so a
-// replica that cannot apply one exactly must not carry on without it (in a
-// mixed-version cluster the newer replicas would apply it and the older
-// would diverge for good). The policy is to halt: an entry with a command
-// type this binary does not know (ErrUnknownCommand), or with fields it
-// does not know in the Entry or a Command envelope (a newer leader's
-// stamps), makes Apply log at Error level and panic before anything of
-// the entry is applied or the applied index advances. The process ends; a
-// restart replays the log and halts at the same index until the node runs
-// a binary that knows the command. The rest of the cluster is unaffected
-// as long as a quorum can apply. Three rules keep this safe:
-//
-//   - the proposer never lets such an entry into the log itself:
-//     EncodeEntryAt refuses a command type the leader does not know, so a
-//     buggy or hostile peer cannot halt the cluster with a made-up type;
-//   - a change in what a command does comes with a new command type (an
-//     old replica halts on the type) and a new field in a payload is only
-//     allowed if a replica ignoring it applies the command the same way;
-//   - upgrade every voter before anything proposes a new command type (a
-//     rolling upgrade of followers first, the leader last, or a restart of
-//     the whole cluster). Upgrading from e46dc7a (which rejected unknown
-//     types and carried on, and ignores Entry.mono_nano) needs a whole-cluster
-//     restart: a mixed cluster would apply task deadlines differently.
-//
-// # Time
-//
-// Task deadlines and durations, blacklist cooldowns and the age of finished
-// jobs are measured in the replicated clock (clock.go, FSM.Clock): it
-// starts at the first entry's wall stamp, advances within a term by the
-// leader's monotonic stamps (Entry.mono_nano), is re-based (does not
-// advance) at a new term, never goes backwards and saturates. An NTP step on
-// the leader or a failover to a node whose clock is ahead can therefore not
-// expire tasks early; it lags wall time by the time the cluster had no
-// leader. The leader's sweep compares deadlines with a ClockEstimator over
-// Clock(), not with its wall clock.
-//
-// Watch history keeps the events of the last HistoryRevisions revisions (and
-// COMMAND_COMPACT drops more); it is part of the snapshot, so a node restored
-// from a snapshot can still serve watch resumes.
-//
 // # Caller duties
 //
 //   - Time: the FSM reads no clock. The proposer stamps Entry.now_unix_nano
@@ -137,13 +80,8 @@
 // Apply and Restore, after the lock is released, in log order; it must not
 // block.
 //
-// # Snapshot format
-//
-// A snapshot is a magic header, typed length-prefixed records (meta with
-// the replicated clock, leases, key/values, events, one record per job,
-// client sessions, each bounded) and a CRC-32C trailer; see snapshot.go. Whatever Apply
-// accepts, Snapshot and Restore reproduce byte for byte (FuzzAPISequence
-// checks it after every step of random API call sequences). Restore decodes and validates everything into a new state and
-// only then swaps it in, so a truncated or corrupt snapshot (ErrMalformed)
-// leaves the current state untouched.
+// The design notes of this package are in DESIGN.md in this directory
+// ("Semantics", "Halting: the rules", "Time: what runs on the clock",
+// "Snapshot guarantees", and the notes on state, determinism, atomicity,
+// the replicated clock and the snapshot format before them).
 package fsm

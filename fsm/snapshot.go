@@ -21,6 +21,7 @@ import (
 	"github.com/raftps/raftps/fsm/jobq"
 )
 
+// snapMagic opens an FSM snapshot; its last byte is the format version.
 // Snapshot format (version 1). All integers are varints (protowire):
 //
 //	magic    "RPSFSM\x00\x01"
@@ -312,55 +313,26 @@ func maxRecord(tag byte) uint64 {
 	return 0
 }
 
+// decodeSnapshot reads a snapshot written by the encoder above: the magic,
+// then records in tag order, each handed to its tag's restorer (restorers),
+// then the CRC trailer. Errors: ErrNewerFormat for a snapshot of a later
+// format, ErrMalformed for anything else it does not accept, or the
+// reader's error.
 func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 	cr := &crcReader{r: bufio.NewReaderSize(r, 64<<10), h: crc32.New(crcTable)}
-	magic := make([]byte, len(snapMagic))
-	if _, err := io.ReadFull(cr, magic); err != nil {
-		return nil, readErr("header", err)
+	if err := readMagic(cr); err != nil {
+		return nil, err
 	}
-	if string(magic) != snapMagic {
-		if string(magic[:len(snapMagic)-1]) == snapMagic[:len(snapMagic)-1] && magic[len(snapMagic)-1] > snapMagic[len(snapMagic)-1] {
-			return nil, fmt.Errorf("%w: snapshot format %d, this build reads formats up to %d; upgrade raftps on this node (`raftps version`) first",
-				ErrNewerFormat, magic[len(snapMagic)-1], snapMagic[len(snapMagic)-1])
-		}
-		return nil, malformed("bad magic %q", magic)
-	}
-	st := &restored{kvs: newTree(), leases: map[int64]*lease{}}
-	var (
-		lastTag  byte
-		lastKey  []byte
-		lastRev  int64
-		haveMeta bool
-		events   []*pb.Event
-		jobRecs  [][]byte
-		sessRecs [][]byte
-	)
+	d := &snapDecoder{st: &restored{kvs: newTree(), leases: map[int64]*lease{}}, newJobs: newJobs}
+	var lastTag byte
 	for {
 		tag, err := cr.ReadByte()
 		if err != nil {
 			return nil, readErr("record tag", err)
 		}
 		if tag == tagEnd {
-			sum := cr.h.Sum32()
-			n, err := binary.ReadUvarint(cr)
-			if err != nil {
-				return nil, readErr("trailer", err)
-			}
-			if n != 4 {
-				return nil, malformed("trailer length %d", n)
-			}
-			var b [4]byte
-			if _, err := io.ReadFull(cr, b[:]); err != nil {
-				return nil, readErr("trailer", err)
-			}
-			if got := binary.BigEndian.Uint32(b[:]); got != sum {
-				return nil, malformed("checksum %08x, computed %08x", got, sum)
-			}
-			if _, err := cr.ReadByte(); err != io.EOF {
-				if err != nil {
-					return nil, readErr("end", err)
-				}
-				return nil, malformed("trailing bytes after end")
+			if err := readTrailer(cr); err != nil {
+				return nil, err
 			}
 			break
 		}
@@ -368,128 +340,237 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 			(tag == tagJob && lastTag == tagJobs) {
 			return nil, malformed("record tag %d after %d", tag, lastTag)
 		}
-		if tag != tagMeta && !haveMeta {
+		if tag != tagMeta && !d.haveMeta {
 			return nil, malformed("record tag %d before meta", tag)
 		}
 		lastTag = tag
-		n, err := binary.ReadUvarint(cr)
+		body, err := readRecord(cr, tag)
 		if err != nil {
-			return nil, readErr("record length", err)
+			return nil, err
 		}
-		if n > maxRecord(tag) {
-			return nil, malformed("record tag %d of %d bytes", tag, n)
-		}
-		body, err := io.ReadAll(io.LimitReader(cr, int64(n)))
-		if err != nil {
-			return nil, readErr("record", err)
-		}
-		if uint64(len(body)) != n {
-			return nil, malformed("truncated in record tag %d", tag)
-		}
-		switch tag {
-		case tagMeta:
-			vals, err := varints(body, 8)
-			if err != nil {
-				if vals, err = varints(body, 4); err != nil { // an older snapshot: no clock
-					return nil, err
-				}
-				vals = append(vals, 0, 0, 0, 0)
-			}
-			st.applied, st.rev, st.compactRev, st.nextLease = vals[0], int64(vals[1]), int64(vals[2]), int64(vals[3])
-			st.clock = clock{now: int64(vals[4]), term: vals[5], mono: int64(vals[6]), wall: int64(vals[7])}
-			if st.clock.now < 0 || st.clock.mono < 0 {
-				return nil, malformed("meta clock %d mono %d", st.clock.now, st.clock.mono)
-			}
-			if st.rev < 1 || st.compactRev < 0 || st.compactRev > st.rev || st.nextLease < 1 {
-				return nil, malformed("meta revision %d compact %d next lease %d", st.rev, st.compactRev, st.nextLease)
-			}
-			haveMeta = true
-		case tagLease:
-			vals, owner, err := varintsThen(body, 2)
-			if err != nil {
-				return nil, err
-			}
-			id, ttl := int64(vals[0]), int64(vals[1])
-			if id <= 0 || ttl <= 0 || len(owner) > MaxLeaseOwner {
-				return nil, malformed("lease %d ttl %d owner of %d bytes", id, ttl, len(owner))
-			}
-			if _, dup := st.leases[id]; dup {
-				return nil, malformed("duplicate lease %d", id)
-			}
-			st.leases[id] = &lease{ttl: ttl, owner: string(owner), keys: map[string]struct{}{}}
-		case tagKV:
-			kv := &pb.KeyValue{}
-			if err := proto.Unmarshal(body, kv); err != nil {
-				return nil, malformed("key/value: %v", err)
-			}
-			if err := checkKV(kv, st.rev); err != nil {
-				return nil, err
-			}
-			if lastKey != nil && bytes.Compare(kv.Key, lastKey) <= 0 {
-				return nil, malformed("key %q out of order", kv.Key)
-			}
-			lastKey = kv.Key
-			if kv.Lease != 0 {
-				l, ok := st.leases[kv.Lease]
-				if !ok {
-					return nil, malformed("key %q on unknown lease %d", kv.Key, kv.Lease)
-				}
-				l.keys[string(kv.Key)] = struct{}{}
-			}
-			st.kvs.ReplaceOrInsert(kv)
-		case tagEvent:
-			ev := &pb.Event{}
-			if err := proto.Unmarshal(body, ev); err != nil {
-				return nil, malformed("event: %v", err)
-			}
-			rev := ev.GetKv().GetModRevision()
-			if ev.Kv == nil || len(ev.Kv.Key) == 0 || rev <= st.compactRev || rev > st.rev || rev < lastRev {
-				return nil, malformed("event at revision %d (compact %d, store %d, previous %d)", rev, st.compactRev, st.rev, lastRev)
-			}
-			switch ev.Type {
-			case pb.Event_PUT:
-				if err := checkKV(ev.Kv, st.rev); err != nil {
-					return nil, err
-				}
-			case pb.Event_DELETE:
-			default:
-				return nil, malformed("event type %d", int32(ev.Type))
-			}
-			if ev.PrevKv != nil {
-				if err := checkKV(ev.PrevKv, st.rev); err != nil {
-					return nil, err
-				}
-			}
-			if rev != lastRev && len(events) > 0 {
-				st.addHist(lastRev, events)
-				events = nil
-			}
-			lastRev = rev
-			events = append(events, ev)
-		case tagJobs:
-			q := newJobs()
-			if err := q.UnmarshalBinary(body); err != nil {
-				if errors.Is(err, ErrMalformed) {
-					return nil, err
-				}
-				return nil, malformed("job queue: %v", err)
-			}
-			st.jobs = q
-		case tagJob:
-			jobRecs = append(jobRecs, body)
-		case tagSession:
-			sessRecs = append(sessRecs, body)
+		if err := restorers[tag](d, body); err != nil {
+			return nil, err
 		}
 	}
-	if !haveMeta {
+	return d.finish()
+}
+
+// readMagic reads and checks the snapshot's magic (format) header.
+func readMagic(cr *crcReader) error {
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(cr, magic); err != nil {
+		return readErr("header", err)
+	}
+	if string(magic) != snapMagic {
+		if string(magic[:len(snapMagic)-1]) == snapMagic[:len(snapMagic)-1] && magic[len(snapMagic)-1] > snapMagic[len(snapMagic)-1] {
+			return fmt.Errorf("%w: snapshot format %d, this build reads formats up to %d; upgrade raftps on this node (`raftps version`) first",
+				ErrNewerFormat, magic[len(snapMagic)-1], snapMagic[len(snapMagic)-1])
+		}
+		return malformed("bad magic %q", magic)
+	}
+	return nil
+}
+
+// readTrailer reads the end record's CRC (after tagEnd), checks it
+// against every byte before it, and checks that nothing follows.
+func readTrailer(cr *crcReader) error {
+	sum := cr.h.Sum32()
+	n, err := binary.ReadUvarint(cr)
+	if err != nil {
+		return readErr("trailer", err)
+	}
+	if n != 4 {
+		return malformed("trailer length %d", n)
+	}
+	var b [4]byte
+	if _, err := io.ReadFull(cr, b[:]); err != nil {
+		return readErr("trailer", err)
+	}
+	if got := binary.BigEndian.Uint32(b[:]); got != sum {
+		return malformed("checksum %08x, computed %08x", got, sum)
+	}
+	if _, err := cr.ReadByte(); err != io.EOF {
+		if err != nil {
+			return readErr("end", err)
+		}
+		return malformed("trailing bytes after end")
+	}
+	return nil
+}
+
+// readRecord reads the length and body of a record of tag (its tag byte
+// already read), refusing a length above maxRecord(tag).
+func readRecord(cr *crcReader, tag byte) ([]byte, error) {
+	n, err := binary.ReadUvarint(cr)
+	if err != nil {
+		return nil, readErr("record length", err)
+	}
+	if n > maxRecord(tag) {
+		return nil, malformed("record tag %d of %d bytes", tag, n)
+	}
+	body, err := io.ReadAll(io.LimitReader(cr, int64(n)))
+	if err != nil {
+		return nil, readErr("record", err)
+	}
+	if uint64(len(body)) != n {
+		return nil, malformed("truncated in record tag %d", tag)
+	}
+	return body, nil
+}
+
+// snapDecoder is the state decodeSnapshot carries from record to record:
+// the state restored so far and what the order checks need.
+type snapDecoder struct {
+	st       *restored
+	newJobs  func() JobQueue
+	lastKey  []byte
+	lastRev  int64
+	haveMeta bool
+	events   []*pb.Event // of revision lastRev, not yet in st's history
+	jobRecs  [][]byte
+	sessRecs [][]byte
+}
+
+// restorers maps each record tag to the function that restores one record
+// of it, as Consul's fsm registers a restorer per record type
+// (registerRestorer). decodeSnapshot checks the tag's order and bounds
+// before it calls one.
+var restorers = [tagSession + 1]func(d *snapDecoder, body []byte) error{
+	tagMeta:    (*snapDecoder).restoreMeta,
+	tagLease:   (*snapDecoder).restoreLease,
+	tagKV:      (*snapDecoder).restoreKV,
+	tagEvent:   (*snapDecoder).restoreEvent,
+	tagJobs:    (*snapDecoder).restoreJobs,
+	tagJob:     func(d *snapDecoder, body []byte) error { d.jobRecs = append(d.jobRecs, body); return nil },
+	tagSession: func(d *snapDecoder, body []byte) error { d.sessRecs = append(d.sessRecs, body); return nil },
+}
+
+// restoreMeta restores the meta record: applied index, revisions, next
+// lease ID and the replicated clock (zero in older snapshots).
+func (d *snapDecoder) restoreMeta(body []byte) error {
+	st := d.st
+	vals, err := varints(body, 8)
+	if err != nil {
+		if vals, err = varints(body, 4); err != nil { // an older snapshot: no clock
+			return err
+		}
+		vals = append(vals, 0, 0, 0, 0)
+	}
+	st.applied, st.rev, st.compactRev, st.nextLease = vals[0], int64(vals[1]), int64(vals[2]), int64(vals[3])
+	st.clock = clock{now: int64(vals[4]), term: vals[5], mono: int64(vals[6]), wall: int64(vals[7])}
+	if st.clock.now < 0 || st.clock.mono < 0 {
+		return malformed("meta clock %d mono %d", st.clock.now, st.clock.mono)
+	}
+	if st.rev < 1 || st.compactRev < 0 || st.compactRev > st.rev || st.nextLease < 1 {
+		return malformed("meta revision %d compact %d next lease %d", st.rev, st.compactRev, st.nextLease)
+	}
+	d.haveMeta = true
+	return nil
+}
+
+// restoreLease restores one lease (its keys come with their KV records).
+func (d *snapDecoder) restoreLease(body []byte) error {
+	vals, owner, err := varintsThen(body, 2)
+	if err != nil {
+		return err
+	}
+	id, ttl := int64(vals[0]), int64(vals[1])
+	if id <= 0 || ttl <= 0 || len(owner) > MaxLeaseOwner {
+		return malformed("lease %d ttl %d owner of %d bytes", id, ttl, len(owner))
+	}
+	if _, dup := d.st.leases[id]; dup {
+		return malformed("duplicate lease %d", id)
+	}
+	d.st.leases[id] = &lease{ttl: ttl, owner: string(owner), keys: map[string]struct{}{}}
+	return nil
+}
+
+// restoreKV restores one key (keys come in ascending order) and attaches
+// it to its lease.
+func (d *snapDecoder) restoreKV(body []byte) error {
+	kv := &pb.KeyValue{}
+	if err := proto.Unmarshal(body, kv); err != nil {
+		return malformed("key/value: %v", err)
+	}
+	if err := checkKV(kv, d.st.rev); err != nil {
+		return err
+	}
+	if d.lastKey != nil && bytes.Compare(kv.Key, d.lastKey) <= 0 {
+		return malformed("key %q out of order", kv.Key)
+	}
+	d.lastKey = kv.Key
+	if kv.Lease != 0 {
+		l, ok := d.st.leases[kv.Lease]
+		if !ok {
+			return malformed("key %q on unknown lease %d", kv.Key, kv.Lease)
+		}
+		l.keys[string(kv.Key)] = struct{}{}
+	}
+	d.st.kvs.ReplaceOrInsert(kv)
+	return nil
+}
+
+// restoreEvent restores one watch-history event (events come in revision
+// order); the events of one revision enter the history together.
+func (d *snapDecoder) restoreEvent(body []byte) error {
+	st := d.st
+	ev := &pb.Event{}
+	if err := proto.Unmarshal(body, ev); err != nil {
+		return malformed("event: %v", err)
+	}
+	rev := ev.GetKv().GetModRevision()
+	if ev.Kv == nil || len(ev.Kv.Key) == 0 || rev <= st.compactRev || rev > st.rev || rev < d.lastRev {
+		return malformed("event at revision %d (compact %d, store %d, previous %d)", rev, st.compactRev, st.rev, d.lastRev)
+	}
+	switch ev.Type {
+	case pb.Event_PUT:
+		if err := checkKV(ev.Kv, st.rev); err != nil {
+			return err
+		}
+	case pb.Event_DELETE:
+	default:
+		return malformed("event type %d", int32(ev.Type))
+	}
+	if ev.PrevKv != nil {
+		if err := checkKV(ev.PrevKv, st.rev); err != nil {
+			return err
+		}
+	}
+	if rev != d.lastRev && len(d.events) > 0 {
+		st.addHist(d.lastRev, d.events)
+		d.events = nil
+	}
+	d.lastRev = rev
+	d.events = append(d.events, ev)
+	return nil
+}
+
+// restoreJobs restores the whole job queue of an older snapshot.
+func (d *snapDecoder) restoreJobs(body []byte) error {
+	q := d.newJobs()
+	if err := q.UnmarshalBinary(body); err != nil {
+		if errors.Is(err, ErrMalformed) {
+			return err
+		}
+		return malformed("job queue: %v", err)
+	}
+	d.st.jobs = q
+	return nil
+}
+
+// finish restores what is whole only after the last record (the last
+// revision's events, the job records, the sessions) and returns the state.
+func (d *snapDecoder) finish() (*restored, error) {
+	st := d.st
+	if !d.haveMeta {
 		return nil, malformed("no meta record")
 	}
-	if len(events) > 0 {
-		st.addHist(lastRev, events)
+	if len(d.events) > 0 {
+		st.addHist(d.lastRev, d.events)
 	}
-	if jobRecs != nil {
-		q := newJobs()
-		if err := q.UnmarshalJobs(jobRecs); err != nil {
+	if d.jobRecs != nil {
+		q := d.newJobs()
+		if err := q.UnmarshalJobs(d.jobRecs); err != nil {
 			if errors.Is(err, ErrMalformed) {
 				return nil, err
 			}
@@ -498,9 +579,9 @@ func decodeSnapshot(r io.Reader, newJobs func() JobQueue) (*restored, error) {
 		st.jobs = q
 	}
 	if st.jobs == nil {
-		st.jobs = newJobs()
+		st.jobs = d.newJobs()
 	}
-	sessions, err := unmarshalSessions(sessRecs)
+	sessions, err := unmarshalSessions(d.sessRecs)
 	if err != nil {
 		return nil, err
 	}

@@ -26,8 +26,8 @@ import (
 //	                             SuspicionMaxTimeoutMult times that
 //
 // (suspicion scales with log10(N) past 10 members). With the defaults that
-// is 0.75 to 2.25 s on a 3-member cluster; measured on loopback: median
-// 1.15 s, max 1.7 s. See the package documentation.
+// is 0.75 to 2.25 s on a 3-member cluster (the figures measured on
+// loopback are in DESIGN.md, "Failure detection").
 type Config struct {
 	// Meta is this member's metadata. Meta.ID is the memberlist node name
 	// and must be unique in the cluster. Required.

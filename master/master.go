@@ -229,7 +229,8 @@ func (m *Master) leaderLoop(ctx context.Context) {
 // an alive server joins (voter while fewer than MaxVoters voters, unless
 // it is held as a learner: schema.LearnerKey, member add --learner), a server
 // that left is removed, a failed one is removed only after
-// DeadServerTimeout and never below quorum (raft-autopilot's rule).
+// DeadServerTimeout and never below quorum (raft-autopilot's rule). Each
+// member is handled by reconcileMember, as Consul's leader does.
 func (m *Master) reconcile(ctx context.Context) {
 	if !m.store.IsLeader() {
 		return
@@ -239,109 +240,145 @@ func (m *Master) reconcile(ctx context.Context) {
 		m.log.Warn("reconcile: read configuration", "err", err)
 		return
 	}
-	inRaft := map[string]raft.Server{}
-	voters := 0
+	r := &reconcileRound{inRaft: map[string]raft.Server{}, self: m.store.Stats().ID, now: time.Now()}
 	for _, s := range servers {
-		inRaft[string(s.ID)] = s
+		r.inRaft[string(s.ID)] = s
 		if s.Suffrage == raft.Voter {
-			voters++
+			r.voters++
 		}
 	}
-	self := m.store.Stats().ID
-	now := time.Now()
 	// Learners (member add --learner) stay non-voters until member promote.
-	learners := learnerSet(ctx, m.store)
+	r.learners = learnerSet(ctx, m.store)
 	for _, mem := range m.members.Members() {
-		id := mem.Meta.ID
-		if m.proven(ctx, self, mem, inRaft) {
-			m.writeNode(ctx, mem)
+		m.reconcileMember(ctx, r, mem)
+	}
+}
+
+// reconcileRound is what one reconcile pass knows of the Raft
+// configuration; voters is kept current as members are added and removed.
+type reconcileRound struct {
+	inRaft   map[string]raft.Server
+	voters   int
+	learners map[string]bool
+	self     string
+	now      time.Time
+}
+
+// reconcileMember brings one gossip member's /nodes/ record and Raft
+// membership in line with its status.
+func (m *Master) reconcileMember(ctx context.Context, r *reconcileRound, mem gossip.Member) {
+	id := mem.Meta.ID
+	if m.proven(ctx, r.self, mem, r.inRaft) {
+		m.writeNode(ctx, mem)
+	}
+	// A node that died or left while another node led (or before this
+	// leader subscribed to gossip) is released here: its event is gone.
+	m.mu.Lock()
+	released := m.gone[id]
+	if mem.Status == gossip.StatusAlive {
+		delete(m.gone, id)
+	}
+	m.mu.Unlock()
+	if (mem.Status == gossip.StatusDead || mem.Status == gossip.StatusLeft) && !released && id != r.self {
+		m.nodeGone(ctx, mem)
+	}
+	if id == r.self || mem.Meta.RaftAddr == "" {
+		return
+	}
+	switch mem.Status {
+	case gossip.StatusAlive:
+		m.reconcileAlive(ctx, r, mem)
+	case gossip.StatusLeft:
+		m.reconcileLeft(ctx, r, mem)
+	case gossip.StatusDead:
+		m.reconcileDead(ctx, r, mem)
+	}
+}
+
+// reconcileAlive adds an alive member to the Raft configuration once it
+// proved its identity, or promotes it to voter. Nodes without the server
+// role are non-voters: they replicate the metadata (and serve and forward
+// like any node) but never vote, lead, or count toward quorum.
+func (m *Master) reconcileAlive(ctx context.Context, r *reconcileRound, mem gossip.Member) {
+	id := mem.Meta.ID
+	server := mem.Meta.HasRole(gossip.RoleServer)
+	srv, present := r.inRaft[id]
+	m.mu.Lock()
+	delete(m.deadSince, id)
+	m.mu.Unlock()
+	if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
+		// Gossip is not authenticated without a keyring: a node
+		// becomes a member only once it proved over its Raft port
+		// that it holds the node certificate of its ID.
+		if !m.verified(ctx, id, mem.Meta.RaftAddr) {
+			return
 		}
-		// A node that died or left while another node led (or before this
-		// leader subscribed to gossip) is released here: its event is gone.
-		m.mu.Lock()
-		released := m.gone[id]
-		if mem.Status == gossip.StatusAlive {
-			delete(m.gone, id)
+		voter := server && !r.learners[id] && r.voters < m.cfg.MaxVoters
+		if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
+			m.log.Warn("reconcile: add server", "id", id, "err", err)
+			return
 		}
-		m.mu.Unlock()
-		if (mem.Status == gossip.StatusDead || mem.Status == gossip.StatusLeft) && !released && id != self {
-			m.nodeGone(ctx, mem)
+		if voter {
+			r.voters++
 		}
-		if id == self || mem.Meta.RaftAddr == "" {
-			continue
-		}
-		// Nodes without the server role are non-voters: they replicate the
-		// metadata (and serve and forward like any node) but never vote,
-		// lead, or count toward quorum.
-		server := mem.Meta.HasRole(gossip.RoleServer)
-		srv, present := inRaft[id]
-		switch mem.Status {
-		case gossip.StatusAlive:
-			m.mu.Lock()
-			delete(m.deadSince, id)
-			m.mu.Unlock()
-			if !present || srv.Address != raft.ServerAddress(mem.Meta.RaftAddr) {
-				// Gossip is not authenticated without a keyring: a node
-				// becomes a member only once it proved over its Raft port
-				// that it holds the node certificate of its ID.
-				if !m.verified(ctx, id, mem.Meta.RaftAddr) {
-					continue
-				}
-				voter := server && !learners[id] && voters < m.cfg.MaxVoters
-				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, voter); err != nil {
-					m.log.Warn("reconcile: add server", "id", id, "err", err)
-					continue
-				}
-				if voter {
-					voters++
-				}
-				m.log.Info("reconcile: server added", "id", id, "addr", mem.Meta.RaftAddr, "voter", voter)
-			} else if server && !learners[id] && srv.Suffrage != raft.Voter && voters < m.cfg.MaxVoters {
-				if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, true); err == nil {
-					voters++
-					m.log.Info("reconcile: promoted to voter", "id", id)
-				}
-			}
-		case gossip.StatusLeft:
-			if present {
-				if err := m.store.Remove(ctx, id); err != nil {
-					m.log.Warn("reconcile: remove left server", "id", id, "err", err)
-					continue
-				}
-				if srv.Suffrage == raft.Voter {
-					voters--
-				}
-				m.log.Info("reconcile: server left, removed", "id", id)
-			}
-		case gossip.StatusDead:
-			if !present {
-				continue
-			}
-			m.mu.Lock()
-			since, ok := m.deadSince[id]
-			if !ok {
-				since = now
-				m.deadSince[id] = now
-			}
-			m.mu.Unlock()
-			if now.Sub(since) < m.cfg.DeadServerTimeout && srv.Suffrage == raft.Voter {
-				continue // a dead non-voter goes at once: it holds no quorum
-			}
-			// Never below quorum: removing a dead voter must leave a majority of
-			// the remaining voters alive and at least 3 voters when we had 3.
-			if srv.Suffrage == raft.Voter && voters-1 < 3 {
-				continue
-			}
-			if err := m.store.Remove(ctx, id); err != nil {
-				m.log.Warn("reconcile: remove dead server", "id", id, "err", err)
-				continue
-			}
-			if srv.Suffrage == raft.Voter {
-				voters--
-			}
-			m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
+		m.log.Info("reconcile: server added", "id", id, "addr", mem.Meta.RaftAddr, "voter", voter)
+	} else if server && !r.learners[id] && srv.Suffrage != raft.Voter && r.voters < m.cfg.MaxVoters {
+		if err := m.store.Join(ctx, id, mem.Meta.RaftAddr, true); err == nil {
+			r.voters++
+			m.log.Info("reconcile: promoted to voter", "id", id)
 		}
 	}
+}
+
+// reconcileLeft removes a member that left from the Raft configuration.
+func (m *Master) reconcileLeft(ctx context.Context, r *reconcileRound, mem gossip.Member) {
+	id := mem.Meta.ID
+	srv, present := r.inRaft[id]
+	if !present {
+		return
+	}
+	if err := m.store.Remove(ctx, id); err != nil {
+		m.log.Warn("reconcile: remove left server", "id", id, "err", err)
+		return
+	}
+	if srv.Suffrage == raft.Voter {
+		r.voters--
+	}
+	m.log.Info("reconcile: server left, removed", "id", id)
+}
+
+// reconcileDead removes a dead member from the Raft configuration: a
+// non-voter at once, a voter after DeadServerTimeout and never below 3
+// voters.
+func (m *Master) reconcileDead(ctx context.Context, r *reconcileRound, mem gossip.Member) {
+	id, now := mem.Meta.ID, r.now
+	srv, present := r.inRaft[id]
+	if !present {
+		return
+	}
+	m.mu.Lock()
+	since, ok := m.deadSince[id]
+	if !ok {
+		since = now
+		m.deadSince[id] = now
+	}
+	m.mu.Unlock()
+	if now.Sub(since) < m.cfg.DeadServerTimeout && srv.Suffrage == raft.Voter {
+		return // a dead non-voter goes at once: it holds no quorum
+	}
+	// Never below quorum: removing a dead voter must leave a majority of
+	// the remaining voters alive and at least 3 voters when we had 3.
+	if srv.Suffrage == raft.Voter && r.voters-1 < 3 {
+		return
+	}
+	if err := m.store.Remove(ctx, id); err != nil {
+		m.log.Warn("reconcile: remove dead server", "id", id, "err", err)
+		return
+	}
+	if srv.Suffrage == raft.Voter {
+		r.voters--
+	}
+	m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
 }
 
 // Bounds of the identity checks of nodes that gossip reports (verified).

@@ -138,6 +138,54 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.Close()
 		}
 	}()
+	if err := n.openDataDir(); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
+	}
+	if err := n.openSecurity(); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+
+	if err := n.openListeners(); err != nil {
+		return err
+	}
+	// Gossip first: the forwarder resolves the leader's gRPC address from it.
+	if err := n.openGossip(); err != nil {
+		return err
+	}
+	if err := n.openStore(); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
+	}
+	if err := n.gossip.Open(ctx); err != nil {
+		return err
+	}
+	if len(n.cfg.Join) > 0 {
+		n.watchIDConflict(runCtx)
+	}
+	if err := n.openServices(runCtx); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("start-up interrupted: %w", err)
+	}
+	n.startServers()
+	n.startLoops(runCtx)
+	n.startHTTP()
+	n.log.Info("node started", "grpc", n.GRPCAddr(), "peer", n.PeerAddr(), "pserver", n.PServerAddr(), "raft", n.cfg.RaftAddr,
+		"gossip", n.gossip.LocalAddr(), "http", n.HTTPAddr(), "roles", n.cfg.Roles)
+	return nil
+}
+
+// openDataDir makes the data dir private and takes its lock (Open's
+// first step).
+func (n *Node) openDataDir() (err error) {
 	if err := n.privateDataDir(); err != nil {
 		return err
 	}
@@ -146,9 +194,12 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.lock, err = lockDataDir(n.cfg.DataDir); err != nil {
 		return err
 	}
-	if err := context.Cause(ctx); err != nil {
-		return fmt.Errorf("start-up interrupted: %w", err)
-	}
+	return nil
+}
+
+// openSecurity starts the disk guard and loads the node's TLS material
+// (none with --insecure), refusing a certificate whose role is not node.
+func (n *Node) openSecurity() (err error) {
 	n.disk = raftstore.NewDiskGuard(n.cfg.DataDir, n.cfg.DiskReserve)
 	if n.cfg.TLS.Enabled() {
 		if n.tls, err = security.Load(n.cfg.TLS, n.log.With("component", "tls")); err != nil {
@@ -160,9 +211,11 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		}
 		n.dial = n.tls.DialOptions()
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	return nil
+}
 
+// openListeners binds the client, node-to-node, pserver and HTTP ports.
+func (n *Node) openListeners() (err error) {
 	if n.clientLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen gRPC %s: %w", n.cfg.GRPCAddr, err)
 	}
@@ -180,8 +233,12 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		n.httpLis = tls.NewListener(n.httpLis, n.httpTLSConfig())
 	}
 	n.httpLis = newHTTPListener(n.httpLis)
+	return nil
+}
 
-	// Gossip first: the forwarder resolves the leader's gRPC address from it.
+// openGossip creates the gossip member (joined later, in Open) and the
+// forwarder that resolves the leader's node-to-node address from it.
+func (n *Node) openGossip() (err error) {
 	gcfg := gossip.DefaultConfig()
 	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.advertised(n.GRPCAddr()),
 		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.HTTPAddr()),
@@ -211,7 +268,12 @@ func (n *Node) Open(ctx context.Context) (err error) {
 		m, ok := n.gossip.Member(id)
 		return m.Meta.Peer(), ok
 	}, n.dial...)
+	return nil
+}
 
+// openStore creates and opens the FSM and the Raft store, and the gated
+// store the services and agents use.
+func (n *Node) openStore() (err error) {
 	n.fsm = fsm.New(n.log.With("component", "fsm"))
 	rcfg := raftstore.DefaultConfig()
 	rcfg.ID = n.cfg.ID
@@ -234,16 +296,12 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if err := n.store.Open(); err != nil {
 		return err
 	}
-	if err := context.Cause(ctx); err != nil {
-		return fmt.Errorf("start-up interrupted: %w", err)
-	}
-	if err := n.gossip.Open(ctx); err != nil {
-		return err
-	}
-	if len(n.cfg.Join) > 0 {
-		n.watchIDConflict(runCtx)
-	}
+	return nil
+}
 
+// openServices creates the three gRPC servers, registers the services on
+// them and opens the agents of the node's roles.
+func (n *Node) openServices(runCtx context.Context) error {
 	ports := fmt.Sprintf("client API %s, node-to-node %s, pserver %s", n.GRPCAddr(), n.PeerAddr(), n.PServerAddr())
 	clientOpts, peerOpts, pserverOpts := n.serverSecurity()
 	n.client = clientClass.newServer(ports, append(clientOpts, grpc.ChainUnaryInterceptor(n.statusErrors, roleValueLimit))...)
@@ -266,12 +324,11 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	// etcd's v3 API (etcdserverpb) over the same store, for etcdctl and
 	// etcd's clients.
 	etcdapi.New(n.store, n.gossip).Register(n.client)
-	if err := n.openRoles(runCtx); err != nil {
-		return err
-	}
-	if err := context.Cause(ctx); err != nil {
-		return fmt.Errorf("start-up interrupted: %w", err)
-	}
+	return n.openRoles(runCtx)
+}
+
+// startServers serves the three gRPC servers on their listeners.
+func (n *Node) startServers() {
 	for _, s := range []struct {
 		srv *grpc.Server
 		lis net.Listener
@@ -285,7 +342,11 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			}
 		}()
 	}
+}
 
+// startLoops starts the master's leader loop and, with
+// --bootstrap-expect > 1 on a server, the bootstrap wait.
+func (n *Node) startLoops(runCtx context.Context) {
 	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
 		KeepFinishedJobs: n.cfg.KeepFinishedJobs, FinishedJobMaxAge: n.cfg.FinishedJobMaxAge,
 		Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
@@ -301,7 +362,10 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.bootstrapExpect(runCtx)
 		}()
 	}
+}
 
+// startHTTP serves the HTTP server (metrics, health, dashboard).
+func (n *Node) startHTTP() {
 	// ErrorLog: refused TLS handshakes (no or a foreign client
 	// certificate) go to the node's log, not to the standard logger.
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: security.HandshakeTimeout,
@@ -314,9 +378,6 @@ func (n *Node) Open(ctx context.Context) (err error) {
 			n.log.Error("HTTP server", "err", err)
 		}
 	}()
-	n.log.Info("node started", "grpc", n.GRPCAddr(), "peer", n.PeerAddr(), "pserver", n.PServerAddr(), "raft", n.cfg.RaftAddr,
-		"gossip", n.gossip.LocalAddr(), "http", n.HTTPAddr(), "roles", n.cfg.Roles)
-	return nil
 }
 
 // watchIDConflict fails the node if the members it joins report a conflict

@@ -66,7 +66,7 @@ type Config struct {
 	// committed write. They are what package node's defaults map to
 	// (node.RaftTimeouts: etcd's --heartbeat-interval 50, --election-timeout
 	// 500); LeaderLeaseTimeout is HeartbeatTimeout rather than Consul's half,
-	// which under CPU load made leaders step down on their own (node/doc.go,
+	// which under CPU load made leaders step down on their own (node/DESIGN.md,
 	// "Raft timing").
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration

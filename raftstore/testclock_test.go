@@ -1,3 +1,5 @@
+//go:build raftps_testclock
+
 package raftstore
 
 import (
@@ -7,7 +9,8 @@ import (
 	"time"
 )
 
-// TestStampWallOffset: with the test clock file set, the stamp follows the
+// TestStampWallOffset (built with -tags raftps_testclock, as `make test`
+// runs it): with the test clock file set, the stamp follows the
 // file's duration (re-read after 100 ms), and falls back to no offset when
 // the file is missing or unparsable.
 func TestStampWallOffset(t *testing.T) {

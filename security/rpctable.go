@@ -74,7 +74,7 @@ const (
 // node-to-node and pserver gRPC servers (TestRPCTableCoversServers in
 // node/ walks them). Count and size limits that apply to every role (txn
 // ops, value size, watchers, message sizes) are the store's and the
-// servers' (node/doc.go, "Resource limits").
+// servers' (node/DESIGN.md, "Resource limits").
 var rpcs = map[string]Rule{
 	// raftps KV.
 	pb.KV_Range_FullMethodName:       trainerRead(limitKeys, checkKeyRead),

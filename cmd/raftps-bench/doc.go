@@ -40,7 +40,7 @@
 // counts the terms per minute of one 3-node raftps cluster started with
 // --flags, idle (--idle, 1 min) and beside stress-ng --cpu --hogs (4) for
 // --loaded (3 min), and times --trials (5) leader-SIGKILL failovers in
-// each phase; one line of figures. node/doc.go ("Raft timing") lists the
+// each phase; one line of figures. node/DESIGN.md ("Raft timing") lists the
 // runs behind the node's election defaults.
 //
 // # Flags

@@ -26,7 +26,7 @@ func newElectionsCmd(stdout, stderr io.Writer) *cobra.Command {
 the Raft terms it goes through for --idle, time --trials failovers (leader SIGKILL to
 the first acknowledged write, the node restarted after each), then start
 stress-ng --cpu --hogs (Debian's stress-ng) and do the same for --loaded. Prints
-one line of figures. node/doc.go ("Raft timing") lists the runs behind the defaults:
+one line of figures. node/DESIGN.md ("Raft timing") lists the runs behind the defaults:
 
   raftps-bench elections --flags "--heartbeat-interval 100 --election-timeout 1000"`,
 		Args: cobra.NoArgs,

@@ -6,19 +6,16 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/cmd/raftps/offline"
 	"github.com/raftps/raftps/pserver/checkpoint"
-	"github.com/raftps/raftps/pserver/vshard"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -98,24 +95,19 @@ func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []
 	return out
 }
 
-// vshardDecoder decodes pserver vshard blobs for export
-// (vshard.DecodeValues: shapes and offsets checked, errors wrap
-// wire.ErrCorrupt).
-var vshardDecoder = checkpoint.DecoderFunc(func(blob []byte) ([]checkpoint.Block, error) {
-	runs, err := vshard.DecodeValues(blob)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]checkpoint.Block, len(runs))
-	for i, r := range runs {
-		out[i] = checkpoint.Block{Name: r.Name, Shape: r.Shape, Offset: r.Offset, Data: r.Data}
-	}
-	return out, nil
-})
-
+// newCheckpointCmd is `raftps checkpoint list|verify|export|best`: each
+// reads the checkpoints from the replicas through a checkpoint.Manager
+// over the cluster (openManager); the export file's formats and atomic
+// write are package offline's.
 func newCheckpointCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "checkpoint", Short: "list, verify, export checkpoints; find the best one"}
-	list := &cobra.Command{
+	c.AddCommand(newCheckpointListCmd(g), newCheckpointVerifyCmd(g), newCheckpointExportCmd(g), newCheckpointBestCmd(g))
+	return c
+}
+
+// newCheckpointListCmd is `raftps checkpoint list`.
+func newCheckpointListCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "list JOB", Short: "list a job's checkpoint versions", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
@@ -140,7 +132,12 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	verify := &cobra.Command{
+	return c
+}
+
+// newCheckpointVerifyCmd is `raftps checkpoint verify`.
+func newCheckpointVerifyCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "verify JOB [VERSION]", Short: "re-hash every blob of a version on every replica", Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
@@ -169,8 +166,13 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	return c
+}
+
+// newCheckpointExportCmd is `raftps checkpoint export`.
+func newCheckpointExportCmd(g *globals) *cobra.Command {
 	var out, format, mode string
-	export := &cobra.Command{
+	c := &cobra.Command{
 		Use: "export JOB [VERSION] --out FILE", Short: "write every parameter of a version to one portable file (pserver/checkpoint/FORMAT.md)",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -180,7 +182,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			if format != "raftps" && format != "safetensors" {
 				return fmt.Errorf("--format %q: want raftps or safetensors", format)
 			}
-			perm, err := parseFileMode(mode)
+			perm, err := offline.ParseFileMode(mode)
 			if err != nil {
 				return err
 			}
@@ -195,7 +197,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				// again, a bounded number of times. A failure on a version
 				// that is still the newest is the error.
 				for attempt := 1; ; attempt++ {
-					err = exportFile(ctx, mgr, args[0], v, format, out, perm)
+					err = offline.ExportFile(ctx, mgr, args[0], v, format, out, perm)
 					if err == nil || len(args) > 1 || attempt == 5 {
 						break
 					}
@@ -214,10 +216,15 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	export.Flags().StringVar(&out, "out", "", "output file")
-	export.Flags().StringVar(&mode, "mode", "0600", "the file's permission bits, octal (the parameters are the model: owner-only unless asked otherwise)")
-	export.Flags().StringVar(&format, "format", "raftps", "file format: raftps (pserver/checkpoint/FORMAT.md) or safetensors (F32 tensors named and shaped as the job's params; PyTorch's load_state_dict takes them)")
-	best := &cobra.Command{
+	c.Flags().StringVar(&out, "out", "", "output file")
+	c.Flags().StringVar(&mode, "mode", "0600", "the file's permission bits, octal (the parameters are the model: owner-only unless asked otherwise)")
+	c.Flags().StringVar(&format, "format", "raftps", "file format: raftps (pserver/checkpoint/FORMAT.md) or safetensors (F32 tensors named and shaped as the job's params; PyTorch's load_state_dict takes them)")
+	return c
+}
+
+// newCheckpointBestCmd is `raftps checkpoint best`.
+func newCheckpointBestCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "best JOB", Short: "the complete version with the best test accuracy", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withManager(cmd.Context(), g, func(ctx context.Context, cl *client.Client, mgr *checkpoint.Manager) error {
@@ -238,7 +245,6 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.AddCommand(list, verify, export, best)
 	return c
 }
 
@@ -278,58 +284,4 @@ func versionArg(ctx context.Context, mgr *checkpoint.Manager, args []string) (in
 		}
 	}
 	return 0, fmt.Errorf("job %s has no complete checkpoint version", args[0])
-}
-
-// parseFileMode parses an octal permission (--mode "0600").
-func parseFileMode(s string) (os.FileMode, error) {
-	m, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || m > 0o777 {
-		return 0, fmt.Errorf("--mode %q: want octal permission bits such as 0600 or 0640", s)
-	}
-	return os.FileMode(m), nil
-}
-
-// exportFile writes version v of job to the file out (exportAs) through
-// writeFileAtomicMode with permission bits perm: a failed or killed export
-// leaves out as it was.
-func exportFile(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format, out string, perm os.FileMode) error {
-	return writeFileAtomicMode(out, perm, func(w io.Writer) error { return exportAs(ctx, mgr, job, v, format, w) })
-}
-
-// writeFileAtomic is writeFileAtomicMode with mode 0600.
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	return writeFileAtomicMode(path, 0o600, write)
-}
-
-// writeFileAtomicMode makes path hold exactly what write writes, or leaves
-// it as it was: write goes to a temporary file created with permission
-// bits perm (whatever the umask) in path's directory (so the rename stays
-// on one file system), which is fsynced and renamed over path only if
-// write succeeds, and removed otherwise (google/renameio). A process
-// killed mid-write leaves path untouched and at most a ".<base>NNN"
-// temporary file beside it.
-func writeFileAtomicMode(path string, perm os.FileMode, write func(io.Writer) error) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
-	if err != nil {
-		return err
-	}
-	defer f.Cleanup()
-	if err := write(f); err != nil {
-		return err
-	}
-	return f.CloseAtomicallyReplace()
-}
-
-// exportAs writes version v of job to w in format "raftps" or
-// "safetensors" (the raftps export streamed through
-// checkpoint.ExportSafetensors).
-func exportAs(ctx context.Context, mgr *checkpoint.Manager, job string, v int64, format string, w io.Writer) error {
-	if format != "safetensors" {
-		return mgr.Export(ctx, job, v, vshardDecoder, w)
-	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(mgr.Export(ctx, job, v, vshardDecoder, pw)) }()
-	err := checkpoint.ExportSafetensors(pr, w)
-	pr.CloseWithError(err)
-	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/raftps/raftps/cmd/raftps/demo"
 	"github.com/raftps/raftps/internal/localcluster"
 )
 
@@ -88,11 +89,11 @@ func runDev(ctx context.Context, g *globals, dir string, wait time.Duration) (er
 	case err != nil:
 		return err
 	}
-	cluster := &demoCluster{nodes: nodes, admin: nodes[0].Admin}
+	cluster := demo.FromNodes(nodes)
 	stopped := false
 	defer func() {
 		if !stopped {
-			cluster.stopAll()
+			cluster.StopAll()
 		}
 	}()
 	what := "started"
@@ -100,13 +101,13 @@ func runDev(ctx context.Context, g *globals, dir string, wait time.Duration) (er
 		what = "restarted"
 	}
 	fmt.Fprintf(w, "==> raftps dev: %s %d nodes on loopback with mutual TLS in %s\n", what, len(nodes), dir)
-	cl, leader, err := cluster.start(ctx, wait)
+	cl, leader, err := cluster.Start(ctx, wait)
 	if err != nil {
 		return fmt.Errorf("%w (node logs: %s)", err, filepath.Join(dir, "n*.log"))
 	}
 	cl.Close()
 	fmt.Fprintf(w, "==> raft leader: %s\n", leader)
-	fmt.Fprintf(w, "==> dashboard: http://%s/ (every node serves it: %s)\n", nodes[0].HTTP, cluster.httpAddrs())
+	fmt.Fprintf(w, "==> dashboard: http://%s/ (every node serves it: %s)\n", nodes[0].HTTP, cluster.HTTPAddrs())
 	fmt.Fprintf(w, "==> node logs: %s\n", filepath.Join(dir, "n*.log"))
 	fmt.Fprintf(w, "==> paste these lines into another shell; Ctrl-C here stops the cluster\n")
 	printDevExports(g.out, cluster)
@@ -138,19 +139,19 @@ func runDev(ctx context.Context, g *globals, dir string, wait time.Duration) (er
 
 // printDevExports prints the shell lines that point the CLI at cluster as
 // its admin.
-func printDevExports(out io.Writer, cluster *demoCluster) {
-	fmt.Fprintf(out, "export %s=%s\n", envName("endpoints"), strings.Join(cluster.endpoints(), ","))
-	fmt.Fprintf(out, "export %s=%s\n", envName("cacert"), cluster.admin.CA)
-	fmt.Fprintf(out, "export %s=%s\n", envName("cert"), cluster.admin.Cert)
-	fmt.Fprintf(out, "export %s=%s\n", envName("key"), cluster.admin.Key)
+func printDevExports(out io.Writer, cluster *demo.Cluster) {
+	fmt.Fprintf(out, "export %s=%s\n", envName("endpoints"), strings.Join(cluster.Endpoints(), ","))
+	fmt.Fprintf(out, "export %s=%s\n", envName("cacert"), cluster.Admin.CA)
+	fmt.Fprintf(out, "export %s=%s\n", envName("cert"), cluster.Admin.Cert)
+	fmt.Fprintf(out, "export %s=%s\n", envName("key"), cluster.Admin.Key)
 }
 
 // stopDev stops every node of cluster (SIGTERM, SIGKILL after 15 s) and
 // fails unless each exited cleanly.
-func stopDev(w io.Writer, cluster *demoCluster) error {
-	fmt.Fprintf(w, "\n==> stopping %d nodes\n", len(cluster.nodes))
+func stopDev(w io.Writer, cluster *demo.Cluster) error {
+	fmt.Fprintf(w, "\n==> stopping %d nodes\n", len(cluster.Nodes))
 	var errs []error
-	for _, n := range cluster.nodes {
+	for _, n := range cluster.Nodes {
 		if !n.Running() {
 			continue
 		}

@@ -5,11 +5,16 @@
 // pserver and trainer agents of the node's roles). Every other subcommand
 // is a client of the gRPC API over --endpoints, laid out like etcdctl:
 // ctl.go holds the root command with the one list of subcommands, one
-// file per command group (kv.go, lease.go and lease_list.go, member.go,
-// endpoint.go, status.go, job.go, train.go, checkpoint.go, snapshot.go,
-// version.go, demo.go, dev.go, lock.go: lock and elect run etcd's client v3
-// concurrency.Mutex and Election over the node's etcd API; member
-// add|promote|remove go to the leader),
+// file per command group and a named function per subcommand
+// (newKVPutCmd, newSnapshotRestoreCmd, ...: kv.go, lease.go and
+// lease_list.go, member.go, endpoint.go, status.go, job.go, train.go,
+// checkpoint.go, snapshot.go, version.go, demo.go, dev.go, lock.go: lock
+// and elect run etcd's client v3 concurrency.Mutex and Election over the
+// node's etcd API; member add|promote|remove go to the leader). The work
+// that needs no cluster (snapshot files, snapshot restore, the export
+// file) is package cmd/raftps/offline (etcd's etcdutl); the local
+// clusters of demo and dev and the demo's fault schedule are package
+// cmd/raftps/demo,
 // globals.go the client flags (--endpoints,
 // --dial-timeout, --command-timeout, each also from RAFTPS_<FLAG>), and
 // printer.go the output formats of --output/-o (alias --write-out/-w):

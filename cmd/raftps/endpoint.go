@@ -53,11 +53,17 @@ func newEndpointCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "endpoint", Short: "status and health of each endpoint (or every member with --cluster)"}
 	var cluster bool
 	c.PersistentFlags().BoolVar(&cluster, "cluster", false, "every member of the cluster (from the member list) instead of --endpoints")
+	c.AddCommand(newEndpointStatusCmd(g, &cluster), newEndpointHealthCmd(g, &cluster))
+	return c
+}
 
-	status := &cobra.Command{
+// newEndpointStatusCmd is `raftps endpoint status`; *cluster is the
+// parent's --cluster.
+func newEndpointStatusCmd(g *globals, cluster *bool) *cobra.Command {
+	return &cobra.Command{
 		Use: "status", Short: "Raft state, term, indexes, db size and version of each endpoint", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			targets, err := g.endpoints2(cmd.Context(), cluster)
+			targets, err := g.endpoints2(cmd.Context(), *cluster)
 			if err != nil {
 				return err
 			}
@@ -77,10 +83,15 @@ func newEndpointCmd(g *globals) *cobra.Command {
 				"LAST LOG", "REVISION", "DB SIZE", "VERSION", "TLS", "ERRORS"}, table)
 		},
 	}
-	health := &cobra.Command{
+}
+
+// newEndpointHealthCmd is `raftps endpoint health`; *cluster is the
+// parent's --cluster.
+func newEndpointHealthCmd(g *globals, cluster *bool) *cobra.Command {
+	return &cobra.Command{
 		Use: "health", Short: "check each endpoint: it knows a leader and serves a linearizable read", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			targets, err := g.endpoints2(cmd.Context(), cluster)
+			targets, err := g.endpoints2(cmd.Context(), *cluster)
 			if err != nil {
 				return err
 			}
@@ -106,8 +117,6 @@ func newEndpointCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(status, health)
-	return c
 }
 
 // target is one endpoint to query, with what the member list said of it.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/raftps/raftps/cmd/raftps/offline"
 )
 
 // TestExportFileMode (issue 32, hole 9): `checkpoint export` writes its
@@ -15,7 +17,7 @@ func TestExportFileMode(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	dir := t.TempDir()
-	def, err := parseFileMode(newCheckpointExportModeDefault(t))
+	def, err := offline.ParseFileMode(newCheckpointExportModeDefault(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestExportFileMode(t *testing.T) {
 		{"old.rpsx", def, 0o600},
 		{"shared.rpsx", 0o640, 0o640},
 	} {
-		if err := writeFileAtomicMode(filepath.Join(dir, tc.name), tc.perm, func(w io.Writer) error {
+		if err := offline.WriteFileAtomicMode(filepath.Join(dir, tc.name), tc.perm, func(w io.Writer) error {
 			_, err := w.Write([]byte("params"))
 			return err
 		}); err != nil {
@@ -47,7 +49,7 @@ func TestExportFileMode(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"rw", "0999", "1777", ""} {
-		if _, err := parseFileMode(bad); err == nil {
+		if _, err := offline.ParseFileMode(bad); err == nil {
 			t.Errorf("--mode %q accepted", bad)
 		}
 	}

@@ -12,8 +12,9 @@ import (
 // GC tuning of a node process. A node's live heap is small next to the
 // machine (the FSM, the Raft log cache, gRPC buffers: tens of MiB) while
 // it allocates per request, so with GOGC=100 the collector runs every
-// few MiB of garbage: at 256 concurrent puts the leader spent about a
-// fifth of its CPU in GC (mark workers, assists, sweeping). The tuner
+// few MiB of garbage, and a loaded leader spends a large share of its CPU
+// in GC (mark workers, assists, sweeping; the figure is in DESIGN.md,
+// "Measurements"). The tuner
 // (bytedance/gopkg gctuner, after Uber's "How We Saved 70K Cores", 2021)
 // sets GOGC after every cycle so that the next one starts when the heap
 // reaches the threshold:

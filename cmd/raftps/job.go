@@ -89,20 +89,8 @@ func defaultDatasetDir() string {
 func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 	spec := &pb.JobSpec{}
 	if s.file != "" {
-		b, err := os.ReadFile(s.file)
-		if err != nil {
+		if err := s.readFile(spec); err != nil {
 			return nil, err
-		}
-		var v any
-		if err := yaml.Unmarshal(b, &v); err != nil {
-			return nil, fmt.Errorf("spec %s: %w", s.file, err)
-		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("spec %s: %w", s.file, err)
-		}
-		if err := protojson.Unmarshal(j, spec); err != nil {
-			return nil, fmt.Errorf("spec %s: %w", s.file, err)
 		}
 	}
 	set := func(name string) bool { return s.file == "" || c.Flags().Changed(name) }
@@ -112,6 +100,64 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 	if spec.Name == "" {
 		spec.Name = fmt.Sprintf("job-%d", time.Now().Unix())
 	}
+	s.buildModel(spec, set)
+	s.buildData(spec, set)
+	s.buildOptimizer(spec, set)
+	if set("pservers") {
+		spec.NumPservers = s.pservers
+	}
+	if set("mode") {
+		switch s.mode {
+		case "sync":
+			spec.Mode = pb.UpdateMode_UPDATE_MODE_SYNC
+		case "async":
+			spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
+		default:
+			return nil, fmt.Errorf("--mode %q: want sync or async", s.mode)
+		}
+	}
+	if set("staleness") {
+		spec.Staleness = s.staleness
+	}
+	s.buildCheckpoint(spec, set)
+	if set("seed") {
+		spec.Seed = s.seed
+	}
+	if set("target-accuracy") {
+		spec.TargetAccuracy = s.target
+	}
+	if s.file == "" {
+		spec.EvalEachPass = true
+	}
+	if err := fillParams(spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// readFile reads --file (YAML or JSON, protojson field names) into spec.
+func (s *specFlags) readFile(spec *pb.JobSpec) error {
+	b, err := os.ReadFile(s.file)
+	if err != nil {
+		return err
+	}
+	var v any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("spec %s: %w", s.file, err)
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("spec %s: %w", s.file, err)
+	}
+	if err := protojson.Unmarshal(j, spec); err != nil {
+		return fmt.Errorf("spec %s: %w", s.file, err)
+	}
+	return nil
+}
+
+// buildModel sets spec's model from the flags set (set reports which),
+// with hashed_lr's defaults.
+func (s *specFlags) buildModel(spec *pb.JobSpec, set func(string) bool) {
 	if spec.Model == nil {
 		spec.Model = &pb.ModelSpec{}
 	}
@@ -132,6 +178,11 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 			spec.Model.HashBuckets = 1 << 16
 		}
 	}
+}
+
+// buildData sets spec's dataset, records per task, passes and batch size
+// from the flags set.
+func (s *specFlags) buildData(spec *pb.JobSpec, set func(string) bool) {
 	if spec.Dataset == nil {
 		spec.Dataset = &pb.DatasetSpec{Format: "fashion-mnist"}
 	}
@@ -151,6 +202,11 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 	if set("batch-size") {
 		spec.BatchSize = s.batch
 	}
+}
+
+// buildOptimizer sets spec's optimizer from the flags set, with Adam's
+// defaults.
+func (s *specFlags) buildOptimizer(spec *pb.JobSpec, set func(string) bool) {
 	if spec.Optimizer == nil {
 		spec.Optimizer = &pb.OptimizerSpec{}
 	}
@@ -174,22 +230,10 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 			spec.Optimizer.Epsilon = 1e-8
 		}
 	}
-	if set("pservers") {
-		spec.NumPservers = s.pservers
-	}
-	if set("mode") {
-		switch s.mode {
-		case "sync":
-			spec.Mode = pb.UpdateMode_UPDATE_MODE_SYNC
-		case "async":
-			spec.Mode = pb.UpdateMode_UPDATE_MODE_ASYNC
-		default:
-			return nil, fmt.Errorf("--mode %q: want sync or async", s.mode)
-		}
-	}
-	if set("staleness") {
-		spec.Staleness = s.staleness
-	}
+}
+
+// buildCheckpoint sets spec's checkpoint policy from the flags set.
+func (s *specFlags) buildCheckpoint(spec *pb.JobSpec, set func(string) bool) {
 	if spec.Checkpoint == nil {
 		spec.Checkpoint = &pb.CheckpointPolicy{}
 	}
@@ -205,25 +249,19 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 	if set("replicas") {
 		spec.Checkpoint.Replicas = s.replicas
 	}
-	if set("seed") {
-		spec.Seed = s.seed
-	}
-	if set("target-accuracy") {
-		spec.TargetAccuracy = s.target
-	}
-	if s.file == "" {
-		spec.EvalEachPass = true
-	}
-	if err := fillParams(spec); err != nil {
-		return nil, err
-	}
-	return spec, nil
 }
 
+// newJobCmd is `raftps job submit|list|status|cancel|delete`.
 func newJobCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "job", Short: "training job commands"}
+	c.AddCommand(newJobSubmitCmd(g), newJobListCmd(g), newJobStatusCmd(g), newJobCancelCmd(g), newJobDeleteCmd(g))
+	return c
+}
+
+// newJobSubmitCmd is `raftps job submit`.
+func newJobSubmitCmd(g *globals) *cobra.Command {
 	sf := &specFlags{}
-	submit := &cobra.Command{
+	c := &cobra.Command{
 		Use: "submit", Short: "submit a training job (from --file and/or flags)", Args: cobra.NoArgs,
 		Long: `Submit sends a job spec to the master: from --file (YAML or JSON, field
 names as in api/raftps/v1/job.proto), each flag given overriding it, or from
@@ -253,8 +291,13 @@ are yours (PyTorch: python/raftps). An external spec lists every parameter:
 			})
 		},
 	}
-	sf.register(submit)
-	list := &cobra.Command{
+	sf.register(c)
+	return c
+}
+
+// newJobListCmd is `raftps job list`.
+func newJobListCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "list", Short: "list jobs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -271,8 +314,13 @@ are yours (PyTorch: python/raftps). An external spec lists every parameter:
 			})
 		},
 	}
+	return c
+}
+
+// newJobStatusCmd is `raftps job status`.
+func newJobStatusCmd(g *globals) *cobra.Command {
 	var lastEvents int64
-	st := &cobra.Command{
+	c := &cobra.Command{
 		Use: "status JOB", Short: "show a job's queues, pass, trainers, pservers, checkpoints and latest events", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -293,8 +341,13 @@ are yours (PyTorch: python/raftps). An external spec lists every parameter:
 			})
 		},
 	}
-	st.Flags().Int64Var(&lastEvents, "events", 10, "show the job's latest N events (text output; 0: none)")
-	cancelCmd := &cobra.Command{
+	c.Flags().Int64Var(&lastEvents, "events", 10, "show the job's latest N events (text output; 0: none)")
+	return c
+}
+
+// newJobCancelCmd is `raftps job cancel`.
+func newJobCancelCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "cancel JOB", Short: "cancel a job", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -306,7 +359,12 @@ are yours (PyTorch: python/raftps). An external spec lists every parameter:
 			})
 		},
 	}
-	del := &cobra.Command{
+	return c
+}
+
+// newJobDeleteCmd is `raftps job delete`.
+func newJobDeleteCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "delete JOB", Short: "delete a job that is not running, with its tasks, events and keys (slots, trainers, checkpoint pointers)",
 		Long: `Delete removes a finished (succeeded, failed or cancelled) job from the
 queue, with its tasks and events, and then its keys. A running job is
@@ -325,7 +383,6 @@ gone already deletes any keys left behind and reports NotFound.`,
 			})
 		},
 	}
-	c.AddCommand(submit, list, st, cancelCmd, del)
 	return c
 }
 

@@ -18,13 +18,24 @@ import (
 // ErrFlags: a command's flags contradict each other.
 var ErrFlags = errors.New("bad flags")
 
+// newKVCmd is `raftps kv put|get|del|watch|txn` (etcdctl's).
 func newKVCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "kv", Short: "key/value commands"}
+	put := newKVPutCmd(g)
+	get := newKVGetCmd(g)
+	del := newKVDelCmd(g)
+	watch := newKVWatchCmd(g)
+	c.AddCommand(put, get, del, watch, newTxnCmd(g))
+	return c
+}
+
+// newKVPutCmd is `raftps kv put`.
+func newKVPutCmd(g *globals) *cobra.Command {
 	var (
 		lease  int64
 		prevKV bool
 	)
-	put := &cobra.Command{
+	c := &cobra.Command{
 		Use: "put KEY VALUE", Short: "put a key", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -41,14 +52,18 @@ func newKVCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	put.Flags().Int64Var(&lease, "lease", 0, "attach the key to this lease id")
-	put.Flags().BoolVar(&prevKV, "prev-kv", false, "print the key's previous value (etcdctl's --prev-kv)")
+	c.Flags().Int64Var(&lease, "lease", 0, "attach the key to this lease id")
+	c.Flags().BoolVar(&prevKV, "prev-kv", false, "print the key's previous value (etcdctl's --prev-kv)")
+	return c
+}
 
+// newKVGetCmd is `raftps kv get`.
+func newKVGetCmd(g *globals) *cobra.Command {
 	var (
 		prefix, serializable, fromKey, keysOnly, valueOnly bool
 		limit, getRev                                      int64
 	)
-	get := &cobra.Command{
+	c := &cobra.Command{
 		Use: "get KEY", Short: "get a key (or every key with --prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -99,7 +114,7 @@ func newKVCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	get.PreRunE = func(*cobra.Command, []string) error {
+	c.PreRunE = func(*cobra.Command, []string) error {
 		switch {
 		case prefix && fromKey:
 			return fmt.Errorf("%w: --prefix and --from-key cannot be set at the same time, choose one", ErrFlags)
@@ -112,16 +127,20 @@ func newKVCmd(g *globals) *cobra.Command {
 		}
 		return nil
 	}
-	get.Flags().BoolVar(&prefix, "prefix", false, "get every key with this prefix")
-	get.Flags().BoolVar(&fromKey, "from-key", false, "get every key >= KEY (byte order)")
-	get.Flags().BoolVar(&keysOnly, "keys-only", false, "print only the keys")
-	get.Flags().BoolVar(&valueOnly, "print-value-only", false, "print only the values (also with --prefix or --from-key)")
-	get.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: no limit)")
-	get.Flags().Int64Var(&getRev, "rev", 0, "read the keys as they were at this revision (0: the current one; etcdctl's --rev)")
-	get.Flags().BoolVar(&serializable, "serializable", false, "read the local node's state (may be stale)")
+	c.Flags().BoolVar(&prefix, "prefix", false, "get every key with this prefix")
+	c.Flags().BoolVar(&fromKey, "from-key", false, "get every key >= KEY (byte order)")
+	c.Flags().BoolVar(&keysOnly, "keys-only", false, "print only the keys")
+	c.Flags().BoolVar(&valueOnly, "print-value-only", false, "print only the values (also with --prefix or --from-key)")
+	c.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: no limit)")
+	c.Flags().Int64Var(&getRev, "rev", 0, "read the keys as they were at this revision (0: the current one; etcdctl's --rev)")
+	c.Flags().BoolVar(&serializable, "serializable", false, "read the local node's state (may be stale)")
+	return c
+}
 
+// newKVDelCmd is `raftps kv del`.
+func newKVDelCmd(g *globals) *cobra.Command {
 	var delPrefix bool
-	del := &cobra.Command{
+	c := &cobra.Command{
 		Use: "del KEY", Short: "delete a key (or a prefix)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -137,11 +156,15 @@ func newKVCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	del.Flags().BoolVar(&delPrefix, "prefix", false, "delete every key with this prefix")
+	c.Flags().BoolVar(&delPrefix, "prefix", false, "delete every key with this prefix")
+	return c
+}
 
+// newKVWatchCmd is `raftps kv watch`.
+func newKVWatchCmd(g *globals) *cobra.Command {
 	var watchPrefix bool
 	var rev int64
-	watch := &cobra.Command{
+	c := &cobra.Command{
 		Use: "watch KEY", Short: "watch a key (or a prefix) from a revision", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.client()
@@ -160,9 +183,8 @@ func newKVCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	watch.Flags().BoolVar(&watchPrefix, "prefix", false, "watch every key with this prefix")
-	watch.Flags().Int64Var(&rev, "rev", 0, "start revision (0: from now)")
-	c.AddCommand(put, get, del, watch, newTxnCmd(g))
+	c.Flags().BoolVar(&watchPrefix, "prefix", false, "watch every key with this prefix")
+	c.Flags().Int64Var(&rev, "rev", 0, "start revision (0: from now)")
 	return c
 }
 

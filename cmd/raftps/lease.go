@@ -15,7 +15,13 @@ import (
 
 func newLeaseCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "lease", Short: "lease commands"}
-	grant := &cobra.Command{
+	c.AddCommand(newLeaseGrantCmd(g), newLeaseRevokeCmd(g), newLeaseKeepaliveCmd(g))
+	return c
+}
+
+// newLeaseGrantCmd is `raftps lease grant`.
+func newLeaseGrantCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "grant TTL", Short: "grant a lease of TTL seconds; prints its id", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ttl, err := strconv.ParseInt(args[0], 10, 64)
@@ -32,7 +38,12 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	revoke := &cobra.Command{
+	return c
+}
+
+// newLeaseRevokeCmd is `raftps lease revoke`.
+func newLeaseRevokeCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "revoke ID", Short: "revoke a lease and delete its keys", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
@@ -48,7 +59,12 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	keepalive := &cobra.Command{
+	return c
+}
+
+// newLeaseKeepaliveCmd is `raftps lease keepalive`.
+func newLeaseKeepaliveCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "keepalive ID", Short: "keep a lease alive until interrupted", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
@@ -81,7 +97,6 @@ func newLeaseCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(grant, revoke, keepalive)
 	return c
 }
 

@@ -16,7 +16,13 @@ import (
 // withLeaseListing adds `lease list` and `lease timetolive` (etcdctl's)
 // to the lease command c.
 func withLeaseListing(c *cobra.Command, g *globals) *cobra.Command {
-	list := &cobra.Command{
+	c.AddCommand(newLeaseListCmd(g), newLeaseTimeToLiveCmd(g))
+	return c
+}
+
+// newLeaseListCmd is `raftps lease list` (etcdctl's).
+func newLeaseListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "list", Short: "list the ids of every lease", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -40,8 +46,12 @@ func withLeaseListing(c *cobra.Command, g *globals) *cobra.Command {
 			})
 		},
 	}
+}
+
+// newLeaseTimeToLiveCmd is `raftps lease timetolive` (etcdctl's).
+func newLeaseTimeToLiveCmd(g *globals) *cobra.Command {
 	var keys bool
-	ttl := &cobra.Command{
+	c := &cobra.Command{
 		Use: "timetolive ID", Short: "a lease's remaining and granted TTL (and its keys with --keys)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
@@ -74,7 +84,6 @@ func withLeaseListing(c *cobra.Command, g *globals) *cobra.Command {
 			})
 		},
 	}
-	ttl.Flags().BoolVar(&keys, "keys", false, "also list the keys attached to the lease")
-	c.AddCommand(list, ttl)
+	c.Flags().BoolVar(&keys, "keys", false, "also list the keys attached to the lease")
 	return c
 }

@@ -58,7 +58,13 @@ func newMemberCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "member", Short: "cluster membership"}
 	list := newMembersCmd(g)
 	list.Use, list.Short = "list", "list the cluster's members: id, gossip status, Raft suffrage (voter, nonvoter, learner), addresses, roles"
-	remove := &cobra.Command{
+	c.AddCommand(list, newMemberAddCmd(g), newMemberPromoteCmd(g), newMemberRemoveCmd(g))
+	return c
+}
+
+// newMemberRemoveCmd is `raftps member remove`.
+func newMemberRemoveCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "remove ID", Short: "remove a server that is gone for good from the Raft configuration", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.callLeader(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -72,9 +78,14 @@ func newMemberCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	return c
+}
+
+// newMemberAddCmd is `raftps member add`.
+func newMemberAddCmd(g *globals) *cobra.Command {
 	var peerURL string
 	var learner bool
-	add := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "add NAME --peer-urls RAFT_ADDR [--learner]",
 		Short: "add a server (a voter, or a learner with --learner) to the Raft configuration before starting it",
 		Args:  cobra.ExactArgs(1),
@@ -99,9 +110,14 @@ func newMemberCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	add.Flags().StringVar(&peerURL, "peer-urls", "", "the new node's Raft address, host:port (its --raft-addr)")
-	add.Flags().BoolVar(&learner, "learner", false, "add a non-voter, held until `raftps member promote`")
-	promote := &cobra.Command{
+	c.Flags().StringVar(&peerURL, "peer-urls", "", "the new node's Raft address, host:port (its --raft-addr)")
+	c.Flags().BoolVar(&learner, "learner", false, "add a non-voter, held until `raftps member promote`")
+	return c
+}
+
+// newMemberPromoteCmd is `raftps member promote`.
+func newMemberPromoteCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
 		Use: "promote ID", Short: "make a learner that is in sync with the leader a voter", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.callLeader(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
@@ -115,7 +131,6 @@ func newMemberCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	c.AddCommand(list, add, promote, remove)
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftps/raftps/cmd/raftps/offline"
 	"github.com/raftps/raftps/raftstore"
 )
 
@@ -175,8 +176,8 @@ func TestSnapshotFileRefused(t *testing.T) {
 		}
 		target := filepath.Join(dir, "target-"+strings.ReplaceAll(name, " ", "-"))
 		_, err := runArgs("snapshot", "restore", p, "--data-dir", target, "--id", "r1")
-		if !errors.Is(err, ErrBadSnapshotFile) {
-			t.Fatalf("%s: %v, want ErrBadSnapshotFile", name, err)
+		if !errors.Is(err, offline.ErrBadSnapshotFile) {
+			t.Fatalf("%s: %v, want offline.ErrBadSnapshotFile", name, err)
 		}
 		if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%s: restore of a bad file created %s", name, target)

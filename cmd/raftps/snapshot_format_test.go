@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftps/raftps/cmd/raftps/offline"
 	"github.com/raftps/raftps/fsm"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 )
@@ -48,7 +49,7 @@ func TestSnapshotNewerFormatRefused(t *testing.T) {
 		{"snapshot", "restore", p, "--data-dir", target, "--id", "r1"},
 	} {
 		_, err := runArgs(args...)
-		if !errors.Is(err, fsm.ErrNewerFormat) || errors.Is(err, ErrBadSnapshotFile) {
+		if !errors.Is(err, fsm.ErrNewerFormat) || errors.Is(err, offline.ErrBadSnapshotFile) {
 			t.Fatalf("%s: %v, want fsm.ErrNewerFormat", strings.Join(args[:2], " "), err)
 		}
 		if msg := err.Error(); !strings.Contains(msg, "format 2") || !strings.Contains(msg, "up to 1") || !strings.Contains(msg, "upgrade raftps") {

@@ -26,11 +26,20 @@ import (
 func newTLSCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "tls", Short: "create the cluster CA and node and client certificates"}
 	ca := &cobra.Command{Use: "ca", Short: "the cluster certificate authority"}
+	ca.AddCommand(newTLSCACreateCmd(g))
+	cert := &cobra.Command{Use: "cert", Short: "node and client certificates"}
+	cert.AddCommand(newTLSCertCreateCmd(g))
+	c.AddCommand(ca, cert)
+	return c
+}
+
+// newTLSCACreateCmd is `raftps tls ca create`.
+func newTLSCACreateCmd(g *globals) *cobra.Command {
 	var (
 		dir, name string
 		days      int
 	)
-	caCreate := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "create",
 		Short: "create a CA: <dir>/ca.pem and <dir>/ca-key.pem (keep ca-key.pem off the nodes), and <dir>/gossip.keyring unless it exists",
 		Args:  cobra.NoArgs,
@@ -58,18 +67,20 @@ func newTLSCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	caCreate.Flags().StringVar(&dir, "dir", ".", "directory to write the files into")
-	caCreate.Flags().StringVar(&name, "name", "raftps CA", "the CA's common name")
-	caCreate.Flags().IntVar(&days, "days", security.DefaultCADays, "validity in days")
-	ca.AddCommand(caCreate)
+	c.Flags().StringVar(&dir, "dir", ".", "directory to write the files into")
+	c.Flags().StringVar(&name, "name", "raftps CA", "the CA's common name")
+	c.Flags().IntVar(&days, "days", security.DefaultCADays, "validity in days")
+	return c
+}
 
-	cert := &cobra.Command{Use: "cert", Short: "node and client certificates"}
+// newTLSCertCreateCmd is `raftps tls cert create`.
+func newTLSCertCreateCmd(g *globals) *cobra.Command {
 	var (
 		caFile, caKey, node, clientName, role, certDir string
 		ips, dns, jobs                                 []string
 		certDays                                       int
 	)
-	certCreate := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "create",
 		Short: "create a node (--node ID --ip ... --dns ...) or client (--client NAME --role reader|trainer|admin) certificate",
 		Long: `Create a certificate signed by the cluster CA, with its role in a SAN URI
@@ -111,7 +122,7 @@ GetTask, /jobs/<job>/trainers/<name>).
 			})
 		},
 	}
-	f := certCreate.Flags()
+	f := c.Flags()
 	f.StringVar(&caFile, "ca", "ca.pem", "CA certificate file")
 	f.StringVar(&caKey, "ca-key", "ca-key.pem", "CA key file")
 	f.StringVar(&node, "node", "", "node ID: a node certificate (role node)")
@@ -122,8 +133,6 @@ GetTask, /jobs/<job>/trainers/<name>).
 	f.StringSliceVar(&jobs, "job", nil, "jobs a trainer certificate may serve (repeatable); a pattern such as 'exp-*' serves every job it matches")
 	f.StringVar(&certDir, "dir", ".", "directory to write <name>.pem and <name>-key.pem into")
 	f.IntVar(&certDays, "days", security.DefaultCertDays, "validity in days")
-	cert.AddCommand(certCreate)
-	c.AddCommand(ca, cert)
 	return c
 }
 

@@ -4,26 +4,31 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/raftps/raftps/pserver/agent"
+	"github.com/raftps/raftps/fsm/jobq"
 )
 
+// epochStride separates sync trajectories in checkpoint versions:
+// version = epoch*epochStride + step (the pserver agent's EpochStride,
+// which is jobq's; the CLI does not import the agent).
+const epochStride = jobq.CheckpointEpochStride
+
 // fmtVersion shows a checkpoint version for people: "e1/s3842" for epoch 1,
-// step 3842 (version = epoch*agent.EpochStride + step; a rollback starts a
+// step 3842 (version = epoch*epochStride + step; a rollback starts a
 // new epoch), the plain step for epoch 0. Tables and simple output use it;
 // -w json keeps the raw number (1000003842).
 func fmtVersion(v int64) string {
-	if v < agent.EpochStride {
+	if v < epochStride {
 		return strconv.FormatInt(v, 10)
 	}
-	return fmt.Sprintf("e%d/s%d", v/agent.EpochStride, v%agent.EpochStride)
+	return fmt.Sprintf("e%d/s%d", v/epochStride, v%epochStride)
 }
 
 // parseVersion reads a checkpoint version as fmtVersion shows it
 // ("e1/s3842") or raw ("1000003842", "3842").
 func parseVersion(s string) (int64, error) {
 	var e, st int64
-	if n, err := fmt.Sscanf(s, "e%d/s%d", &e, &st); err == nil && n == 2 && fmtVersion(e*agent.EpochStride+st) == s && e >= 0 && st >= 0 && st < agent.EpochStride {
-		return e*agent.EpochStride + st, nil
+	if n, err := fmt.Sscanf(s, "e%d/s%d", &e, &st); err == nil && n == 2 && fmtVersion(e*epochStride+st) == s && e >= 0 && st >= 0 && st < epochStride {
+		return e*epochStride + st, nil
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {

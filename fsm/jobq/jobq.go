@@ -32,7 +32,7 @@ const (
 	// PASS_OVER while the end-of-pass evaluation runs.
 	WaitRetryMs = 200
 
-	// Blacklist (Horovod Elastic): BlacklistAfter consecutive TaskFailed
+	// BlacklistAfter (Horovod Elastic's blacklist): BlacklistAfter consecutive TaskFailed
 	// reports from one trainer blacklist it for BlacklistBase, doubling with
 	// each blacklisting up to BlacklistMax.
 	BlacklistAfter = 3

@@ -12,6 +12,7 @@ import (
 	"github.com/raftps/raftps/fsm/errs"
 )
 
+// snapshotMagic opens a queue snapshot (MarshalBinary), then its version.
 // Snapshot format (all integers varints, little-endian floats as 8 bytes):
 //
 //	"JOBQ" version=1 njobs { job }            jobs sorted by name
@@ -373,6 +374,8 @@ func (q *Queue) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
+// job decodes one job record (jobEncoder's layout) for a queue whose
+// event rings hold eventCap events; nil once d has failed.
 func (d *dec) job(eventCap int) *job {
 	j := &job{name: d.s(), trainers: map[string]*trainerStat{}, events: eventRing{cap: eventCap}}
 	spec := &pb.JobSpec{}
@@ -412,6 +415,20 @@ func (d *dec) job(eventCap int) *job {
 	}
 	j.eval = evalTask{state: uint8(min(d.u(), 255)), pass: d.i32(), run: d.run(), timeouts: d.u16(), failures: d.u16()}
 	j.ckptVersion, j.requeued, j.timeouts = d.i(), d.i(), d.i()
+	d.trainers(j)
+	n := d.n(4)
+	if d.err != nil {
+		return nil
+	}
+	if !d.tasks(j, n) || !d.todo(j, n) || !d.pending(j, n) {
+		return nil
+	}
+	d.events(j, eventCap)
+	return j
+}
+
+// trainers decodes j's trainer stats (sorted by name).
+func (d *dec) trainers(j *job) {
 	prevT := ""
 	for k := range d.n(4) {
 		name := d.s()
@@ -421,13 +438,14 @@ func (d *dec) job(eventCap int) *job {
 		prevT = name
 		j.trainers[name] = &trainerStat{consecutive: d.i32(), strikes: d.i32(), until: d.i()}
 	}
-	n := d.n(4)
-	if d.err != nil {
-		return nil
-	}
-	if want := NumTasks(spec.Dataset.Records, spec.RecordsPerTask); int64(n) != want || n > MaxTasks {
+}
+
+// tasks decodes j's n task states (n as the spec gives it); false once d
+// has failed.
+func (d *dec) tasks(j *job, n int) bool {
+	if want := NumTasks(j.spec.Dataset.Records, j.spec.RecordsPerTask); int64(n) != want || n > MaxTasks {
 		d.fail("job %q: %d tasks, spec gives %d", j.name, n, want)
-		return nil
+		return false
 	}
 	j.nTasks = int32(n)
 	j.tasks = make([]task, n)
@@ -436,7 +454,7 @@ func (d *dec) job(eventCap int) *job {
 		kind := d.u()
 		if kind > 3 {
 			d.fail("job %q task %d: bad state %d", j.name, id, kind)
-			return nil
+			return false
 		}
 		t := &j.tasks[id]
 		t.slot = -int32(kind)
@@ -450,13 +468,19 @@ func (d *dec) job(eventCap int) *job {
 			j.nFailed++
 		}
 	}
+	return true
+}
+
+// todo decodes j's todo queue (delta-coded task ids); false once d has
+// failed.
+func (d *dec) todo(j *job, n int) bool {
 	j.todo.init(n)
 	prev := int64(-1)
 	for range d.n(1) {
 		id := prev + 1 + d.i()
 		if id < 0 || id >= int64(n) || j.tasks[id].slot != slotTodo || j.todo.len() >= n {
 			d.fail("job %q: bad todo id %d", j.name, id)
-			return nil
+			return false
 		}
 		j.tasks[id].slot = -100 // seen; restored below
 		j.todo.push(int32(id))
@@ -465,20 +489,32 @@ func (d *dec) job(eventCap int) *job {
 	for k := range j.todo.len() {
 		j.tasks[j.todo.at(k)].slot = slotTodo
 	}
+	return true
+}
+
+// pending decodes j's pending tasks and their runs; false once d has
+// failed.
+func (d *dec) pending(j *job, n int) bool {
 	for range d.n(8) {
 		id := d.u()
 		p := pendingTask{primary: d.run(), backup: d.run()}
 		if d.err != nil {
-			return nil
+			return false
 		}
 		if id >= uint64(n) || j.tasks[id].slot != 0 {
 			d.fail("job %q: bad pending id %d", j.name, id)
-			return nil
+			return false
 		}
 		p.id = int32(id)
 		j.tasks[id].slot = int32(len(j.pending))
 		j.pending = append(j.pending, p)
 	}
+	return true
+}
+
+// events decodes j's event sequence and its newest events (at most
+// eventCap kept), interning repeated strings.
+func (d *dec) events(j *job, eventCap int) {
 	j.eventSeq = d.i()
 	ne := d.n(12)
 	// A snapshot with more events than this ring holds keeps the newest.
@@ -500,7 +536,6 @@ func (d *dec) job(eventCap int) *job {
 			examples: d.i(), version: d.i(), loss: d.f(), accuracy: d.f(), trainer: str(), message: str()}
 		j.events.push(ev)
 	}
-	return j
 }
 
 // Check verifies the queue's invariants (those UnmarshalBinary and

@@ -428,6 +428,20 @@ func CheckTraining(th TrainingHistory) Result {
 	res := newResult("training")
 	evs := append([]*pb.JobEvent(nil), th.Events...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].GetSeq() < evs[j].GetSeq() })
+	checkSeqs(&res, evs)
+	res.Stats["events"] = len(evs)
+	t := tallyTasks(evs, th)
+	checkPasses(&res, t, expectedTasks(th, t.all))
+	checkRestores(&res, th, evs)
+	if len(evs) == 0 {
+		res.Verdict = VerdictUnknown
+		res.Notes = append(res.Notes, "no job events")
+	}
+	return res
+}
+
+// checkSeqs reports duplicate and missing seqs in evs (sorted by seq).
+func checkSeqs(res *Result, evs []*pb.JobEvent) {
 	for i := 1; i < len(evs); i++ {
 		a, b := evs[i-1].GetSeq(), evs[i].GetSeq()
 		if b == a {
@@ -436,13 +450,23 @@ func CheckTraining(th TrainingHistory) Result {
 			res.violate("job event seq gap: %d then %d", a, b)
 		}
 	}
-	res.Stats["events"] = len(evs)
-	done := map[int32]map[int64]int{}
-	failed := map[int32]map[int64]bool{}
-	ended := map[int32]bool{}
-	all := map[int64]bool{}
-	var maxPass int32 = -1
-	jobOK := false
+}
+
+// taskTally is what a job's events say of its tasks, per pass.
+type taskTally struct {
+	done    map[int32]map[int64]int  // pass -> task -> times counted done
+	failed  map[int32]map[int64]bool // pass -> task -> failed
+	ended   map[int32]bool           // passes with PASS_ENDED
+	all     map[int64]bool           // every task id seen
+	maxPass int32
+	jobOK   bool // JOB_ENDED seen and the job succeeded
+}
+
+// tallyTasks counts evs' task events per pass.
+func tallyTasks(evs []*pb.JobEvent, th TrainingHistory) taskTally {
+	t := taskTally{done: map[int32]map[int64]int{}, failed: map[int32]map[int64]bool{}, ended: map[int32]bool{},
+		all: map[int64]bool{}, maxPass: -1}
+	done, failed, ended, all := t.done, t.failed, t.ended, t.all
 	for _, ev := range evs {
 		p := ev.GetPass()
 		switch ev.GetType() {
@@ -452,7 +476,7 @@ func CheckTraining(th TrainingHistory) Result {
 			}
 			done[p][ev.GetTaskId()]++
 			all[ev.GetTaskId()] = true
-			maxPass = max(maxPass, p)
+			t.maxPass = max(t.maxPass, p)
 		case pb.JobEvent_TASK_FAILED:
 			if failed[p] == nil {
 				failed[p] = map[int64]bool{}
@@ -461,13 +485,19 @@ func CheckTraining(th TrainingHistory) Result {
 			all[ev.GetTaskId()] = true
 		case pb.JobEvent_PASS_ENDED:
 			ended[p] = true
-			maxPass = max(maxPass, p)
+			t.maxPass = max(t.maxPass, p)
 		case pb.JobEvent_JOB_ENDED:
 			if th.Final != nil && th.Final.GetState() == pb.JobState_JOB_SUCCEEDED {
-				jobOK = true
+				t.jobOK = true
 			}
 		}
 	}
+	return t
+}
+
+// expectedTasks is every task id of a pass: TasksPerPass dense ids (0- or
+// 1-based, as seen), or without it every id seen.
+func expectedTasks(th TrainingHistory, all map[int64]bool) []int64 {
 	var expected []int64
 	if th.TasksPerPass > 0 {
 		// Task ids are dense; accept 0- or 1-based numbering from what was seen.
@@ -486,6 +516,13 @@ func CheckTraining(th TrainingHistory) Result {
 		}
 		sort.Slice(expected, func(i, j int) bool { return expected[i] < expected[j] })
 	}
+	return expected
+}
+
+// checkPasses reports tasks counted done more than once in a pass, and
+// passes that ended without every expected task done or failed.
+func checkPasses(res *Result, t taskTally, expected []int64) {
+	done, failed, ended, maxPass, jobOK := t.done, t.failed, t.ended, t.maxPass, t.jobOK
 	passes := map[int32]bool{}
 	for p := range done {
 		passes[p] = true
@@ -520,6 +557,12 @@ func CheckTraining(th TrainingHistory) Result {
 			res.violate("pass %d ended without task(s) %s done or failed", p, strings.Join(missing, ","))
 		}
 	}
+}
+
+// checkRestores reports restores (recorded, or from PSERVER_RESTORED
+// events) of a checkpoint version that no committed pointer of that slot
+// names, or names with another MD5.
+func checkRestores(res *Result, th TrainingHistory, evs []*pb.JobEvent) {
 	type sv struct {
 		slot    int32
 		version int64
@@ -559,9 +602,4 @@ func CheckTraining(th TrainingHistory) Result {
 			}
 		}
 	}
-	if len(evs) == 0 {
-		res.Verdict = VerdictUnknown
-		res.Notes = append(res.Notes, "no job events")
-	}
-	return res
 }

@@ -3,21 +3,24 @@ package jepsen
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/raftstore"
 )
 
 var (
-	flagBin      = flag.String("jepsen.bin", "", "path to the raftps binary (default: go build ./cmd/raftps into a temp dir)")
+	flagBin      = flag.String("jepsen.bin", "", "path to the raftps binary (default: go build -tags raftps_testclock ./cmd/raftps into a temp dir)")
 	flagLong     = flag.Bool("jepsen.long", false, "long run: 5 nodes, every fault kind, about 10 minutes (use -timeout 30m)")
 	flagOut      = flag.String("jepsen.out", "", "results directory (default: integration/results/<timestamp>)")
 	flagSeed     = flag.Uint64("jepsen.seed", 0, "nemesis seed (default: time)")
@@ -46,7 +49,8 @@ var built struct {
 	out  []byte
 }
 
-// raftpsBinary returns -jepsen.bin or builds ./cmd/raftps; the test fails
+// raftpsBinary returns -jepsen.bin or builds ./cmd/raftps (with
+// raftstore.TestClockTag); the test fails
 // when the binary does not build or lacks a node flag the suite uses.
 func raftpsBinary(t *testing.T) string {
 	t.Helper()
@@ -59,7 +63,9 @@ func raftpsBinary(t *testing.T) string {
 				return
 			}
 			built.dir = dir
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "raftps"), "./cmd/raftps")
+			// With the test clock (raftstore.TestClockTag): the clock-step
+			// scenario sets raftstore.TestClockOffsetEnv on its nodes.
+			cmd := exec.Command("go", "build", "-tags", raftstore.TestClockTag, "-o", filepath.Join(dir, "raftps"), "./cmd/raftps")
 			cmd.Dir = moduleRoot(t)
 			if built.out, err = cmd.CombinedOutput(); err == nil {
 				built.bin = filepath.Join(dir, "raftps")
@@ -84,6 +90,25 @@ func raftpsBinary(t *testing.T) string {
 		t.Fatalf("jepsen: `%s node --help` lacks %v, which the suite passes to every node\n%s", bin, missing, help.String())
 	}
 	return bin
+}
+
+// requireTestClock fails t unless bin was built with
+// raftstore.TestClockTag (read from the build settings Go stamps into the
+// binary): without it a node ignores raftstore.TestClockOffsetEnv and a
+// clock-step scenario would step nothing.
+func requireTestClock(t *testing.T, bin string) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatalf("jepsen: read the build settings of %s: %v", bin, err)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), raftstore.TestClockTag) {
+			return
+		}
+	}
+	t.Fatalf("jepsen: %s was built without -tags %s, so its nodes ignore %s; build it with the tag (or leave -jepsen.bin out)",
+		bin, raftstore.TestClockTag, raftstore.TestClockOffsetEnv)
 }
 
 // TestJepsen runs the fault suite against real raftps processes in network

@@ -220,47 +220,9 @@ func (n *Nemesis) apply(ctx context.Context, kind string) (f Fault) {
 		f.Start = n.h.Now()
 		fail(n.hosts.Partition([]*Host{t}, n.others(t)))
 	case FaultPartitionHalves:
-		perm := n.r.Perm(len(n.hosts.Nodes))
-		var a, b []*Host
-		for i, p := range perm {
-			if i < len(perm)/2 {
-				a = append(a, n.hosts.Nodes[p])
-			} else {
-				b = append(b, n.hosts.Nodes[p])
-			}
-		}
-		f.Target = names(a) + "|" + names(b)
-		f.Start = n.h.Now()
-		fail(n.hosts.Partition(a, b))
+		n.partitionHalves(&f, fail)
 	case FaultPartitionRing:
-		// Each node talks only to its neighbours in a random ring: with 5
-		// nodes every node sees a majority (itself + 2) but no two agree on
-		// which; with 3 it is a bridge: one node sees both, they not each other.
-		perm := n.r.Perm(len(n.hosts.Nodes))
-		k := len(perm)
-		var desc []string
-		if k <= 3 {
-			a, bridge, c := n.hosts.Nodes[perm[0]], n.hosts.Nodes[perm[1]], n.hosts.Nodes[perm[2%k]]
-			f.Target = fmt.Sprintf("%s<-%s->%s", a.Name, bridge.Name, c.Name)
-			f.Start = n.h.Now()
-			fail(n.hosts.Partition([]*Host{a}, []*Host{c}))
-		} else {
-			pos := map[int]int{}
-			for i, p := range perm {
-				pos[p] = i
-				desc = append(desc, n.hosts.Nodes[p].Name)
-			}
-			f.Target = "ring " + strings.Join(desc, "-")
-			f.Start = n.h.Now()
-			for i := 0; i < k; i++ {
-				for j := 0; j < k; j++ {
-					d := (pos[i] - pos[j] + k) % k
-					if i != j && d != 1 && d != k-1 {
-						fail(n.hosts.Block(n.hosts.Nodes[i], n.hosts.Nodes[j]))
-					}
-				}
-			}
-		}
+		n.partitionRing(&f, fail)
 	case FaultPartitionOneWay:
 		t := leaderOr()
 		f.Target = t.Name + "->*"
@@ -278,14 +240,7 @@ func (n *Nemesis) apply(ctx context.Context, kind string) (f Fault) {
 	case FaultPartitionHeal:
 		// A follower isolated long enough to campaign (its term climbs),
 		// healed while writes go on, then isolated and healed again quickly.
-		l := n.leader(ctx)
-		var t *Host
-		for _, x := range n.r.Perm(len(n.hosts.Nodes)) {
-			if n.hosts.Nodes[x] != l {
-				t = n.hosts.Nodes[x]
-				break
-			}
-		}
+		t := n.randomFollower(ctx)
 		f.Target = t.Name
 		f.Start = n.h.Now()
 		fail(n.hosts.Partition([]*Host{t}, n.others(t)))
@@ -308,26 +263,7 @@ func (n *Nemesis) apply(ctx context.Context, kind string) (f Fault) {
 		// Removing and adding a node under load: a follower stops gracefully
 		// (it leaves gossip and the leader removes it from the Raft
 		// configuration), then restarts and is added back.
-		l := n.leader(ctx)
-		var t *Host
-		for _, x := range n.r.Perm(len(n.hosts.Nodes)) {
-			if n.hosts.Nodes[x] != l {
-				t = n.hosts.Nodes[x]
-				break
-			}
-		}
-		f.Target = t.Name
-		f.Start = n.h.Now()
-		t.Stop(10 * time.Second)
-		removed := n.waitMember(ctx, t, false, 15*time.Second)
-		heal = func() {
-			fail(t.Restart())
-			back := n.waitMember(ctx, t, true, 20*time.Second)
-			f.Detail = fmt.Sprintf("removed from the Raft configuration: %v; added back: %v", removed, back)
-			if !removed || !back {
-				fail(fmt.Errorf("membership change not observed (removed %v, added back %v)", removed, back))
-			}
-		}
+		heal = n.membership(ctx, &f, fail)
 	default:
 		f.Err = "unknown fault kind"
 		f.Start = n.h.Now()
@@ -343,4 +279,87 @@ func (n *Nemesis) apply(ctx context.Context, kind string) (f Fault) {
 	f.End = n.h.Now()
 	n.h.Notef("nemesis: %s on %s healed", f.Type, f.Target)
 	return f
+}
+
+// randomFollower is a random node other than the leader (any node if no
+// leader is found).
+func (n *Nemesis) randomFollower(ctx context.Context) *Host {
+	l := n.leader(ctx)
+	var t *Host
+	for _, x := range n.r.Perm(len(n.hosts.Nodes)) {
+		if n.hosts.Nodes[x] != l {
+			t = n.hosts.Nodes[x]
+			break
+		}
+	}
+	return t
+}
+
+// partitionHalves splits the nodes into two random halves (FaultPartitionHalves).
+func (n *Nemesis) partitionHalves(f *Fault, fail func(error)) {
+	perm := n.r.Perm(len(n.hosts.Nodes))
+	var a, b []*Host
+	for i, p := range perm {
+		if i < len(perm)/2 {
+			a = append(a, n.hosts.Nodes[p])
+		} else {
+			b = append(b, n.hosts.Nodes[p])
+		}
+	}
+	f.Target = names(a) + "|" + names(b)
+	f.Start = n.h.Now()
+	fail(n.hosts.Partition(a, b))
+}
+
+// partitionRing lets each node talk only to its neighbours in a random
+// ring (FaultPartitionRing).
+func (n *Nemesis) partitionRing(f *Fault, fail func(error)) {
+	// Each node talks only to its neighbours in a random ring: with 5
+	// nodes every node sees a majority (itself + 2) but no two agree on
+	// which; with 3 it is a bridge: one node sees both, they not each other.
+	perm := n.r.Perm(len(n.hosts.Nodes))
+	k := len(perm)
+	var desc []string
+	if k <= 3 {
+		a, bridge, c := n.hosts.Nodes[perm[0]], n.hosts.Nodes[perm[1]], n.hosts.Nodes[perm[2%k]]
+		f.Target = fmt.Sprintf("%s<-%s->%s", a.Name, bridge.Name, c.Name)
+		f.Start = n.h.Now()
+		fail(n.hosts.Partition([]*Host{a}, []*Host{c}))
+	} else {
+		pos := map[int]int{}
+		for i, p := range perm {
+			pos[p] = i
+			desc = append(desc, n.hosts.Nodes[p].Name)
+		}
+		f.Target = "ring " + strings.Join(desc, "-")
+		f.Start = n.h.Now()
+		for i := 0; i < k; i++ {
+			for j := 0; j < k; j++ {
+				d := (pos[i] - pos[j] + k) % k
+				if i != j && d != 1 && d != k-1 {
+					fail(n.hosts.Block(n.hosts.Nodes[i], n.hosts.Nodes[j]))
+				}
+			}
+		}
+	}
+}
+
+// membership stops a follower gracefully (it leaves gossip and the leader
+// removes it from the Raft configuration); the returned heal restarts it
+// and checks that it is added back (FaultMembership).
+func (n *Nemesis) membership(ctx context.Context, f *Fault, fail func(error)) (heal func()) {
+	t := n.randomFollower(ctx)
+	f.Target = t.Name
+	f.Start = n.h.Now()
+	t.Stop(10 * time.Second)
+	removed := n.waitMember(ctx, t, false, 15*time.Second)
+	heal = func() {
+		fail(t.Restart())
+		back := n.waitMember(ctx, t, true, 20*time.Second)
+		f.Detail = fmt.Sprintf("removed from the Raft configuration: %v; added back: %v", removed, back)
+		if !removed || !back {
+			fail(fmt.Errorf("membership change not observed (removed %v, added back %v)", removed, back))
+		}
+	}
+	return heal
 }

@@ -717,8 +717,9 @@ func (sc *scenario) sampleManifests(ctx context.Context, job string, slots int32
 }
 
 // TestJepsenLeaderClockStep steps the leader's wall clock (the test-only
-// raftstore.TestClockOffsetEnv file: the wall time stamped into the entries
-// it proposes) while a sync training job, the register workload and the
+// raftstore.TestClockOffsetEnv file of a binary built with
+// raftstore.TestClockTag: the wall time stamped into the entries it
+// proposes) while a sync training job, the register workload and the
 // lease workload run (-jepsen.long only): the leader +1h, back by 1h, then
 // every follower +1h and the leader paused 2 s (a failover to a node whose
 // clock is an hour ahead, issue 12 item 9), then the new leader back by
@@ -733,6 +734,7 @@ func TestJepsenLeaderClockStep(t *testing.T) {
 	if testing.Short() || os.Geteuid() != 0 {
 		t.Skip("jepsen: needs root and no -short; skipped")
 	}
+	requireTestClock(t, raftpsBinary(t))
 	clocks := t.TempDir()
 	clockFile := func(h *Host) string { return filepath.Join(clocks, h.Name) }
 	sc := newScenario(t, "clock-step", 3, func(h *Host) []string {

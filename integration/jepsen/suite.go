@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/localcluster"
+	"google.golang.org/grpc"
 )
 
 // SuiteConfig is one run of the suite.
@@ -98,18 +100,7 @@ func NodeArgs(hs *Hosts, h *Host, dataDir, logLevel string) []string {
 // returns the summary; err is set when the run itself could not be carried
 // out (cluster never formed), not for violations (see Summary.Valid).
 func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = 500 * time.Millisecond
-	}
-	if cfg.LogLevel == "" {
-		cfg.LogLevel = "info"
-	}
-	if cfg.CheckTimeout == 0 {
-		cfg.CheckTimeout = time.Minute
-	}
+	cfg.setDefaults()
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return sum, err
 	}
@@ -180,29 +171,125 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		trainErr  error
 	)
 	if cfg.Training {
-		name := fmt.Sprintf("jepsen-%d", os.Getpid())
-		args := append([]string{"job", "submit", "--endpoints", strings.Join(addrs, ",")}, localcluster.CLIFlags(hs.Admin())...)
-		args = append(append(args, "--name", name, "--dataset", cfg.DatasetDir), cfg.TrainingArgs...)
-		out, err := exec.CommandContext(ctx, cfg.Binary, args...).CombinedOutput()
-		h.Notef("training: raftps %s: %v\n%s", strings.Join(args, " "), err, out)
+		closeBal, err := submitTraining(ctx, cfg, hs, addrs, creds, h, trainDone, &trainErr)
 		if err != nil {
-			trainErr = fmt.Errorf("submit: %w: %s", err, out)
-			close(trainDone)
-		} else {
-			bal, err := DialBalanced(addrs, creds...)
-			if err != nil {
-				return sum, err
-			}
-			defer bal.Close()
-			tctx, tcancel := context.WithTimeout(ctx, cfg.Workload+2*time.Minute)
-			go func() {
-				defer tcancel()
-				th, _ := FollowJob(tctx, pb.NewMasterClient(bal), pb.NewWatchClient(bal), name)
-				trainDone <- th
-			}()
+			return sum, err
 		}
+		defer closeBal()
 	}
 
+	acked, leaseRecs, faults := runWorkload(ctx, cfg, hs, conns, h)
+
+	// Quiesce: one acknowledged fence put, every watcher must reach it.
+	runs, fenceRev, finalRev, final := quiesce(ctx, conns, watchers, h)
+	// The final state counts as acknowledged (quiesce).
+	acked = append(acked, final...)
+
+	// Check.
+	regOps := h.RegisterOps()
+	results, info := checkHistory(cfg, h, regOps, runs, acked, fenceRev, finalRev, leaseRecs, faults)
+	sum.Results = results
+	watchRes := results[1]
+	if cfg.Training {
+		cfg.Logf("waiting for the training job to end")
+		th, ok := <-trainDone
+		sum.Results = append(sum.Results, trainingResult(cfg, th, ok, trainErr, &sum))
+	}
+	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
+		h.Notef("visualization: %v", err)
+	}
+	sum.Ops["register"] = len(regOps)
+	sum.Ops["lease"] = len(leaseRecs)
+	sum.Ops["watch-events"] = watchRes.Stats["events"]
+	for _, f := range faults {
+		sum.Faults[f.Type]++
+	}
+	sum.FaultList = faults
+	sum.Duration = time.Since(h.Start()).Round(time.Second).String()
+	if err := h.Close(); err != nil {
+		cfg.Logf("history: %v", err)
+	}
+	if err := WriteSummary(cfg.OutDir, sum); err != nil {
+		return sum, errors.Join(err)
+	}
+	sum.Valid = Valid(sum.Results)
+	return sum, nil
+}
+
+// setDefaults fills the zero fields of cfg that have defaults.
+func (cfg *SuiteConfig) setDefaults() {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = 500 * time.Millisecond
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = time.Minute
+	}
+}
+
+// submitTraining submits the suite's training job and follows its events
+// into trainDone; a failed submit closes trainDone and sets *trainErr.
+// closeBal closes the connection the follower reads with (a no-op if none).
+func submitTraining(ctx context.Context, cfg SuiteConfig, hs *Hosts, addrs []string, creds []grpc.DialOption, h *History,
+	trainDone chan TrainingHistory, trainErr *error) (closeBal func(), err error) {
+	closeBal = func() {}
+	name := fmt.Sprintf("jepsen-%d", os.Getpid())
+	args := append([]string{"job", "submit", "--endpoints", strings.Join(addrs, ",")}, localcluster.CLIFlags(hs.Admin())...)
+	args = append(append(args, "--name", name, "--dataset", cfg.DatasetDir), cfg.TrainingArgs...)
+	out, err := exec.CommandContext(ctx, cfg.Binary, args...).CombinedOutput()
+	h.Notef("training: raftps %s: %v\n%s", strings.Join(args, " "), err, out)
+	if err != nil {
+		*trainErr = fmt.Errorf("submit: %w: %s", err, out)
+		close(trainDone)
+	} else {
+		bal, err := DialBalanced(addrs, creds...)
+		if err != nil {
+			return nil, err
+		}
+		closeBal = func() { bal.Close() }
+		tctx, tcancel := context.WithTimeout(ctx, cfg.Workload+2*time.Minute)
+		go func() {
+			defer tcancel()
+			th, _ := FollowJob(tctx, pb.NewMasterClient(bal), pb.NewWatchClient(bal), name)
+			trainDone <- th
+		}()
+	}
+	return closeBal, nil
+}
+
+// trainingResult checks the training job's history th (ok: the job was
+// submitted; else trainErr says why not), writes it to training.json and
+// counts its events in sum.
+func trainingResult(cfg SuiteConfig, th TrainingHistory, ok bool, trainErr error, sum *Summary) Result {
+	var tr Result
+	if !ok {
+		tr = newResult("training")
+		tr.Verdict = VerdictUnknown
+		tr.Notes = append(tr.Notes, fmt.Sprintf("job not submitted: %v", trainErr))
+	} else {
+		tr = CheckTraining(th)
+		if th.Final != nil {
+			tr.Notes = append(tr.Notes, fmt.Sprintf("job %s: state %s, pass %d, done %d, failed %d, requeued %d, restores %d, pointers seen %d",
+				th.Job, th.Final.GetState(), th.Final.GetPass(), th.Final.GetDone(), th.Final.GetFailed(), th.Final.GetRequeued(), len(th.Restores), len(th.Pointers)))
+		}
+		sum.Ops["job-events"] = len(th.Events)
+		if b, err := json.MarshalIndent(th, "", " "); err == nil {
+			_ = os.WriteFile(filepath.Join(cfg.OutDir, "training.json"), b, 0o644)
+		}
+	}
+	return tr
+}
+
+// runWorkload runs the register and lease workloads for cfg.Workload with
+// the nemesis injecting cfg.Faults, then heals every fault and restarts a
+// node not running. It returns the acknowledged puts, the lease records
+// and the faults injected.
+func runWorkload(ctx context.Context, cfg SuiteConfig, hs *Hosts, conns ConnSet, h *History) ([]AckedPut, []LeaseRecord, []Fault) {
 	wctx, wcancel := context.WithTimeout(ctx, cfg.Workload)
 	defer wcancel()
 	var (
@@ -236,29 +323,40 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 			_ = n.Restart()
 		}
 	}
+	return acked, leaseRecs, faults
+}
 
-	// Quiesce: one acknowledged fence put, every watcher must reach it.
+// quiesce puts the end fence and waits (30 s at most) for every watcher to
+// reach it; it returns the watchers' runs, the fence's revision, and the
+// linearizable revision and key/values read after the watchers stopped
+// (finalRev 0 and no key/values if a read failed). The final state counts
+// as acknowledged: each key's last put committed at its mod_revision, so
+// every watcher that covered that revision must have it (this catches
+// gaps at unacknowledged writes).
+func quiesce(ctx context.Context, conns ConnSet, watchers *Watchers, h *History) (runs []WatcherRun, fenceRev, finalRev int64, final []AckedPut) {
 	endCtx, endCancel := context.WithTimeout(ctx, 60*time.Second)
 	defer endCancel()
 	fenceRev, ferr := conns.PutFence(endCtx, "/jepsen/fence", "end")
-	runs := watchers.Finish(fenceRev, 30*time.Second)
+	runs = watchers.Finish(fenceRev, 30*time.Second)
 	// Read after the watchers stopped: every event they got was committed
 	// before this read, so none may be beyond its revision (lease expiries
 	// go on after the workload).
 	finalRev, rerr := conns.LinearizableRevision(endCtx, "/jepsen/fence")
-	final, serr := conns.FinalState(endCtx, "/jepsen/")
+	kvs, serr := conns.FinalState(endCtx, "/jepsen/")
 	if ferr != nil || rerr != nil || serr != nil {
 		h.Notef("final fence/reads failed: %v %v %v", ferr, rerr, serr)
 		finalRev = 0
 	} else {
-		// The final state counts as acknowledged: each key's last put
-		// committed at its mod_revision, so every watcher that covered that
-		// revision must have it (this catches gaps at unacknowledged writes).
-		acked = append(acked, final...)
+		return runs, fenceRev, finalRev, kvs
 	}
+	return runs, fenceRev, finalRev, nil
+}
 
-	// Check.
-	regOps := h.RegisterOps()
+// checkHistory runs the register, watch and lease checkers over the
+// run's history; it returns their results in that order and the
+// linearizability info for the visualization.
+func checkHistory(cfg SuiteConfig, h *History, regOps []RegisterOp, runs []WatcherRun, acked []AckedPut, fenceRev, finalRev int64,
+	leaseRecs []LeaseRecord, faults []Fault) ([]Result, porcupine.LinearizationInfo) {
 	regRes, info := CheckRegisters(regOps, cfg.CheckTimeout)
 	watchRes := CheckWatches(runs, acked, finalRev)
 	for _, r := range runs {
@@ -275,45 +373,5 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 	for _, tc := range terms {
 		h.Notef("observed %s first at %s", tc.Target, fmtNs(tc.Start))
 	}
-	sum.Results = []Result{regRes, watchRes, leaseRes}
-	if cfg.Training {
-		cfg.Logf("waiting for the training job to end")
-		th, ok := <-trainDone
-		var tr Result
-		if !ok {
-			tr = newResult("training")
-			tr.Verdict = VerdictUnknown
-			tr.Notes = append(tr.Notes, fmt.Sprintf("job not submitted: %v", trainErr))
-		} else {
-			tr = CheckTraining(th)
-			if th.Final != nil {
-				tr.Notes = append(tr.Notes, fmt.Sprintf("job %s: state %s, pass %d, done %d, failed %d, requeued %d, restores %d, pointers seen %d",
-					th.Job, th.Final.GetState(), th.Final.GetPass(), th.Final.GetDone(), th.Final.GetFailed(), th.Final.GetRequeued(), len(th.Restores), len(th.Pointers)))
-			}
-			sum.Ops["job-events"] = len(th.Events)
-			if b, err := json.MarshalIndent(th, "", " "); err == nil {
-				_ = os.WriteFile(filepath.Join(cfg.OutDir, "training.json"), b, 0o644)
-			}
-		}
-		sum.Results = append(sum.Results, tr)
-	}
-	if err := WriteVisualization(filepath.Join(cfg.OutDir, "linearizability.html"), info, faults); err != nil {
-		h.Notef("visualization: %v", err)
-	}
-	sum.Ops["register"] = len(regOps)
-	sum.Ops["lease"] = len(leaseRecs)
-	sum.Ops["watch-events"] = watchRes.Stats["events"]
-	for _, f := range faults {
-		sum.Faults[f.Type]++
-	}
-	sum.FaultList = faults
-	sum.Duration = time.Since(h.Start()).Round(time.Second).String()
-	if err := h.Close(); err != nil {
-		cfg.Logf("history: %v", err)
-	}
-	if err := WriteSummary(cfg.OutDir, sum); err != nil {
-		return sum, errors.Join(err)
-	}
-	sum.Valid = Valid(sum.Results)
-	return sum, nil
+	return []Result{regRes, watchRes, leaseRes}, info
 }

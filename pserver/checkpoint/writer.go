@@ -190,18 +190,72 @@ func (w *Writer) stage(s string) error {
 func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.CheckpointPointer, error) {
 	m := w.m
 	log := m.logger.With("job", req.Job, "slot", req.Slot, "version", req.Version)
-	if err := validJob(req.Job); err != nil {
+	policy, replicas, err := w.checkRequest(req)
+	if err != nil {
 		return nil, err
 	}
+	psKV, ptrKV, prev, err := m.readPrevious(ctx, req, log)
+	if err != nil {
+		return nil, err
+	}
+
+	// 1. Blobs, synced; then the manifest, synced.
+	start := time.Now()
+	man, manMD5, err := m.writeLocal(req, log)
+	if err != nil {
+		return nil, err
+	}
+	localDone := time.Now()
+	if err := w.stage(StageBlobsWritten); err != nil {
+		return nil, err
+	}
+
+	// 2. Replicas.
+	got, targets := m.replicate(ctx, req, man, replicas, log)
+	log.Debug("replicated", "replicas", got, "took", time.Since(localDone))
+	if err := w.stage(StageReplicated); err != nil {
+		return nil, err
+	}
+
+	// 3. Pointer, fenced, and atomic against the other slots' pointers the
+	// keep decision read: a commit that drops versions compares their mod
+	// revisions in the same Txn, and decides again if any moved.
+	keepMax := int(policy.GetKeepMax())
+	ptr, kept, err := w.commit(ctx, req, commitInput{psKV: psKV, ptrKV: ptrKV, prev: prev, man: man,
+		manMD5: manMD5, replicas: got, keepMax: keepMax}, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("checkpoint committed", "md5", manMD5, "bytes", man.Bytes, "replicas", got, "kept", kept, "took", time.Since(start))
+	if err := w.stage(StageAfterPointer); err != nil {
+		return ptr, err
+	}
+
+	// 4. Only now delete what the new pointer no longer names.
+	if keepMax > 0 {
+		if err := w.deleteOld(ctx, req, prev, kept, targets, log); err != nil {
+			return ptr, err
+		}
+	}
+	return ptr, nil
+}
+
+// checkRequest validates req against the writer's (job, slot) and returns
+// its policy (an empty one if nil) and the replica count it asks
+// (DefaultReplicas if unset). Errors: ErrInvalid.
+func (w *Writer) checkRequest(req WriteRequest) (*pb.CheckpointPolicy, int, error) {
+	if err := validJob(req.Job); err != nil {
+		return nil, 0, err
+	}
 	if req.Job != w.job || req.Slot != w.slot {
-		return nil, fmt.Errorf("%w: writer of %s/%d got request for %s/%d", ErrInvalid, w.job, w.slot, req.Job, req.Slot)
+		return nil, 0, fmt.Errorf("%w: writer of %s/%d got request for %s/%d", ErrInvalid, w.job, w.slot, req.Job, req.Slot)
 	}
 	if req.Version <= 0 || req.NumPservers <= 0 || req.Slot < 0 || req.Slot >= req.NumPservers {
-		return nil, fmt.Errorf("%w: version %d slot %d num_pservers %d", ErrInvalid, req.Version, req.Slot, req.NumPservers)
+		return nil, 0, fmt.Errorf("%w: version %d slot %d num_pservers %d", ErrInvalid, req.Version, req.Slot, req.NumPservers)
 	}
 	for id := range req.Blobs {
 		if id < 0 || id%req.NumPservers != req.Slot {
-			return nil, fmt.Errorf("%w: vshard %d does not belong to slot %d of %d", ErrInvalid, id, req.Slot, req.NumPservers)
+			return nil, 0, fmt.Errorf("%w: vshard %d does not belong to slot %d of %d", ErrInvalid, id, req.Slot, req.NumPservers)
 		}
 	}
 	policy := req.Policy
@@ -212,21 +266,25 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 	if replicas <= 0 {
 		replicas = DefaultReplicas
 	}
+	return policy, replicas, nil
+}
 
-	// Fencing precondition and previous pointer, read before anything is
-	// written so that a stale version never overwrites a committed manifest.
-	psKV, err := m.get(ctx, schema.SlotKey(req.Job, req.Slot))
+// readPrevious reads the slot's ps key (checking the fence) and its
+// checkpoint pointer (prev: nil if none or undecodable). They are read
+// before anything is written so that a stale version never overwrites a
+// committed manifest. Errors: ErrFenced, ErrStaleVersion, Meta errors.
+func (m *Manager) readPrevious(ctx context.Context, req WriteRequest, log *slog.Logger) (psKV, ptrKV *pb.KeyValue, prev *pb.CheckpointPointer, err error) {
+	psKV, err = m.get(ctx, schema.SlotKey(req.Job, req.Slot))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := m.checkFence(psKV, req); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	ptrKV, err := m.get(ctx, schema.CheckpointKey(req.Job, req.Slot))
+	ptrKV, err = m.get(ctx, schema.CheckpointKey(req.Job, req.Slot))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	var prev *pb.CheckpointPointer
 	if ptrKV != nil {
 		if prev, err = DecodePointer(ptrKV.GetValue()); err != nil {
 			log.Warn("previous pointer does not decode; treating as none", "err", err)
@@ -234,14 +292,18 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 		}
 	}
 	if prev != nil && req.Version <= prev.GetVersion() {
-		return nil, fmt.Errorf("%w: version %d, pointer is at %d", ErrStaleVersion, req.Version, prev.GetVersion())
+		return nil, nil, nil, fmt.Errorf("%w: version %d, pointer is at %d", ErrStaleVersion, req.Version, prev.GetVersion())
 	}
+	return psKV, ptrKV, prev, nil
+}
 
-	// 1. Blobs, synced; then the manifest, synced.
+// writeLocal writes req's blobs, synced, then their manifest, synced, to
+// the local store; it returns the manifest and its MD5.
+func (m *Manager) writeLocal(req WriteRequest, log *slog.Logger) (*Manifest, string, error) {
 	start := time.Now()
 	refs, total, err := m.cfg.Store.putBlobs(req.Blobs)
 	if err != nil {
-		return nil, fmt.Errorf("write blobs: %w", err)
+		return nil, "", fmt.Errorf("write blobs: %w", err)
 	}
 	man := &Manifest{
 		UUID: uuid.NewString(), Job: req.Job, Version: req.Version, Slot: req.Slot,
@@ -250,15 +312,17 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 	}
 	_, manMD5, err := m.cfg.Store.putLocalManifest(man)
 	if err != nil {
-		return nil, fmt.Errorf("write manifest: %w", err)
+		return nil, "", fmt.Errorf("write manifest: %w", err)
 	}
 	log.Debug("checkpoint written locally", "bytes", total, "vshards", len(refs), "took", time.Since(start))
-	localDone := time.Now()
-	if err := w.stage(StageBlobsWritten); err != nil {
-		return nil, err
-	}
+	return man, manMD5, nil
+}
 
-	// 2. Replicas.
+// replicate copies man and its blobs to up to replicas-1 peers of the
+// slot's placement; it returns the node IDs that hold the version (this
+// node first) and the peers that took a copy. Failures are logged, not
+// returned: the pointer lists the replicas that succeeded.
+func (m *Manager) replicate(ctx context.Context, req WriteRequest, man *Manifest, replicas int, log *slog.Logger) ([]string, []Peer) {
 	got := []string{m.cfg.NodeID}
 	var targets []Peer
 	if replicas > 1 {
@@ -277,97 +341,107 @@ func (w *Writer) Checkpoint(ctx context.Context, req WriteRequest) (*pb.Checkpoi
 			log.Warn("fewer replicas than the policy asks", "want", replicas, "have", len(got), "replicas", got)
 		}
 	}
-	log.Debug("replicated", "replicas", got, "took", time.Since(localDone))
-	if err := w.stage(StageReplicated); err != nil {
-		return nil, err
-	}
+	return got, targets
+}
 
-	// 3. Pointer, fenced, and atomic against the other slots' pointers the
-	// keep decision read: a commit that drops versions compares their mod
-	// revisions in the same Txn, and decides again if any moved.
-	keepMax := int(policy.GetKeepMax())
+// commitInput is what commit needs from the earlier steps of Checkpoint.
+type commitInput struct {
+	psKV, ptrKV *pb.KeyValue
+	prev        *pb.CheckpointPointer
+	man         *Manifest
+	manMD5      string
+	replicas    []string
+	keepMax     int
+}
+
+// commit decides which previous versions survive keep_max and commits the
+// new pointer, fenced on the ps key and compared on the other slots'
+// pointers the decision read, deciding again if they moved. It returns the
+// pointer and the kept versions (newest first).
+func (w *Writer) commit(ctx context.Context, req WriteRequest, in commitInput, log *slog.Logger) (*pb.CheckpointPointer, []int64, error) {
+	m, man, prev := w.m, in.man, in.prev
 	var (
 		ptr  *pb.CheckpointPointer
 		kept []int64 // previous versions that survive keep_max, newest first
 	)
 	for attempt := 1; ; attempt++ {
 		var others map[string]int64
-		kept, others = m.decideKept(ctx, req, prev, keepMax, attempt <= maxKeepAttempts)
+		kept, others = m.decideKept(ctx, req, prev, in.keepMax, attempt <= maxKeepAttempts)
 		ptr = &pb.CheckpointPointer{
-			Uuid: man.UUID, Md5: manMD5, Version: req.Version, Step: req.Step,
-			TimestampUnixNano: man.TimestampUnixNano, Bytes: total, Replicas: got,
+			Uuid: man.UUID, Md5: in.manMD5, Version: req.Version, Step: req.Step,
+			TimestampUnixNano: man.TimestampUnixNano, Bytes: man.Bytes, Replicas: in.replicas,
 			NumPservers: req.NumPservers, Incarnation: req.Incarnation, KeptVersions: kept,
 			KeptMd5S: keptMD5s(prev, kept),
 		}
 		val, err := EncodePointer(ptr)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := w.stage(StageBeforePointer); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		err = m.commitPointer(ctx, req, psKV, ptrKV, others, val)
+		err = m.commitPointer(ctx, req, in.psKV, in.ptrKV, others, val)
 		if errors.Is(err, errOthersMoved) {
 			log.Info("other slots' pointers moved while deciding what to keep; deciding again", "attempt", attempt)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		break
 	}
-	log.Info("checkpoint committed", "md5", manMD5, "bytes", total, "replicas", got, "kept", kept, "took", time.Since(start))
-	if err := w.stage(StageAfterPointer); err != nil {
-		return ptr, err
-	}
+	return ptr, kept, nil
+}
 
-	// 4. Only now delete what the new pointer no longer names.
-	if keepMax > 0 {
-		keep := append([]int64{req.Version}, kept...)
-		_, named, err := m.cfg.Store.deleteManifests(req.Job, req.Slot, keep)
-		if err != nil {
-			log.Warn("deleting old manifests failed (orphans are harmless)", "err", err)
-		}
-		if err := w.stage(StageDeleting); err != nil {
-			return ptr, err
-		}
-		// Only the blobs the deleted manifests named: a full GC would read
-		// every stored blob back to list them. Orphans of crashed attempts
-		// are Prune's.
-		if _, err := m.cfg.Store.GCBlobs(named); err != nil {
-			log.Warn("blob gc failed (orphans are harmless)", "err", err)
-		}
-		// The replicas delete the versions the previous pointer named and
-		// this one does not; each checks that against the pointer it reads.
-		var dropped []int64
-		if prev != nil {
-			for _, v := range append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...) {
-				if !slices.Contains(keep, v) && !slices.Contains(dropped, v) {
-					dropped = append(dropped, v)
-				}
-			}
-		}
-		remote := map[string]string{}
-		for _, p := range targets {
-			remote[p.ID] = p.Addr
-		}
-		if prev != nil {
-			for _, id := range prev.GetReplicas() {
-				if addr, ok := m.addrOf(id); ok && id != m.cfg.NodeID {
-					remote[id] = addr
-				}
-			}
-		}
-		for id, addr := range remote {
-			if len(dropped) == 0 {
-				break
-			}
-			if _, err := m.client.DeleteVersions(ctx, addr, req.Job, req.Slot, dropped); err != nil {
-				log.Warn("deleting old versions on replica failed (orphans are harmless)", "peer", id, "err", err)
+// deleteOld deletes, locally and on the replicas, the versions the new
+// pointer (req.Version and kept) no longer names. Failures are logged
+// only (orphans are harmless); the error is the test hook's.
+func (w *Writer) deleteOld(ctx context.Context, req WriteRequest, prev *pb.CheckpointPointer, kept []int64, targets []Peer, log *slog.Logger) error {
+	m := w.m
+	keep := append([]int64{req.Version}, kept...)
+	_, named, err := m.cfg.Store.deleteManifests(req.Job, req.Slot, keep)
+	if err != nil {
+		log.Warn("deleting old manifests failed (orphans are harmless)", "err", err)
+	}
+	if err := w.stage(StageDeleting); err != nil {
+		return err
+	}
+	// Only the blobs the deleted manifests named: a full GC would read
+	// every stored blob back to list them. Orphans of crashed attempts
+	// are Prune's.
+	if _, err := m.cfg.Store.GCBlobs(named); err != nil {
+		log.Warn("blob gc failed (orphans are harmless)", "err", err)
+	}
+	// The replicas delete the versions the previous pointer named and
+	// this one does not; each checks that against the pointer it reads.
+	var dropped []int64
+	if prev != nil {
+		for _, v := range append([]int64{prev.GetVersion()}, prev.GetKeptVersions()...) {
+			if !slices.Contains(keep, v) && !slices.Contains(dropped, v) {
+				dropped = append(dropped, v)
 			}
 		}
 	}
-	return ptr, nil
+	remote := map[string]string{}
+	for _, p := range targets {
+		remote[p.ID] = p.Addr
+	}
+	if prev != nil {
+		for _, id := range prev.GetReplicas() {
+			if addr, ok := m.addrOf(id); ok && id != m.cfg.NodeID {
+				remote[id] = addr
+			}
+		}
+	}
+	for id, addr := range remote {
+		if len(dropped) == 0 {
+			break
+		}
+		if _, err := m.client.DeleteVersions(ctx, addr, req.Job, req.Slot, dropped); err != nil {
+			log.Warn("deleting old versions on replica failed (orphans are harmless)", "peer", id, "err", err)
+		}
+	}
+	return nil
 }
 
 // maxKeepAttempts bounds how often a commit decides again what to keep

@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ func TestFailedExportKeepsPreviousFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := errors.New("export: connection to the pserver lost")
-	err := writeFileAtomic(out, func(w io.Writer) error {
+	err := WriteFileAtomic(out, func(w io.Writer) error {
 		if _, err := w.Write(bytes.Repeat([]byte{7}, 1<<20)); err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func TestFailedExportKeepsPreviousFile(t *testing.T) {
 	onlyFile(t, dir, "backup.rpsx")
 
 	today := bytes.Repeat([]byte{9}, 3<<20)
-	if err := writeFileAtomic(out, func(w io.Writer) error { _, err := w.Write(today); return err }); err != nil {
+	if err := WriteFileAtomic(out, func(w io.Writer) error { _, err := w.Write(today); return err }); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(out)
@@ -87,7 +87,7 @@ func TestMain(m *testing.M) {
 // killedExport writes 1 MiB of an export to out, says so on stdout and
 // waits to be killed (exit 3 if it is not).
 func killedExport(out string) int {
-	_ = writeFileAtomic(out, func(w io.Writer) error {
+	_ = WriteFileAtomic(out, func(w io.Writer) error {
 		if _, err := w.Write(bytes.Repeat([]byte{7}, 1<<20)); err != nil {
 			return err
 		}

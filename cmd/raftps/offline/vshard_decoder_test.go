@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func TestVShardDecoderRefusesRankZeroEmbedding(t *testing.T) {
 			t.Fatalf("decoder panicked: %v", r)
 		}
 	}()
-	if _, err := vshardDecoder.DecodeVShard(blob); err == nil {
+	if _, err := VShardDecoder.DecodeVShard(blob); err == nil {
 		t.Fatal("rank-0 embedding decoded without error")
 	} else if !errors.Is(err, wire.ErrCorrupt) {
 		t.Fatalf("err = %v, want wire.ErrCorrupt", err)
