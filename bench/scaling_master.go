@@ -78,10 +78,10 @@ func scalingJob(name string, tasks int64) *pb.JobSpec {
 }
 
 // taskLoop is one simulated trainer: GetTask then TaskFinished until ctx
-// ends, every call's latency into lat, every finished task counted. pace
-// is slept between tasks (the simulated training of the task).
-func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, pace time.Duration, lat *[]time.Duration, done *atomic.Int64) {
-	for ctx.Err() == nil {
+// ends (or done reaches limit, if limit > 0), every call's latency into
+// lat, every finished task counted in done.
+func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, lat *[]time.Duration, done *atomic.Int64, limit int64) {
+	for ctx.Err() == nil && (limit <= 0 || done.Load() < limit) {
 		t0 := time.Now()
 		r, err := s.GetTask(ctx, &pb.GetTaskRequest{Job: job, Trainer: trainer})
 		if err != nil {
@@ -91,9 +91,6 @@ func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, pace
 		if r.Result != pb.GetTaskResponse_TASK {
 			time.Sleep(5 * time.Millisecond)
 			continue
-		}
-		if pace > 0 {
-			time.Sleep(pace)
 		}
 		t1 := time.Now()
 		if _, err := s.TaskFinished(ctx, &pb.TaskFinishedRequest{Job: job, TaskId: r.Task.Id, Epoch: r.Task.Epoch, Trainer: trainer}); err != nil {
@@ -147,7 +144,7 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				taskLoop(lctx, s, "scale", fmt.Sprintf("t%d", i), 0, &lats[i], &done)
+				taskLoop(lctx, s, "scale", fmt.Sprintf("t%d", i), &lats[i], &done, 0)
 			}()
 		}
 		wg.Wait()
@@ -165,9 +162,50 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 		p99.Points = append(p99.Points, Point{float64(n), ms(Percentile(all, 0.99))})
 		wins = append(wins, window{from, s.Stats().LastLogIndex, done.Load()})
 	}
+	// Bytes per task as the job's finished tasks grow (doubling chunks, 10
+	// trainers): what the log carries per step must not grow with steps.
+	stepsCurve := Curve{Name: "raft-bytes-per-task-vs-tasks-done", Title: "Raft log bytes per task as the job's finished tasks grow (10 trainers)",
+		XLabel: "tasks finished in the job", YLabel: "bytes per task",
+		Expect: "0: a task's commands and the state they touch do not grow with the job's steps"}
+	var stepWins []window
+	var stepX []float64
+	total := int64(0)
+	for _, w := range wins {
+		total += w.tasks
+	}
+	chunks := []int64{500, 1000, 2000, 4000}
+	if quick {
+		chunks = chunks[:3]
+	}
+	for _, c := range chunks {
+		from := s.Stats().LastLogIndex
+		var done atomic.Int64
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var lat []time.Duration
+				taskLoop(lctx, s, "scale", fmt.Sprintf("s%d", i), &lat, &done, c)
+			}()
+		}
+		wg.Wait()
+		cancel()
+		total += done.Load()
+		stepWins = append(stepWins, window{from, s.Stats().LastLogIndex, done.Load()})
+		stepX = append(stepX, float64(total))
+	}
 	closed = true
 	if err := s.Close(); err != nil {
 		return nil, err
+	}
+	for i, w := range stepWins {
+		_, b, err := logWindow(dir, w.from, w.to)
+		if err != nil {
+			return nil, err
+		}
+		stepsCurve.Points = append(stepsCurve.Points, Point{stepX[i], float64(b) / float64(max(w.tasks, 1))})
 	}
 	ent := Curve{Name: "raft-entries-per-task-vs-trainers", Title: "Raft log entries per task", XLabel: "trainers", YLabel: "entries per task",
 		Expect: "<= 0: 2 commands per task, batched into fewer entries as callers grow"}
@@ -181,5 +219,5 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 		ent.Points = append(ent.Points, Point{float64(ns[i]), float64(e) / float64(w.tasks)})
 		byt.Points = append(byt.Points, Point{float64(ns[i]), float64(b) / float64(w.tasks)})
 	}
-	return []Curve{tp, p99, ent, byt}, nil
+	return []Curve{tp, p99, ent, byt, stepsCurve}, nil
 }

@@ -92,8 +92,10 @@ func TestScalingQuick(t *testing.T) {
 			t.Errorf("%g trainers: %.2f Raft entries per task, want <= 2 (GetTask + TaskFinished)", p.X, p.Y)
 		}
 	}
-	if c := byName["raft-bytes-per-task-vs-trainers"]; c.Slope > 0.3 {
-		t.Errorf("Raft bytes per task grow with trainers: slope %.2f over %v", c.Slope, c.Points)
+	for _, name := range []string{"raft-bytes-per-task-vs-trainers", "raft-bytes-per-task-vs-tasks-done"} {
+		if c := byName[name]; c.Slope > 0.3 {
+			t.Errorf("%s: Raft bytes per task grow: slope %.2f over %v", name, c.Slope, c.Points)
+		}
 	}
 	dir := t.TempDir()
 	paths, err := r.rep.Save(dir)
