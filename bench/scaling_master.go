@@ -77,17 +77,23 @@ func scalingJob(name string, tasks int64) *pb.JobSpec {
 		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.1}}
 }
 
-// taskLoop is one simulated trainer: GetTask then TaskFinished until ctx
-// ends (or done reaches limit, if limit > 0), every call's latency into
-// lat, every finished task counted in done.
-func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, lat *[]time.Duration, done *atomic.Int64, limit int64) {
-	for ctx.Err() == nil && (limit <= 0 || done.Load() < limit) {
+// taskCounts counts a phase's task calls: every GetTask and TaskFinished
+// answered (each one Raft command), and the tasks finished.
+type taskCounts struct{ calls, done atomic.Int64 }
+
+// taskLoop is one simulated trainer: GetTask then TaskFinished, every
+// call's latency into lat, until stop says so. stop is checked before each
+// call, and calls run under ctx, not cancelled by stop: every command
+// committed in a phase is a call counted in n.
+func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, lat *[]time.Duration, n *taskCounts, stop func() bool) {
+	for !stop() {
 		t0 := time.Now()
 		r, err := s.GetTask(ctx, &pb.GetTaskRequest{Job: job, Trainer: trainer})
 		if err != nil {
 			return
 		}
 		*lat = append(*lat, time.Since(t0))
+		n.calls.Add(1)
 		if r.Result != pb.GetTaskResponse_TASK {
 			time.Sleep(5 * time.Millisecond)
 			continue
@@ -97,14 +103,60 @@ func taskLoop(ctx context.Context, s *raftstore.Store, job, trainer string, lat 
 			return
 		}
 		*lat = append(*lat, time.Since(t1))
-		done.Add(1)
+		n.calls.Add(1)
+		n.done.Add(1)
 	}
+}
+
+// taskPhase runs trainers simulated trainers on job until stop, and
+// returns their counts, call latencies (sorted), wall time and the Raft
+// log window (from, to] they wrote.
+func taskPhase(ctx context.Context, s *raftstore.Store, job string, trainers int, stop func(*taskCounts) bool) (*taskCounts, []time.Duration, time.Duration, logSpan) {
+	var n taskCounts
+	lats := make([][]time.Duration, trainers)
+	from := s.Stats().LastLogIndex
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for i := range trainers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			taskLoop(ctx, s, job, fmt.Sprintf("%s-t%d", job, i), &lats[i], &n, func() bool { return ctx.Err() != nil || stop(&n) })
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return &n, all, el, logSpan{from, s.Stats().LastLogIndex, n.calls.Load()}
+}
+
+// logSpan is a window (from, to] of the Raft log and the task calls that
+// wrote it.
+type logSpan struct {
+	from, to uint64
+	calls    int64
+}
+
+// perCall reads span's entries and bytes from the closed store in dir and
+// divides them by its calls.
+func (w logSpan) perCall(dir string) (entries, bytes float64, err error) {
+	e, b, err := logWindow(dir, w.from, w.to)
+	if err != nil {
+		return 0, 0, err
+	}
+	c := float64(max(w.calls, 1))
+	return float64(e) / c, float64(b) / c, nil
 }
 
 // masterVsTrainers: the master's task calls (GetTask + TaskFinished, each
 // one Raft command) from 1 to 1000 trainers in a loop on one job of a
 // single-node store: tasks per second, p99 call latency, and Raft log
-// entries and bytes per task.
+// entries and bytes per call; then bytes per call as a job's finished
+// tasks grow.
 func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, error) {
 	dur := 1500 * time.Millisecond
 	if quick {
@@ -120,80 +172,48 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 			s.Close()
 		}
 	}()
-	if _, err := s.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: scalingJob("scale", 20000)}); err != nil {
-		return nil, err
-	}
 	tp := Curve{Name: "master-tasks-vs-trainers", Title: "master tasks/s (GetTask+TaskFinished), 1 job", XLabel: "trainers", YLabel: "tasks per second",
 		Expect: "~0 once the log's fsync is saturated: calls batch into shared entries"}
 	p99 := Curve{Name: "master-p99-vs-trainers", Title: "master call p99 latency", XLabel: "trainers", YLabel: "p99 ms",
 		Expect: "1 once saturated (queueing: more callers share the same throughput)"}
-	type window struct {
-		from, to uint64
-		tasks    int64
-	}
-	var wins []window
+	var wins []logSpan
 	ns := []int{1, 10, 100, 1000}
-	for _, n := range ns {
-		from := s.Stats().LastLogIndex
-		var done atomic.Int64
-		lats := make([][]time.Duration, n)
-		lctx, cancel := context.WithTimeout(ctx, dur)
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				taskLoop(lctx, s, "scale", fmt.Sprintf("t%d", i), &lats[i], &done, 0)
-			}()
+	for i, n := range ns {
+		job := fmt.Sprintf("scale%d", i)
+		if _, err := s.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: scalingJob(job, 20000)}); err != nil {
+			return nil, err
 		}
-		wg.Wait()
-		cancel()
-		el := time.Since(t0)
-		var all []time.Duration
-		for _, l := range lats {
-			all = append(all, l...)
-		}
-		slices.Sort(all)
-		if done.Load() == 0 {
+		deadline := time.Now().Add(dur)
+		c, lats, el, w := taskPhase(ctx, s, job, n, func(*taskCounts) bool { return time.Now().After(deadline) })
+		if c.done.Load() == 0 {
 			return nil, fmt.Errorf("%d trainers finished no task", n)
 		}
-		tp.Points = append(tp.Points, Point{float64(n), float64(done.Load()) / el.Seconds()})
-		p99.Points = append(p99.Points, Point{float64(n), ms(Percentile(all, 0.99))})
-		wins = append(wins, window{from, s.Stats().LastLogIndex, done.Load()})
+		tp.Points = append(tp.Points, Point{float64(n), float64(c.done.Load()) / el.Seconds()})
+		p99.Points = append(p99.Points, Point{float64(n), ms(Percentile(lats, 0.99))})
+		wins = append(wins, w)
 	}
-	// Bytes per task as the job's finished tasks grow (doubling chunks, 10
-	// trainers): what the log carries per step must not grow with steps.
-	stepsCurve := Curve{Name: "raft-bytes-per-task-vs-tasks-done", Title: "Raft log bytes per task as the job's finished tasks grow (10 trainers)",
-		XLabel: "tasks finished in the job", YLabel: "bytes per task",
+	// Bytes per call as a job's finished tasks grow (doubling chunks, 10
+	// trainers: x = 500, 1500, 3500, 7500): what the log carries per step
+	// must not grow with steps.
+	stepsCurve := Curve{Name: "raft-bytes-per-call-vs-tasks-done", Title: "Raft log bytes per task call as the job's finished tasks grow (10 trainers)",
+		XLabel: "tasks finished in the job", YLabel: "bytes per call",
 		Expect: "0: a task's commands and the state they touch do not grow with the job's steps"}
-	var stepWins []window
+	if _, err := s.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: scalingJob("steps", 20000)}); err != nil {
+		return nil, err
+	}
+	var stepWins []logSpan
 	var stepX []float64
 	total := int64(0)
-	for _, w := range wins {
-		total += w.tasks
-	}
 	chunks := []int64{500, 1000, 2000, 4000}
 	if quick {
 		chunks = chunks[:3]
 	}
 	for _, c := range chunks {
-		from := s.Stats().LastLogIndex
-		var done atomic.Int64
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var lat []time.Duration
-				taskLoop(lctx, s, "scale", fmt.Sprintf("s%d", i), &lat, &done, c)
-			}()
-		}
-		wg.Wait()
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		n, _, _, w := taskPhase(cctx, s, "steps", 10, func(n *taskCounts) bool { return n.done.Load() >= c })
 		cancel()
-		total += done.Load()
-		stepWins = append(stepWins, window{from, s.Stats().LastLogIndex, done.Load()})
+		total += n.done.Load()
+		stepWins = append(stepWins, w)
 		stepX = append(stepX, float64(total))
 	}
 	closed = true
@@ -201,23 +221,23 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 		return nil, err
 	}
 	for i, w := range stepWins {
-		_, b, err := logWindow(dir, w.from, w.to)
+		_, b, err := w.perCall(dir)
 		if err != nil {
 			return nil, err
 		}
-		stepsCurve.Points = append(stepsCurve.Points, Point{stepX[i], float64(b) / float64(max(w.tasks, 1))})
+		stepsCurve.Points = append(stepsCurve.Points, Point{stepX[i], b})
 	}
-	ent := Curve{Name: "raft-entries-per-task-vs-trainers", Title: "Raft log entries per task", XLabel: "trainers", YLabel: "entries per task",
-		Expect: "<= 0: 2 commands per task, batched into fewer entries as callers grow"}
-	byt := Curve{Name: "raft-bytes-per-task-vs-trainers", Title: "Raft log bytes per task", XLabel: "trainers", YLabel: "bytes per task",
-		Expect: "~0: a task's two commands do not depend on how many trainers there are"}
+	ent := Curve{Name: "raft-entries-per-call-vs-trainers", Title: "Raft log entries per task call (GetTask or TaskFinished)", XLabel: "trainers", YLabel: "entries per call",
+		Expect: "<= 0: one command per call, batched into fewer entries as callers grow"}
+	byt := Curve{Name: "raft-bytes-per-call-vs-trainers", Title: "Raft log bytes per task call", XLabel: "trainers", YLabel: "bytes per call",
+		Expect: "~0: a call's command does not depend on how many trainers there are"}
 	for i, w := range wins {
-		e, b, err := logWindow(dir, w.from, w.to)
+		e, b, err := w.perCall(dir)
 		if err != nil {
 			return []Curve{tp, p99}, err
 		}
-		ent.Points = append(ent.Points, Point{float64(ns[i]), float64(e) / float64(w.tasks)})
-		byt.Points = append(byt.Points, Point{float64(ns[i]), float64(b) / float64(w.tasks)})
+		ent.Points = append(ent.Points, Point{float64(ns[i]), e})
+		byt.Points = append(byt.Points, Point{float64(ns[i]), b})
 	}
 	return []Curve{tp, p99, ent, byt, stepsCurve}, nil
 }
