@@ -44,8 +44,9 @@
 //     process with light simulated trainers (goroutines, no model): sync
 //     step wall time and CPU per step against trainers (1-64, one slot)
 //     and slots (1-16, a fixed model); the master's tasks/s, p99 and Raft
-//     log entries and bytes per task against trainers (1-1000, a
-//     single-node store); heap per registered trainer, job, slot replica
+//     log entries and bytes per task call against trainers (1-1000, a
+//     single-node store) and against a job's finished tasks (which they
+//     must not grow with); heap per registered trainer, job, slot replica
 //     and gRPC connection; Raft entries and bytes per second against
 //     concurrent jobs (1, 4, 16); checkpoint time and bytes against params
 //     (1M-100M). Each Curve gets its log-log slope (LogLogSlope) and an
