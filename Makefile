@@ -1,7 +1,7 @@
 GO ?= go
 PROTOS := $(wildcard api/raftps/v1/*.proto)
 
-.PHONY: build test generate bench demo jepsen tools vet release
+.PHONY: build test generate bench bench-scaling demo jepsen tools vet release
 .PHONY: generate-python test-python demo-python
 
 # PYTHON runs the Python client (python/) and its tests: Debian's
@@ -105,6 +105,13 @@ bench: build
 	./bin/raftps-bench --bin bin/raftps
 	@./scripts/install-python.sh
 	$(PYTHON) bench/python.py --bin bin/raftps
+
+# bench-scaling runs only the scaling section of raftps-bench (curves of
+# cost against trainers, slots, jobs and params, with their log-log slopes
+# and an SVG per curve under bench/results/scaling-<time>/; about a minute).
+bench-scaling:
+	$(GO) build -o bin/raftps-bench ./cmd/raftps-bench
+	./bin/raftps-bench --skip kv,etcdclient,failover,tls,training,gobench,profile
 
 jepsen: build
 	$(GO) test -count=1 -timeout 30m -v -run TestJepsen ./integration/jepsen -jepsen.long

@@ -17,7 +17,7 @@ require (
 	github.com/hashicorp/memberlist v0.6.0
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
-	github.com/hashicorp/raft-wal v0.4.0
+	github.com/hashicorp/raft-wal v0.4.2
 	github.com/minio/md5-simd v1.1.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0

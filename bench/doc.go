@@ -22,6 +22,10 @@
 //   - etcd client: the same put, get, CAS and lease workloads sent with
 //     etcd's Go client (go.etcd.io/etcd/client/v3) to raftps' etcd API and
 //     to etcd;
+//     the 1-client put is also sent to raftps with raftps' own client,
+//     etcd's client on every endpoint and etcd's client on the leader's
+//     endpoint alone, interleaved, into ratios over raftps' own client
+//     (EtcdClientVsOwnRow);
 //   - failover: SIGKILL of the leader to the first successful write, both;
 //   - security (raftps against itself): two 3-node raftps clusters up at
 //     once, one on mutual TLS 1.3 with encrypted gossip (localcluster's
@@ -34,7 +38,20 @@
 //   - the Go benchmarks of pserver, pserver/checkpoint and trainer, run as
 //     `go test -bench` subprocesses and parsed (ParseGoBench);
 //   - where raftps' puts are behind etcd's, a CPU profile of raftstore's
-//     BenchmarkPut3Node summarized from `go tool pprof -top`.
+//     BenchmarkPut3Node summarized from `go tool pprof -top`;
+//   - scaling (`make bench-scaling` runs it alone, about a minute): curves
+//     of cost against size, each point bounded in time, measured in this
+//     process with light simulated trainers (goroutines, no model): sync
+//     step wall time and CPU per step against trainers (1-64, one slot)
+//     and slots (1-16, a fixed model); the master's tasks/s, p99 and Raft
+//     log entries and bytes per task call against trainers (1-1000, a
+//     single-node store) and against a job's finished tasks (which they
+//     must not grow with); heap per registered trainer, job, slot replica
+//     and gRPC connection; Raft entries and bytes per second against
+//     concurrent jobs (1, 4, 16); checkpoint time and bytes against params
+//     (1M-100M). Each Curve gets its log-log slope (LogLogSlope) and an
+//     SVG (WriteSVG) in bench/results/scaling-<time>/, linked from the
+//     results file; a slope above Superlinear is marked.
 //
 // Elections (`raftps-bench elections`) is apart from Run: one 3-node raftps
 // cluster with the flags given, its Raft terms per minute idle and beside

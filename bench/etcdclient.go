@@ -112,6 +112,7 @@ func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
 		func(int) Workload { return CASWorkload(16) },
 		func(i int) Workload { return LeaseWorkload(16, leases[i]) },
 	}
+	r.etcdClientVsOwn(ctx, clusters[0], dur, maxOps)
 	for k, mk := range wls {
 		// tp[i][p], p99[i][p]: system i in pair p (raftps, etcd, raftps, ...).
 		var tp, p99 [2][]float64
@@ -149,4 +150,74 @@ func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
 		r.add(pairRow(Row{Section: "etcd client", Metric: name + " throughput", Unit: "ops/s", BaseName: "etcd", Note: note}, tp[0], tp[1]))
 		r.add(pairRow(Row{Section: "etcd client", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, p99[0], p99[1]))
 	}
+}
+
+// EtcdClientVsOwnRow names the row of 1-client puts to raftps with etcd's
+// Go client over raftps' own client; via is "" (every endpoint, etcd's
+// round-robin) or "leader" (the leader's endpoint only).
+func EtcdClientVsOwnRow(via string) string {
+	if via == "" {
+		return PutWorkload(1).Name + ": etcd client vs raftps client"
+	}
+	return PutWorkload(1).Name + ": etcd client on the " + via + "'s endpoint vs raftps client"
+}
+
+// etcdClientVsOwn puts with 1 client to raftps (c) with raftps' own client
+// (which sends writes to the leader), etcd's Go client on every endpoint
+// (round-robin: two puts in three reach a follower, which forwards them
+// to the leader in one more gRPC round trip), and etcd's Go client on the
+// leader's endpoint alone, interleaved in Pairs rounds, into two rows of
+// ratios over raftps' client: the whole difference, and the etcd API's
+// own (no forward).
+func (r *runner) etcdClientVsOwn(ctx context.Context, c Cluster, dur time.Duration, maxOps int64) {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		r.note(fmt.Sprintf("etcd client vs raftps client: %v", err))
+		return
+	}
+	var others []int
+	for i := range len(c.Members()) {
+		if i != leader {
+			others = append(others, i)
+		}
+	}
+	mk := []func() (Store, error){
+		func() (Store, error) { return newRaftpsStore(c.Endpoints()) },
+		func() (Store, error) { return newEtcdClientStore(c.Endpoints()) },
+		func() (Store, error) { return newEtcdClientStore(c.Endpoints(others...)) },
+	}
+	names := []string{"raftps client", "etcd client", "etcd client via leader"}
+	stores := make([]Store, len(mk))
+	for i, f := range mk {
+		s, err := f()
+		if err != nil {
+			r.note(fmt.Sprintf("etcd client vs raftps client: %s: %v", names[i], err))
+			return
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	w := PutWorkload(1)
+	tp := make([][]float64, len(stores))
+	for _, s := range stores {
+		_, _ = RunLoad(ctx, []Store{s}, w, 300*time.Millisecond, 1000)
+	}
+	for p := 0; p < Pairs; p++ {
+		for i, s := range stores {
+			t := NA
+			lr, err := RunLoad(ctx, []Store{s}, w, dur, maxOps)
+			if err != nil {
+				r.logf("%s → raftps %s round %d: %v", names[i], w.Name, p+1, err)
+			} else {
+				t = lr.Throughput()
+				r.logf("%-22s → raftps %s round %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms", names[i], w.Name, p+1, t, ms(lr.P50), ms(lr.P99))
+				r.raw[fmt.Sprintf("etcdclient-vs-own/%s/%d", names[i], p+1)] = lr
+			}
+			tp[i] = append(tp[i], t)
+		}
+	}
+	r.add(pairRow(Row{Section: "etcd client", Metric: EtcdClientVsOwnRow(""), Unit: "ops/s", BaseName: "raftps client",
+		Note: "round-robin endpoints: 2 of 3 puts reach a follower and are forwarded to the leader (one more gRPC round trip); raftps' client sends writes to the leader"}, tp[1], tp[0]))
+	r.add(pairRow(Row{Section: "etcd client", Metric: EtcdClientVsOwnRow("leader"), Unit: "ops/s", BaseName: "raftps client",
+		Note: "the etcd API's own cost (translation, header), no forward"}, tp[2], tp[0]))
 }

@@ -26,7 +26,7 @@ type Config struct {
 	Dataset string
 	// Quick shortens the run (2 s per workload, 3 recovery trials, 1x Go benchmarks).
 	Quick bool
-	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "gobench", "profile".
+	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "gobench", "profile", "scaling".
 	Skip []string
 	// KeepData keeps the temp dir of the clusters' data and logs (its
 	// path is logged) instead of removing it.
@@ -43,9 +43,11 @@ type Report struct {
 	// Profile is the summary of the raftstore put CPU profile, if taken.
 	Profile string `json:"profile,omitempty"`
 	// Notes lists what was not measured and why.
-	Notes []string       `json:"notes,omitempty"`
-	Raw   map[string]any `json:"raw,omitempty"`
-	Took  string         `json:"took"`
+	Notes []string `json:"notes,omitempty"`
+	// Curves are the scaling section's curves (scaling.go), if measured.
+	Curves []Curve        `json:"curves,omitempty"`
+	Raw    map[string]any `json:"raw,omitempty"`
+	Took   string         `json:"took"`
 }
 
 type runner struct {
@@ -118,6 +120,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if !r.skipped("profile") {
 		r.profileSection(ctx, tmp)
+	}
+	if !r.skipped("scaling") {
+		r.scalingSection(ctx, tmp)
 	}
 	r.rep.Took = time.Since(start).Round(time.Second).String()
 	return r.rep, ctx.Err()
@@ -242,6 +247,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	if err := WriteMarkdownTable(&b, rep.Rows); err != nil {
 		return err
 	}
+	writeScaling(&b, rep.Curves)
 	if rep.Profile != "" {
 		b.WriteString("\n## CPU profile of raftstore puts\n\n" + rep.Profile + "\n")
 	}
@@ -263,6 +269,9 @@ func (rep *Report) Save(dir string) ([]string, error) {
 	stamp := time.Now().UTC().Format("20060102T150405Z")
 	if t, err := time.Parse(time.RFC3339, rep.Machine.Time); err == nil {
 		stamp = t.UTC().Format("20060102T150405Z")
+	}
+	if err := savePlots(dir, "scaling-"+stamp, rep.Curves); err != nil {
+		return nil, err
 	}
 	md := filepath.Join(dir, stamp+".md")
 	var b strings.Builder

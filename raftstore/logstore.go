@@ -102,8 +102,12 @@ func checkLogStore(kind string) error {
 }
 
 // walStore is raft-wal with its meta store (wal-meta.db, bolt: the
-// segment list and the stable store), which WAL.Close (v0.4.0) leaves open:
-// its flock would make the next open in this process wait forever.
+// segment list and the stable store). WAL.Close closes the meta store
+// since raft-wal v0.4.1; closing it again is a no-op, and it is closed
+// here as well so that no version leaves its flock held (the next open in
+// this process would wait forever). raft-wal must be at least v0.4.1: a
+// v0.4.0 WAL whose tail was truncated could not be reopened
+// (TestLogStoreReopensAfterTailTruncation).
 type walStore struct {
 	*raftwal.WAL
 	meta *metadb.BoltMetaDB

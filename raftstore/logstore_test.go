@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
 	"github.com/raftps/raftps/fsm"
 )
 
@@ -125,4 +128,51 @@ func TestLogStoreUpgradeFromUnrecordedBoltDB(t *testing.T) {
 		t.Fatalf("after the upgrade: k = %q, %v", v, err)
 	}
 	wantLogStore(t, dir, LogStoreBoltDB)
+}
+
+// A log store reopens after its tail was truncated (hashicorp/raft clears
+// a log suffix a new leader did not commit: "clearing log suffix"), on
+// both stores. raft-wal before v0.4.1 sealed the truncated tail segment
+// without an index block, so the next open failed every read with "sealed
+// segment has no index block" and hashicorp/raft's NewRaft panicked on it
+// (hashicorp/raft-wal#31, fixed by #33 in v0.4.1); the Jepsen membership
+// fault on wal hit it when the removed node restarted.
+func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
+	forEachLogStore(t, func(t *testing.T) {
+		kind, dir := logStoreOf(t), t.TempDir()
+		st, err := openLogStore(dir, kind, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs []*raft.Log
+		for i := uint64(1); i <= 5; i++ {
+			logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+		}
+		if err := st.StoreLogs(logs); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteRange(4, 5); err != nil { // the suffix 4..5
+			t.Fatal(err)
+		}
+		if err := st.StoreLog(&raft.Log{Index: 4, Term: 2, Type: raft.LogCommand, Data: []byte{44}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st, err = openLogStore(dir, kind, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatalf("reopen after a tail truncation: %v", err)
+		}
+		defer st.Close()
+		if last, err := st.LastIndex(); err != nil || last != 4 {
+			t.Fatalf("last index after reopen = %d, %v; want 4", last, err)
+		}
+		for i, want := range []byte{1, 2, 3, 44} {
+			var l raft.Log
+			if err := st.GetLog(uint64(i+1), &l); err != nil || len(l.Data) != 1 || l.Data[0] != want {
+				t.Fatalf("entry %d after reopen = %v, %v; want data %d", i+1, l.Data, err, want)
+			}
+		}
+	})
 }
