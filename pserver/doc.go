@@ -85,14 +85,10 @@
 //
 // # Replication
 //
-// Replicated slots (DESIGN.md, "Replicated slots"; package
-// pserver/replica) rest on two hooks: Slot.OnUpdate reports every update
-// a slot applies (async push, released sync step) as a
-// ReplicateRequest (the gradient applied, learning rate scale, push
-// ids, seq = version), and Slot.ApplyReplicated applies such an update to
-// a backup's slot through the same validation and optimizer code, in seq
-// order, so the backup ends byte-identical, push-id memory included. Not
-// wired yet: pushes are still acknowledged without waiting for backups.
+// Slot.OnUpdate reports every applied update and Slot.ApplyReplicated
+// applies one to a backup in seq order (package pserver/replica;
+// DESIGN.md, "Replicated slots"). Not wired yet: pushes are acknowledged
+// without waiting for backups.
 //
 // # Sources
 //
