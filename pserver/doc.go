@@ -10,7 +10,9 @@
 //   - pserver/psclient: the trainers' Client;
 //   - pserver/optim: the optimizers, a deterministic Apply per entry;
 //   - pserver/vshard: the on-disk vshard blob format;
-//   - pserver/checkpoint: storage and replication of blobs.
+//   - pserver/checkpoint: storage and replication of blobs;
+//   - pserver/replica: primary-to-backup replication of a slot's updates
+//     (Slot.OnUpdate, Slot.ApplyReplicated; not wired yet).
 //
 // # Sharding
 //
@@ -82,13 +84,6 @@
 // (runChunks: the handler and GOMAXPROCS-1 helper goroutines shared by all
 // slots). Errors carry gRPC codes (status.Code works on them) and wrap the
 // sentinels of pserver/wire.
-//
-// # Replication
-//
-// Slot.OnUpdate reports every applied update and Slot.ApplyReplicated
-// applies one to a backup in seq order (package pserver/replica;
-// DESIGN.md, "Replicated slots"). Not wired yet: pushes are acknowledged
-// without waiting for backups.
 //
 // # Sources
 //
