@@ -61,6 +61,7 @@ import torch.distributed as dist
 from raftps import errors
 from raftps.tasks import trainer_prefix
 from raftps.torch.elastic import HostsUpdatedInterrupt, TrainerFailure
+from raftps.torch.optimizer import GradScaled
 from raftps.torch.store import Store, store_prefix
 
 
@@ -434,7 +435,7 @@ def local_optimizer(spec, params) -> torch.optim.Optimizer:
     raise errors.InvalidArgument(f"allreduce mode: optimizer {o.name!r} unknown (sgd, momentum, adam, adagrad)")
 
 
-class AllreduceOptimizer(torch.optim.Optimizer):
+class AllreduceOptimizer(GradScaled):
     """``DistributedOptimizer(model, session=..., mode="allreduce")``: after
     ``loss.backward()``, ``step()`` averages the gradients over the group
     (weighted by ``examples``) and applies the local ``optimizer`` (default:
@@ -480,14 +481,6 @@ class AllreduceOptimizer(torch.optim.Optimizer):
         self.local.load_state_dict(d["local"])
         self.t = d["t"]
 
-    @property
-    def grad_scale(self) -> float:
-        return self.param_groups[0]["grad_scale"]
-
-    @grad_scale.setter
-    def grad_scale(self, v: float) -> None:
-        for g in self.param_groups:
-            g["grad_scale"] = v
 
     @property
     def rank(self) -> int:

@@ -39,7 +39,21 @@ def param_specs(model: torch.nn.Module, init: str = "torch") -> list[dict]:
     return out
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+class GradScaled(torch.optim.Optimizer):
+    """An optimizer whose param groups carry "grad_scale" (the factor a
+    reset sets, Horovod's learning rate scaling), as a property."""
+
+    @property
+    def grad_scale(self) -> float:
+        return self.param_groups[0]["grad_scale"]
+
+    @grad_scale.setter
+    def grad_scale(self, v: float) -> None:
+        for g in self.param_groups:
+            g["grad_scale"] = v
+
+
+class DistributedOptimizer(GradScaled):
     """Trains ``named_parameters`` on the job's pservers.
 
     Construction pulls the parameters into the model. ``step()`` pushes
@@ -123,14 +137,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """How many trainers are registered to the job (1 without a session)."""
         return len(self.session.members() | {self.session.id}) if self.session is not None else 1
 
-    @property
-    def grad_scale(self) -> float:
-        return self.param_groups[0]["grad_scale"]
-
-    @grad_scale.setter
-    def grad_scale(self, v: float) -> None:
-        for g in self.param_groups:
-            g["grad_scale"] = v
 
     def set_examples(self, n: int) -> None:
         self.examples = n
