@@ -12,7 +12,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer/model"

@@ -14,7 +14,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/jobq"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/trainer/dataset"
 	"github.com/raftps/raftps/trainer/model"

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"

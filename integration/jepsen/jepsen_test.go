@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 var (
