@@ -63,8 +63,6 @@ var onlyNodeImports = []string{"master", "raftstore/service", "pserver/agent", "
 // knownViolations are violations that other helpers' branches of issue 36
 // remove; each is logged, not failed, and the test fails once one no
 // longer occurs, so the entry is deleted as its fix is merged:
-//   - cmd/raftps/demo.go imports pserver/agent (arch-funcs moves the demo
-//     orchestration behind node);
 //   - trainer/agent links the pserver server through the pserver Client
 //     (arch-ps moves the Client and codec to their own package).
 //

@@ -175,7 +175,7 @@
 // largest one, whose slots do not pack whole into the budgets
 // (Σ floor(budget / share) < num_pservers), or whose model exceeds every
 // trainer's (master/admission.go);
-// above all budgets, jobq.MaxJobBytes (64 GiB) is refused with
+// above all budgets, jobspec.MaxJobBytes (64 GiB) is refused with
 // InvalidArgument. A job admitted against the cluster may still not fit a
 // node's remaining budget (other jobs): the pserver agent then does not
 // claim the slot (a SLOT_NOT_CLAIMED job event names the figures) and the

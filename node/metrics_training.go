@@ -12,8 +12,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/dashboard"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/internal/version"
+	"github.com/raftps/raftps/jobspec"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/schema"
 )
@@ -230,7 +230,7 @@ func (c *trainingCollector) Collect(ch chan<- prometheus.Metric) {
 			evs, err := jobs.Events(j.Name, t.next, 1000)
 			if err != nil {
 				// Older events are gone: go on from the oldest kept.
-				if oldest := jobs.EventSeq(j.Name) - jobq.MaxEvents + 1; oldest > t.next {
+				if oldest := jobs.EventSeq(j.Name) - jobspec.MaxEvents + 1; oldest > t.next {
 					t.next = oldest
 					continue
 				}

@@ -372,7 +372,7 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 // PullCheckpoint is Pull that also asks every slot to checkpoint the
 // parameters it reads (PullRequest.checkpoint; Slot.SnapshotOnPull): an
 // eval pulls with it, so the version its metric measures is a checkpoint
-// version (epoch*agent.EpochStride + the version Versions reports) once the
+// version (epoch*schema.EpochStride + the version Versions reports) once the
 // slots' writers commit it. Errors: Pull's.
 func (c *Client) PullCheckpoint(ctx context.Context, dst map[string][]float32) error {
 	c.allocParams(dst)

@@ -15,8 +15,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/testing/localcluster"
-	"github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/security"
 )
 
@@ -365,5 +365,5 @@ func printDemoSummary(w io.Writer, res *followResult, faults []*faultRecord, spe
 		fmt.Fprintf(w, "last checkpoint:  none%s\n", why)
 		return
 	}
-	fmt.Fprintf(w, "last checkpoint:  version %d (epoch %d, step %d), md5 %s\n", v, v/agent.EpochStride, v%agent.EpochStride, strings.Join(md5s, ","))
+	fmt.Fprintf(w, "last checkpoint:  version %d (epoch %d, step %d), md5 %s\n", v, v/schema.EpochStride, v%schema.EpochStride, strings.Join(md5s, ","))
 }

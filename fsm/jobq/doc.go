@@ -89,25 +89,17 @@
 // and unix_nano = the entry's wall clock (SetEntryWall; now without one): JOB_SUBMITTED, TASK_DONE, TASK_REQUEUED, TASK_FAILED,
 // PASS_ENDED, EVAL_REPORTED, TRAINER_LEFT, JOB_ENDED, and the external ones
 // the master records with RecordEvent (TRAINER_JOINED, TRAINER_LEFT,
-// CHECKPOINT_COMMITTED, PSERVER_RESTORED). The newest MaxEvents per job are
-// kept (and snapshotted) so WatchJob can resume after a leader change.
+// CHECKPOINT_COMMITTED, PSERVER_RESTORED). The newest
+// jobspec.MaxEvents per job are kept (and snapshotted) so WatchJob can resume after a leader change.
 //
 // # Specs, bounds and retention
 //
-// ValidateSpec is the one validation of a job spec (Submit uses it; a
-// service may call it before proposing). The model is one raftps's
-// trainers implement or ModelExternal, whose spec must list its params; a
-// bad param is named by index and name. Every numeric field has a bound
-// (MaxRecords, MaxPasses, MaxPservers, MaxVirtualShards, MaxKeepMax, ...),
-// the task count (NumTasks), parameter element counts (ParamElements) and
-// state bytes (StateBytes: elements x 4 x OptimizerStateFactor, sgd 1,
-// momentum and adagrad 2, adam 3) are overflow-checked, floats must be
-// finite, and StateBytes above MaxJobBytes (64 GiB, a cluster-wide constant
-// so that every replica decides alike; per-node budgets are the node's) is
-// refused; errors wrap errs.ErrInvalid naming the field. A spec it accepts
+// Submit validates a spec with jobspec.ValidateSpec, the one validation of
+// a job spec (package jobspec holds the bounds, defaults and StateBytes;
+// master and the agents import it, not this package). A spec it accepts
 // gives a job that the snapshot reproduces exactly.
 //
-// The job state is bounded (retention.go): MaxTasks tasks, MaxPending
+// The job state is bounded (retention.go): jobspec.MaxTasks tasks, MaxPending
 // copies out at once (then WAIT), event messages cut to MaxEventMessage
 // bytes, trainer ids up to MaxTrainerLen, MaxTrainerRecords blacklist
 // records, at most MaxJobs jobs (a submit beyond deletes the oldest finished

@@ -5,6 +5,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/schema"
 )
 
 // event is the compact stored form of a pb.JobEvent (the job name is implied).
@@ -106,8 +107,8 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 		// rollback's) committed after the metric was stored: name it.
 		if n := len(j.metrics); n > 0 {
 			m := j.metrics[n-1]
-			if m.CheckpointVersion == 0 && CheckpointVersionStep(ev.Version) == m.Step &&
-				ev.Version/CheckpointEpochStride == j.ckptVersion/CheckpointEpochStride {
+			if m.CheckpointVersion == 0 && schema.VersionStep(ev.Version) == m.Step &&
+				ev.Version/schema.EpochStride == j.ckptVersion/schema.EpochStride {
 				m.CheckpointVersion = ev.Version
 			}
 		}
@@ -125,7 +126,7 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 }
 
 // Events returns up to limit events of the job with seq >= fromSeq, oldest
-// first (limit <= 0: all kept). The newest MaxEvents events per job are
+// first (limit <= 0: all kept). The newest jobspec.MaxEvents events per job are
 // kept; a fromSeq older than the oldest kept event returns an error wrapping
 // errs.ErrFailedPrecondition that names the oldest kept seq. An unknown job
 // is errs.ErrNotFound.

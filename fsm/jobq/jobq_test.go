@@ -11,6 +11,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/jobspec"
+	"github.com/raftps/raftps/schema"
 )
 
 const (
@@ -159,7 +161,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"long name", func(s *pb.JobSpec) { s.Name = strings.Repeat("a", 64) }, "name"},
 		{"zero records per task", func(s *pb.JobSpec) { s.RecordsPerTask = 0 }, "records_per_task"},
 		{"negative records per task", func(s *pb.JobSpec) { s.RecordsPerTask = -1 }, "records_per_task"},
-		{"too many tasks", func(s *pb.JobSpec) { s.Dataset.Records = MaxTasks + 1; s.RecordsPerTask = 1 }, "records_per_task"},
+		{"too many tasks", func(s *pb.JobSpec) { s.Dataset.Records = jobspec.MaxTasks + 1; s.RecordsPerTask = 1 }, "records_per_task"},
 		{"zero records", func(s *pb.JobSpec) { s.Dataset.Records = 0 }, "dataset.records"},
 		{"no dataset", func(s *pb.JobSpec) { s.Dataset = nil }, "dataset.path"},
 		{"empty dataset path", func(s *pb.JobSpec) { s.Dataset.Path = "" }, "dataset.path"},
@@ -775,7 +777,7 @@ func TestEvalMetricNamesEvaluatedVersion(t *testing.T) {
 		}
 		return st.Metrics[0].CheckpointVersion
 	}
-	epoch1 := int64(CheckpointEpochStride)
+	epoch1 := int64(schema.EpochStride)
 	for _, tc := range []struct {
 		name          string
 		before, after []int64

@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // Snapshot format (all integers varints, little-endian floats as 8 bytes):
@@ -99,7 +100,7 @@ func (q *Queue) MarshalJobs() ([][]byte, error) {
 func (q *Queue) UnmarshalJobs(recs [][]byte) error {
 	eventCap := q.eventCap
 	if eventCap <= 0 {
-		eventCap = MaxEvents
+		eventCap = jobspec.MaxEvents
 	}
 	nq := &Queue{jobs: make(map[string]*job, len(recs)), eventCap: eventCap}
 	prevName := ""
@@ -344,7 +345,7 @@ func (q *Queue) UnmarshalBinary(b []byte) error {
 	}
 	eventCap := q.eventCap
 	if eventCap <= 0 {
-		eventCap = MaxEvents
+		eventCap = jobspec.MaxEvents
 	}
 	nq := &Queue{jobs: map[string]*job{}, eventCap: eventCap}
 	njobs := d.n(8)
@@ -425,7 +426,7 @@ func (d *dec) job(eventCap int) *job {
 	if d.err != nil {
 		return nil
 	}
-	if want := NumTasks(spec.Dataset.Records, spec.RecordsPerTask); int64(n) != want || n > MaxTasks {
+	if want := jobspec.NumTasks(spec.Dataset.Records, spec.RecordsPerTask); int64(n) != want || n > jobspec.MaxTasks {
 		d.fail("job %q: %d tasks, spec gives %d", j.name, n, want)
 		return nil
 	}

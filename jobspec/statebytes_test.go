@@ -1,4 +1,4 @@
-package jobq
+package jobspec
 
 import (
 	"errors"
