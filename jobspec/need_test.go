@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 func testSpec(name string, records, rpt int64) *pb.JobSpec {

@@ -1,9 +1,9 @@
 package master
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/jobspec"
@@ -11,8 +11,9 @@ import (
 
 // ErrNoCapacity: a job does not fit in the memory the cluster's live
 // pserver or trainer nodes announce (gossip.Meta.PServerBudget,
-// TrainerBudget). SubmitJob answers it with ResourceExhausted.
-var ErrNoCapacity = errors.New("job does not fit in the cluster's memory budgets")
+// TrainerBudget). SubmitJob answers it with ResourceExhausted
+// (errs.ErrNoCapacity, api/rpctypes' table).
+var ErrNoCapacity = errs.ErrNoCapacity
 
 // admit checks a job against the budgets the live (alive or suspect)
 // members announce. The rule:

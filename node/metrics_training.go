@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"sync"
 
@@ -51,7 +52,7 @@ func (n *Node) dashboardHandler() http.Handler {
 	// certificate. Over --http-tls (mutual TLS) it authorises each request
 	// by the role of the user's certificate; a request without one (the
 	// HTTP port in plaintext) may read only.
-	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: n.ckpt.Verify,
+	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: dashboardVerify(n.ckpt.Verify),
 		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")})
 	if err != nil {
 		n.log.Error("dashboard", "err", err)
@@ -291,5 +292,18 @@ func (c *trainingCollector) collectCheckpoint(job string, g func(*prometheus.Des
 	if version > 0 {
 		g(c.ckptVersion, float64(version))
 		g(c.ckptBytes, float64(bytes))
+	}
+}
+
+// dashboardVerify adapts a checkpoint verifier (checkpoint.Manager.Verify)
+// to dashboard.VerifyFunc, which takes no pserver type.
+func dashboardVerify[T any](verify func(context.Context, string, int64) ([]T, error)) dashboard.VerifyFunc {
+	return func(ctx context.Context, job string, version int64) ([]any, error) {
+		bad, err := verify(ctx, job, version)
+		out := make([]any, len(bad))
+		for i := range bad {
+			out[i] = bad[i]
+		}
+		return out, err
 	}
 }

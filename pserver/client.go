@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/internal/shape"
 )
 
@@ -260,28 +260,16 @@ func (c *Client) invalidate(slot int32) {
 	c.mu.Unlock()
 }
 
-// fromGRPC maps a gRPC status back to this package's sentinels.
+// fromGRPC maps a gRPC status back to the sentinel it names
+// (rpctypes.FromStatus). An Unavailable that names no slot sentinel is a
+// transport failure (the pserver may be gone): it becomes ErrNotHosted, so
+// the client re-resolves the slot.
 func fromGRPC(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
+	err = rpctypes.FromStatus(err)
+	if status.Code(err) == codes.Unavailable && !retryable(err) {
+		return &Error{Sentinel: ErrNotHosted, Detail: err.Error()}
 	}
-	var s error
-	switch st.Code() {
-	case codes.Unavailable:
-		s = ErrNotHosted
-		if strings.HasPrefix(st.Message(), ErrFenced.Error()) {
-			s = ErrFenced
-		}
-	case codes.InvalidArgument:
-		s = ErrInvalid
-	case codes.FailedPrecondition:
-		s = ErrStale
-	default:
-		return err
-	}
-	msg := strings.TrimPrefix(strings.TrimPrefix(st.Message(), s.Error()), ": ")
-	return &Error{Sentinel: s, Detail: msg}
+	return err
 }
 
 // retryable reports whether err asks the client to re-resolve the slot.

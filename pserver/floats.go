@@ -1,15 +1,9 @@
 package pserver
 
 import (
-	"context"
 	"encoding/binary"
 	"math"
 	"unsafe"
-)
-
-var (
-	contextCanceled = context.Canceled
-	contextDeadline = context.DeadlineExceeded
 )
 
 // littleEndian reports whether the host stores float32 little-endian, so

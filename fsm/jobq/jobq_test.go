@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/schema"
 )
@@ -993,8 +993,8 @@ func TestEvents(t *testing.T) {
 		{"limit", 15, 3, 15, 3, nil},
 		{"newest", 21, 0, 21, 1, nil},
 		{"future", 22, 0, 0, 0, nil},
-		{"dropped", 11, 0, 0, 0, errs.ErrFailedPrecondition},
-		{"zero", 0, 0, 0, 0, errs.ErrFailedPrecondition},
+		{"dropped", 11, 0, 0, 0, errs.ErrCompacted}, // OutOfRange, as a compacted watch
+		{"zero", 0, 0, 0, 0, errs.ErrCompacted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			evs, err := q.Events("j", tc.from, tc.limit)

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // Bounds on the job state (issue 12 item 8). With them every job's state,

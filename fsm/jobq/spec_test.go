@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/jobspec"
 )
 

@@ -6,8 +6,9 @@ import (
 	"sort"
 	"sync"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
 	"google.golang.org/protobuf/proto"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
 // fakeMeta is an in-memory etcd-semantics KV: global revision, per-key

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/raftstore/client/concurrency"

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftps/raftps/api/errs"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // LeaseAPI is what a Session needs: raftstore/service.Local and the gRPC
