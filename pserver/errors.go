@@ -75,12 +75,17 @@ func errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
-// toGRPC converts any error to one with a gRPC status (api/rpctypes'
-// table); an error the table does not name and that carries no status
-// stays codes.Unknown.
+// toGRPC converts any error to one with a gRPC status: an error that
+// carries one already (an *Error, a forwarded status) is returned as is, so
+// errors.Is still sees its sentinel in process; another takes the code of
+// the sentinel it wraps (api/rpctypes' table); an error the table does not
+// name stays codes.Unknown.
 func toGRPC(err error) error {
 	if err == nil {
 		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
 	}
 	if rpctypes.Code(err) == codes.Unknown {
 		return status.Error(codes.Unknown, err.Error())

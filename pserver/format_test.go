@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"testing"
 
-	"google.golang.org/grpc/status"
+	"github.com/raftps/raftps/api/rpctypes"
 )
 
 // A vshard blob of a newer format (a newer raftps wrote it, in a
@@ -38,8 +38,8 @@ func TestDecodeVShardRefusesNewerFormat(t *testing.T) {
 	if !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("format %d: %v, want ErrNewerFormat", vshardFormat+1, err)
 	}
-	if status.Code(err).String() != "FailedPrecondition" {
-		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshardFormat+1, status.Code(err))
+	if rpctypes.Code(err).String() != "FailedPrecondition" {
+		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshardFormat+1, rpctypes.Code(err))
 	}
 	t.Logf("newer format: %v", err)
 	if _, err := DecodeVShard(reformat(0)); !errors.Is(err, ErrCorrupt) {
