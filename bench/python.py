@@ -11,7 +11,7 @@ Rows (one run, one machine):
    batches of 64, after a warm-up. Reported: both rates and their ratio.
 2. push+pull MB/s of 10M float32 parameters (10 tensors of 1M, 2 slots,
    async SGD) from Python (raftps.ps.ParamClient) and from the Go client
-   (pserver.Client, bench/pypushpull) against the same pservers, one after
+   (psclient.Client, bench/pypushpull) against the same pservers, one after
    the other. MB counts the float32 bytes pushed and pulled.
 
 Writes a markdown table to stdout and to bench/results/python-<UTC time>.md

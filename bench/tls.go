@@ -12,7 +12,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/testing/localcluster"
-	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -31,9 +31,9 @@ type tlsCluster struct {
 	opts  []grpc.DialOption // the admin's (plaintext for --insecure)
 	eps   []string
 	pool  []Store
-	ps    *pserver.Client
+	ps    *psclient.Client
 	spec  *pb.JobSpec
-	slots pserver.StaticResolver
+	slots psclient.StaticResolver
 	grads map[string][]float32
 	dst   map[string][]float32
 }
@@ -54,7 +54,7 @@ func (c *tlsCluster) close() {
 // 3-node clusters of raftps processes, one --insecure and one on mutual
 // TLS 1.3 with encrypted gossip (localcluster's default), both up at
 // once; puts of 256 B with 16 clients and pserver push+pull (one Go
-// pserver.Client, PushPullTensors x PushPullSize float32 over 2 slots) are
+// psclient.Client, PushPullTensors x PushPullSize float32 over 2 slots) are
 // run A B A B in Pairs pairs. Each row is TLS/plaintext: the median pair
 // ratio with its min-max spread.
 func (r *runner) tlsSection(ctx context.Context, tmp string) {
@@ -201,11 +201,11 @@ func (c *tlsCluster) openPushPull(ctx context.Context, admin *client.Client, dat
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	slots := pserver.StaticResolver{}
+	slots := psclient.StaticResolver{}
 	for _, p := range st.GetStatus().GetPservers() {
 		slots[p.GetIndex()] = p.GetAddr()
 	}
-	ps, err := pserver.NewClient(st.GetStatus().GetSpec(), "bench-tls", slots, pserver.WithDialOptions(c.opts...))
+	ps, err := psclient.NewClient(st.GetStatus().GetSpec(), "bench-tls", slots, psclient.WithDialOptions(c.opts...))
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (c *tlsCluster) pushPull(ctx context.Context, rounds int) (float64, error) 
 	}
 	start := time.Now()
 	for range rounds {
-		if err := c.ps.Push(cctx, &pserver.Grads{Dense: c.grads, Examples: 1}); err != nil {
+		if err := c.ps.Push(cctx, &psclient.Grads{Dense: c.grads, Examples: 1}); err != nil {
 			return NA, err
 		}
 		if err := c.ps.Pull(cctx, c.dst); err != nil {

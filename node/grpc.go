@@ -12,7 +12,7 @@ import (
 	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/security"
 )
@@ -79,8 +79,8 @@ var (
 	}
 	pserverClass = serviceClass{
 		name:       "pserver data path",
-		maxRecv:    pserver.MaxMessageSize,
-		maxSend:    pserver.MaxMessageSize,
+		maxRecv:    wire.MaxMessageSize,
+		maxSend:    wire.MaxMessageSize,
 		maxStreams: 1000,
 		services:   []string{pb.PServer_ServiceDesc.ServiceName},
 		tuned:      true,
@@ -139,9 +139,9 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 			grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(8<<20))
 	}
 	if c.tuned {
-		// pserver.ServerOptions sets the same message limits; ours come
+		// wire.ServerOptions sets the same message limits; ours come
 		// first and its tuning follows.
-		opts = append(opts, pserver.ServerOptions()...)
+		opts = append(opts, wire.ServerOptions()...)
 	}
 	opts = append(opts, grpcMetricsOptions()...) // gRPC server metrics (metrics_training.go)
 	return grpc.NewServer(append(opts, extra...)...)
@@ -154,7 +154,7 @@ type grpcServers struct {
 }
 
 // listenClass binds addr with listen (net.Listen over TCP, or
-// pserver.Listen), or, if addr is empty, an ephemeral port on the host of
+// wire.Listen), or, if addr is empty, an ephemeral port on the host of
 // the client API address (peers learn it from gossip).
 func listenClass(addr, clientAddr string, listen func(addr string) (net.Listener, error)) (net.Listener, error) {
 	if addr == "" {

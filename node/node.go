@@ -22,6 +22,7 @@ import (
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/raftstore/service"
@@ -169,8 +170,8 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if n.peerLis, err = listenClass(n.cfg.PeerAddr, n.cfg.GRPCAddr, listenTCP); err != nil {
 		return fmt.Errorf("listen node-to-node gRPC %s: %w", n.cfg.PeerAddr, err)
 	}
-	// The pserver port's sockets get pserver.SocketBufferBytes buffers.
-	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr, pserver.Listen); err != nil {
+	// The pserver port's sockets get wire.SocketBufferBytes buffers.
+	if n.pserverLis, err = listenClass(n.cfg.PServerAddr, n.cfg.GRPCAddr, wire.Listen); err != nil {
 		return fmt.Errorf("listen pserver gRPC %s: %w", n.cfg.PServerAddr, err)
 	}
 	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // cpuTime is the process's user+system CPU time.
@@ -54,18 +56,18 @@ func BenchmarkPushPull(b *testing.B) {
 					thr = 0
 				}
 				type tr struct {
-					c      *Client
+					c      *psclient.Client
 					params map[string][]float32
-					g      *Grads
+					g      *psclient.Grads
 				}
 				var ts []tr
 				for i := range trainers {
-					c, err := NewClient(spec, fmt.Sprint("t", i), resolverOf(addrs), WithStreamThreshold(thr))
+					c, err := psclient.NewClient(spec, fmt.Sprint("t", i), resolverOf(addrs), psclient.WithStreamThreshold(thr))
 					if err != nil {
 						b.Fatal(err)
 					}
 					defer c.Close()
-					ts = append(ts, tr{c, c.NewParams(), &Grads{Dense: map[string][]float32{"w": make([]float32, benchParams)}, Examples: 1}})
+					ts = append(ts, tr{c, c.NewParams(), &psclient.Grads{Dense: map[string][]float32{"w": make([]float32, benchParams)}, Examples: 1}})
 				}
 				ctx := context.Background()
 				b.SetBytes(int64(trainers) * 2 * 4 * benchParams)
@@ -125,12 +127,12 @@ func BenchmarkGRPCEcho(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.MaxRecvMsgSize(wire.MaxMessageSize), grpc.MaxSendMsgSize(wire.MaxMessageSize))
 	gs.RegisterService(&echoDesc, struct{}{})
 	go gs.Serve(lis)
 	defer gs.Stop()
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(wire.MaxMessageSize), grpc.MaxCallSendMsgSize(wire.MaxMessageSize)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,9 +151,9 @@ func BenchmarkGRPCEcho(b *testing.B) {
 }
 
 // BenchmarkRawTCP: the same 40 MB sent and echoed back over one loopback
-// TCP connection with the pserver's sockets (Listen, dial).
+// TCP connection with the pserver's sockets (wire.Listen, wire.Dial).
 func BenchmarkRawTCP(b *testing.B) {
-	lis, err := Listen("127.0.0.1:0")
+	lis, err := wire.Listen("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -173,7 +175,7 @@ func BenchmarkRawTCP(b *testing.B) {
 			}
 		}
 	}()
-	c, err := dial(context.Background(), lis.Addr().String())
+	c, err := wire.Dial(context.Background(), lis.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -257,13 +259,13 @@ func BenchmarkPushPullMLP(b *testing.B) {
 	spec := mlpSpec()
 	addrs, _, slots := startServers(b, spec, 1)
 	slots[0].SetTrainers([]string{"t"})
-	c, err := NewClient(spec, "t", resolverOf(addrs))
+	c, err := psclient.NewClient(spec, "t", resolverOf(addrs))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
 	params := c.NewParams()
-	g := &Grads{Dense: map[string][]float32{}, Examples: 64}
+	g := &psclient.Grads{Dense: map[string][]float32{}, Examples: 64}
 	for name, w := range params {
 		x := make([]float32, len(w))
 		for i := range x {
@@ -391,7 +393,7 @@ func soloSlot(b *testing.B, spec *pb.JobSpec) (*Slot, []*pb.Tensor) {
 }
 
 // constGrads is a gradient for every dense block of layout.
-func constGrads(layout *Layout) []*pb.Tensor {
+func constGrads(layout *wire.Layout) []*pb.Tensor {
 	var ts []*pb.Tensor
 	for _, p := range layout.Params {
 		for blk := int64(0); blk < p.Blocks; blk++ {
@@ -400,7 +402,7 @@ func constGrads(layout *Layout) []*pb.Tensor {
 			for i := range g {
 				g[i] = float32(i%7-3) * 1e-3
 			}
-			ts = append(ts, &pb.Tensor{Name: p.Spec.GetName(), Block: blk, Data: float32Bytes(g)})
+			ts = append(ts, &pb.Tensor{Name: p.Spec.GetName(), Block: blk, Data: wire.Float32Bytes(g)})
 		}
 	}
 	return ts

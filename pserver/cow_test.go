@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/vshard"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // cowSlot is a sync Adam slot of 3 dense blocks of 8 and an embedding, with
@@ -29,9 +31,9 @@ func cowPush(t *testing.T, s *Slot, g float32) {
 	t.Helper()
 	var grads []*pb.Tensor
 	for b := int64(0); b < 3; b++ {
-		grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: float32Bytes([]float32{g, g, g, g, g, g, g, g})})
+		grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: wire.Float32Bytes([]float32{g, g, g, g, g, g, g, g})})
 	}
-	grads = append(grads, &pb.Tensor{Name: "emb", Rows: []int64{7}, Data: float32Bytes([]float32{g, g, g, g})})
+	grads = append(grads, &pb.Tensor{Name: "emb", Rows: []int64{7}, Data: wire.Float32Bytes([]float32{g, g, g, g})})
 	if _, err := s.Push(context.Background(), &pb.PushRequest{Job: "cow", Trainer: "t", Version: s.Version(), Step: s.Step(), Grads: grads, Examples: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestSnapshotReleaseReusesBuffers(t *testing.T) {
 	}
 }
 
-func firstEntry(snap *SlotSnapshot) EntrySnapshot {
+func firstEntry(snap *SlotSnapshot) vshard.Entry {
 	for v := int32(0); ; v++ {
 		if es := snap.VShards[v].Entries; len(es) > 0 {
 			return es[0]

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // fakeClock is a clock for Deadline that the test moves by hand; onRead,
@@ -46,8 +47,8 @@ func (c *fakeClock) advance(d time.Duration) {
 
 func wantFenced(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrFenced) || status.Code(toGRPC(err)) != codes.Unavailable {
-		t.Fatalf("%s: %v (code %v), want ErrFenced (Unavailable)", what, err, status.Code(toGRPC(err)))
+	if !errors.Is(err, wire.ErrFenced) || status.Code(wire.ToGRPC(err)) != codes.Unavailable {
+		t.Fatalf("%s: %v (code %v), want wire.ErrFenced (Unavailable)", what, err, status.Code(wire.ToGRPC(err)))
 	}
 }
 

@@ -57,14 +57,3 @@ func ExampleSlot_Push() {
 	fmt.Println("version", resp.Version, "w", f32(pull.Tensors[0].Data))
 	// Output: version 1 w [-0.5 -0.5]
 }
-
-// Where a dense block and an embedding row live.
-func ExampleVShardOfBlock() {
-	const vshards, pservers = 64, 3
-	v := pserver.VShardOfBlock("layer1/w", 5, vshards)
-	fmt.Println(v == pserver.VShardOfBlock("layer1/w", 4, vshards)+1 || v == 0)
-	fmt.Println(pserver.SlotOfVShard(v, pservers) == v%pservers)
-	// Output:
-	// true
-	// true
-}

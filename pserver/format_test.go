@@ -6,7 +6,11 @@ import (
 	"hash/crc32"
 	"testing"
 
-	"github.com/raftps/raftps/api/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/pserver/vshard"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // A vshard blob of a newer format (a newer raftps wrote it, in a
@@ -28,21 +32,21 @@ func TestDecodeVShardRefusesNewerFormat(t *testing.T) {
 		b := append([]byte(nil), blob...)
 		binary.LittleEndian.PutUint16(b[4:], f)
 		body := b[:len(b)-4]
-		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(body, castagnoli))
+		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 		return b
 	}
-	if _, err := DecodeVShard(reformat(vshardFormat)); err != nil {
+	if _, err := vshard.Decode(reformat(vshard.Format)); err != nil {
 		t.Fatalf("current format: %v", err)
 	}
-	_, err := DecodeVShard(reformat(vshardFormat + 1))
-	if !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrCorrupt) {
-		t.Fatalf("format %d: %v, want ErrNewerFormat", vshardFormat+1, err)
+	_, err := vshard.Decode(reformat(vshard.Format + 1))
+	if !errors.Is(err, wire.ErrNewerFormat) || errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("format %d: %v, want wire.ErrNewerFormat", vshard.Format+1, err)
 	}
-	if rpctypes.Code(err).String() != "FailedPrecondition" {
-		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshardFormat+1, rpctypes.Code(err))
+	if status.Code(wire.ToGRPC(err)) != codes.FailedPrecondition {
+		t.Fatalf("format %d: gRPC code %v, want FailedPrecondition", vshard.Format+1, status.Code(wire.ToGRPC(err)))
 	}
 	t.Logf("newer format: %v", err)
-	if _, err := DecodeVShard(reformat(0)); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("format 0: %v, want ErrCorrupt", err)
+	if _, err := vshard.Decode(reformat(0)); !errors.Is(err, wire.ErrCorrupt) {
+		t.Fatalf("format 0: %v, want wire.ErrCorrupt", err)
 	}
 }

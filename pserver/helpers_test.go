@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // mustSlot builds a slot or fails the test.
@@ -37,14 +39,14 @@ func pullAll(tb testing.TB, slots ...*Slot) map[string][]float32 {
 		for _, t := range resp.Tensors {
 			p, _ := l.Param(t.Name)
 			lo, hi := l.BlockRange(p, t.Block)
-			getFloat32s(out[t.Name][lo:hi], t.Data)
+			wire.GetFloat32s(out[t.Name][lo:hi], t.Data)
 		}
 	}
 	return out
 }
 
 // denseTensors cuts flat dense gradients into the block tensors of slot s.
-func denseTensors(l *Layout, s int32, grads map[string][]float32) []*pb.Tensor {
+func denseTensors(l *wire.Layout, s int32, grads map[string][]float32) []*pb.Tensor {
 	var ts []*pb.Tensor
 	for _, p := range l.Params {
 		g, ok := grads[p.Spec.GetName()]
@@ -57,7 +59,7 @@ func denseTensors(l *Layout, s int32, grads map[string][]float32) []*pb.Tensor {
 			}
 			lo, hi := l.BlockRange(p, b)
 			data := make([]byte, 4*(hi-lo))
-			putFloat32s(data, g[lo:hi])
+			wire.PutFloat32s(data, g[lo:hi])
 			ts = append(ts, &pb.Tensor{Name: p.Spec.GetName(), Block: b, Data: data})
 		}
 	}
@@ -66,7 +68,7 @@ func denseTensors(l *Layout, s int32, grads map[string][]float32) []*pb.Tensor {
 
 func packed(f ...float32) []byte {
 	b := make([]byte, 4*len(f))
-	putFloat32s(b, f)
+	wire.PutFloat32s(b, f)
 	return b
 }
 
@@ -78,11 +80,11 @@ func startServers(tb testing.TB, spec *pb.JobSpec, n int32) ([]string, []*Server
 	var srvs []*Server
 	var slots []*Slot
 	for i := range n {
-		lis, err := Listen("127.0.0.1:0")
+		lis, err := wire.Listen("127.0.0.1:0")
 		if err != nil {
 			tb.Fatal(err)
 		}
-		gs := grpc.NewServer(ServerOptions()...)
+		gs := grpc.NewServer(wire.ServerOptions()...)
 		srv := NewServer()
 		s := mustSlot(tb, spec, i, n)
 		srv.Host(spec.GetName(), i, s)
@@ -96,8 +98,8 @@ func startServers(tb testing.TB, spec *pb.JobSpec, n int32) ([]string, []*Server
 	return addrs, srvs, slots
 }
 
-func resolverOf(addrs []string) StaticResolver {
-	r := StaticResolver{}
+func resolverOf(addrs []string) psclient.StaticResolver {
+	r := psclient.StaticResolver{}
 	for i, a := range addrs {
 		r[int32(i)] = a
 	}

@@ -16,11 +16,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/vshard"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // TestLayoutShapeOverflow: a shape whose product overflows int64 ([3, 1<<62]
@@ -30,14 +34,14 @@ func TestLayoutShapeOverflow(t *testing.T) {
 	for _, shp := range [][]int64{{3, 1 << 62}, {4, 1 << 62}, {1 << 32, 1 << 32}, {-1}} {
 		for _, emb := range []bool{false, true} {
 			spec := &pb.JobSpec{Name: "j", NumPservers: 1, Params: []*pb.ParamSpec{{Name: "p", Shape: shp, Embedding: emb}}}
-			if _, err := NewLayout(spec, 1); !errors.Is(err, ErrBadSpec) {
-				t.Errorf("NewLayout(%v, embedding=%v) = %v, want ErrBadSpec", shp, emb, err)
+			if _, err := wire.NewLayout(spec, 1); !errors.Is(err, wire.ErrBadSpec) {
+				t.Errorf("NewLayout(%v, embedding=%v) = %v, want wire.ErrBadSpec", shp, emb, err)
 			}
-			if _, err := NewSlot(spec, 0, 1); !errors.Is(err, ErrBadSpec) {
-				t.Errorf("NewSlot(%v, embedding=%v) = %v, want ErrBadSpec", shp, emb, err)
+			if _, err := NewSlot(spec, 0, 1); !errors.Is(err, wire.ErrBadSpec) {
+				t.Errorf("NewSlot(%v, embedding=%v) = %v, want wire.ErrBadSpec", shp, emb, err)
 			}
-			if _, err := NewClient(spec, "t", StaticResolver{}); !errors.Is(err, ErrBadSpec) {
-				t.Errorf("NewClient(%v, embedding=%v) = %v, want ErrBadSpec", shp, emb, err)
+			if _, err := psclient.NewClient(spec, "t", psclient.StaticResolver{}); !errors.Is(err, wire.ErrBadSpec) {
+				t.Errorf("NewClient(%v, embedding=%v) = %v, want wire.ErrBadSpec", shp, emb, err)
 			}
 		}
 	}
@@ -71,7 +75,7 @@ func TestPullRefusesDuplicates(t *testing.T) {
 	for _, req := range []*pb.PullRequest{blocks, rows} {
 		var err error
 		n := heapAlloc(func() { _, err = s.Pull(context.Background(), req) })
-		if status.Code(err) != codes.InvalidArgument || !errors.Is(err, ErrInvalid) {
+		if status.Code(err) != codes.InvalidArgument || !errors.Is(err, wire.ErrInvalid) {
 			t.Fatalf("pull with duplicates: %v, want InvalidArgument", err)
 		}
 		if lim := 64 * uint64(requestBytes(req)); n > lim {
@@ -85,7 +89,7 @@ func TestPullRefusesDuplicates(t *testing.T) {
 	}
 	// A row named in two tensors of the same param is a duplicate too.
 	dup := &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: []int64{1, 2}}, {Name: "emb", Rows: []int64{2}}}}
-	if _, err := s.Pull(context.Background(), dup); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Pull(context.Background(), dup); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("row in two tensors: %v", err)
 	}
 }
@@ -102,8 +106,8 @@ func TestPullResponseCapped(t *testing.T) {
 	}
 	var err error
 	n := heapAlloc(func() { _, err = s.Pull(context.Background(), req) })
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("1.2 GiB pull: %v, want ErrInvalid", err)
+	if !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("1.2 GiB pull: %v, want wire.ErrInvalid", err)
 	}
 	if n > 1<<20 {
 		t.Fatalf("refused pull allocated %d bytes", n)
@@ -134,7 +138,7 @@ func TestPullDoesNotCreateRows(t *testing.T) {
 	if !bytes.Equal(first.Tensors[0].Data, again.Tensors[0].Data) {
 		t.Fatal("initial row values differ between pulls")
 	}
-	v0 := viewFloat32s(first.Tensors[0].Data)[4:6] // row 99
+	v0 := wire.ViewFloat32s(first.Tensors[0].Data)[4:6] // row 99
 	if _, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "emb", Rows: []int64{99}, Data: packed(1, -2)}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +146,7 @@ func TestPullDoesNotCreateRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := viewFloat32s(got.Tensors[0].Data)
+	w := wire.ViewFloat32s(got.Tensors[0].Data)
 	if want := []float32{v0[0] - 0.5, v0[1] + 1}; w[0] != want[0] || w[1] != want[1] {
 		t.Fatalf("row 99 after push = %v, want %v", w, want)
 	}
@@ -187,7 +191,7 @@ func TestFiniteGradientsCannotPoison(t *testing.T) {
 			s := mustSlot(t, tc.spec, 0, 1)
 			before := snapshotBytes(t, s)
 			_, err := s.Push(context.Background(), &pb.PushRequest{Grads: tc.ts})
-			if status.Code(err) != codes.InvalidArgument || !errors.Is(err, ErrInvalid) {
+			if status.Code(err) != codes.InvalidArgument || !errors.Is(err, wire.ErrInvalid) {
 				t.Fatalf("push: %v, want InvalidArgument", err)
 			}
 			if !bytes.Equal(before, snapshotBytes(t, s)) {
@@ -388,7 +392,7 @@ func TestSyncNonMemberPushBounded(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := pushW(ctx, s, "stranger", 0, ones(10, 1), 1)
-	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, ErrStale) {
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, wire.ErrStale) {
 		t.Fatalf("non-member push: %v after %v, want FailedPrecondition", err, time.Since(start))
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -420,7 +424,7 @@ func TestRestoreRefusesPoisonedState(t *testing.T) {
 	spec := restoreSpec()
 	s := mustSlot(t, spec, 0, 1)
 	trainSlots(t, []*Slot{s}, 3, 1)
-	first := func(snap *SlotSnapshot, emb bool) *EntrySnapshot {
+	first := func(snap *SlotSnapshot, emb bool) *vshard.Entry {
 		for v := range s.Layout().NumVShards {
 			vs, ok := snap.VShards[v]
 			if !ok {
@@ -441,16 +445,16 @@ func TestRestoreRefusesPoisonedState(t *testing.T) {
 		fn   func(*SlotSnapshot)
 		want error
 	}{
-		{"t = -1", func(snap *SlotSnapshot) { first(snap, false).T = -1 }, ErrCorrupt},
-		{"t = MaxInt64", func(snap *SlotSnapshot) { first(snap, true).T = math.MaxInt64 }, ErrCorrupt},
-		{"NaN value", func(snap *SlotSnapshot) { first(snap, false).Values[0] = nan }, ErrCorrupt},
-		{"Inf m", func(snap *SlotSnapshot) { first(snap, true).State[0][0] = float32(math.Inf(1)) }, ErrCorrupt},
-		{"negative v", func(snap *SlotSnapshot) { first(snap, false).State[1][0] = -1 }, ErrCorrupt},
+		{"t = -1", func(snap *SlotSnapshot) { first(snap, false).T = -1 }, wire.ErrCorrupt},
+		{"t = MaxInt64", func(snap *SlotSnapshot) { first(snap, true).T = math.MaxInt64 }, wire.ErrCorrupt},
+		{"NaN value", func(snap *SlotSnapshot) { first(snap, false).Values[0] = nan }, wire.ErrCorrupt},
+		{"Inf m", func(snap *SlotSnapshot) { first(snap, true).State[0][0] = float32(math.Inf(1)) }, wire.ErrCorrupt},
+		{"negative v", func(snap *SlotSnapshot) { first(snap, false).State[1][0] = -1 }, wire.ErrCorrupt},
 		{"row twice", func(snap *SlotSnapshot) {
 			e := first(snap, true)
 			vs := snap.VShards[s.Layout().VShardOfRow(s.Layout().Params[e.Param], e.Index)]
 			vs.Entries = append(vs.Entries, *e)
-		}, ErrIncompatible},
+		}, wire.ErrIncompatible},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -486,12 +490,12 @@ func TestClientRefusesOtherSlotsBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
+	gs := grpc.NewServer(wire.ServerOptions()...)
 	pb.RegisterPServerServer(gs, &lyingPServer{other: slots[1]})
 	go gs.Serve(lis)
 	defer gs.Stop()
 	for _, thr := range []int{-1, 0} { // unary and stream pulls
-		c, err := NewClient(spec, "t", StaticResolver{0: lis.Addr().String(), 1: addrs[1]}, WithStreamThreshold(thr), WithRetries(0, time.Millisecond))
+		c, err := psclient.NewClient(spec, "t", psclient.StaticResolver{0: lis.Addr().String(), 1: addrs[1]}, psclient.WithStreamThreshold(thr), psclient.WithRetries(0, time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -555,7 +559,7 @@ func TestPushRetryAppliedOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gs := grpc.NewServer(append(ServerOptions(), grpc.UnaryInterceptor(lose))...)
+			gs := grpc.NewServer(append(wire.ServerOptions(), grpc.UnaryInterceptor(lose))...)
 			srv := NewServer()
 			s := mustSlot(t, spec, 0, 1)
 			s.SetTrainers([]string{"t"})
@@ -563,7 +567,7 @@ func TestPushRetryAppliedOnce(t *testing.T) {
 			pb.RegisterPServerServer(gs, srv)
 			go gs.Serve(lis)
 			defer gs.Stop()
-			c, err := NewClient(spec, "t", StaticResolver{0: lis.Addr().String()}, WithRetries(3, time.Millisecond), WithStreamThreshold(-1))
+			c, err := psclient.NewClient(spec, "t", psclient.StaticResolver{0: lis.Addr().String()}, psclient.WithRetries(3, time.Millisecond), psclient.WithStreamThreshold(-1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -573,7 +577,7 @@ func TestPushRetryAppliedOnce(t *testing.T) {
 			if err := c.Pull(ctx, c.NewParams()); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Push(ctx, &Grads{Dense: map[string][]float32{"w": ones(8, 1)}, Examples: 1}); err != nil {
+			if err := c.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"w": ones(8, 1)}, Examples: 1}); err != nil {
 				t.Fatal(err)
 			}
 			if n := calls.Load(); n != 2 {
@@ -639,10 +643,10 @@ func TestCodecDecodeAllocationsBounded(t *testing.T) {
 		empties = protowire.AppendTag(empties, 6, protowire.BytesType)
 		empties = protowire.AppendVarint(empties, 0)
 	}
-	c := tensorCodec{}
+	c := encoding.GetCodecV2(wire.TensorCodecName)
 	for name, in := range map[string][]byte{"1 GiB data field": huge, "64k packed rows": packedRows, "4096 empty tensors": empties} {
 		for _, m := range []any{&pb.PushRequest{}, &pb.PullResponse{}} {
-			n := heapAlloc(func() { _ = c.Unmarshal(wireOf(in), m) })
+			n := heapAlloc(func() { _ = c.Unmarshal(framesOf(in), m) })
 			if lim := 128*uint64(len(in)) + 64<<10; n > lim {
 				t.Errorf("%s into %T: %d bytes allocated for %d input bytes (limit %d)", name, m, n, len(in), lim)
 			}
@@ -666,7 +670,7 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 		t.Fatalf("%d trainers remembered as away, want at most %d", n, maxAway+1)
 	}
 	long := string(make([]byte, MaxTrainerIDLen+1))
-	if _, err := pushW(context.Background(), s, long, 0, ones(10, 1), 1); !errors.Is(err, ErrInvalid) {
+	if _, err := pushW(context.Background(), s, long, 0, ones(10, 1), 1); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("push with a %d-byte trainer id: %v", len(long), err)
 	}
 	srv := NewServer()
@@ -684,26 +688,26 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 func TestPushRowsLengthOverflow(t *testing.T) {
 	huge := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
 		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{4, 1 << 46}, Embedding: true}}}
-	if _, err := NewSlot(huge, 0, 1); !errors.Is(err, ErrBadSpec) {
-		t.Fatalf("NewSlot with an embedding of dim 2^46: %v, want ErrBadSpec", err)
+	if _, err := NewSlot(huge, 0, 1); !errors.Is(err, wire.ErrBadSpec) {
+		t.Fatalf("NewSlot with an embedding of dim 2^46: %v, want wire.ErrBadSpec", err)
 	}
 	spec := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
 		Params: []*pb.ParamSpec{{Name: "e", Shape: []int64{1, 1 << 34}, Embedding: true}}}
 	s := mustSlot(t, spec, 0, 1)
 	rows := make([]int64, 1<<18)
 	_, err := s.Push(context.Background(), &pb.PushRequest{Grads: []*pb.Tensor{{Name: "e", Rows: rows}}})
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("push of 2^18 rows of dim 2^34 with no data: %v, want ErrInvalid", err)
+	if !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("push of 2^18 rows of dim 2^34 with no data: %v, want wire.ErrInvalid", err)
 	}
-	c, err := NewClient(spec, "t", StaticResolver{})
+	c, err := psclient.NewClient(spec, "t", psclient.StaticResolver{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(context.Background(), &Grads{Sparse: map[string]SparseGrad{"e": {Rows: rows}}}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("client push: %v, want ErrInvalid", err)
+	if err := c.Push(context.Background(), &psclient.Grads{Sparse: map[string]psclient.SparseGrad{"e": {Rows: rows}}}); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("client push: %v, want wire.ErrInvalid", err)
 	}
-	if _, err := c.PullRows(context.Background(), "e", rows); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("client pull rows: %v, want ErrInvalid", err)
+	if _, err := c.PullRows(context.Background(), "e", rows); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("client pull rows: %v, want wire.ErrInvalid", err)
 	}
 }
 
@@ -717,7 +721,7 @@ func TestPushRowsLengthOverflow(t *testing.T) {
 func TestLayoutRefusesJobsOverMaxJobBytes(t *testing.T) {
 	at := &pb.JobSpec{Name: "at", NumPservers: 1, Optimizer: &pb.OptimizerSpec{Name: "sgd"},
 		Params: []*pb.ParamSpec{{Name: "w", Shape: []int64{1 << 33}}, {Name: "emb", Shape: []int64{1 << 27, 64}, Embedding: true}}}
-	if _, err := NewLayout(at, 1); err != nil {
+	if _, err := wire.NewLayout(at, 1); err != nil {
 		t.Fatalf("NewLayout of a 64 GiB job (the limit): %v", err)
 	}
 	for _, spec := range []*pb.JobSpec{
@@ -729,19 +733,19 @@ func TestLayoutRefusesJobsOverMaxJobBytes(t *testing.T) {
 		{Name: "adam", NumPservers: 4, Optimizer: &pb.OptimizerSpec{Name: "adam"},
 			Params: []*pb.ParamSpec{{Name: "emb", Shape: []int64{1 << 26, 64}, Embedding: true}, {Name: "w", Shape: []int64{1 << 31}}}},
 	} {
-		_, err := NewLayout(spec, spec.NumPservers)
-		if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "MaxJobBytes") {
-			t.Fatalf("NewLayout(%s) = %v, want ErrBadSpec naming MaxJobBytes", spec.Name, err)
+		_, err := wire.NewLayout(spec, spec.NumPservers)
+		if !errors.Is(err, wire.ErrBadSpec) || !strings.Contains(err.Error(), "MaxJobBytes") {
+			t.Fatalf("NewLayout(%s) = %v, want wire.ErrBadSpec naming MaxJobBytes", spec.Name, err)
 		}
 		t.Logf("%s: %v", spec.Name, err)
-		if _, err := NewClient(spec, "t", StaticResolver{}); !errors.Is(err, ErrBadSpec) {
-			t.Errorf("NewClient(%s) = %v, want ErrBadSpec", spec.Name, err)
+		if _, err := psclient.NewClient(spec, "t", psclient.StaticResolver{}); !errors.Is(err, wire.ErrBadSpec) {
+			t.Errorf("NewClient(%s) = %v, want wire.ErrBadSpec", spec.Name, err)
 		}
-		if _, err := RestoreSlot(spec, 0, spec.NumPservers, nil); !errors.Is(err, ErrBadSpec) {
-			t.Errorf("RestoreSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		if _, err := RestoreSlot(spec, 0, spec.NumPservers, nil); !errors.Is(err, wire.ErrBadSpec) {
+			t.Errorf("RestoreSlot(%s) = %v, want wire.ErrBadSpec", spec.Name, err)
 		}
-		if _, err := NewSlot(spec, 0, spec.NumPservers); !errors.Is(err, ErrBadSpec) {
-			t.Errorf("NewSlot(%s) = %v, want ErrBadSpec", spec.Name, err)
+		if _, err := NewSlot(spec, 0, spec.NumPservers); !errors.Is(err, wire.ErrBadSpec) {
+			t.Errorf("NewSlot(%s) = %v, want wire.ErrBadSpec", spec.Name, err)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // TestRunChunks: every chunk runs exactly once and its writes are seen
@@ -143,14 +144,14 @@ func TestParallelUpdateMatchesSerial(t *testing.T) {
 			// large gradient element in the last chunk of w overflows (for
 			// SGD and momentum only it: its gradient is 0 elsewhere).
 			for _, s := range []*Slot{par, ser} {
-				s.opt.lr, s.opt.weightDecay = 1e39, 0
+				s.opt.LR, s.opt.WeightDecay = 1e39, 0
 			}
 			g := make([]float32, 3*chunkElems+5)
 			g[len(g)-2] = 1e9
 			before := pullAll(t, par)
 			_, err := par.Push(context.Background(), &pb.PushRequest{Version: par.Version(), Grads: denseTensors(par.Layout(), 0, map[string][]float32{"w": g})})
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
-				t.Fatalf("overflowing push: err %v, want ErrInvalid naming w", err)
+			if !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
+				t.Fatalf("overflowing push: err %v, want wire.ErrInvalid naming w", err)
 			}
 			if !reflect.DeepEqual(before, pullAll(t, par)) {
 				t.Fatal("refused push changed the slot")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 var pauseParams = flag.Int64("pause.params", 100_000_000, "parameters of BenchmarkCheckpointPause")
@@ -47,7 +48,7 @@ func BenchmarkCheckpointPause(b *testing.B) {
 		for i := range g {
 			g[i] = 0.01
 		}
-		grads = append(grads, &pb.Tensor{Name: "w", Block: blk, Data: float32Bytes(g)})
+		grads = append(grads, &pb.Tensor{Name: "w", Block: blk, Data: wire.Float32Bytes(g)})
 	}
 	step := int64(0)
 	push := func() time.Duration {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // pausedChildEnv makes TestPausedProcessRefuses run as the serving child.
@@ -141,11 +142,11 @@ func servePausedChild() {
 	s.SetDeadline(d)
 	srv.Host(spec.GetName(), 0, s)
 	time.AfterFunc(time.Until(d.Until()), func() { srv.Unhost(spec.GetName(), 0) })
-	lis, err := Listen("127.0.0.1:0")
+	lis, err := wire.Listen("127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
+	gs := grpc.NewServer(wire.ServerOptions()...)
 	pb.RegisterPServerServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	fmt.Printf("serving %s %d\n", lis.Addr(), int64(time.Until(d.Until())))

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Pull returns the values the request names (dense blocks by name and block,
@@ -36,7 +37,7 @@ func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, [
 	}
 	resp, buf, err := s.read(req)
 	if err = s.acked(err); err != nil {
-		putDataBuf(buf)
+		wire.PutDataBuf(buf)
 		return nil, nil, err
 	}
 	return resp, buf, nil
@@ -69,21 +70,21 @@ func (s *Slot) read(req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 			for j, r := range out.Rows {
 				dst := out.Data[4*j*d : 4*(j+1)*d]
 				if e := s.rows[key{int32(p.Index), r}]; e != nil {
-					putFloat32s(dst, e.values)
+					wire.PutFloat32s(dst, e.values)
 					continue
 				}
 				if cap(scratch) < d {
 					scratch = make([]float32, d)
 				}
 				initValues(scratch[:d], s.spec.GetSeed(), p, 'r', r)
-				putFloat32s(dst, scratch[:d])
+				wire.PutFloat32s(dst, scratch[:d])
 			}
 		} else {
 			out.Block = t.GetBlock()
 			v := s.dense[key{int32(p.Index), t.GetBlock()}].values
 			n := 4 * len(v)
 			out.Data = buf[off : off+n : off+n]
-			putFloat32s(out.Data, v)
+			wire.PutFloat32s(out.Data, v)
 		}
 		off += len(out.Data)
 		resp.Tensors = append(resp.Tensors, out)
@@ -94,14 +95,14 @@ func (s *Slot) read(req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 // checkPull validates a named pull and returns each tensor's param and the
 // response's data bytes. It allocates in proportion to the request only.
 // No lock is needed: the layout and ownership are immutable.
-func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
-	params := make([]*ParamLayout, len(ts))
+func (s *Slot) checkPull(ts []*pb.Tensor) ([]*wire.ParamLayout, int, error) {
+	params := make([]*wire.ParamLayout, len(ts))
 	seen := make(map[key]struct{}, len(ts))
 	var total int64
 	for i, t := range ts {
 		p, ok := s.layout.Param(t.GetName())
 		if !ok {
-			return nil, 0, errorf(ErrInvalid, "pull: unknown param %q", t.GetName())
+			return nil, 0, wire.Errorf(wire.ErrInvalid, "pull: unknown param %q", t.GetName())
 		}
 		params[i] = p
 		var n int64 // float32s this tensor adds to the response
@@ -112,7 +113,7 @@ func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
 				}
 				k := key{int32(p.Index), r}
 				if _, dup := seen[k]; dup {
-					return nil, 0, errorf(ErrInvalid, "pull: param %q row %d named twice", p.Spec.GetName(), r)
+					return nil, 0, wire.Errorf(wire.ErrInvalid, "pull: param %q row %d named twice", p.Spec.GetName(), r)
 				}
 				seen[k] = struct{}{}
 			}
@@ -121,7 +122,7 @@ func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
 			n = int64(len(t.GetRows())) * p.Dim
 		} else {
 			if len(t.GetRows()) != 0 {
-				return nil, 0, errorf(ErrInvalid, "pull: param %q is dense; rows given", p.Spec.GetName())
+				return nil, 0, wire.Errorf(wire.ErrInvalid, "pull: param %q is dense; rows given", p.Spec.GetName())
 			}
 			b := t.GetBlock()
 			if err := s.checkBlock(p, b); err != nil {
@@ -129,14 +130,14 @@ func (s *Slot) checkPull(ts []*pb.Tensor) ([]*ParamLayout, int, error) {
 			}
 			k := key{int32(p.Index), b}
 			if _, dup := seen[k]; dup {
-				return nil, 0, errorf(ErrInvalid, "pull: param %q block %d named twice", p.Spec.GetName(), b)
+				return nil, 0, wire.Errorf(wire.ErrInvalid, "pull: param %q block %d named twice", p.Spec.GetName(), b)
 			}
 			seen[k] = struct{}{}
 			lo, hi := s.layout.BlockRange(p, b)
 			n = hi - lo
 		}
-		if total += 4 * n; total > MaxPullBytes {
-			return nil, 0, errorf(ErrInvalid, "pull: param %q: response would exceed %d bytes; split the request", p.Spec.GetName(), int64(MaxPullBytes))
+		if total += 4 * n; total > wire.MaxPullBytes {
+			return nil, 0, wire.Errorf(wire.ErrInvalid, "pull: param %q: response would exceed %d bytes; split the request", p.Spec.GetName(), int64(wire.MaxPullBytes))
 		}
 	}
 	return params, int(total), nil
@@ -157,13 +158,13 @@ func (s *Slot) pullAll(limit int) (*pb.PullResponse, []byte) {
 	if 4*total > limit {
 		return nil, nil
 	}
-	buf := getDataBuf(4 * total) // every byte is written below
+	buf := wire.GetDataBuf(4 * total) // every byte is written below
 	resp := &pb.PullResponse{Version: s.version, Incarnation: s.incarnation, Tensors: make([]*pb.Tensor, 0, len(s.denseKeys))}
 	off := 0
 	for _, k := range s.denseKeys {
 		v := s.dense[k].values
 		b := buf[off : off+4*len(v) : off+4*len(v)]
-		putFloat32s(b, v)
+		wire.PutFloat32s(b, v)
 		off += len(b)
 		resp.Tensors = append(resp.Tensors, &pb.Tensor{Name: s.layout.Params[k.p].Spec.GetName(), Block: k.i, Data: b})
 	}
@@ -172,28 +173,28 @@ func (s *Slot) pullAll(limit int) (*pb.PullResponse, []byte) {
 
 // newRow returns embedding row r of p at its initial value with zero
 // optimizer state, not stored (only a committed push stores rows).
-func (s *Slot) newRow(p *ParamLayout, r int64) *entry {
-	e := newEntry(int(p.Dim), len(s.opt.opt.stateSlots()))
+func (s *Slot) newRow(p *wire.ParamLayout, r int64) *entry {
+	e := newEntry(int(p.Dim), len(s.opt.StateSlots()))
 	initValues(e.values, s.spec.GetSeed(), p, 'r', r)
 	return e
 }
 
-func (s *Slot) checkRow(p *ParamLayout, r int64) error {
+func (s *Slot) checkRow(p *wire.ParamLayout, r int64) error {
 	if r < 0 || r >= p.Buckets {
-		return errorf(ErrInvalid, "param %q: row %d out of range [0, %d)", p.Spec.GetName(), r, p.Buckets)
+		return wire.Errorf(wire.ErrInvalid, "param %q: row %d out of range [0, %d)", p.Spec.GetName(), r, p.Buckets)
 	}
 	if v := s.layout.VShardOfRow(p, r); !s.owned[v] {
-		return errorf(ErrInvalid, "param %q: row %d is in vshard %d, not served by slot %d", p.Spec.GetName(), r, v, s.slot)
+		return wire.Errorf(wire.ErrInvalid, "param %q: row %d is in vshard %d, not served by slot %d", p.Spec.GetName(), r, v, s.slot)
 	}
 	return nil
 }
 
-func (s *Slot) checkBlock(p *ParamLayout, b int64) error {
+func (s *Slot) checkBlock(p *wire.ParamLayout, b int64) error {
 	if b < 0 || b >= p.Blocks {
-		return errorf(ErrInvalid, "param %q: block %d out of range [0, %d)", p.Spec.GetName(), b, p.Blocks)
+		return wire.Errorf(wire.ErrInvalid, "param %q: block %d out of range [0, %d)", p.Spec.GetName(), b, p.Blocks)
 	}
 	if v := s.layout.VShardOfBlock(p, b); !s.owned[v] {
-		return errorf(ErrInvalid, "param %q: block %d is in vshard %d, not served by slot %d", p.Spec.GetName(), b, v, s.slot)
+		return wire.Errorf(wire.ErrInvalid, "param %q: block %d is in vshard %d, not served by slot %d", p.Spec.GetName(), b, v, s.slot)
 	}
 	return nil
 }

@@ -8,14 +8,16 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/shape"
+	"github.com/raftps/raftps/pserver/optim"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // gradItem is one validated gradient for one entry.
 type gradItem struct {
 	k    key
-	p    *ParamLayout
+	p    *wire.ParamLayout
 	g    []float32
-	gmax float64 // max |g|, or -1: not computed (see optConfig.boundOK)
+	gmax float64 // max |g|, or -1: not computed (see optim.Config.UpdateBound)
 	row  bool
 }
 
@@ -41,20 +43,20 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 	for _, t := range grads {
 		p, ok := s.layout.Param(t.GetName())
 		if !ok {
-			return errorf(ErrInvalid, "push: unknown param %q", t.GetName())
+			return wire.Errorf(wire.ErrInvalid, "push: unknown param %q", t.GetName())
 		}
 		if len(t.GetData())%4 != 0 {
-			return errorf(ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
+			return wire.Errorf(wire.ErrInvalid, "param %q: data length %d is not a multiple of 4", p.Spec.GetName(), len(t.GetData()))
 		}
 		if pp.bytes += int64(len(t.GetData())); pp.bytes > s.maxPushBytes {
-			return errorf(ErrInvalid, "param %q: push carries more than the %d bytes of gradient slot %d can take", p.Spec.GetName(), s.maxPushBytes, s.slot)
+			return wire.Errorf(wire.ErrInvalid, "param %q: push carries more than the %d bytes of gradient slot %d can take", p.Spec.GetName(), s.maxPushBytes, s.slot)
 		}
 		if p.Embedding {
 			rows := t.GetRows()
 			if n, ok := shape.Mul(int64(len(rows)), p.Dim); !ok || int64(len(t.GetData())/4) != n {
-				return errorf(ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
+				return wire.Errorf(wire.ErrInvalid, "param %q: %d values for %d rows of dim %d", p.Spec.GetName(), len(t.GetData())/4, len(rows), p.Dim)
 			}
-			g := viewFloat32s(t.GetData())
+			g := wire.ViewFloat32s(t.GetData())
 			if err := checkGrad(p, g); err != nil {
 				return err
 			}
@@ -65,7 +67,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 				}
 				k := key{int32(p.Index), r}
 				if _, dup := pp.seen[k]; dup {
-					return errorf(ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
+					return wire.Errorf(wire.ErrInvalid, "param %q: row %d pushed twice", p.Spec.GetName(), r)
 				}
 				pp.seen[k] = struct{}{}
 				pp.items = append(pp.items, gradItem{k: k, p: p, g: g[j*d : (j+1)*d : (j+1)*d], gmax: -1, row: true})
@@ -73,7 +75,7 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 			continue
 		}
 		if len(t.GetRows()) != 0 {
-			return errorf(ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
+			return wire.Errorf(wire.ErrInvalid, "param %q is dense; rows given", p.Spec.GetName())
 		}
 		b := t.GetBlock()
 		if err := s.checkBlock(p, b); err != nil {
@@ -81,14 +83,14 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 		}
 		lo, hi := s.layout.BlockRange(p, b)
 		if int64(len(t.GetData())/4) != hi-lo {
-			return errorf(ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(t.GetData())/4, hi-lo)
+			return wire.Errorf(wire.ErrInvalid, "param %q: block %d has %d values, want %d", p.Spec.GetName(), b, len(t.GetData())/4, hi-lo)
 		}
 		k := key{int32(p.Index), b}
 		if _, dup := pp.seen[k]; dup {
-			return errorf(ErrInvalid, "param %q: block %d pushed twice", p.Spec.GetName(), b)
+			return wire.Errorf(wire.ErrInvalid, "param %q: block %d pushed twice", p.Spec.GetName(), b)
 		}
 		pp.seen[k] = struct{}{}
-		g := viewFloat32s(t.GetData())
+		g := wire.ViewFloat32s(t.GetData())
 		if err := checkGrad(p, g); err != nil {
 			return err
 		}
@@ -97,15 +99,15 @@ func (pp *pushParser) add(grads []*pb.Tensor) error {
 	return nil
 }
 
-// checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see anyAbove);
+// checkGrad refuses NaN, ±Inf and |g| > MaxGradient (see optim.AnyAbove);
 // only a refused gradient is scanned again, for the message.
-func checkGrad(p *ParamLayout, g []float32) error {
-	if !anyAbove(g, maxGradientBits) {
+func checkGrad(p *wire.ParamLayout, g []float32) error {
+	if !optim.AnyAbove(g, maxGradientBits) {
 		return nil
 	}
 	for _, v := range g {
-		if math.Float32bits(v)&absMask > maxGradientBits {
-			return errorf(ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
+		if math.Float32bits(v)&optim.AbsMask > maxGradientBits {
+			return wire.Errorf(wire.ErrInvalid, "param %q: gradient element %g is NaN, Inf or larger than %g in magnitude", p.Spec.GetName(), v, MaxGradient)
 		}
 	}
 	return nil
@@ -135,10 +137,9 @@ func (s *Slot) parseGrads(grads []*pb.Tensor) ([]gradItem, error) {
 func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 	c := &s.opt
 	es := make([]*entry, len(items))
-	lrs := make([]float64, len(items))
-	ts := make([]int64, len(items))
+	hs := make([]optim.Hyper, len(items))
 	bounds := make([]float64, len(items))
-	modes := make([]stepMode, len(items))
+	modes := make([]optim.Mode, len(items))
 	var fresh, dry []int
 	for i, it := range items {
 		e := s.dense[it.k]
@@ -149,16 +150,16 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			}
 		}
 		es[i] = e
-		lrs[i], ts[i] = c.schedule(e, lrScale)
-		bounds[i] = c.updateBound(e, it.g, it.gmax, lrs[i], ts[i])
+		hs[i] = c.Schedule(e.t, lrScale)
+		bounds[i] = c.UpdateBound(e.magnitude(), it.g, it.gmax, MaxGradient, hs[i])
 		switch {
-		case !(bounds[i] < safeBound):
+		case !(bounds[i] < optim.SafeBound):
 			dry = append(dry, i)
-			modes[i] = stepStore
-		case ts[i]%exactMaxEvery == 0 || bounds[i] > exactMaxAbove:
-			modes[i] = stepStore
+			modes[i] = optim.Store
+		case hs[i].T%exactMaxEvery == 0 || bounds[i] > exactMaxAbove:
+			modes[i] = optim.Store
 		default:
-			modes[i] = stepStoreFast
+			modes[i] = optim.StoreFast
 		}
 	}
 	if len(dry) > 0 {
@@ -167,7 +168,8 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 		runChunks(len(chunks)-1, func(k int) {
 			for j := chunks[k]; j < chunks[k+1]; j++ {
 				x := spans[j]
-				ok, _ := c.opt.step(es[x.item], x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], stepCheck)
+				e := es[x.item]
+				ok, _ := c.Apply(e.values, e.state, x.lo, items[x.item].g[x.lo:x.hi], hs[x.item], optim.Check)
 				bad[j] = !ok
 			}
 		})
@@ -177,7 +179,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			if it.row {
 				what = "row"
 			}
-			return errorf(ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
+			return wire.Errorf(wire.ErrInvalid, "param %q %s %d: the update would make values or optimizer state NaN or Inf (gradient too large for the current state); nothing applied",
 				it.p.Spec.GetName(), what, it.k.i)
 		}
 	}
@@ -198,7 +200,7 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 			x := spans[j]
 			e := es[x.item]
 			owned[x.item].Do(func() { s.ownLocked(e) })
-			_, amax[j] = c.opt.step(e, x.lo, items[x.item].g[x.lo:x.hi], c.weightDecay, lrs[x.item], ts[x.item], modes[x.item])
+			_, amax[j] = c.Apply(e.values, e.state, x.lo, items[x.item].g[x.lo:x.hi], hs[x.item], modes[x.item])
 		}
 	})
 	for j := 0; j < len(spans); {
@@ -215,18 +217,18 @@ func (s *Slot) applyLocked(items []gradItem, lrScale float64) error {
 }
 
 // exactMaxEvery: every this many updates of an entry, a commit takes the
-// exact largest magnitude (stepStore). In between, an optimizer may leave
-// it untaken (stepStoreFast: two passes over the entry fewer, most of
+// exact largest magnitude (optim.Store). In between, an optimizer may leave
+// it untaken (optim.StoreFast: two passes over the entry fewer, most of
 // momentum's commit) and the entry keeps the update's bound instead, which
 // grows from one update to the next (by lr·μ·amax and lr·(1+μ)·MaxGradient
 // for momentum); taking the exact maximum again keeps it from reaching
-// safeBound, past which every update would pay for a dry run. An update
+// optim.SafeBound, past which every update would pay for a dry run. An update
 // whose bound is already above exactMaxAbove takes it at once (a learning
 // rate of 10 multiplies the bound by about 10 per update), so the bound
-// never runs up to safeBound between two exact maxima.
+// never runs up to optim.SafeBound between two exact maxima.
 const (
 	exactMaxEvery = 16
-	exactMaxAbove = safeBound * 1e-6
+	exactMaxAbove = optim.SafeBound * 1e-6
 )
 
 // chunkElems is the grain of a parallel update: about 10 µs of a float64
@@ -338,7 +340,7 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 	}
 	pr, buf := s.pullAll(s.maxReplyBytes)
 	if pr == nil || s.checkFence() != nil {
-		putDataBuf(buf)
+		wire.PutDataBuf(buf)
 		return resp, nil, nil
 	}
 	return &pb.PushResponse{Version: pr.Version, Tensors: pr.Tensors, Incarnation: pr.Incarnation}, buf, nil
@@ -347,10 +349,10 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 // push applies a validated push (see Push).
 func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
 	if len(req.GetTrainer()) > MaxTrainerIDLen {
-		return nil, errorf(ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
+		return nil, wire.Errorf(wire.ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
 	}
 	if n := req.GetExamples(); n < 0 || n > MaxExamples {
-		return nil, errorf(ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
+		return nil, wire.Errorf(wire.ErrInvalid, "push: examples %d not in [0, %d]", n, int64(MaxExamples))
 	}
 	var resp *pb.PushResponse
 	var err error
@@ -375,7 +377,7 @@ func (s *Slot) pushAsync(req *pb.PushRequest, items []gradItem) (*pb.PushRespons
 		return &pb.PushResponse{Version: v}, nil // a retry of an applied push
 	}
 	if s.staleness > 0 && req.GetVersion() < s.version-s.staleness {
-		return nil, errorf(ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
+		return nil, wire.Errorf(wire.ErrStale, "push on version %d, slot %d at version %d, staleness bound %d",
 			req.GetVersion(), s.slot, s.version, s.staleness)
 	}
 	scale := 1.0

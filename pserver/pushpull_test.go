@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // countingServer counts Pull and PullStream calls; with old set it answers Push as a
@@ -71,7 +73,7 @@ func TestClientPushPull(t *testing.T) {
 				}
 				srv := &countingServer{Server: NewServer(), old: tc.old}
 				srv.Host(spec.GetName(), i, s)
-				gs := grpc.NewServer(ServerOptions()...)
+				gs := grpc.NewServer(wire.ServerOptions()...)
 				pb.RegisterPServerServer(gs, srv)
 				lis, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -81,7 +83,7 @@ func TestClientPushPull(t *testing.T) {
 				t.Cleanup(gs.Stop)
 				addrs, srvs, slots = append(addrs, lis.Addr().String()), append(srvs, srv), append(slots, s)
 			}
-			c, err := NewClient(spec, "t", resolverOf(addrs), WithStreamThreshold(tc.threshold))
+			c, err := psclient.NewClient(spec, "t", resolverOf(addrs), psclient.WithStreamThreshold(tc.threshold))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +91,7 @@ func TestClientPushPull(t *testing.T) {
 			ctx := context.Background()
 			params := map[string][]float32{} // PushPull allocates what is missing
 			for step := range 3 {
-				g := &Grads{Dense: map[string][]float32{"w": ones(10, float32(step+1)), "b": ones(15, -1)}, Examples: 2}
+				g := &psclient.Grads{Dense: map[string][]float32{"w": ones(10, float32(step+1)), "b": ones(15, -1)}, Examples: 2}
 				before := [2]int32{srvs[0].pulls.Load(), srvs[1].pulls.Load()}
 				if err := c.PushPull(ctx, g, params); err != nil {
 					t.Fatal(err)
@@ -165,8 +167,8 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 			Grads: denseTensors(s.Layout(), 0, map[string][]float32{"w": ones(10, 1)})})
 		return err
 	}
-	if err := push("b", 1); !errors.Is(err, ErrStale) || status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("push of incarnation 1 to incarnation 3: %v, want ErrStale (FailedPrecondition)", err)
+	if err := push("b", 1); !errors.Is(err, wire.ErrStale) || status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("push of incarnation 1 to incarnation 3: %v, want wire.ErrStale (FailedPrecondition)", err)
 	}
 	if w, ok := s.Waiting(); ok {
 		t.Fatalf("the refused push opened the step: %+v", w)
@@ -189,7 +191,7 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 	addrs, srvs, slots := startServers(t, spec, 1)
 	slots[0].SetIncarnation(5)
 	slots[0].SetTrainers([]string{"t"})
-	c, err := NewClient(spec, "t", resolverOf(addrs))
+	c, err := psclient.NewClient(spec, "t", resolverOf(addrs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,19 +200,25 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 	if err := c.Pull(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
-	g := &Grads{Dense: map[string][]float32{"w": ones(10, 1)}, Examples: 1}
+	g := &psclient.Grads{Dense: map[string][]float32{"w": ones(10, 1)}, Examples: 1}
 	if err := c.Push(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	fresh := mustSlot(t, spec, 0, 1) // restored elsewhere: steps restart
+	// Restored elsewhere, steps restart; the new life reaches the client's
+	// step 1 too, so only the incarnation tells them apart.
+	fresh := mustSlot(t, spec, 0, 1)
 	fresh.SetIncarnation(9)
 	fresh.SetTrainers([]string{"t"})
-	srvs[0].Host(spec.GetName(), 0, fresh)
-	c.setVersion(0, 0, 0) // the new life's step: only the incarnation tells them apart
-	if err := c.Push(ctx, g); !errors.Is(err, ErrStale) {
-		t.Fatalf("push after the slot was replaced: %v, want ErrStale", err)
+	first := &pb.PushRequest{Job: spec.GetName(), Trainer: "t", Incarnation: 9, Examples: 1,
+		Grads: denseTensors(fresh.Layout(), 0, map[string][]float32{"w": ones(10, 1)})}
+	if _, err := fresh.Push(ctx, first); err != nil || fresh.Step() != 1 {
+		t.Fatalf("the new life's first step: %v (step %d)", err, fresh.Step())
 	}
-	if fresh.Step() != 0 {
+	srvs[0].Host(spec.GetName(), 0, fresh)
+	if err := c.Push(ctx, g); !errors.Is(err, wire.ErrStale) {
+		t.Fatalf("push after the slot was replaced: %v, want wire.ErrStale", err)
+	}
+	if fresh.Step() != 1 {
 		t.Fatalf("the stale push was applied (step %d)", fresh.Step())
 	}
 	if err := c.Pull(ctx, dst); err != nil {
@@ -219,7 +227,7 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 	if err := c.Push(ctx, g); err != nil {
 		t.Fatalf("push after a re-pull: %v", err)
 	}
-	if fresh.Step() != 1 {
-		t.Fatalf("step %d after the re-pulled push, want 1", fresh.Step())
+	if fresh.Step() != 2 {
+		t.Fatalf("step %d after the re-pulled push, want 2", fresh.Step())
 	}
 }

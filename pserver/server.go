@@ -6,37 +6,9 @@ import (
 	"io"
 	"sync"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/experimental"
-
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
-
-// Transport tuning shared by Server and Client: large flow-control windows
-// so a 20-40 MB push is not throttled to 64 KiB round trips, large message
-// limits, and 1 MiB socket buffers.
-const (
-	WindowSize     = 64 << 20
-	MaxMessageSize = 1 << 30
-	bufferSize     = 1 << 20
-	// StreamChunkBytes bounds one PullResponse of PullStream (and one
-	// PushRequest the Client sends on PushStream).
-	StreamChunkBytes = 4 << 20
-)
-
-// ServerOptions returns gRPC server options tuned for parameter traffic;
-// the node passes them to grpc.NewServer.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.InitialWindowSize(WindowSize),
-		grpc.InitialConnWindowSize(WindowSize),
-		grpc.MaxRecvMsgSize(MaxMessageSize),
-		grpc.MaxSendMsgSize(MaxMessageSize),
-		grpc.ReadBufferSize(bufferSize),
-		grpc.WriteBufferSize(bufferSize),
-		experimental.BufferPool(grpcBufs),
-	}
-}
 
 type slotID struct {
 	job  string
@@ -94,7 +66,7 @@ func (srv *Server) Slot(job string, slot int32) (*Slot, bool) {
 func (srv *Server) lookup(job string, slot int32) (*Slot, error) {
 	s, ok := srv.Slot(job, slot)
 	if !ok {
-		return nil, errorf(ErrNotHosted, "job %q slot %d", job, slot)
+		return nil, wire.Errorf(wire.ErrNotHosted, "job %q slot %d", job, slot)
 	}
 	return s, nil
 }
@@ -107,9 +79,9 @@ func (srv *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespo
 	}
 	resp, buf, err := s.pull(ctx, req)
 	if err == nil {
-		lendReply(ctx, resp, buf)
+		wire.LendReply(ctx, resp, buf)
 	}
-	return resp, toGRPC(err)
+	return resp, wire.ToGRPC(err)
 }
 
 // Push implements pb.PServerServer.
@@ -122,11 +94,11 @@ func (srv *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespo
 	// The slot keeps no reference to the gradient bytes after Push returns
 	// (async applies them; a sync push waits until its step has used them,
 	// or folds them into the step's sums before it stops waiting).
-	releaseTensors(req.Grads)
+	wire.ReleaseTensors(req.Grads)
 	if err == nil {
-		lendReply(ctx, resp, buf)
+		wire.LendReply(ctx, resp, buf)
 	}
-	return resp, toGRPC(err)
+	return resp, wire.ToGRPC(err)
 }
 
 // LeaveStep implements pb.PServerServer.
@@ -139,7 +111,7 @@ func (srv *Server) LeaveStep(ctx context.Context, req *pb.LeaveStepRequest) (*pb
 		return nil, err
 	}
 	if n := len(req.GetTrainer()); n == 0 || n > MaxTrainerIDLen {
-		return nil, errorf(ErrInvalid, "leave step: trainer id of %d bytes, want 1 to %d", n, MaxTrainerIDLen)
+		return nil, wire.Errorf(wire.ErrInvalid, "leave step: trainer id of %d bytes, want 1 to %d", n, MaxTrainerIDLen)
 	}
 	s.LeaveStep(req.GetTrainer())
 	return &pb.LeaveStepResponse{}, nil
@@ -165,9 +137,9 @@ func (srv *Server) PullStream(stream pb.PServer_PullStreamServer) error {
 		}
 		resp, err := s.Pull(stream.Context(), req)
 		if err != nil {
-			return toGRPC(err)
+			return wire.ToGRPC(err)
 		}
-		for _, chunk := range chunkTensors(resp.Tensors, StreamChunkBytes) {
+		for _, chunk := range wire.ChunkTensors(resp.Tensors, wire.StreamChunkBytes) {
 			if err := stream.Send(&pb.PullResponse{Version: resp.Version, Incarnation: resp.Incarnation, Tensors: chunk}); err != nil {
 				return err
 			}
@@ -192,7 +164,7 @@ func (srv *Server) PushStream(stream pb.PServer_PushStreamServer) error {
 	)
 	defer func() {
 		for _, ts := range held {
-			releaseTensors(ts)
+			wire.ReleaseTensors(ts)
 		}
 	}()
 	for {
@@ -211,39 +183,21 @@ func (srv *Server) PushStream(stream pb.PServer_PushStreamServer) error {
 			}
 			pp = s.newPushParser()
 		} else if (m.GetJob() != "" && m.GetJob() != req.GetJob()) || (m.GetSlot() != 0 && m.GetSlot() != req.GetSlot()) {
-			return toGRPC(errorf(ErrInvalid, "push stream: message for job %q slot %d in a stream for job %q slot %d", m.GetJob(), m.GetSlot(), req.GetJob(), req.GetSlot()))
+			return wire.ToGRPC(wire.Errorf(wire.ErrInvalid, "push stream: message for job %q slot %d in a stream for job %q slot %d", m.GetJob(), m.GetSlot(), req.GetJob(), req.GetSlot()))
 		}
 		if err := s.checkFence(); err != nil {
-			return toGRPC(err)
+			return wire.ToGRPC(err)
 		}
 		if err := pp.add(m.GetGrads()); err != nil {
-			return toGRPC(err)
+			return wire.ToGRPC(err)
 		}
 	}
 	if req == nil {
-		return toGRPC(errorf(ErrInvalid, "empty push stream"))
+		return wire.ToGRPC(wire.Errorf(wire.ErrInvalid, "empty push stream"))
 	}
 	resp, err := s.push(stream.Context(), req, pp.items)
 	if err != nil {
-		return toGRPC(err)
+		return wire.ToGRPC(err)
 	}
 	return stream.Send(resp)
-}
-
-// chunkTensors splits ts into runs of at most max data bytes (a tensor
-// larger than max is a run of its own).
-func chunkTensors(ts []*pb.Tensor, max int) [][]*pb.Tensor {
-	var out [][]*pb.Tensor
-	start, size := 0, 0
-	for i, t := range ts {
-		if i > start && size+len(t.Data) > max {
-			out = append(out, ts[start:i])
-			start, size = i, 0
-		}
-		size += len(t.Data)
-	}
-	if start < len(ts) || len(out) == 0 {
-		out = append(out, ts[start:])
-	}
-	return out
 }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 func TestServerUnhostedIsUnavailable(t *testing.T) {
@@ -54,7 +56,7 @@ func TestClientReResolves(t *testing.T) {
 	oldSlots[0].Fence()
 	newAddrs, _, newSlots := startServers(t, spec, 1)
 	r := &movingResolver{stale: oldAddrs[0], live: newAddrs[0]}
-	c, err := NewClient(spec, "t", r, WithRetries(5, time.Millisecond))
+	c, err := psclient.NewClient(spec, "t", r, psclient.WithRetries(5, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,15 +66,15 @@ func TestClientReResolves(t *testing.T) {
 	if err := c.Pull(ctx, params); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(ctx, &Grads{Dense: map[string][]float32{"w": ones(10, 1)}}); err != nil {
+	if err := c.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"w": ones(10, 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	if newSlots[0].Version() != 1 || r.calls.Load() < 2 {
 		t.Fatalf("version %d after %d resolves", newSlots[0].Version(), r.calls.Load())
 	}
 	// Client-side errors map back to sentinels.
-	err = c.Push(ctx, &Grads{Dense: map[string][]float32{"w": ones(3, 1)}})
-	if !errors.Is(err, ErrInvalid) {
+	err = c.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"w": ones(3, 1)}})
+	if !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("bad length: %v", err)
 	}
 }
@@ -86,7 +88,7 @@ func TestClientStreamsAndRows(t *testing.T) {
 			{Name: "emb", Shape: []int64{1000, 8}, Embedding: true, Init: pb.Initializer_INIT_NORMAL}}}
 	addrs, _, slots := startServers(t, spec, 2)
 	for _, thr := range []int{-1, 10_000} {
-		c, err := NewClient(spec, "t", resolverOf(addrs), WithStreamThreshold(thr))
+		c, err := psclient.NewClient(spec, "t", resolverOf(addrs), psclient.WithStreamThreshold(thr))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +103,7 @@ func TestClientStreamsAndRows(t *testing.T) {
 				t.Fatalf("threshold %d: big[%d] = %v, want %v", thr, i, params["big"][i], want[i])
 			}
 		}
-		if err := c.Push(ctx, &Grads{Dense: map[string][]float32{"big": ones(300_000, 0.5)}}); err != nil {
+		if err := c.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"big": ones(300_000, 0.5)}}); err != nil {
 			t.Fatal(err)
 		}
 		after := pullAll(t, slots...)["big"]
@@ -146,14 +148,16 @@ func TestServerOnRealListener(t *testing.T) {
 	spec := syncSpec()
 	addrs, _, slots := startServers(t, spec, 1)
 	slots[0].SetTrainers([]string{"a", "b"})
-	ca, _ := NewClient(spec, "a", resolverOf(addrs))
-	cb, _ := NewClient(spec, "b", resolverOf(addrs))
+	ca, _ := psclient.NewClient(spec, "a", resolverOf(addrs))
+	cb, _ := psclient.NewClient(spec, "b", resolverOf(addrs))
 	defer ca.Close()
 	defer cb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- ca.Push(ctx, &Grads{Dense: map[string][]float32{"w": ones(10, 1)}, Examples: 1}) }()
+	go func() {
+		done <- ca.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"w": ones(10, 1)}, Examples: 1})
+	}()
 	time.Sleep(50 * time.Millisecond)
 	if err := cb.LeaveStep(ctx); err != nil {
 		t.Fatal(err)
@@ -165,7 +169,7 @@ func TestServerOnRealListener(t *testing.T) {
 
 // watchResolver pushes a new slot map on demand.
 type watchResolver struct {
-	StaticResolver
+	psclient.StaticResolver
 	ch chan map[int32]string
 }
 
@@ -191,13 +195,13 @@ func TestClientFollowsWatch(t *testing.T) {
 	a, _, slotsA := startServers(t, spec, 1)
 	b, _, slotsB := startServers(t, spec, 1)
 	w := &watchResolver{StaticResolver: resolverOf(a), ch: make(chan map[int32]string)}
-	c, err := NewClient(spec, "t", w)
+	c, err := psclient.NewClient(spec, "t", w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx := context.Background()
-	g := &Grads{Dense: map[string][]float32{"w": ones(10, 1)}}
+	g := &psclient.Grads{Dense: map[string][]float32{"w": ones(10, 1)}}
 	if err := c.Push(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -210,18 +214,5 @@ func TestClientFollowsWatch(t *testing.T) {
 	}
 	if slotsB[0].Version() == 0 || slotsA[0].Fenced() {
 		t.Fatalf("client did not follow the watch (A %d, B %d)", slotsA[0].Version(), slotsB[0].Version())
-	}
-}
-
-func TestErrorMapping(t *testing.T) {
-	for _, s := range []error{ErrFenced, ErrNotHosted, ErrInvalid, ErrStale} {
-		in := errorf(s, "slot 3")
-		out := fromGRPC(status.Convert(in).Err())
-		if !errors.Is(out, s) || out.Error() != in.Error() {
-			t.Errorf("%v -> %v", in, out)
-		}
-	}
-	if !retryable(fromGRPC(status.Error(codes.Unavailable, "connection refused"))) {
-		t.Error("plain Unavailable is not retryable")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/optim"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // key names one entry of a slot: a dense block or an embedding row of the
@@ -54,13 +56,37 @@ func newEntry(n, nstate int) *entry {
 	return e
 }
 
+// committed counts an update whose commit stored at most amax in magnitude
+// (the largest of its ranges', or the update's bound) in e.t and e's
+// magnitude bound.
+func (e *entry) committed(amax float64) {
+	e.t++
+	// A maximum taken before rounding to float32, or a bound computed in
+	// exact arithmetic: widen it by more than the relative error of the
+	// few float32 roundings of an element (2^-24 each).
+	e.amax, e.amaxKnown = amax*(1+1e-6), true
+}
+
+// magnitude returns the largest |value| or |state| of e (computed once,
+// then maintained by committed updates).
+func (e *entry) magnitude() float64 {
+	if !e.amaxKnown {
+		m := optim.MaxAbs(e.values)
+		for _, st := range e.state {
+			m = max(m, optim.MaxAbs(st))
+		}
+		e.amax, e.amaxKnown = m, true
+	}
+	return e.amax
+}
+
 // Slot holds the virtual shards of one pserver slot of one job: parameter
 // values, optimizer state, the model version and the sync-step state. It has
 // no gRPC or Raft dependency; Server exposes it over gRPC and the node feeds
 // it membership (SetTrainers) and lease loss (Fence).
 //
 // All methods are safe for concurrent use. Errors are *Error values carrying
-// a gRPC status (see errors.go).
+// a gRPC status (see pserver/wire, errors.go).
 type Slot struct {
 	// snapEvery and snapFn are the SnapshotEvery hook (guarded by mu).
 	snapEvery int64
@@ -79,9 +105,9 @@ type Slot struct {
 	cowNanos    atomic.Int64
 
 	spec      *pb.JobSpec
-	layout    *Layout
+	layout    *wire.Layout
 	slot      int32
-	opt       optConfig
+	opt       optim.Config
 	mode      pb.UpdateMode
 	staleness int64
 	owned     []bool // by vshard
@@ -146,7 +172,7 @@ func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 				continue
 			}
 			lo, hi := l.BlockRange(p, b)
-			e := newEntry(int(hi-lo), len(s.opt.opt.stateSlots()))
+			e := newEntry(int(hi-lo), len(s.opt.StateSlots()))
 			initValues(e.values, spec.GetSeed(), p, 'b', b)
 			s.addDense(key{int32(p.Index), b}, e)
 		}
@@ -156,14 +182,14 @@ func NewSlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 }
 
 func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
-	l, err := NewLayout(spec, numPservers)
+	l, err := wire.NewLayout(spec, numPservers)
 	if err != nil {
 		return nil, err
 	}
 	if slot < 0 || slot >= numPservers {
-		return nil, errorf(ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
+		return nil, wire.Errorf(wire.ErrBadSpec, "slot %d of %d pservers", slot, numPservers)
 	}
-	opt, err := newOptConfig(spec.GetOptimizer())
+	opt, err := optim.New(spec.GetOptimizer())
 	if err != nil {
 		return nil, err
 	}
@@ -183,10 +209,10 @@ func newEmptySlot(spec *pb.JobSpec, slot, numPservers int32) (*Slot, error) {
 		membersCh: make(chan struct{}),
 		cur:       newSyncStep(),
 
-		maxReplyBytes: MaxMessageSize / 2,
+		maxReplyBytes: wire.MaxMessageSize / 2,
 	}
 	for v := int32(0); v < l.NumVShards; v++ {
-		s.owned[v] = SlotOfVShard(v, numPservers) == slot
+		s.owned[v] = wire.SlotOfVShard(v, numPservers) == slot
 	}
 	for _, p := range l.Params {
 		n := p.Size // an embedding's rows may hash anywhere: all of it
@@ -213,7 +239,7 @@ func (s *Slot) addDense(k key, e *entry) {
 func (s *Slot) sortKeys() { slices.SortFunc(s.denseKeys, keyLess) }
 
 // Layout returns the slot's (immutable) sharding layout.
-func (s *Slot) Layout() *Layout { return s.layout }
+func (s *Slot) Layout() *wire.Layout { return s.layout }
 
 // Index returns the slot number.
 func (s *Slot) Index() int32 { return s.slot }
@@ -278,11 +304,11 @@ func (s *Slot) Fenced() bool { return s.fenced.Load() }
 // updated the slot (acked), so nothing is acknowledged after the fence.
 func (s *Slot) checkFence() error {
 	if s.fenced.Load() {
-		return errorf(ErrFenced, "slot %d", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d", s.slot)
 	}
 	if d := s.deadline.Load(); d != nil && !d.Holds() {
 		s.Fence()
-		return errorf(ErrFenced, "slot %d: past its lease's serve-until deadline", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d: past its lease's serve-until deadline", s.slot)
 	}
 	return nil
 }
@@ -295,14 +321,7 @@ func (s *Slot) acked(err error) error {
 		return err
 	}
 	if s.checkFence() != nil {
-		return errorf(ErrFenced, "slot %d: fenced while the request ran, so it is not acknowledged (a push may have applied here; retry it on the slot's next holder)", s.slot)
+		return wire.Errorf(wire.ErrFenced, "slot %d: fenced while the request ran, so it is not acknowledged (a push may have applied here; retry it on the slot's next holder)", s.slot)
 	}
 	return nil
 }
-
-// MaxPullBytes bounds the tensor data of one named pull (a PullRequest
-// that lists tensors): the response is sized before anything is allocated
-// and a larger one is refused with ErrInvalid (split the request). It is
-// gRPC's message limit (MaxMessageSize); a bigger response could not be
-// sent anyway.
-const MaxPullBytes = MaxMessageSize

@@ -17,6 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/optim"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 func syncSpec() *pb.JobSpec {
@@ -122,7 +125,7 @@ func TestSyncEqualsSingleProcess(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := NewClient(spec, id, resolverOf(addrs))
+			c, err := psclient.NewClient(spec, id, resolverOf(addrs))
 			if err != nil {
 				errs <- err
 				return
@@ -144,7 +147,7 @@ func TestSyncEqualsSingleProcess(t *testing.T) {
 					g32[j] = float32(gw[j])
 				}
 				n := int64(batches[i][1] - batches[i][0])
-				if err := c.Push(ctx, &Grads{Dense: map[string][]float32{"w": g32, "b": {float32(gb)}}, Examples: n}); err != nil {
+				if err := c.Push(ctx, &psclient.Grads{Dense: map[string][]float32{"w": g32, "b": {float32(gb)}}, Examples: n}); err != nil {
 					errs <- fmt.Errorf("trainer %s: %w", id, err)
 					return
 				}
@@ -222,7 +225,7 @@ func TestAsyncStaleness(t *testing.T) {
 		t.Fatalf("version 1 at 3 with bound 2: %v", err)
 	}
 	_, err := pushW(context.Background(), s, "a", 1, ones(10, 1), 1)
-	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, ErrStale) {
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, wire.ErrStale) {
 		t.Fatalf("version 1 at 4 with bound 2: %v, want FailedPrecondition", err)
 	}
 }
@@ -321,8 +324,8 @@ func TestSyncJoinMidStep(t *testing.T) {
 	if err := <-resA; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-resC; !errors.Is(err, ErrStale) {
-		t.Fatalf("joined mid-step: %v, want ErrStale", err)
+	if err := <-resC; !errors.Is(err, wire.ErrStale) {
+		t.Fatalf("joined mid-step: %v, want wire.ErrStale", err)
 	}
 	// Step 1 has three members.
 	var wg sync.WaitGroup
@@ -340,7 +343,7 @@ func TestSyncJoinMidStep(t *testing.T) {
 		t.Fatalf("version %d", s.Version())
 	}
 	// Duplicate (retried) push of a finished step is refused as stale.
-	if _, err := pushW(ctx, s, "a", 1, ones(10, 1), 1); !errors.Is(err, ErrStale) {
+	if _, err := pushW(ctx, s, "a", 1, ones(10, 1), 1); !errors.Is(err, wire.ErrStale) {
 		t.Fatalf("old step: %v", err)
 	}
 }
@@ -432,7 +435,7 @@ func TestRejectedPushLeavesParamsUnchanged(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Push(context.Background(), &pb.PushRequest{Grads: tc.ts})
-			if status.Code(err) != codes.InvalidArgument || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.param) {
+			if status.Code(err) != codes.InvalidArgument || !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), tc.param) {
 				t.Fatalf("err = %v, want InvalidArgument naming %q", err, tc.param)
 			}
 			if !bytes.Equal(before, snapshotBytes(t, s)) {
@@ -476,8 +479,8 @@ func TestInitIndependentOfPartition(t *testing.T) {
 		}
 	}
 	// Embedding rows: same on either partitioning, same on every pull.
-	c1, _ := NewClient(spec, "x", nil)
-	l3, _ := NewLayout(spec, 3)
+	c1, _ := psclient.NewClient(spec, "x", nil)
+	l3, _ := wire.NewLayout(spec, 3)
 	for _, r := range []int64{0, 7, 999} {
 		p, _ := l3.Param("emb")
 		a, err := mustSlot(t, spec, 0, 1).Pull(context.Background(), &pb.PullRequest{Tensors: []*pb.Tensor{{Name: "emb", Rows: []int64{r}}}})
@@ -548,7 +551,7 @@ func TestSyncWaiting(t *testing.T) {
 // ±MaxGradient itself passes; maxAbs returns max |g| exactly, and +Inf
 // with a NaN.
 func TestCheckGrad(t *testing.T) {
-	p := &ParamLayout{Spec: &pb.ParamSpec{Name: "w"}}
+	p := &wire.ParamLayout{Spec: &pb.ParamSpec{Name: "w"}}
 	negNaN := math.Float32frombits(math.Float32bits(float32(math.NaN())) | 1<<31)
 	bad := []float32{float32(math.NaN()), negNaN, float32(math.Inf(1)), float32(math.Inf(-1)), 2 * MaxGradient, -1.5 * MaxGradient,
 		math.Nextafter32(MaxGradient, float32(math.Inf(1)))}
@@ -562,25 +565,25 @@ func TestCheckGrad(t *testing.T) {
 				}
 				for _, b := range bad {
 					g[pos] = b
-					if err := checkGrad(p, g); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
-						t.Fatalf("off %d n=%d: %g at %d: err %v, want ErrInvalid naming the param", off, n, b, pos, err)
+					if err := checkGrad(p, g); !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), `"w"`) {
+						t.Fatalf("off %d n=%d: %g at %d: err %v, want wire.ErrInvalid naming the param", off, n, b, pos, err)
 					}
-					if b != b && !math.IsInf(maxAbs(g), 1) {
-						t.Fatalf("off %d n=%d: NaN at %d: maxAbs %g, want +Inf", off, n, pos, maxAbs(g))
+					if b != b && !math.IsInf(optim.MaxAbs(g), 1) {
+						t.Fatalf("off %d n=%d: NaN at %d: maxAbs %g, want +Inf", off, n, pos, optim.MaxAbs(g))
 					}
 				}
 				g[pos] = -MaxGradient
-				if err := checkGrad(p, g); err != nil || maxAbs(g) != float64(float32(MaxGradient)) {
-					t.Fatalf("off %d n=%d: -MaxGradient at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
+				if err := checkGrad(p, g); err != nil || optim.MaxAbs(g) != float64(float32(MaxGradient)) {
+					t.Fatalf("off %d n=%d: -MaxGradient at %d: max %g, err %v", off, n, pos, optim.MaxAbs(g), err)
 				}
 				g[pos] = -2.5
-				if err := checkGrad(p, g); err != nil || maxAbs(g) != 2.5 {
-					t.Fatalf("off %d n=%d: -2.5 at %d: max %g, err %v", off, n, pos, maxAbs(g), err)
+				if err := checkGrad(p, g); err != nil || optim.MaxAbs(g) != 2.5 {
+					t.Fatalf("off %d n=%d: -2.5 at %d: max %g, err %v", off, n, pos, optim.MaxAbs(g), err)
 				}
 			}
 		}
 	}
-	if maxAbs(nil) != 0 || checkGrad(p, nil) != nil {
+	if optim.MaxAbs(nil) != 0 || checkGrad(p, nil) != nil {
 		t.Fatal("empty gradient")
 	}
 }
@@ -593,7 +596,7 @@ func TestAnyAbove(t *testing.T) {
 	for trial := range 20000 {
 		off, n := r.IntN(2), r.IntN(23)
 		g := buf[off : off+n]
-		limit := r.Uint32() & absMask
+		limit := r.Uint32() & optim.AbsMask
 		for i := range g {
 			g[i] = math.Float32frombits(r.Uint32())
 			if r.IntN(2) == 0 { // near the limit, where the carry decides
@@ -602,10 +605,10 @@ func TestAnyAbove(t *testing.T) {
 		}
 		want := false
 		for _, x := range g {
-			want = want || math.Float32bits(x)&absMask > limit
+			want = want || math.Float32bits(x)&optim.AbsMask > limit
 		}
-		if got := anyAbove(g, limit); got != want {
-			t.Fatalf("trial %d: anyAbove(%v, %#x) = %v, want %v", trial, g, limit, got, want)
+		if got := optim.AnyAbove(g, limit); got != want {
+			t.Fatalf("trial %d: optim.AnyAbove(%v, %#x) = %v, want %v", trial, g, limit, got, want)
 		}
 	}
 }

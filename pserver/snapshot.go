@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/raftps/raftps/pserver/vshard"
 )
 
 // SlotSnapshot is a consistent in-memory copy of a slot: every vshard it
@@ -16,46 +18,12 @@ type SlotSnapshot struct {
 	NumPservers int32
 	Version     int64
 	Step        int64
-	VShards     map[int32]*VShardSnapshot
+	VShards     map[int32]*vshard.Snapshot
 
 	// owner and releasable make Release give the buffers back (hook
 	// snapshots only).
 	owner      *Slot
 	releasable atomic.Bool
-}
-
-// VShardSnapshot is one virtual shard: the unit of checkpoint and
-// repartitioning.
-type VShardSnapshot struct {
-	Job        string
-	VShard     int32
-	NumVShards int32
-	BlockSize  int64
-	Version    int64
-	Step       int64
-	Optimizer  string
-	StateSlots []string
-	// Params lists the job's parameters (name, embedding, shape), so that a
-	// blob can be read without the spec.
-	Params  []ParamInfo
-	Entries []EntrySnapshot // sorted by (param, index)
-}
-
-// ParamInfo describes one parameter in a vshard blob.
-type ParamInfo struct {
-	Name      string
-	Embedding bool
-	Shape     []int64
-}
-
-// EntrySnapshot is one dense block (Index = block) or embedding row
-// (Index = row) of parameter Params[Param].
-type EntrySnapshot struct {
-	Param  int32
-	Index  int64
-	T      int64       // updates applied
-	Values []float32   // block or row values
-	State  [][]float32 // one per StateSlots entry, len(Values) each
 }
 
 // Snapshot returns a consistent copy of the slot's values, optimizer state,
@@ -134,13 +102,13 @@ func (s *Slot) freezeLocked(snap *SlotSnapshot) *snapHold {
 	n := len(s.denseKeys) + len(s.rows)
 	h := &snapHold{entries: make([]*entry, 0, n), frozen: make([]bufs, 0, n), spare: make([]*bufs, 0, n),
 		claim: make([]atomic.Bool, n), ready: make([]atomic.Pointer[bufs], n)}
-	add := func(v *VShardSnapshot, k key, e *entry) {
+	add := func(v *vshard.Snapshot, k key, e *entry) {
 		e.hold, e.holdIdx = h, len(h.entries)
 		h.entries = append(h.entries, e)
 		h.frozen = append(h.frozen, bufs{e.values, e.state})
 		h.spare = append(h.spare, e.spare)
 		e.spare = nil
-		v.Entries = append(v.Entries, EntrySnapshot{Param: k.p, Index: k.i, T: e.t, Values: e.values, State: e.state})
+		v.Entries = append(v.Entries, vshard.Entry{Param: k.p, Index: k.i, T: e.t, Values: e.values, State: e.state})
 	}
 	snap.Version, snap.Step = s.version, s.step
 	for _, k := range s.denseKeys {
@@ -274,16 +242,16 @@ func (snap *SlotSnapshot) Release() {
 // newSnapshot prepares an empty snapshot (no lock needed: the layout and
 // optimizer are immutable).
 func (s *Slot) newSnapshot() *SlotSnapshot {
-	params := make([]ParamInfo, len(s.layout.Params))
+	params := make([]vshard.ParamInfo, len(s.layout.Params))
 	for i, p := range s.layout.Params {
-		params[i] = ParamInfo{Name: p.Spec.GetName(), Embedding: p.Embedding, Shape: slices.Clone(p.Spec.GetShape())}
+		params[i] = vshard.ParamInfo{Name: p.Spec.GetName(), Embedding: p.Embedding, Shape: slices.Clone(p.Spec.GetShape())}
 	}
-	snap := &SlotSnapshot{Job: s.spec.GetName(), Slot: s.slot, NumPservers: s.layout.NumPservers, VShards: map[int32]*VShardSnapshot{}}
+	snap := &SlotSnapshot{Job: s.spec.GetName(), Slot: s.slot, NumPservers: s.layout.NumPservers, VShards: map[int32]*vshard.Snapshot{}}
 	for v := int32(0); v < s.layout.NumVShards; v++ {
 		if s.owned[v] {
-			snap.VShards[v] = &VShardSnapshot{
+			snap.VShards[v] = &vshard.Snapshot{
 				Job: s.spec.GetName(), VShard: v, NumVShards: s.layout.NumVShards, BlockSize: s.layout.BlockSize,
-				Optimizer: s.opt.opt.name(), StateSlots: s.opt.opt.stateSlots(), Params: params,
+				Optimizer: s.opt.Name(), StateSlots: s.opt.StateSlots(), Params: params,
 			}
 		}
 	}
@@ -294,8 +262,8 @@ func (s *Slot) newSnapshot() *SlotSnapshot {
 // The caller holds s.mu (read or write): updates wait for this copy. Only
 // the fallback when a freeze is still being copied away.
 func (s *Slot) copyLocked(snap *SlotSnapshot) {
-	cp := func(k key, e *entry) EntrySnapshot {
-		es := EntrySnapshot{Param: k.p, Index: k.i, T: e.t, Values: slices.Clone(e.values), State: make([][]float32, len(e.state))}
+	cp := func(k key, e *entry) vshard.Entry {
+		es := vshard.Entry{Param: k.p, Index: k.i, T: e.t, Values: slices.Clone(e.values), State: make([][]float32, len(e.state))}
 		for i, st := range e.state {
 			es.State[i] = slices.Clone(st)
 		}
@@ -304,7 +272,7 @@ func (s *Slot) copyLocked(snap *SlotSnapshot) {
 	snap.Version, snap.Step = s.version, s.step
 	// Dense blocks are copied by every core at once (the copy is what
 	// updates wait for); each worker fills its own part of one slice.
-	dense := make([]EntrySnapshot, len(s.denseKeys))
+	dense := make([]vshard.Entry, len(s.denseKeys))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(s.denseKeys)/4))
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -332,7 +300,7 @@ func (s *Slot) copyLocked(snap *SlotSnapshot) {
 func (s *Slot) finishSnapshot(snap *SlotSnapshot) {
 	for _, v := range snap.VShards {
 		v.Version, v.Step = snap.Version, snap.Step
-		slices.SortFunc(v.Entries, func(a, b EntrySnapshot) int { return keyLess(key{a.Param, a.Index}, key{b.Param, b.Index}) })
+		slices.SortFunc(v.Entries, func(a, b vshard.Entry) int { return keyLess(key{a.Param, a.Index}, key{b.Param, b.Index}) })
 	}
 }
 

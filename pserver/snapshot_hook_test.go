@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // TestSnapshotEveryExactStep: with two trainers pushing concurrently, the
@@ -39,7 +40,7 @@ func TestSnapshotEveryExactStep(t *testing.T) {
 					for i := range g {
 						g[i] = 1
 					}
-					grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: float32Bytes(g)})
+					grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: wire.Float32Bytes(g)})
 				}
 				if _, err := s.Push(context.Background(), &pb.PushRequest{Job: "hook", Trainer: tr, Version: s.Version(), Step: step, Grads: grads, Examples: 1}); err != nil {
 					t.Error(err)
@@ -111,7 +112,7 @@ func TestSnapshotOnPull(t *testing.T) {
 			for i := range g {
 				g[i] = float32(i + 1)
 			}
-			grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: float32Bytes(g)})
+			grads = append(grads, &pb.Tensor{Name: "w", Block: b, Data: wire.Float32Bytes(g)})
 		}
 		if _, err := s.Push(context.Background(), &pb.PushRequest{Job: "eval", Trainer: "a", Version: s.Version(), Step: step, Grads: grads, Examples: 1}); err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func TestSnapshotOnPull(t *testing.T) {
 	n := 0
 	for _, vs := range snap.VShards {
 		for _, e := range vs.Entries {
-			if got, want := float32Bytes(e.Values), pulled[e.Index]; string(got) != string(want) {
+			if got, want := wire.Float32Bytes(e.Values), pulled[e.Index]; string(got) != string(want) {
 				t.Fatalf("block %d: snapshot %v, pull %v", e.Index, e.Values, want)
 			}
 			n++

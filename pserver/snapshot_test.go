@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/vshard"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 func restoreSpec() *pb.JobSpec {
@@ -50,9 +52,9 @@ func trainSlots(tb testing.TB, slots []*Slot, steps int, seed int) {
 }
 
 // entries collects every entry of the given slots' snapshots by (param, index).
-func entries(tb testing.TB, slots []*Slot) map[key]EntrySnapshot {
+func entries(tb testing.TB, slots []*Slot) map[key]vshard.Entry {
 	tb.Helper()
-	out := map[key]EntrySnapshot{}
+	out := map[key]vshard.Entry{}
 	for _, s := range slots {
 		for _, vs := range s.Snapshot().VShards {
 			for _, e := range vs.Entries {
@@ -118,18 +120,18 @@ func TestRestoreErrors(t *testing.T) {
 	slots := []*Slot{mustSlot(t, spec, 0, 1)}
 	blobs := blobsOf(t, slots)
 	delete(blobs, 5)
-	if _, err := RestoreSlot(spec, 0, 1, blobs); !errors.Is(err, ErrMissingVShard) {
+	if _, err := RestoreSlot(spec, 0, 1, blobs); !errors.Is(err, wire.ErrMissingVShard) {
 		t.Fatalf("missing vshard: %v", err)
 	}
 	blobs = blobsOf(t, slots)
 	other := restoreSpec()
 	other.Optimizer.Name = "sgd"
-	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, ErrIncompatible) {
+	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, wire.ErrIncompatible) {
 		t.Fatalf("other optimizer: %v", err)
 	}
 	other = restoreSpec()
 	other.Params[0].Shape = []int64{4, 5}
-	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, ErrIncompatible) {
+	if _, err := RestoreSlot(other, 0, 1, blobs); !errors.Is(err, wire.ErrIncompatible) {
 		t.Fatalf("other shape: %v", err)
 	}
 }
@@ -144,12 +146,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeVShard(b)
+		got, err := vshard.Decode(b)
 		if err != nil {
 			t.Fatalf("vshard %d: %v", v, err)
 		}
 		if len(vs.Entries) == 0 {
-			vs.Entries = []EntrySnapshot{}
+			vs.Entries = []vshard.Entry{}
 		}
 		if !reflect.DeepEqual(got, vs) {
 			t.Fatalf("vshard %d: round trip differs:\n%+v\n%+v", v, got, vs)
@@ -167,7 +169,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	blob := blobsOf(t, []*Slot{s})[3]
 	// Every truncation.
 	for n := 0; n < len(blob); n++ {
-		if _, err := DecodeVShard(blob[:n]); !errors.Is(err, ErrCorrupt) {
+		if _, err := vshard.Decode(blob[:n]); !errors.Is(err, wire.ErrCorrupt) {
 			t.Fatalf("truncated to %d: %v", n, err)
 		}
 	}
@@ -175,20 +177,20 @@ func TestDecodeCorrupt(t *testing.T) {
 	for i := range blob {
 		b := append([]byte(nil), blob...)
 		b[i] ^= 0x40
-		if _, err := DecodeVShard(b); !errors.Is(err, ErrCorrupt) {
+		if _, err := vshard.Decode(b); !errors.Is(err, wire.ErrCorrupt) {
 			t.Fatalf("flip at %d: %v", i, err)
 		}
 	}
 	// Corrupt fields behind a valid CRC (a buggy writer): still an error, no panic.
 	recrc := func(b []byte) []byte {
-		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
 		return b
 	}
 	for i := 8; i < len(blob)-4; i++ {
 		for _, x := range []byte{0xff, 0x7f, 0x01} {
 			b := append([]byte(nil), blob...)
 			b[i] ^= x
-			vs, err := DecodeVShard(recrc(b))
+			vs, err := vshard.Decode(recrc(b))
 			if err == nil {
 				// Some flips (values, names) decode fine; restore must still
 				// refuse or accept without panicking.
@@ -197,7 +199,7 @@ func TestDecodeCorrupt(t *testing.T) {
 			}
 		}
 	}
-	if _, err := DecodeVShard([]byte("RPVS\x02\x00\x00\x00abcdefgh")); !errors.Is(err, ErrCorrupt) {
+	if _, err := vshard.Decode([]byte("RPVS\x02\x00\x00\x00abcdefgh")); !errors.Is(err, wire.ErrCorrupt) {
 		t.Fatalf("future format: %v", err)
 	}
 }
@@ -213,14 +215,14 @@ func FuzzDecodeVShard(f *testing.F) {
 	}
 	f.Add([]byte("RPVS\x01\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		vs, err := DecodeVShard(b)
+		vs, err := vshard.Decode(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			if !errors.Is(err, wire.ErrCorrupt) {
+				t.Fatalf("error %v does not wrap wire.ErrCorrupt", err)
 			}
 			return
 		}
-		if again, err := DecodeVShard(vs.Encode()); err != nil || !reflect.DeepEqual(again.Params, vs.Params) {
+		if again, err := vshard.Decode(vs.Encode()); err != nil || !reflect.DeepEqual(again.Params, vs.Params) {
 			t.Fatalf("re-encode: %v", err)
 		}
 	})
@@ -234,7 +236,7 @@ func TestDecodeVShardValues(t *testing.T) {
 	got := map[string][]float32{"w": make([]float32, 20), "b": make([]float32, 4)}
 	rows := 0
 	for _, blob := range blobsOf(t, []*Slot{s}) {
-		runs, err := DecodeVShardValues(blob)
+		runs, err := vshard.DecodeValues(blob)
 		if err != nil {
 			t.Fatal(err)
 		}

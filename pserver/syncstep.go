@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // syncStep is the state of one synchronous step.
@@ -54,7 +55,7 @@ func newSyncStep() *syncStep {
 func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
 	trainer := req.GetTrainer()
 	if trainer == "" {
-		return nil, errorf(ErrInvalid, "sync push without a trainer id")
+		return nil, wire.Errorf(wire.ErrInvalid, "sync push without a trainer id")
 	}
 	step := req.GetStep()
 	if step == 0 {
@@ -78,7 +79,7 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 			case <-s.fenceCh:
 				return nil, s.checkFence()
 			case <-wait.C:
-				return nil, errorf(ErrStale, "trainer %q is not a trainer of job %q after %v; register, re-pull and push again", trainer, s.spec.GetName(), MemberWait)
+				return nil, wire.Errorf(wire.ErrStale, "trainer %q is not a trainer of job %q after %v; register, re-pull and push again", trainer, s.spec.GetName(), MemberWait)
 			}
 			s.mu.Lock()
 		}
@@ -94,12 +95,12 @@ func (s *Slot) pushSync(ctx context.Context, req *pb.PushRequest, items []gradIt
 	if inc := req.GetIncarnation(); inc != 0 && inc != s.incarnation {
 		cur := s.incarnation
 		s.mu.Unlock()
-		return nil, errorf(ErrStale, "push computed on incarnation %d of slot %d, which is at incarnation %d (restored under a new claim); re-pull", inc, s.slot, cur)
+		return nil, wire.Errorf(wire.ErrStale, "push computed on incarnation %d of slot %d, which is at incarnation %d (restored under a new claim); re-pull", inc, s.slot, cur)
 	}
 	if step != s.step {
 		cur := s.step
 		s.mu.Unlock()
-		return nil, errorf(ErrStale, "push for step %d, slot %d is at step %d", step, s.slot, cur)
+		return nil, wire.Errorf(wire.ErrStale, "push for step %d, slot %d is at step %d", step, s.slot, cur)
 	}
 	st := s.cur
 	if st.pushed[trainer] {
@@ -155,7 +156,7 @@ func (s *Slot) waitStep(ctx context.Context, st *syncStep, trainer string, joine
 		return nil, s.checkFence()
 	}
 	if joined {
-		return nil, errorf(ErrStale, "trainer joined slot %d mid-step; re-pull (version %d)", s.slot, st.version)
+		return nil, wire.Errorf(wire.ErrStale, "trainer joined slot %d mid-step; re-pull (version %d)", s.slot, st.version)
 	}
 	if st.err != nil {
 		return nil, st.err
@@ -219,7 +220,7 @@ func (s *Slot) maybeCompleteLocked() {
 // on their order. It runs in one pass over the pushes' gradients (and the
 // folded prefix) on every core (runChunks), into buffers kept from an
 // earlier step (meanFree) where there are. The weighted mean of gradients
-// bounded by MaxGradient is bounded too: it fits a float32, and boundOK
+// bounded by MaxGradient is bounded too: it fits a float32, and optim.Config.UpdateBound
 // may use MaxGradient for it (gmax -1). Write lock held.
 func (s *Slot) meanLocked(st *syncStep) []gradItem {
 	type sources struct {

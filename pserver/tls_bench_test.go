@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/security"
 )
 
@@ -30,13 +32,13 @@ func BenchmarkPushPullTLS(b *testing.B) {
 				Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 1e-6},
 				Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{benchParams}}}}
 			var addrs []string
-			var clientOpts []ClientOption
+			var clientOpts []psclient.ClientOption
 			for i := range int32(2) {
 				lis, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					b.Fatal(err)
 				}
-				opts := ServerOptions()
+				opts := wire.ServerOptions()
 				if secure {
 					m, err := security.Load(files[[]string{"p0", "p1"}[i]], nil)
 					if err != nil {
@@ -44,7 +46,7 @@ func BenchmarkPushPullTLS(b *testing.B) {
 					}
 					opts = append(opts, grpc.Creds(m.ServerCredentials()))
 					if i == 0 {
-						clientOpts = append(clientOpts, WithDialOptions(m.DialOptions()...))
+						clientOpts = append(clientOpts, psclient.WithDialOptions(m.DialOptions()...))
 					}
 				}
 				gs := grpc.NewServer(opts...)
@@ -55,12 +57,12 @@ func BenchmarkPushPullTLS(b *testing.B) {
 				b.Cleanup(gs.Stop)
 				addrs = append(addrs, lis.Addr().String())
 			}
-			c, err := NewClient(spec, "t0", resolverOf(addrs), append(clientOpts, WithStreamThreshold(0))...)
+			c, err := psclient.NewClient(spec, "t0", resolverOf(addrs), append(clientOpts, psclient.WithStreamThreshold(0))...)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			params, g := c.NewParams(), &Grads{Dense: map[string][]float32{"w": make([]float32, benchParams)}, Examples: 1}
+			params, g := c.NewParams(), &psclient.Grads{Dense: map[string][]float32{"w": make([]float32, benchParams)}, Examples: 1}
 			ctx := context.Background()
 			b.SetBytes(2 * 4 * benchParams)
 			b.ResetTimer()

@@ -16,7 +16,7 @@ var ErrBadOptimizer = errors.New("trainer: bad optimizer spec")
 
 // Optimizer is a minimal in-process optimizer for TrainLocal and the test
 // parameter server in trainertest. Its update rules, defaults and schedule
-// are those of the pservers (pserver/optimizer.go), so that TrainLocal is a
+// are those of the pservers (pserver/optim), so that TrainLocal is a
 // faithful reference (it computes in float64 per element; the pservers'
 // momentum computes in float32, so the two agree to float32 rounding, not
 // bit for bit). With g' = g + weight_decay·w, t = updates already

@@ -56,7 +56,7 @@ type PS interface {
 
 // PushPuller is an optional PS extension: PushPull pushes as Push does and
 // returns what a Pull right after the push would (the parameters and their
-// version), in one round trip instead of two (pserver.Client.PushPull asks
+// version), in one round trip instead of two (psclient.Client.PushPull asks
 // for them in the push's reply). The trainer uses it for every step but a
 // task's last, and trains the next step on what it returned. params must
 // stay valid until the next call on the PS.
@@ -66,7 +66,7 @@ type PushPuller interface {
 
 // CheckpointPuller is an optional PS extension: PullCheckpoint pulls as
 // Pull does and asks the pservers to checkpoint the parameters it reads
-// (pserver.Client.PullCheckpoint), so the version an eval measures is a
+// (psclient.Client.PullCheckpoint), so the version an eval measures is a
 // checkpoint version and the pass's metric names it. The trainer uses it
 // for eval tasks.
 type CheckpointPuller interface {

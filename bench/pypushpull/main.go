@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/psclient"
 )
 
 func main() {
@@ -39,11 +39,11 @@ func run(endpoint, job string, iters int) error {
 	if err != nil {
 		return err
 	}
-	slots := pserver.StaticResolver{}
+	slots := psclient.StaticResolver{}
 	for _, p := range st.GetStatus().GetPservers() {
 		slots[p.GetIndex()] = p.GetAddr()
 	}
-	c, err := pserver.NewClient(st.GetStatus().GetSpec(), "go-bench", slots)
+	c, err := psclient.NewClient(st.GetStatus().GetSpec(), "go-bench", slots)
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func run(endpoint, job string, iters int) error {
 	}
 	start := time.Now()
 	for range iters {
-		if err := c.Push(ctx, &pserver.Grads{Dense: grads, Examples: 1}); err != nil {
+		if err := c.Push(ctx, &psclient.Grads{Dense: grads, Examples: 1}); err != nil {
 			return err
 		}
 		if err := c.Pull(ctx, params); err != nil {

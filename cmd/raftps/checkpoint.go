@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/vshard"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -99,10 +99,10 @@ func evalMetrics(ctx context.Context, cl *client.Client, job string, versions []
 }
 
 // vshardDecoder decodes pserver vshard blobs for export
-// (pserver.DecodeVShardValues: shapes and offsets checked, errors wrap
-// pserver.ErrCorrupt).
+// (vshard.DecodeValues: shapes and offsets checked, errors wrap
+// wire.ErrCorrupt).
 var vshardDecoder = checkpoint.DecoderFunc(func(blob []byte) ([]checkpoint.Block, error) {
-	runs, err := pserver.DecodeVShardValues(blob)
+	runs, err := vshard.DecodeValues(blob)
 	if err != nil {
 		return nil, err
 	}

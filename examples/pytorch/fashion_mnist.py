@@ -120,7 +120,7 @@ def cmd_local(a):
     model = MODELS[a.model]()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     # The pservers' schedule: lr_t = lr / (1 + lr_decay * t), t = updates
-    # applied before this one (pserver/optimizer.go).
+    # applied before this one (pserver/optim).
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 / (1.0 + a.lr_decay * t))
     bs = 2 * a.batch_size
     t0 = time.time()

@@ -11,6 +11,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -174,7 +175,7 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	var s *pserver.Slot
 	if blobs != nil {
 		s, err = pserver.RestoreSlot(spec, i, spec.NumPservers, blobs)
-		if errors.Is(err, pserver.ErrNewerFormat) {
+		if errors.Is(err, wire.ErrNewerFormat) {
 			// A newer raftps wrote the checkpoint (a mixed-version
 			// cluster): starting from the initializer would drop the
 			// progress. Leave the slot to an upgraded node.

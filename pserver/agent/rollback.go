@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -110,7 +111,7 @@ func (a *Agent) rollbackSlot(ctx context.Context, spec *pb.JobSpec, i int32, ver
 	}
 	mine := map[int32][]byte{}
 	for v, b := range blobs {
-		if pserver.SlotOfVShard(v, spec.NumPservers) == i {
+		if wire.SlotOfVShard(v, spec.NumPservers) == i {
 			mine[v] = b
 		}
 	}

@@ -255,8 +255,20 @@ def wait_ready(nodes: Sequence[Node], voters: int, timeout: float = 60.0) -> Non
                 if any(n.proc is not None and n.proc.poll() is not None and n is nd for n in nodes):
                     raise RuntimeError(f"node {nd.id} exited; see {nd.log_path}")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"cluster not ready after {timeout:.0f}s ({last})")
+                    raise TimeoutError(f"cluster not ready after {timeout:.0f}s ({last}); "
+                                       f"{nd.id}'s log ends:\n{log_tail(nd.log_path)}")
                 time.sleep(0.2)
+
+
+def log_tail(path: str, lines: int = 40) -> str:
+    """The last ``lines`` lines of a node's log (for errors)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return b"".join(f.read().splitlines(keepends=True)[-lines:]).decode(errors="replace")
+    except OSError as e:
+        return f"(no log: {e})"
 
 
 def stop(nodes: Sequence[Node]) -> None:

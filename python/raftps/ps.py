@@ -1,5 +1,5 @@
 """raftps.ps: a trainer's client of one job's parameter servers, the
-Python twin of Go's pserver.Client.
+Python twin of Go's psclient.Client (pserver/psclient).
 
     ps = raftps.ps.ParamClient(client, "mnist", trainer="py-1")
     params = ps.new_params()          # name -> np.float32 array of its shape
@@ -10,7 +10,7 @@ Python twin of Go's pserver.Client.
 
 How it finds and follows the pservers, exactly as the Go client does:
 
-- Parameters are cut as pserver/layout.go cuts them: dense tensors into
+- Parameters are cut as pserver/wire/layout.go cuts them: dense tensors into
   blocks of ``dense_block_size`` float32s, block b of parameter p in
   virtual shard (FNV-1a-32(p) + b) mod num_virtual_shards, embedding row r
   in FNV-1a-64(p || r as 8 bytes LE) mod num_virtual_shards, and vshard v
@@ -19,8 +19,9 @@ How it finds and follows the pservers, exactly as the Go client does:
   (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
 - A slot answering Unavailable (not hosted here, or fenced after its
   holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
-  to 250 ms, up to ``retries`` times (60: about 15 s); then
-  :class:`raftps.errors.Unavailable`.
+  to 250 ms, for ``retry_for`` seconds (60: past a handover, which waits
+  out the old holder's lease TTL, also under CPU load) or, if given,
+  ``retries`` times; then :class:`raftps.errors.Unavailable`.
 - Every push goes to every slot (an empty one if it holds none of the
   gradients) with the version that slot returned on the last pull, as
   the sync step, and the slot's incarnation of that pull. A stale push
@@ -109,7 +110,7 @@ class Param:
 
 class Layout:
     """The sharding of a job's parameters over its pserver slots
-    (pserver.Layout): immutable."""
+    (pserver/wire's Layout): immutable."""
 
     def __init__(self, spec: job_pb2.JobSpec):
         self.num_vshards = spec.num_virtual_shards or DEFAULT_NUM_VIRTUAL_SHARDS
@@ -339,20 +340,25 @@ class ParamClient:
             :class:`raftps.tasks.TrainerSession`).
         spec: the JobSpec (default: read with GetJob).
         retries: Unavailable retries per call (re-resolving the slot each time;
-            backoff 20 ms doubling to 250 ms).
+            backoff 20 ms doubling to 250 ms); None (default): retry for
+            ``retry_for`` seconds instead of a count.
+        retry_for: seconds a call retries Unavailable when ``retries`` is
+            None (default 60: longer than a slot handover, which waits out
+            the old holder's lease TTL, even on a loaded machine).
         timeout: seconds per pserver call (a sync push waits for the step).
         watch: follow slot moves with a watch (default True).
     """
 
     def __init__(self, client: Client, job: str, trainer: str, spec: job_pb2.JobSpec | None = None,
-                 retries: int = 60, timeout: float = 60.0, watch: bool = True):
+                 retries: int | None = None, timeout: float = 60.0, watch: bool = True,
+                 retry_for: float = 60.0):
         self.client, self.job, self.trainer = client, job, trainer
         if spec is None:
             from raftps import jobs
             spec = jobs.status(client, job).spec
         self.spec = spec
         self.layout = Layout(spec)
-        self.retries, self.timeout = retries, timeout
+        self.retries, self.timeout, self.retry_for = retries, timeout, retry_for
         # Loopback polls are cheap: a short cap brings a trainer back within
         # a quarter second of its slot being served again.
         self.max_backoff = 0.25
@@ -443,6 +449,7 @@ class ParamClient:
 
     def _do(self, slot: int, fn, retries: int | None = None):
         retries = self.retries if retries is None else retries
+        deadline = time.monotonic() + self.retry_for if retries is None else None
         backoff = 0.02
         attempt = 0
         while True:
@@ -458,7 +465,7 @@ class ParamClient:
                     raise err
             except errors.Unavailable as e:
                 err = e
-            if attempt >= retries:
+            if (time.monotonic() >= deadline) if deadline is not None else attempt >= retries:
                 raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code)
             attempt += 1
             self.retried += 1

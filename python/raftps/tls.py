@@ -19,8 +19,10 @@ against the host of the endpoint it dials ("127.0.0.1:7000": IP
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import weakref
 
 import grpc
 
@@ -85,8 +87,38 @@ class TLS:
                                             certificate_chain=data[1])
 
 
+def _connectivity(_state: grpc.ChannelConnectivity) -> None:
+    """The no-op subscriber of channel (see there)."""
+
+
+# Channels made by channel() and not yet collected: closed at exit, since
+# an interpreter does not exit while a subscribed channel is open.
+_open_channels: "weakref.WeakSet[grpc.Channel]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_channels() -> None:
+    for ch in list(_open_channels):
+        ch.close()
+
+
 def channel(target: str, creds: grpc.ChannelCredentials | None, options) -> grpc.Channel:
-    """A channel to target: secure with creds, plaintext without."""
+    """A channel to target: secure with creds, plaintext without.
+
+    The channel is subscribed to its connectivity (grpc's polling thread,
+    stopped by ``close``), so a connection attempt makes progress between
+    calls. Without it, gRPC Python drives a channel's sockets only while a
+    call polls: a call that fails fast on a channel in TRANSIENT_FAILURE
+    leaves the next attempt's TLS handshake half done, and a server that
+    bounds handshakes (raftps: security.HandshakeTimeout, 5 s) closes it;
+    with calls a second apart, the channel never connects again ("Socket
+    closed") although the server is up. Channels still open at exit are
+    closed then (an open subscribed channel keeps the interpreter from
+    exiting)."""
     if creds is None:
-        return grpc.insecure_channel(target, options=options)
-    return grpc.secure_channel(target, creds, options=options)
+        ch = grpc.insecure_channel(target, options=options)
+    else:
+        ch = grpc.secure_channel(target, creds, options=options)
+    ch.subscribe(_connectivity, try_to_connect=True)
+    _open_channels.add(ch)
+    return ch

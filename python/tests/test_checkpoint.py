@@ -73,7 +73,10 @@ def test_safetensors_export_reproduces_model(client, cluster, bin_path, tmp_path
     # The newest complete version: the final one (a last checkpoint when
     # the job ends) or, while that one is still being written (checkpoints
     # are asynchronous), one of those taken every 5 steps.
-    assert step in snaps and step >= 5 and step % 5 == 0 or step == 24, step
+    if not (step in snaps and step >= 5 and step % 5 == 0 or step == 24):
+        listing = subprocess.run([bin_path, "checkpoint", "list", job, "--endpoints", eps], capture_output=True, text=True)
+        st = subprocess.run([bin_path, "job", "status", job, "--endpoints", eps], capture_output=True, text=True)
+        pytest.fail(f"exported step {step} (version {meta['version']}):\n{listing.stdout}{listing.stderr}\n{st.stdout}{st.stderr}")
     fresh = Tiny()
     load_state_dict(out, fresh)
     for n, b in fresh.named_parameters():

@@ -1,6 +1,7 @@
 """raftps.Client against a real 3-node cluster: KV, Txn, leases, watches
 (across a leader SIGKILL), status and error mapping."""
 
+import os
 import threading
 import time
 import uuid
@@ -188,6 +189,32 @@ def test_watch_survives_leader_sigkill(client, cluster):
     killed.start()
 
 
+def test_client_reconnects_to_restarted_node_between_failed_calls(client, cluster):
+    """A client whose only endpoint is a node that is down fails fast; once
+    the node is back, calls a second apart get through. (gRPC Python drives
+    a channel's connection only while something polls it: without the
+    channel's connectivity subscription, each fail-fast call advanced the
+    TLS handshake by one step, the node closed it after its 5 s handshake
+    bound, and the client never connected again: "Socket closed".)"""
+    leader = client.status().leader
+    nd = next(n for n in cluster if n.id != leader)
+    nd.kill()
+    with raftps.Client([nd.grpc], timeout=2.0) as c:
+        with pytest.raises(errors.Unavailable):
+            c.status()
+        nd.start()
+        last = None
+        for _ in range(30):
+            time.sleep(1.0)
+            try:
+                c.status()
+                break
+            except errors.Unavailable as e:
+                last = e
+        else:
+            pytest.fail(f"no answer from the restarted {nd.id} in 30 calls a second apart: {last}")
+
+
 def test_watch_from_compacted_or_now(client):
     k = uniq("w2")
     with client.watch(k, prev_kv=True) as w:
@@ -198,3 +225,18 @@ def test_watch_from_compacted_or_now(client):
     assert [e.type for e in evs] == ["PUT", "PUT", "DELETE"]
     assert evs[0].revision == r1 and evs[1].revision == r2
     assert evs[1].prev_kv.value == b"a"
+
+
+def test_process_with_unclosed_client_exits(cluster):
+    """A script that never closes its Client exits at its end: channels
+    subscribed to their connectivity (raftps.tls.channel) are closed at
+    exit; an open one kept the interpreter from exiting."""
+    import subprocess
+    import sys
+    code = ("import sys, raftps\n"
+            "c = raftps.Client(sys.argv[1:], timeout=5.0)\n"
+            "print(c.status().leader)\n")
+    r = subprocess.run([sys.executable, "-c", code, *[n.grpc for n in cluster]], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(raftps.__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip(), "no leader printed"

@@ -19,7 +19,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/jobspec"
-	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer"
@@ -232,7 +232,7 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		a.log.Warn("dataset not on this node: no trainer here", "job", spec.Name, "dir", dir, "err", err)
 		return
 	}
-	ps, err := pserver.NewClient(spec, id, &resolver{meta: a.meta}, pserver.WithDialOptions(a.cfg.DialOptions...))
+	ps, err := psclient.NewClient(spec, id, &resolver{meta: a.meta}, psclient.WithDialOptions(a.cfg.DialOptions...))
 	if err != nil {
 		a.log.Error("pserver client", "job", spec.Name, "err", err)
 		return
@@ -424,9 +424,9 @@ func (m masterAdapter) GetJob(ctx context.Context, name string) (*pb.JobStatus, 
 	return resp.Status, nil
 }
 
-// psAdapter fits pserver.Client to trainer.PS.
+// psAdapter fits psclient.Client to trainer.PS.
 type psAdapter struct {
-	c   *pserver.Client
+	c   *psclient.Client
 	buf map[string][]float32
 }
 
@@ -488,12 +488,12 @@ func (p *psAdapter) PushPull(ctx context.Context, grads map[string][]float32, ro
 	return p.buf, p.version(), nil
 }
 
-// pushGrads is one step's gradients as pserver.Grads (embedding tables in
+// pushGrads is one step's gradients as psclient.Grads (embedding tables in
 // name order).
-func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, examples int64) *pserver.Grads {
-	g := &pserver.Grads{Dense: grads, Examples: examples}
+func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, examples int64) *psclient.Grads {
+	g := &psclient.Grads{Dense: grads, Examples: examples}
 	if len(rowGrads) > 0 {
-		g.Sparse = map[string]pserver.SparseGrad{}
+		g.Sparse = map[string]psclient.SparseGrad{}
 		names := make([]string, 0, len(rowGrads))
 		for n := range rowGrads {
 			names = append(names, n)
@@ -501,7 +501,7 @@ func pushGrads(grads map[string][]float32, rowGrads map[string]trainer.RowGrad, 
 		sort.Strings(names)
 		for _, n := range names {
 			rg := rowGrads[n]
-			g.Sparse[n] = pserver.SparseGrad{Rows: rg.IDs, Values: rg.Values}
+			g.Sparse[n] = psclient.SparseGrad{Rows: rg.IDs, Values: rg.Values}
 		}
 	}
 	return g

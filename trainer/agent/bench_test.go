@@ -15,6 +15,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/psclient"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/dataset"
 	"github.com/raftps/raftps/trainer/model"
@@ -93,15 +95,15 @@ func rpcRunHook(tb testing.TB, spec *pb.JobSpec, before func(*pb.Task, trainer.S
 	slot.SetTrainers([]string{"t1"})
 	srv := pserver.NewServer()
 	srv.Host(spec.Name, 0, slot)
-	g := grpc.NewServer(pserver.ServerOptions()...)
+	g := grpc.NewServer(wire.ServerOptions()...)
 	pb.RegisterPServerServer(g, srv)
-	lis, err := pserver.Listen("127.0.0.1:0")
+	lis, err := wire.Listen("127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	go g.Serve(lis)
 	defer g.Stop()
-	c, err := pserver.NewClient(spec, "t1", pserver.StaticResolver{0: lis.Addr().String()})
+	c, err := psclient.NewClient(spec, "t1", psclient.StaticResolver{0: lis.Addr().String()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package pserver
+package vshard
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"slices"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Vshard blob format, version 1. All integers little-endian.
@@ -33,23 +33,51 @@ import (
 // Entries are sorted by (param, index); a param's embedding flag says
 // whether index is a dense block or an embedding row.
 const (
-	vshardMagic  = "RPVS"
-	vshardFormat = 1
+	// Magic opens every vshard blob.
+	Magic = "RPVS"
+	// Format is the blob format version this build writes and the highest
+	// it reads.
+	Format = 1
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// EncodeVShard encodes vshard v of snap in the vshard blob format (see above).
-func EncodeVShard(snap *SlotSnapshot, v int32) ([]byte, error) {
-	vs, ok := snap.VShards[v]
-	if !ok {
-		return nil, fmt.Errorf("pserver: encode: vshard %d not in snapshot of slot %d", v, snap.Slot)
-	}
-	return vs.Encode(), nil
+// Snapshot is one virtual shard: the unit of checkpoint and
+// repartitioning.
+type Snapshot struct {
+	Job        string
+	VShard     int32
+	NumVShards int32
+	BlockSize  int64
+	Version    int64
+	Step       int64
+	Optimizer  string
+	StateSlots []string
+	// Params lists the job's parameters (name, embedding, shape), so that a
+	// blob can be read without the spec.
+	Params  []ParamInfo
+	Entries []Entry // sorted by (param, index)
+}
+
+// ParamInfo describes one parameter in a vshard blob.
+type ParamInfo struct {
+	Name      string
+	Embedding bool
+	Shape     []int64
+}
+
+// Entry is one dense block (Index = block) or embedding row
+// (Index = row) of parameter Params[Param].
+type Entry struct {
+	Param  int32
+	Index  int64
+	T      int64       // updates applied
+	Values []float32   // block or row values
+	State  [][]float32 // one per StateSlots entry, len(Values) each
 }
 
 // Encode encodes the vshard in the vshard blob format.
-func (vs *VShardSnapshot) Encode() []byte {
+func (vs *Snapshot) Encode() []byte {
 	size := 64 + len(vs.Job) + len(vs.Optimizer)
 	for _, n := range vs.StateSlots {
 		size += 4 + len(n)
@@ -63,8 +91,8 @@ func (vs *VShardSnapshot) Encode() []byte {
 	b := make([]byte, 0, size)
 	le := binary.LittleEndian
 	str := func(s string) []byte { b = le.AppendUint32(b, uint32(len(s))); return append(b, s...) }
-	b = append(b, vshardMagic...)
-	b = le.AppendUint16(b, vshardFormat)
+	b = append(b, Magic...)
+	b = le.AppendUint16(b, Format)
 	b = le.AppendUint16(b, 0)
 	b = le.AppendUint32(b, uint32(vs.VShard))
 	b = le.AppendUint32(b, uint32(vs.NumVShards))
@@ -109,7 +137,7 @@ func (vs *VShardSnapshot) Encode() []byte {
 func appendFloats(b []byte, f []float32) []byte {
 	n := len(b)
 	b = slices.Grow(b, 4*len(f))[:n+4*len(f)]
-	putFloat32s(b[n:], f)
+	wire.PutFloat32s(b[n:], f)
 	return b
 }
 
@@ -124,7 +152,7 @@ func (r *reader) take(n int, what string) []byte {
 		return nil
 	}
 	if n < 0 || n > len(r.b) {
-		r.err = fmt.Errorf("%w: truncated reading %s (need %d bytes, have %d)", ErrCorrupt, what, n, len(r.b))
+		r.err = fmt.Errorf("%w: truncated reading %s (need %d bytes, have %d)", wire.ErrCorrupt, what, n, len(r.b))
 		return nil
 	}
 	out := r.b[:n]
@@ -166,37 +194,37 @@ func (r *reader) str(what string) string {
 func (r *reader) count(minSize int, what string) int {
 	n := int(r.u32(what))
 	if r.err == nil && n*minSize > len(r.b) {
-		r.err = fmt.Errorf("%w: %s count %d exceeds remaining %d bytes", ErrCorrupt, what, n, len(r.b))
+		r.err = fmt.Errorf("%w: %s count %d exceeds remaining %d bytes", wire.ErrCorrupt, what, n, len(r.b))
 		return 0
 	}
 	return n
 }
 
-// DecodeVShard decodes a vshard blob (format above), checking magic, format
+// Decode decodes a vshard blob (format above), checking magic, format
 // version, CRC-32C and every length. Errors wrap ErrCorrupt, or
 // ErrNewerFormat for a format version above this build's; it never panics
 // on bad input.
-func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
+func Decode(blob []byte) (*Snapshot, error) {
 	if len(blob) < 8+4 {
-		return nil, fmt.Errorf("%w: %d bytes is too short", ErrCorrupt, len(blob))
+		return nil, fmt.Errorf("%w: %d bytes is too short", wire.ErrCorrupt, len(blob))
 	}
-	if string(blob[:4]) != vshardMagic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, blob[:4])
+	if string(blob[:4]) != Magic {
+		return nil, fmt.Errorf("%w: bad magic %q", wire.ErrCorrupt, blob[:4])
 	}
 	// The envelope (magic, format, CRC-32C trailer) is every format's: the
 	// CRC first, so that a damaged format field reads as damage, not as a
 	// newer raftps.
 	body, sum := blob[:len(blob)-4], binary.LittleEndian.Uint32(blob[len(blob)-4:])
 	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", ErrCorrupt, got, sum)
+		return nil, fmt.Errorf("%w: CRC-32C %08x, want %08x (truncated or damaged)", wire.ErrCorrupt, got, sum)
 	}
-	if f := binary.LittleEndian.Uint16(blob[4:]); f > vshardFormat {
-		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", ErrNewerFormat, f, vshardFormat)
-	} else if f != vshardFormat {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, f)
+	if f := binary.LittleEndian.Uint16(blob[4:]); f > Format {
+		return nil, fmt.Errorf("%w: format %d, this build reads formats up to %d; upgrade this node (`raftps version`)", wire.ErrNewerFormat, f, Format)
+	} else if f != Format {
+		return nil, fmt.Errorf("%w: unknown format version %d", wire.ErrCorrupt, f)
 	}
 	r := &reader{b: body[8:]}
-	vs := &VShardSnapshot{}
+	vs := &Snapshot{}
 	vs.VShard = int32(r.u32("vshard"))
 	vs.NumVShards = int32(r.u32("num_vshards"))
 	vs.BlockSize = int64(r.u64("block_size"))
@@ -219,7 +247,7 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 	}
 	ne := r.count(24, "entries")
 	ns1 := len(vs.StateSlots) + 1
-	vs.Entries = make([]EntrySnapshot, ne)
+	vs.Entries = make([]Entry, ne)
 	var total int
 	for i := range vs.Entries {
 		e := &vs.Entries[i]
@@ -228,11 +256,11 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 		e.T = int64(r.u64("entry t"))
 		n := int(r.u32("entry length"))
 		if r.err == nil && (e.Param < 0 || int(e.Param) >= len(vs.Params)) {
-			r.err = fmt.Errorf("%w: entry %d names param %d of %d", ErrCorrupt, i, e.Param, len(vs.Params))
+			r.err = fmt.Errorf("%w: entry %d names param %d of %d", wire.ErrCorrupt, i, e.Param, len(vs.Params))
 		}
 		total += n * ns1 * 4
 		if r.err == nil && total > len(r.b) {
-			r.err = fmt.Errorf("%w: entries need more data than the blob holds", ErrCorrupt)
+			r.err = fmt.Errorf("%w: entries need more data than the blob holds", wire.ErrCorrupt)
 		}
 		if r.err != nil {
 			return nil, r.err
@@ -243,135 +271,24 @@ func DecodeVShard(blob []byte) (*VShardSnapshot, error) {
 		return nil, r.err
 	}
 	if total != len(r.b) {
-		return nil, fmt.Errorf("%w: %d data bytes, entries describe %d", ErrCorrupt, len(r.b), total)
+		return nil, fmt.Errorf("%w: %d data bytes, entries describe %d", wire.ErrCorrupt, len(r.b), total)
 	}
 	for i := range vs.Entries {
 		e := &vs.Entries[i]
 		n := len(e.Values)
-		getFloat32s(e.Values, r.take(4*n, "values"))
+		wire.GetFloat32s(e.Values, r.take(4*n, "values"))
 		e.State = make([][]float32, len(vs.StateSlots))
 		for j := range e.State {
 			e.State[j] = make([]float32, n)
-			getFloat32s(e.State[j], r.take(4*n, "state"))
+			wire.GetFloat32s(e.State[j], r.take(4*n, "state"))
 		}
 	}
 	return vs, r.err
 }
 
-// RestoreSlot builds slot `slot` of numPservers for spec from vshard blobs
-// (keyed by vshard; extra vshards are ignored). Every vshard the slot owns
-// (v mod numPservers == slot) must be present, whatever number of pservers
-// wrote it: repartitioning is a different choice of blobs. Values,
-// optimizer state and per-entry update counts are restored exactly; the
-// slot's version and step are the largest among its vshards.
-//
-// Restored state is not trusted: values and optimizer state must be
-// finite, second-moment state (Adam's v, Adagrad's accumulator) >= 0 and
-// update counts in [0, MaxUpdates] (Adam with t = -1 divides by zero), or
-// the blob is ErrCorrupt; a block or row present twice is ErrIncompatible.
-//
-// Errors wrap ErrCorrupt (bad blob), ErrIncompatible (blob does not fit
-// spec: number of vshards, block size, optimizer, param kind/shape, missing,
-// misplaced or repeated blocks and rows) or ErrMissingVShard.
-func RestoreSlot(spec *pb.JobSpec, slot, numPservers int32, blobs map[int32][]byte) (*Slot, error) {
-	s, err := newEmptySlot(spec, slot, numPservers)
-	if err != nil {
-		return nil, err
-	}
-	l := s.layout
-	for v := int32(0); v < l.NumVShards; v++ {
-		if !s.owned[v] {
-			continue
-		}
-		blob, ok := blobs[v]
-		if !ok {
-			return nil, fmt.Errorf("%w: vshard %d of slot %d", ErrMissingVShard, v, slot)
-		}
-		vs, err := DecodeVShard(blob)
-		if err != nil {
-			return nil, fmt.Errorf("vshard %d: %w", v, err)
-		}
-		if err := s.restoreVShard(v, vs); err != nil {
-			return nil, fmt.Errorf("vshard %d: %w", v, err)
-		}
-		s.version = max(s.version, vs.Version)
-		s.step = max(s.step, vs.Step)
-	}
-	// Every dense block must have been restored.
-	for _, p := range l.Params {
-		if p.Embedding {
-			continue
-		}
-		for b := int64(0); b < p.Blocks; b++ {
-			if s.owned[l.VShardOfBlock(p, b)] && s.dense[key{int32(p.Index), b}] == nil {
-				return nil, fmt.Errorf("%w: param %q block %d missing from vshard %d", ErrIncompatible, p.Spec.GetName(), b, l.VShardOfBlock(p, b))
-			}
-		}
-	}
-	s.sortKeys()
-	return s, nil
-}
-
-func (s *Slot) restoreVShard(v int32, vs *VShardSnapshot) error {
-	l := s.layout
-	if vs.VShard != v || vs.NumVShards != l.NumVShards || vs.BlockSize != l.BlockSize {
-		return fmt.Errorf("%w: blob is vshard %d/%d block size %d, want %d/%d block size %d",
-			ErrIncompatible, vs.VShard, vs.NumVShards, vs.BlockSize, v, l.NumVShards, l.BlockSize)
-	}
-	if vs.Optimizer != s.opt.opt.name() || !slices.Equal(vs.StateSlots, s.opt.opt.stateSlots()) {
-		return fmt.Errorf("%w: blob optimizer %q %v, spec wants %q", ErrIncompatible, vs.Optimizer, vs.StateSlots, s.opt.opt.name())
-	}
-	// Map blob params to spec params by name, checking kind and shape.
-	pm := make([]*ParamLayout, len(vs.Params))
-	for i, pi := range vs.Params {
-		p, ok := l.Param(pi.Name)
-		if !ok {
-			continue // a param dropped from the spec: its entries are ignored
-		}
-		if p.Embedding != pi.Embedding || !slices.Equal(p.Spec.GetShape(), pi.Shape) {
-			return fmt.Errorf("%w: param %q is embedding=%v shape %v in blob, embedding=%v shape %v in spec",
-				ErrIncompatible, pi.Name, pi.Embedding, pi.Shape, p.Embedding, p.Spec.GetShape())
-		}
-		pm[i] = p
-	}
-	for _, es := range vs.Entries {
-		p := pm[es.Param]
-		if p == nil {
-			continue
-		}
-		if err := s.opt.checkEntry(es); err != nil {
-			return fmt.Errorf("%w: param %q index %d: %v", ErrCorrupt, p.Spec.GetName(), es.Index, err)
-		}
-		e := &entry{values: es.Values, state: es.State, t: es.T}
-		k := key{int32(p.Index), es.Index}
-		if p.Embedding {
-			if es.Index < 0 || es.Index >= p.Buckets || l.VShardOfRow(p, es.Index) != v || int64(len(es.Values)) != p.Dim {
-				return fmt.Errorf("%w: param %q row %d (len %d) does not belong in vshard %d", ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), v)
-			}
-			if s.rows[k] != nil {
-				return fmt.Errorf("%w: param %q row %d twice", ErrIncompatible, p.Spec.GetName(), es.Index)
-			}
-			s.rows[k] = e
-			continue
-		}
-		if es.Index < 0 || es.Index >= p.Blocks || l.VShardOfBlock(p, es.Index) != v {
-			return fmt.Errorf("%w: param %q block %d does not belong in vshard %d", ErrIncompatible, p.Spec.GetName(), es.Index, v)
-		}
-		lo, hi := l.BlockRange(p, es.Index)
-		if int64(len(es.Values)) != hi-lo {
-			return fmt.Errorf("%w: param %q block %d has %d values, want %d", ErrIncompatible, p.Spec.GetName(), es.Index, len(es.Values), hi-lo)
-		}
-		if s.dense[k] != nil {
-			return fmt.Errorf("%w: param %q block %d twice", ErrIncompatible, p.Spec.GetName(), es.Index)
-		}
-		s.addDense(k, e)
-	}
-	return nil
-}
-
 // ValueRun is a run of one parameter's values from a vshard blob: a dense
 // block or an embedding row, without optimizer state. It has the fields of
-// checkpoint.Block, so cmd can adapt DecodeVShardValues to
+// checkpoint.Block, so cmd can adapt DecodeValues to
 // checkpoint.Decoder (export and inspection of checkpoints).
 type ValueRun struct {
 	Name string
@@ -383,10 +300,10 @@ type ValueRun struct {
 	Data   []float32
 }
 
-// DecodeVShardValues decodes a vshard blob into value runs, in
+// DecodeValues decodes a vshard blob into value runs, in
 // (param, block|row) order. Errors wrap ErrCorrupt.
-func DecodeVShardValues(blob []byte) ([]ValueRun, error) {
-	vs, err := DecodeVShard(blob)
+func DecodeValues(blob []byte) ([]ValueRun, error) {
+	vs, err := Decode(blob)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +313,7 @@ func DecodeVShardValues(blob []byte) ([]ValueRun, error) {
 		off := e.Index * vs.BlockSize
 		if p.Embedding {
 			if len(p.Shape) != 2 {
-				return nil, fmt.Errorf("%w: embedding %q has shape %v", ErrCorrupt, p.Name, p.Shape)
+				return nil, fmt.Errorf("%w: embedding %q has shape %v", wire.ErrCorrupt, p.Name, p.Shape)
 			}
 			off = e.Index * p.Shape[1]
 		}

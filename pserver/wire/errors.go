@@ -1,4 +1,4 @@
-package pserver
+package wire
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/raftps/raftps/api/rpctypes"
 )
 
-// Sentinel errors: api/errs's, under this package's names (the values are
+// Sentinel errors: api/errs's, under the pserver's names (the values are
 // identical, so errors.Is works with either). Every error a Slot, Server or
 // Client returns wraps one of these (check with errors.Is) and also carries
 // a gRPC status (status.Code works on it directly); the codes are
@@ -71,16 +71,17 @@ func (e *Error) GRPCStatus() *status.Status {
 	return status.Convert(rpctypes.ToStatus(fmt.Errorf("%w%s", e.Sentinel, e.Error()[len(e.Sentinel.Error()):])))
 }
 
-func errorf(sentinel error, format string, args ...any) error {
+// Errorf returns an *Error of sentinel with a formatted detail.
+func Errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
-// toGRPC converts any error to one with a gRPC status: an error that
+// ToGRPC converts any error to one with a gRPC status: an error that
 // carries one already (an *Error, a forwarded status) is returned as is, so
 // errors.Is still sees its sentinel in process; another takes the code of
-// the sentinel it wraps (api/rpctypes' table); an error the table does not
-// name stays codes.Unknown.
-func toGRPC(err error) error {
+// the sentinel it wraps (api/rpctypes' table: context errors too); an
+// error the table does not name stays codes.Unknown.
+func ToGRPC(err error) error {
 	if err == nil {
 		return nil
 	}

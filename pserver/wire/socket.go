@@ -1,4 +1,4 @@
-package pserver
+package wire
 
 import (
 	"context"
@@ -36,14 +36,14 @@ func Listen(addr string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
-// dialOption makes gRPC connect with dial.
-var dialOption = grpc.WithContextDialer(dial)
+// dialOption makes gRPC connect with Dial.
+var dialOption = grpc.WithContextDialer(Dial)
 
-// dial connects to addr (host:port) over TCP with the pserver's socket
+// Dial connects to addr (host:port) over TCP with the pserver's socket
 // buffers set before the handshake, so the window scale offered covers
 // the receive buffer. It dials addr directly: pserver traffic does not go
 // through an HTTP proxy.
-func dial(ctx context.Context, addr string) (net.Conn, error) {
+func Dial(ctx context.Context, addr string) (net.Conn, error) {
 	d := net.Dialer{Control: bufferControl}
 	return d.DialContext(ctx, "tcp", addr)
 }

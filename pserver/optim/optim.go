@@ -1,4 +1,4 @@
-package pserver
+package optim
 
 import (
 	"fmt"
@@ -9,105 +9,124 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Optimizer names (OptimizerSpec.name).
 const (
-	OptSGD      = "sgd"
-	OptMomentum = "momentum"
-	OptAdam     = "adam"
-	OptAdagrad  = "adagrad"
+	SGD      = "sgd"
+	Momentum = "momentum"
+	Adam     = "adam"
+	Adagrad  = "adagrad"
 )
 
-// optimizer applies one update to one entry (a dense block or an embedding
-// row). Its state lives beside the values in entry.state, one []float32 per
-// name in stateSlots, each as long as the values.
+// Optimizer applies one update to one entry (a dense block or an
+// embedding row): its values (params) and its state, one []float32 per
+// name in StateSlots, each as long as the values. Optimizers hold only
+// their hyperparameters: the same (params, state, grad, Hyper) give the
+// same bits on every machine, so a backup applying the primary's
+// gradients holds the primary's parameters.
 //
 // Every optimizer sees g after L2 weight decay (g += wd·w) and the learning
-// rate lr_t = lr / (1 + lr_decay·t), t = updates already applied to the
-// entry (entry.t, stored in checkpoints), so a restored model continues the
-// exact same schedule and Adam bias correction.
+// rate lr_t = lr / (1 + lr_decay·t) (Config.Schedule), t = updates already
+// applied to the entry (stored in checkpoints), so a restored model
+// continues the exact same schedule and Adam bias correction.
 //
 // Updates are stored in float32, and only committed if every result is
 // finite in float32 (SGD with momentum computes in float32 with gonum's
 // BLAS, as PyTorch does on float32 parameters; the others per element in
-// float64): an update is first
-// checked without storing anything, and committed only if every entry of
-// the push or step passed, so a refused update leaves the slot
-// byte-identical. The check is usually free: each entry keeps amax, a bound
-// on |value| and |state| (maintained by the commit pass, or by bound()
-// itself between exact maxima: see Slot.applyLocked), and bound()
-// gives, from amax and max|g|, a bound on every new value and state; when
-// that is far below the float32 range no element can overflow and the dry
-// run is skipped. Only entries near the range (huge values, gradients or
-// learning rates) pay for an exact dry run.
-type optimizer interface {
-	name() string
-	stateSlots() []string
-	// step computes the update of elements [lo, lo+len(g)) of e with
-	// their gradient g, weight decay wd, learning rate lr and t = e.t+1
-	// (the update's number, 1 on the first), as mode says: stepCheck
-	// stores nothing and reports whether every new value and state element
-	// would be finite in float32; stepStore stores them and returns the
-	// largest magnitude among them; stepStoreFast stores them and may
-	// return amax -1 instead (the maximum not taken: the caller's bound
-	// holds it). A store follows a check that passed, or a bound below
-	// safeBound. Calls on disjoint ranges of one entry may run
-	// concurrently (see Slot.applyLocked).
-	step(e *entry, lo int, g []float32, wd, lr float64, t int64, mode stepMode) (ok bool, amax float64)
-	// bound returns an upper bound on the magnitude of every value and
+// float64): an update is first checked without storing anything (Check),
+// and committed only if every entry of the push or step passed, so a
+// refused update leaves the slot byte-identical. The check is usually
+// free: each entry keeps amax, a bound on |value| and |state| (maintained
+// by the commit pass, or by Bound itself between exact maxima: see
+// pserver's Slot.applyLocked), and Bound gives, from amax and max|g|, a
+// bound on every new value and state; when that is below SafeBound no
+// element can overflow and the dry run is skipped. Only entries near the
+// range (huge values, gradients or learning rates) pay for an exact dry
+// run.
+type Optimizer interface {
+	// Name is the optimizer's OptimizerSpec.name.
+	Name() string
+	// StateSlots names the entry's state tensors, in order (e.g. "m", "v").
+	StateSlots() []string
+	// Apply computes the update of elements [lo, lo+len(grad)) of params
+	// and of every state[k] with their gradient grad and h (h.T = the
+	// update's number, 1 on the first), as mode says: Check stores nothing
+	// and reports whether every new value and state element would be
+	// finite in float32; Store stores them and returns the largest
+	// magnitude among them; StoreFast stores them and may return amax -1
+	// instead (the maximum not taken: the caller's bound holds it). A
+	// store follows a check that passed, or a Bound below SafeBound. Calls
+	// on disjoint ranges of one entry may run concurrently.
+	Apply(params []float32, state [][]float32, lo int, grad []float32, h Hyper, mode Mode) (ok bool, amax float64)
+	// Bound returns an upper bound on the magnitude of every value and
 	// state element after one update with max|g| = gmax, given that every
 	// value and state element is at most amax in magnitude now (and
 	// second-moment state is >= 0).
-	bound(amax, gmax, wd, lr float64, t int64) float64
+	Bound(amax, gmax float64, h Hyper) float64
 }
 
-// stepMode says what optimizer.step does.
-type stepMode uint8
+// Hyper is one update's hyperparameters: the learning rate after the
+// schedule (Config.Schedule), the L2 weight decay, and T, the update's
+// number for the entry (1 on the first; Adam's bias correction).
+type Hyper struct {
+	LR          float64
+	WeightDecay float64
+	T           int64
+}
+
+// Mode says what Optimizer.Apply does.
+type Mode uint8
 
 const (
-	stepCheck     stepMode = iota // compute, store nothing: does every result fit?
-	stepStore                     // store; return the largest magnitude stored
-	stepStoreFast                 // store; the largest magnitude may be left untaken (-1)
+	Check     Mode = iota // compute, store nothing: does every result fit?
+	Store                 // store; return the largest magnitude stored
+	StoreFast             // store; the largest magnitude may be left untaken (-1)
 )
 
-// safeBound: below it, a bound computed in float64 leaves a margin of 2^64
+// SafeBound: below it, a bound computed in float64 leaves a margin of 2^64
 // for rounding before float32 overflows (MaxFloat32 ≈ 3.4e38).
-const safeBound = 1e19
+const SafeBound = 1e19
 
 // fits reports whether x is finite and does not round to ±Inf in float32.
 func fits(x float64) bool { return math.Abs(x) <= math.MaxFloat32 }
 
-// optConfig is an OptimizerSpec with defaults applied.
-type optConfig struct {
-	opt         optimizer
-	lr          float64
-	weightDecay float64
-	lrDecay     float64
+// Config is an OptimizerSpec with defaults applied: the optimizer and the
+// learning rate schedule. It is immutable once made by New.
+type Config struct {
+	Optimizer
+	LR          float64 // base learning rate (default 0.01)
+	WeightDecay float64 // L2 weight decay (g += wd·w)
+	LRDecay     float64 // lr_t = LR / (1 + LRDecay·t)
 }
 
-func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
-	c := optConfig{lr: s.GetLearningRate(), weightDecay: s.GetWeightDecay(), lrDecay: s.GetLrDecay()}
-	if c.lr == 0 {
-		c.lr = 0.01
+// New validates s and returns its Config, with defaults for zero fields:
+// learning rate 0.01, momentum 0.9, Adam's β1 0.9, β2 0.999, ε 1e-8,
+// Adagrad's ε 1e-10; an empty name is SGD. A non-finite or out-of-range
+// hyperparameter or an unknown name is wire.ErrBadSpec.
+func New(s *pb.OptimizerSpec) (Config, error) {
+	c := Config{LR: s.GetLearningRate(), WeightDecay: s.GetWeightDecay(), LRDecay: s.GetLrDecay()}
+	if c.LR == 0 {
+		c.LR = 0.01
 	}
-	if !(c.lr > 0 && c.weightDecay >= 0 && c.lrDecay >= 0) || !finite(c.lr, c.weightDecay, c.lrDecay, s.GetMomentum(), s.GetEpsilon()) {
-		return c, errorf(ErrBadSpec, "optimizer: learning_rate %g, weight_decay %g, lr_decay %g: want finite, learning_rate > 0, others >= 0",
-			c.lr, c.weightDecay, c.lrDecay)
+	if !(c.LR > 0 && c.WeightDecay >= 0 && c.LRDecay >= 0) || !finite(c.LR, c.WeightDecay, c.LRDecay, s.GetMomentum(), s.GetEpsilon()) {
+		return c, wire.Errorf(wire.ErrBadSpec, "optimizer: learning_rate %g, weight_decay %g, lr_decay %g: want finite, learning_rate > 0, others >= 0",
+			c.LR, c.WeightDecay, c.LRDecay)
 	}
 	if b1, b2, mu, eps := s.GetBeta1(), s.GetBeta2(), s.GetMomentum(), s.GetEpsilon(); b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1 || mu < 0 || mu >= 1 || eps < 0 {
-		return c, errorf(ErrBadSpec, "optimizer: beta1 %g, beta2 %g, momentum %g: want [0, 1); epsilon %g: want >= 0", b1, b2, mu, eps)
+		return c, wire.Errorf(wire.ErrBadSpec, "optimizer: beta1 %g, beta2 %g, momentum %g: want [0, 1); epsilon %g: want >= 0", b1, b2, mu, eps)
 	}
 	switch strings.ToLower(s.GetName()) {
-	case "", OptSGD:
-		c.opt = sgd{}
-	case OptMomentum:
+	case "", SGD:
+		c.Optimizer = sgd{}
+	case Momentum:
 		mu := s.GetMomentum()
 		if mu == 0 {
 			mu = 0.9
 		}
-		c.opt = momentum{mu: mu, nesterov: s.GetNesterov()}
-	case OptAdam:
+		c.Optimizer = momentum{mu: mu, nesterov: s.GetNesterov()}
+	case Adam:
 		a := adam{beta1: s.GetBeta1(), beta2: s.GetBeta2(), eps: s.GetEpsilon()}
 		if a.beta1 == 0 {
 			a.beta1 = 0.9
@@ -118,72 +137,48 @@ func newOptConfig(s *pb.OptimizerSpec) (optConfig, error) {
 		if a.eps == 0 {
 			a.eps = 1e-8
 		}
-		c.opt = a
-	case OptAdagrad:
+		c.Optimizer = a
+	case Adagrad:
 		a := adagrad{eps: s.GetEpsilon()}
 		if a.eps == 0 {
 			a.eps = 1e-10
 		}
-		c.opt = a
+		c.Optimizer = a
 	default:
-		return c, errorf(ErrBadSpec, "unknown optimizer %q", s.GetName())
+		return c, wire.Errorf(wire.ErrBadSpec, "unknown optimizer %q", s.GetName())
 	}
 	return c, nil
 }
 
-// schedule returns the learning rate and the number of e's next update:
-// lr_t = lr·lrScale / (1 + lr_decay·t) and t+1. lrScale multiplies the
-// learning rate (Horovod's "scale the learning rate by the number of
-// workers").
-func (c *optConfig) schedule(e *entry, lrScale float64) (lr float64, t int64) {
-	return c.lr * lrScale / (1 + c.lrDecay*float64(e.t)), e.t + 1
+// Schedule returns the hyperparameters of the next update of an entry
+// that has had t updates: lr_t = LR·lrScale / (1 + LRDecay·t), the weight
+// decay, and T = t+1. lrScale multiplies the learning rate (Horovod's
+// "scale the learning rate by the number of workers").
+func (c *Config) Schedule(t int64, lrScale float64) Hyper {
+	return Hyper{LR: c.LR * lrScale / (1 + c.LRDecay*float64(t)), WeightDecay: c.WeightDecay, T: t + 1}
 }
 
-// updateBound returns a bound on the magnitude of every value and state
-// element of e after its next update with gradient g, learning rate lr and
-// number t. Below safeBound, that bound alone shows every result finite in
-// float32; if not, the caller dry-runs the update (stepCheck). gmax is
-// max |g|, or < 0 if not computed: MaxGradient, which every pushed element
-// obeys, is tried first, and the exact maximum is taken only if that bound
-// is too large (Adam's and Adagrad's g², for instance).
-func (c *optConfig) updateBound(e *entry, g []float32, gmax, lr float64, t int64) float64 {
-	amax := e.magnitude()
+// UpdateBound returns a bound on the magnitude of every value and state
+// element of an entry whose values and state are at most amax in
+// magnitude, after its next update h with gradient g. Below SafeBound,
+// that bound alone shows every result finite in float32; if not, the
+// caller dry-runs the update (Check). gmax is max |g|, or < 0 if not
+// computed: gLimit, which every element of g obeys (pserver.MaxGradient),
+// is tried first, and the exact maximum is taken only if that bound is
+// too large (Adam's and Adagrad's g², for instance).
+func (c *Config) UpdateBound(amax float64, g []float32, gmax, gLimit float64, h Hyper) float64 {
 	if gmax < 0 {
-		if b := c.opt.bound(amax, MaxGradient, c.weightDecay, lr, t); b < safeBound {
+		if b := c.Bound(amax, gLimit, h); b < SafeBound {
 			return b
 		}
-		gmax = maxAbs(g)
+		gmax = MaxAbs(g)
 	}
-	return c.opt.bound(amax, gmax, c.weightDecay, lr, t)
+	return c.Bound(amax, gmax, h)
 }
 
-// committed counts an update whose commit stored at most amax in magnitude
-// (the largest of its ranges', or the update's bound) in e.t and e's
-// magnitude bound.
-func (e *entry) committed(amax float64) {
-	e.t++
-	// A maximum taken before rounding to float32, or a bound computed in
-	// exact arithmetic: widen it by more than the relative error of the
-	// few float32 roundings of an element (2^-24 each).
-	e.amax, e.amaxKnown = amax*(1+1e-6), true
-}
-
-// magnitude returns the largest |value| or |state| of e (computed once,
-// then maintained by committed updates).
-func (e *entry) magnitude() float64 {
-	if !e.amaxKnown {
-		m := maxAbs(e.values)
-		for _, st := range e.state {
-			m = max(m, maxAbs(st))
-		}
-		e.amax, e.amaxKnown = m, true
-	}
-	return e.amax
-}
-
-// maxAbs returns max |x| over f (+Inf if f holds NaN).
-func maxAbs(f []float32) float64 {
-	b := maxAbsBits(f)
+// MaxAbs returns max |x| over f (+Inf if f holds NaN; 0 if f is empty).
+func MaxAbs(f []float32) float64 {
+	b := MaxAbsBits(f)
 	if b > math.Float32bits(float32(math.Inf(1))) {
 		return math.Inf(1)
 	}
@@ -194,22 +189,23 @@ func maxAbs(f []float32) float64 {
 // (t+1 must not overflow; no job applies 2^62 updates).
 const MaxUpdates = 1 << 62
 
-// checkEntry checks restored values and state for this optimizer: every
-// element finite, second moments (Adam's "v", Adagrad's "accumulator")
-// non-negative, state lengths equal to the values', and 0 <= t <= MaxUpdates.
-func (c *optConfig) checkEntry(es EntrySnapshot) error {
-	if es.T < 0 || es.T > MaxUpdates {
-		return fmt.Errorf("update count %d not in [0, %d]", es.T, int64(MaxUpdates))
+// CheckState checks restored values, state and update count t of one
+// entry for this optimizer: every element finite, second moments (Adam's
+// "v", Adagrad's "accumulator") non-negative, one state tensor per
+// StateSlots name as long as the values, and 0 <= t <= MaxUpdates.
+func (c *Config) CheckState(values []float32, state [][]float32, t int64) error {
+	if t < 0 || t > MaxUpdates {
+		return fmt.Errorf("update count %d not in [0, %d]", t, int64(MaxUpdates))
 	}
-	if !allFinite(es.Values) {
+	if !AllFinite(values) {
 		return fmt.Errorf("values hold NaN or Inf")
 	}
-	names := c.opt.stateSlots()
-	if len(es.State) != len(names) {
-		return fmt.Errorf("%d optimizer state tensors, want %d", len(es.State), len(names))
+	names := c.StateSlots()
+	if len(state) != len(names) {
+		return fmt.Errorf("%d optimizer state tensors, want %d", len(state), len(names))
 	}
-	for i, st := range es.State {
-		if len(st) != len(es.Values) || !allFinite(st) {
+	for i, st := range state {
+		if len(st) != len(values) || !AllFinite(st) {
 			return fmt.Errorf("optimizer state %q: wrong length or NaN/Inf", names[i])
 		}
 		if names[i] == "v" || names[i] == "accumulator" {
@@ -246,10 +242,11 @@ func axpy(a float32, x, y []float32) {
 // (Robbins & Monro 1951; Bottou 2010, "Large-scale machine learning with SGD").
 type sgd struct{}
 
-func (sgd) name() string         { return OptSGD }
-func (sgd) stateSlots() []string { return nil }
-func (sgd) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mode stepMode) (bool, float64) {
-	w := e.values[lo : lo+len(g)]
+func (sgd) Name() string         { return SGD }
+func (sgd) StateSlots() []string { return nil }
+func (sgd) Apply(params []float32, _ [][]float32, lo int, g []float32, h Hyper, mode Mode) (bool, float64) {
+	wd, lr := h.WeightDecay, h.LR
+	w := params[lo : lo+len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
@@ -258,7 +255,7 @@ func (sgd) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mode ste
 		if !(a <= math.MaxFloat32) {
 			return false, 0
 		}
-		if mode != stepCheck {
+		if mode != Check {
 			w[i] = float32(nw)
 			if a > amax {
 				amax = a
@@ -268,7 +265,8 @@ func (sgd) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mode ste
 	return true, amax
 }
 
-func (sgd) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+func (sgd) Bound(amax, gmax float64, h Hyper) float64 {
+	wd, lr := h.WeightDecay, h.LR
 	return amax + lr*(gmax+wd*amax)
 }
 
@@ -284,17 +282,18 @@ type momentum struct {
 	nesterov bool
 }
 
-func (m momentum) name() string         { return OptMomentum }
-func (m momentum) stateSlots() []string { return []string{"velocity"} }
-func (m momentum) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mode stepMode) (bool, float64) {
-	v, w := e.state[0][lo:lo+len(g)], e.values[lo:lo+len(g)]
+func (m momentum) Name() string         { return Momentum }
+func (m momentum) StateSlots() []string { return []string{"velocity"} }
+func (m momentum) Apply(params []float32, state [][]float32, lo int, g []float32, h Hyper, mode Mode) (bool, float64) {
+	wd, lr := h.WeightDecay, h.LR
+	v, w := state[0][lo:lo+len(g)], params[lo:lo+len(g)]
 	if !m.float32OK(wd, lr) {
 		return m.step64(v, w, g, wd, lr, mode)
 	}
-	if mode == stepCheck {
+	if mode == Check {
 		return m.check32(v, w, g, wd, lr), 0
 	}
-	return true, m.commit32(v, w, g, wd, lr, mode == stepStore)
+	return true, m.commit32(v, w, g, wd, lr, mode == Store)
 }
 
 // float32OK reports whether wd and lr are float32 numbers, as the
@@ -346,7 +345,7 @@ func (m momentum) commit32(v, w, g []float32, wd, lr float64, withMax bool) floa
 			axpy(-lr32, vb, wb)
 		}
 		if withMax {
-			mb = max(mb, maxAbsBits(vb), maxAbsBits(wb))
+			mb = max(mb, MaxAbsBits(vb), MaxAbsBits(wb))
 		}
 	}
 	if !withMax {
@@ -398,7 +397,7 @@ func (m momentum) check32(v, w, g []float32, wd, lr float64) bool {
 
 // step64 computes the update per element in float64 and stores it rounded
 // to float32 (for coefficients beyond float32's range).
-func (m momentum) step64(v, w, g []float32, wd, lr float64, mode stepMode) (bool, float64) {
+func (m momentum) step64(v, w, g []float32, wd, lr float64, mode Mode) (bool, float64) {
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
@@ -413,7 +412,7 @@ func (m momentum) step64(v, w, g []float32, wd, lr float64, mode stepMode) (bool
 		if !fits(vi) || !fits(nw) {
 			return false, 0
 		}
-		if mode != stepCheck {
+		if mode != Check {
 			v[i], w[i] = float32(vi), float32(nw)
 			amax = max(amax, math.Abs(vi), math.Abs(nw))
 		}
@@ -421,7 +420,8 @@ func (m momentum) step64(v, w, g []float32, wd, lr float64, mode stepMode) (bool
 	return true, amax
 }
 
-func (m momentum) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+func (m momentum) Bound(amax, gmax float64, h Hyper) float64 {
+	wd, lr := h.WeightDecay, h.LR
 	g := gmax + wd*amax
 	v := m.mu*amax + g
 	return max(v, amax+lr*(g+v))
@@ -435,11 +435,12 @@ func (m momentum) bound(amax, gmax, wd, lr float64, _ int64) float64 {
 //	w ← w − lr · m̂ / (√v̂ + ε),  m̂ = m/(1−β1^t), v̂ = v/(1−β2^t)
 type adam struct{ beta1, beta2, eps float64 }
 
-func (a adam) name() string         { return OptAdam }
-func (a adam) stateSlots() []string { return []string{"m", "v"} }
-func (a adam) step(e *entry, lo int, g []float32, wd, lr float64, t int64, mode stepMode) (bool, float64) {
+func (a adam) Name() string         { return Adam }
+func (a adam) StateSlots() []string { return []string{"m", "v"} }
+func (a adam) Apply(params []float32, state [][]float32, lo int, g []float32, h Hyper, mode Mode) (bool, float64) {
+	wd, lr, t := h.WeightDecay, h.LR, h.T
 	hi := lo + len(g)
-	m, v, w := e.state[0][lo:hi], e.state[1][lo:hi], e.values[lo:hi]
+	m, v, w := state[0][lo:hi], state[1][lo:hi], params[lo:hi]
 	c1 := 1 - math.Pow(a.beta1, float64(t))
 	c2 := 1 - math.Pow(a.beta2, float64(t))
 	var amax float64
@@ -452,7 +453,7 @@ func (a adam) step(e *entry, lo int, g []float32, wd, lr float64, t int64, mode 
 		if !fits(mi) || !fits(vi) || !fits(nw) {
 			return false, 0
 		}
-		if mode != stepCheck {
+		if mode != Check {
 			m[i], v[i], w[i] = float32(mi), float32(vi), float32(nw)
 			amax = max(amax, math.Abs(mi), vi, math.Abs(nw))
 		}
@@ -460,9 +461,10 @@ func (a adam) step(e *entry, lo int, g []float32, wd, lr float64, t int64, mode 
 	return true, amax
 }
 
-// bound: m and v are convex combinations, so |m'| <= max(amax, g) and
+// Bound: m and v are convex combinations, so |m'| <= max(amax, g) and
 // v' <= max(amax, g²); the step is at most lr·|m'|/(c1·ε) (v' >= 0).
-func (a adam) bound(amax, gmax, wd, lr float64, t int64) float64 {
+func (a adam) Bound(amax, gmax float64, h Hyper) float64 {
+	wd, lr, t := h.WeightDecay, h.LR, h.T
 	g := gmax + wd*amax
 	mb := max(amax, g)
 	c1 := 1 - math.Pow(a.beta1, float64(t))
@@ -479,10 +481,11 @@ func (a adam) bound(amax, gmax, wd, lr float64, t int64) float64 {
 //	w ← w − lr · g / (√G + ε)
 type adagrad struct{ eps float64 }
 
-func (a adagrad) name() string         { return OptAdagrad }
-func (a adagrad) stateSlots() []string { return []string{"accumulator"} }
-func (a adagrad) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mode stepMode) (bool, float64) {
-	acc, w := e.state[0][lo:lo+len(g)], e.values[lo:lo+len(g)]
+func (a adagrad) Name() string         { return Adagrad }
+func (a adagrad) StateSlots() []string { return []string{"accumulator"} }
+func (a adagrad) Apply(params []float32, state [][]float32, lo int, g []float32, h Hyper, mode Mode) (bool, float64) {
+	wd, lr := h.WeightDecay, h.LR
+	acc, w := state[0][lo:lo+len(g)], params[lo:lo+len(g)]
 	var amax float64
 	for i, gi := range g {
 		wi := float64(w[i])
@@ -492,7 +495,7 @@ func (a adagrad) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mo
 		if !fits(ai) || !fits(nw) {
 			return false, 0
 		}
-		if mode != stepCheck {
+		if mode != Check {
 			acc[i], w[i] = float32(ai), float32(nw)
 			amax = max(amax, ai, math.Abs(nw))
 		}
@@ -500,9 +503,10 @@ func (a adagrad) step(e *entry, lo int, g []float32, wd, lr float64, _ int64, mo
 	return true, amax
 }
 
-// bound: G' <= amax + g²; |g|/(√G' + ε) <= 1 because G' >= g², so the
+// Bound: G' <= amax + g²; |g|/(√G' + ε) <= 1 because G' >= g², so the
 // step is at most lr.
-func (a adagrad) bound(amax, gmax, wd, lr float64, _ int64) float64 {
+func (a adagrad) Bound(amax, gmax float64, h Hyper) float64 {
+	wd, lr := h.WeightDecay, h.LR
 	g := gmax + wd*amax
 	return max(amax+g*g, amax+lr)
 }

@@ -1,4 +1,4 @@
-package pserver
+package wire
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ func init() { encoding.RegisterCodecV2(tensorCodec{}) }
 //     reply);
 //   - Unmarshal of PullResponse and PushRequest reads each data field
 //     straight from the received frames into its own buffer, and a
-//     *pullSink (the Client's pull target, given for a Pull or for a Push
+//     *PullSink (the Client's pull target, given for a Pull or for a Push
 //     with pull set, whose reply has PullResponse's field numbers) reads
 //     it straight into the trainer's parameter arrays.
 //
@@ -108,7 +108,7 @@ func (tensorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		r := newWireReader(data)
 		defer r.close()
 		return r.pullResponse(m, nil)
-	case *pullSink:
+	case *PullSink:
 		r := newWireReader(data)
 		defer r.close()
 		return r.pullResponse(&pb.PullResponse{}, m)
@@ -198,7 +198,7 @@ func (w *sliceWriter) finish() mem.BufferSlice {
 	var rel *lentRelease
 	if w.lent != nil {
 		if len(w.parts) == 0 { // every tensor was copied into the header
-			putDataBuf(w.lent)
+			PutDataBuf(w.lent)
 		} else {
 			rel = &lentRelease{buf: w.lent}
 			rel.parts.Store(int32(len(w.parts)))
@@ -224,15 +224,15 @@ func (w *sliceWriter) finish() mem.BufferSlice {
 	return out
 }
 
-// pullSink is the Client's pull target: dense blocks are read from the
+// PullSink is the Client's pull target: dense blocks are read from the
 // received frames straight into the parameter arrays.
-type pullSink struct {
-	layout      *Layout
-	slot        int32 // the slot asked: blocks of any other slot are refused
-	dst         map[string][]float32
-	version     int64
-	incarnation int64
-	placed      int // blocks written into dst
+type PullSink struct {
+	Layout      *Layout
+	Slot        int32 // the slot asked: blocks of any other slot are refused
+	Dst         map[string][]float32
+	Version     int64 // the reply's version
+	Incarnation int64 // the reply's incarnation
+	Placed      int   // blocks written into dst
 }
 
 // wireReader decodes protobuf wire format from a BufferSlice, one limit
@@ -353,7 +353,7 @@ func (r *wireReader) str() (string, error) {
 	return string(b), r.full(b)
 }
 
-func (r *wireReader) pullResponse(m *pb.PullResponse, sink *pullSink) error {
+func (r *wireReader) pullResponse(m *pb.PullResponse, sink *PullSink) error {
 	for r.rem > 0 {
 		num, typ, err := r.tag()
 		if err != nil {
@@ -389,7 +389,7 @@ func (r *wireReader) pullResponse(m *pb.PullResponse, sink *pullSink) error {
 		}
 	}
 	if sink != nil {
-		sink.version, sink.incarnation = m.Version, m.Incarnation
+		sink.Version, sink.Incarnation = m.Version, m.Incarnation
 	}
 	return nil
 }
@@ -462,7 +462,7 @@ func (r *wireReader) pushRequest(m *pb.PushRequest) error {
 // tensor decodes one Tensor; with a sink, dense data goes straight into
 // the sink's parameter arrays (name and block precede data on the wire;
 // otherwise it is buffered and placed at the end).
-func (r *wireReader) tensor(t *pb.Tensor, sink *pullSink) error {
+func (r *wireReader) tensor(t *pb.Tensor, sink *PullSink) error {
 	for r.rem > 0 {
 		num, typ, err := r.tag()
 		if err != nil {
@@ -520,7 +520,7 @@ func (r *wireReader) tensor(t *pb.Tensor, sink *pullSink) error {
 				continue
 			}
 			if sink == nil && r.pooled {
-				t.Data = getDataBuf(n)
+				t.Data = GetDataBuf(n)
 			} else {
 				t.Data = make([]byte, n)
 			}
@@ -546,37 +546,37 @@ func (r *wireReader) tensor(t *pb.Tensor, sink *pullSink) error {
 // target returns the bytes of dst[name][block] (n bytes expected). A
 // block the layout puts in another slot is refused: a pserver answers
 // only for its own slot's blocks.
-func (s *pullSink) target(name string, block int64, n int) ([]byte, error) {
-	p, ok := s.layout.Param(name)
+func (s *PullSink) target(name string, block int64, n int) ([]byte, error) {
+	p, ok := s.Layout.Param(name)
 	if !ok || p.Embedding || block < 0 || block >= p.Blocks {
 		return nil, fmt.Errorf("pull: unexpected tensor %q block %d", name, block)
 	}
-	if owner := s.layout.SlotOfBlock(p, block); owner != s.slot {
-		return nil, fmt.Errorf("pull: slot %d sent tensor %q block %d, which slot %d serves", s.slot, name, block, owner)
+	if owner := s.Layout.SlotOfBlock(p, block); owner != s.Slot {
+		return nil, fmt.Errorf("pull: slot %d sent tensor %q block %d, which slot %d serves", s.Slot, name, block, owner)
 	}
-	s.placed++
-	lo, hi := s.layout.BlockRange(p, block)
+	s.Placed++
+	lo, hi := s.Layout.BlockRange(p, block)
 	if n != int(hi-lo)*4 {
 		return nil, fmt.Errorf("pull: tensor %q block %d has %d bytes, want %d", name, block, n, (hi-lo)*4)
 	}
-	d := s.dst[name][lo:hi]
-	if littleEndian {
-		return float32Bytes(d), nil
+	d := s.Dst[name][lo:hi]
+	if LittleEndian {
+		return Float32Bytes(d), nil
 	}
 	return nil, fmt.Errorf("pull: big-endian hosts need the protobuf codec")
 }
 
-// dataBufs pools tensor data buffers of at least minPooled bytes by
-// power-of-two capacity class, so a pserver does not allocate (and zero)
-// tens of MB per push.
-const minPooled = 64 << 10
+// MinPooled is the smallest tensor data buffer (bytes) that dataBufs
+// pools, by power-of-two capacity class, so a pserver does not allocate
+// (and zero) tens of MB per push.
+const MinPooled = 64 << 10
 
 var dataBufs [40]sync.Pool
 
 func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
 
-func getDataBuf(n int) []byte {
-	if n < minPooled {
+func GetDataBuf(n int) []byte {
+	if n < MinPooled {
 		return make([]byte, n)
 	}
 	c := sizeClass(n)
@@ -586,20 +586,20 @@ func getDataBuf(n int) []byte {
 	return make([]byte, n, 1<<c)
 }
 
-// releaseTensors returns the data buffers of ts to the pool; the caller
+// ReleaseTensors returns the data buffers of ts to the pool; the caller
 // guarantees nothing references them any more.
-func releaseTensors(ts []*pb.Tensor) {
+func ReleaseTensors(ts []*pb.Tensor) {
 	for _, t := range ts {
 		b := t.Data
 		t.Data = nil
-		putDataBuf(b)
+		PutDataBuf(b)
 	}
 }
 
-// putDataBuf returns b (from getDataBuf) to the pool; the caller
+// PutDataBuf returns b (from GetDataBuf) to the pool; the caller
 // guarantees nothing references it any more.
-func putDataBuf(b []byte) {
-	if c := cap(b); c >= minPooled && c&(c-1) == 0 {
+func PutDataBuf(b []byte) {
+	if c := cap(b); c >= MinPooled && c&(c-1) == 0 {
 		b = b[:0]
 		dataBufs[sizeClass(c)].Put(&b)
 	}
@@ -608,7 +608,7 @@ func putDataBuf(b []byte) {
 // Lent replies. A whole-slot reply (Pull, or Push with pull) aliases one
 // buffer from the data pool (Slot.pullAll) that nothing else references.
 // For a call that uses the tensor codec the Server lends the buffer to the
-// codec (lendReply) before gRPC marshals the reply; Marshal takes it back
+// codec (LendReply) before gRPC marshals the reply; Marshal takes it back
 // (takeLent) and wraps each referenced data run in a gRPC mem.Buffer whose
 // release counts down a lentRelease, so the buffer returns to the pool
 // once gRPC has written the last run, instead of a pserver allocating
@@ -622,11 +622,11 @@ func putDataBuf(b []byte) {
 // the dead reply's buffer to the pool, which nothing references.
 var lent sync.Map // uintptr → *[]byte
 
-// lendReply lends buf, the buffer msg's tensors alias, to the tensor
+// LendReply lends buf, the buffer msg's tensors alias, to the tensor
 // codec's Marshal of msg, if the call uses that codec (other codecs copy
 // and never give it back: the buffer is then garbage as before).
-func lendReply[M any](ctx context.Context, msg *M, buf []byte) {
-	if cap(buf) < minPooled || !usesTensorCodec(ctx) {
+func LendReply[M any](ctx context.Context, msg *M, buf []byte) {
+	if cap(buf) < MinPooled || !usesTensorCodec(ctx) {
 		return
 	}
 	p, b := uintptr(unsafe.Pointer(msg)), &buf
@@ -664,7 +664,7 @@ func (r *lentRelease) Get(int) *[]byte { panic("pserver: lentRelease hands out n
 
 func (r *lentRelease) Put(*[]byte) {
 	if r.parts.Add(-1) == 0 {
-		putDataBuf(r.buf)
+		PutDataBuf(r.buf)
 		lentReturned.Add(1)
 	}
 }
@@ -672,8 +672,16 @@ func (r *lentRelease) Put(*[]byte) {
 // lentReturned counts lent reply buffers returned to the pool (for tests).
 var lentReturned atomic.Int64
 
-// tensorCallOption makes a call use the tensor codec.
-var tensorCallOption = grpc.CallContentSubtype(TensorCodecName)
+// LentBuffers reports how many lent reply buffers have gone back to the
+// data pool since the process started, and how many are lent now (for
+// tests: a whole-slot reply's buffer must come back once it is written).
+func LentBuffers() (returned int64, outstanding int) {
+	lent.Range(func(any, any) bool { outstanding++; return true })
+	return lentReturned.Load(), outstanding
+}
+
+// TensorCallOption makes a call use the tensor codec.
+var TensorCallOption = grpc.CallContentSubtype(TensorCodecName)
 
 // dirtyPool is a gRPC mem.BufferPool of power-of-two classes that, unlike
 // mem.DefaultBufferPool, does not zero reused buffers: gRPC overwrites

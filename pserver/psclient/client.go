@@ -1,4 +1,4 @@
-package pserver
+package psclient
 
 import (
 	"context"
@@ -12,13 +12,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/internal/shape"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Resolver maps a job's slots to pserver gRPC addresses (from
@@ -41,21 +40,6 @@ type StaticResolver map[int32]string
 
 // Slots implements Resolver.
 func (r StaticResolver) Slots(context.Context, string) (map[int32]string, error) { return r, nil }
-
-// DialOptions returns gRPC dial options tuned for parameter traffic
-// (plaintext; append grpc.WithTransportCredentials to replace it).
-func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		dialOption,
-		grpc.WithInitialWindowSize(WindowSize),
-		grpc.WithInitialConnWindowSize(WindowSize),
-		grpc.WithReadBufferSize(bufferSize),
-		grpc.WithWriteBufferSize(bufferSize),
-		experimental.WithBufferPool(grpcBufs),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
-	}
-}
 
 type clientConfig struct {
 	dial        []grpc.DialOption
@@ -87,7 +71,7 @@ func WithStreamThreshold(n int) ClientOption {
 }
 
 type blockRef struct {
-	p      *ParamLayout
+	p      *wire.ParamLayout
 	b      int64
 	lo, hi int64
 }
@@ -102,7 +86,7 @@ type blockRef struct {
 // concurrent use, but a trainer normally alternates Pull and Push.
 type Client struct {
 	spec     *pb.JobSpec
-	layout   *Layout
+	layout   *wire.Layout
 	job      string
 	trainer  string
 	resolver Resolver
@@ -126,13 +110,13 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 	if n == 0 {
 		n = 1
 	}
-	l, err := NewLayout(spec, n)
+	l, err := wire.NewLayout(spec, n)
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{
 		spec: spec, layout: l, job: spec.GetName(), trainer: trainer, resolver: r,
-		cfg:      clientConfig{dial: DialOptions(), maxRetries: 20, backoff: 20 * time.Millisecond, streamBytes: StreamChunkBytes},
+		cfg:      clientConfig{dial: wire.DialOptions(), maxRetries: 20, backoff: 20 * time.Millisecond, streamBytes: wire.StreamChunkBytes},
 		blocks:   make([][]blockRef, n),
 		addrs:    map[int32]string{},
 		conns:    map[string]*grpc.ClientConn{},
@@ -177,7 +161,7 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 }
 
 // Layout returns the job's sharding layout.
-func (c *Client) Layout() *Layout { return c.layout }
+func (c *Client) Layout() *wire.Layout { return c.layout }
 
 // Close stops the slot watch and closes every connection.
 func (c *Client) Close() error {
@@ -237,7 +221,7 @@ func (c *Client) conn(ctx context.Context, slot int32) (*grpc.ClientConn, error)
 		addr, ok = c.addrs[slot]
 		c.mu.Unlock()
 		if !ok {
-			return nil, errorf(ErrNotHosted, "job %q slot %d has no pserver yet", c.job, slot)
+			return nil, wire.Errorf(wire.ErrNotHosted, "job %q slot %d has no pserver yet", c.job, slot)
 		}
 	}
 	c.mu.Lock()
@@ -267,13 +251,15 @@ func (c *Client) invalidate(slot int32) {
 func fromGRPC(err error) error {
 	err = rpctypes.FromStatus(err)
 	if status.Code(err) == codes.Unavailable && !retryable(err) {
-		return &Error{Sentinel: ErrNotHosted, Detail: err.Error()}
+		return &wire.Error{Sentinel: wire.ErrNotHosted, Detail: err.Error()}
 	}
 	return err
 }
 
 // retryable reports whether err asks the client to re-resolve the slot.
-func retryable(err error) bool { return errors.Is(err, ErrNotHosted) || errors.Is(err, ErrFenced) }
+func retryable(err error) bool {
+	return errors.Is(err, wire.ErrNotHosted) || errors.Is(err, wire.ErrFenced)
+}
 
 // do calls fn on slot's pserver, retrying with re-resolution while it
 // answers Unavailable (or cannot be resolved).
@@ -381,17 +367,17 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 	return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 		req := &pb.PullRequest{Job: c.job, Slot: slot, Checkpoint: checkpoint}
 		// The tensor codec reads blocks straight into dst.
-		sink := &pullSink{layout: c.layout, slot: slot, dst: dst}
+		sink := &wire.PullSink{Layout: c.layout, Slot: slot, Dst: dst}
 		if !c.useStream(slot) {
-			if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, tensorCallOption); err != nil {
+			if err := cc.Invoke(ctx, pb.PServer_Pull_FullMethodName, req, sink, wire.TensorCallOption); err != nil {
 				return err
 			}
-			c.setVersion(slot, sink.version, sink.incarnation)
+			c.setVersion(slot, sink.Version, sink.Incarnation)
 			return c.pulledAll(slot, sink)
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		st, err := pb.NewPServerClient(cc).PullStream(sctx, tensorCallOption)
+		st, err := pb.NewPServerClient(cc).PullStream(sctx, wire.TensorCallOption)
 		if err != nil {
 			return err
 		}
@@ -407,15 +393,15 @@ func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]floa
 			} else if err != nil {
 				return err
 			}
-			c.setVersion(slot, sink.version, sink.incarnation)
+			c.setVersion(slot, sink.Version, sink.Incarnation)
 		}
 	})
 }
 
 // pulledAll checks that sink received every dense block of slot.
-func (c *Client) pulledAll(slot int32, sink *pullSink) error {
-	if want := len(c.blocks[slot]); sink.placed != want {
-		return fmt.Errorf("pull: slot %d sent %d blocks, want %d", slot, sink.placed, want)
+func (c *Client) pulledAll(slot int32, sink *wire.PullSink) error {
+	if want := len(c.blocks[slot]); sink.Placed != want {
+		return fmt.Errorf("pull: slot %d sent %d blocks, want %d", slot, sink.Placed, want)
 	}
 	return nil
 }
@@ -475,20 +461,20 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 	for name, d := range g.Dense {
 		p, ok := c.layout.Param(name)
 		if !ok || p.Embedding {
-			return errorf(ErrInvalid, "push: %q is not a dense param", name)
+			return wire.Errorf(wire.ErrInvalid, "push: %q is not a dense param", name)
 		}
 		if int64(len(d)) != p.Size {
-			return errorf(ErrInvalid, "push: param %q has %d values, want %d", name, len(d), p.Size)
+			return wire.Errorf(wire.ErrInvalid, "push: param %q has %d values, want %d", name, len(d), p.Size)
 		}
 	}
 	sparse := make([][]*pb.Tensor, c.layout.NumPservers)
 	for name, sg := range g.Sparse {
 		p, ok := c.layout.Param(name)
 		if !ok || !p.Embedding {
-			return errorf(ErrInvalid, "push: %q is not an embedding", name)
+			return wire.Errorf(wire.ErrInvalid, "push: %q is not an embedding", name)
 		}
 		if n, ok := shape.Mul(int64(len(sg.Rows)), p.Dim); !ok || int64(len(sg.Values)) != n {
-			return errorf(ErrInvalid, "push: param %q: %d values for %d rows of dim %d", name, len(sg.Values), len(sg.Rows), p.Dim)
+			return wire.Errorf(wire.ErrInvalid, "push: param %q: %d values for %d rows of dim %d", name, len(sg.Values), len(sg.Rows), p.Dim)
 		}
 		// The pservers refuse a row named twice: repeated rows are summed
 		// here (the gradient of a row is the sum of its occurrences).
@@ -497,7 +483,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		d := int(p.Dim)
 		for j, r := range sg.Rows {
 			if r < 0 || r >= p.Buckets {
-				return errorf(ErrInvalid, "push: param %q row %d out of range", name, r)
+				return wire.Errorf(wire.ErrInvalid, "push: param %q row %d out of range", name, r)
 			}
 			s := c.layout.SlotOfRow(p, r)
 			if per[s] == nil {
@@ -505,14 +491,16 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 			}
 			v := sg.Values[j*d : (j+1)*d]
 			if i, dup := at[r]; dup {
-				sum := viewFloat32s(per[s].Data[4*i*d : 4*(i+1)*d])
-				axpy(1, v, sum)
-				putFloat32s(per[s].Data[4*i*d:], sum)
+				sum := wire.ViewFloat32s(per[s].Data[4*i*d : 4*(i+1)*d])
+				for k, x := range v {
+					sum[k] += x
+				}
+				wire.PutFloat32s(per[s].Data[4*i*d:], sum)
 				continue
 			}
 			at[r] = len(per[s].Rows)
 			per[s].Rows = append(per[s].Rows, r)
-			per[s].Data = append(per[s].Data, float32Bytes(v)...)
+			per[s].Data = append(per[s].Data, wire.Float32Bytes(v)...)
 		}
 		for s, t := range per {
 			if t != nil {
@@ -531,14 +519,14 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 			if !ok {
 				continue
 			}
-			ts = append(ts, &pb.Tensor{Name: br.p.Spec.GetName(), Block: br.b, Data: float32Bytes(d[br.lo:br.hi])})
+			ts = append(ts, &pb.Tensor{Name: br.p.Spec.GetName(), Block: br.b, Data: wire.Float32Bytes(d[br.lo:br.hi])})
 		}
 		ts = append(ts, sparse[slot]...)
 		v, inc := c.version(slot)
 		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id,
 			Incarnation: inc}
 		stream := c.useStream(slot)
-		var sink *pullSink // the pull carried by the push's reply
+		var sink *wire.PullSink // the pull carried by the push's reply
 		err := c.do(ctx, slot, func(cc *grpc.ClientConn) error {
 			switch {
 			case stream && len(ts) > 1:
@@ -550,14 +538,14 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 				return nil
 			case dst != nil && !stream:
 				req.Pull = true
-				sink = &pullSink{layout: c.layout, slot: slot, dst: dst}
-				if err := cc.Invoke(ctx, pb.PServer_Push_FullMethodName, req, sink, tensorCallOption); err != nil {
+				sink = &wire.PullSink{Layout: c.layout, Slot: slot, Dst: dst}
+				if err := cc.Invoke(ctx, pb.PServer_Push_FullMethodName, req, sink, wire.TensorCallOption); err != nil {
 					return err
 				}
-				c.setVersion(slot, sink.version, sink.incarnation)
+				c.setVersion(slot, sink.Version, sink.Incarnation)
 				return nil
 			}
-			resp, err := pb.NewPServerClient(cc).Push(ctx, req, tensorCallOption)
+			resp, err := pb.NewPServerClient(cc).Push(ctx, req, wire.TensorCallOption)
 			if err != nil {
 				return err
 			}
@@ -567,7 +555,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		if err != nil || dst == nil {
 			return err
 		}
-		if sink != nil && (sink.placed > 0 || len(c.blocks[slot]) == 0) {
+		if sink != nil && (sink.Placed > 0 || len(c.blocks[slot]) == 0) {
 			return c.pulledAll(slot, sink)
 		}
 		return c.pullSlot(ctx, slot, dst, false)
@@ -577,11 +565,11 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.PushRequest) (*pb.PushResponse, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := pb.NewPServerClient(cc).PushStream(sctx, tensorCallOption)
+	st, err := pb.NewPServerClient(cc).PushStream(sctx, wire.TensorCallOption)
 	if err != nil {
 		return nil, err
 	}
-	for i, chunk := range chunkTensors(req.Grads, StreamChunkBytes) {
+	for i, chunk := range wire.ChunkTensors(req.Grads, wire.StreamChunkBytes) {
 		m := &pb.PushRequest{Grads: chunk}
 		if i == 0 {
 			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, PushId: req.PushId, Grads: chunk}
@@ -605,7 +593,7 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]float32, error) {
 	p, ok := c.layout.Param(name)
 	if !ok || !p.Embedding {
-		return nil, errorf(ErrInvalid, "pull rows: %q is not an embedding", name)
+		return nil, wire.Errorf(wire.ErrInvalid, "pull rows: %q is not an embedding", name)
 	}
 	// Each slot is asked for each distinct row once (the pservers refuse
 	// a row named twice); pos[j] is row j's place in its slot's request.
@@ -614,7 +602,7 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 	at := make(map[int64]int, len(rows))
 	for j, r := range rows {
 		if r < 0 || r >= p.Buckets {
-			return nil, errorf(ErrInvalid, "pull rows: param %q row %d out of range [0, %d)", name, r, p.Buckets)
+			return nil, wire.Errorf(wire.ErrInvalid, "pull rows: param %q row %d out of range [0, %d)", name, r, p.Buckets)
 		}
 		s := c.layout.SlotOfRow(p, r)
 		i, ok := at[r]
@@ -626,8 +614,8 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 		pos[j] = i
 	}
 	n, ok := shape.Mul(int64(len(rows)), p.Dim)
-	if !ok || n > MaxPullBytes/4 {
-		return nil, errorf(ErrInvalid, "pull rows: %d rows of dim %d of param %q are too many for one pull", len(rows), p.Dim, name)
+	if !ok || n > wire.MaxPullBytes/4 {
+		return nil, wire.Errorf(wire.ErrInvalid, "pull rows: %d rows of dim %d of param %q are too many for one pull", len(rows), p.Dim, name)
 	}
 	out := make([]float32, n)
 	d := int(p.Dim)
@@ -638,7 +626,7 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 		}
 		t := &pb.Tensor{Name: name, Rows: per[slot]}
 		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}}, tensorCallOption)
+			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}}, wire.TensorCallOption)
 			if err != nil {
 				return err
 			}
@@ -655,7 +643,7 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 	}
 	for j, r := range rows {
 		b := data[c.layout.SlotOfRow(p, r)]
-		getFloat32s(out[j*d:(j+1)*d], b[4*pos[j]*d:])
+		wire.GetFloat32s(out[j*d:(j+1)*d], b[4*pos[j]*d:])
 	}
 	return out, err
 }
@@ -670,7 +658,7 @@ func (c *Client) PushRows(ctx context.Context, name string, rows []int64, grads 
 func (c *Client) LeaveStep(ctx context.Context) error {
 	return c.parallel(func(slot int32) error {
 		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-			_, err := pb.NewPServerClient(cc).LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer}, tensorCallOption)
+			_, err := pb.NewPServerClient(cc).LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer}, wire.TensorCallOption)
 			return err
 		})
 	})

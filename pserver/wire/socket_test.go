@@ -1,4 +1,4 @@
-package pserver
+package wire
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func TestListenAndDialSetSocketBuffers(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	ours, err := dial(context.Background(), lis.Addr().String())
+	ours, err := Dial(context.Background(), lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
