@@ -281,31 +281,13 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 	if s.Checkpoint == nil {
 		s.Checkpoint = &pb.CheckpointPolicy{}
 	}
-	c := s.Checkpoint
-	switch {
-	case c.KeepMax < 0 || c.KeepMax > MaxKeepMax:
-		return nil, invalid("checkpoint.keep_max", "must be in [0, %d], got %d", MaxKeepMax, c.KeepMax)
-	case c.Replicas < 0 || c.Replicas > MaxReplicas:
-		return nil, invalid("checkpoint.replicas", "must be in [0, %d], got %d", MaxReplicas, c.Replicas)
-	case c.EverySteps < 0 || c.EverySteps > MaxEverySteps:
-		return nil, invalid("checkpoint.every_steps", "must be in [0, %d], got %d", MaxEverySteps, c.EverySteps)
-	case c.EverySeconds < 0 || c.EverySeconds > MaxEverySeconds:
-		return nil, invalid("checkpoint.every_seconds", "must be in [0, %d], got %d", MaxEverySeconds, c.EverySeconds)
-	case s.MaxTaskTimeouts < 0 || s.MaxTaskTimeouts > MaxTaskTimeouts:
-		return nil, invalid("max_task_timeouts", "must be in [0, %d], got %d", MaxTaskTimeouts, s.MaxTaskTimeouts)
-	case s.TaskTimeoutFloorMs < 0 || s.TaskTimeoutFloorMs > MaxTaskTimeoutFloorMs:
-		return nil, invalid("task_timeout_floor_ms", "must be in [0, %d], got %d", MaxTaskTimeoutFloorMs, s.TaskTimeoutFloorMs)
-	case s.NumVirtualShards < 0 || s.NumVirtualShards > MaxVirtualShards:
-		return nil, invalid("num_virtual_shards", "must be in [0, %d], got %d", MaxVirtualShards, s.NumVirtualShards)
-	case s.DenseBlockSize < 0 || s.DenseBlockSize > MaxDenseBlockSize:
-		return nil, invalid("dense_block_size", "must be in [0, %d], got %d", MaxDenseBlockSize, s.DenseBlockSize)
-	case !finite(s.TargetAccuracy) || s.TargetAccuracy < 0 || s.TargetAccuracy > 1:
-		return nil, invalid("target_accuracy", "must be in [0, 1], got %v", s.TargetAccuracy)
+	if err := validBounds(s); err != nil {
+		return nil, err
 	}
 	if err := validParams(s.Params); err != nil {
 		return nil, err
 	}
-	if c.Replicas == 0 {
+	if c := s.Checkpoint; c.Replicas == 0 {
 		c.Replicas = DefaultCheckpointReplicas
 	}
 	if s.MaxTaskTimeouts == 0 {
@@ -332,6 +314,33 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 			b, s.Optimizer.Name, MaxJobBytes)
 	}
 	return s, nil
+}
+
+// validBounds checks the checkpoint policy's and the task, shard and
+// accuracy bounds of s (whose Checkpoint is set).
+func validBounds(s *pb.JobSpec) error {
+	c := s.Checkpoint
+	switch {
+	case c.KeepMax < 0 || c.KeepMax > MaxKeepMax:
+		return invalid("checkpoint.keep_max", "must be in [0, %d], got %d", MaxKeepMax, c.KeepMax)
+	case c.Replicas < 0 || c.Replicas > MaxReplicas:
+		return invalid("checkpoint.replicas", "must be in [0, %d], got %d", MaxReplicas, c.Replicas)
+	case c.EverySteps < 0 || c.EverySteps > MaxEverySteps:
+		return invalid("checkpoint.every_steps", "must be in [0, %d], got %d", MaxEverySteps, c.EverySteps)
+	case c.EverySeconds < 0 || c.EverySeconds > MaxEverySeconds:
+		return invalid("checkpoint.every_seconds", "must be in [0, %d], got %d", MaxEverySeconds, c.EverySeconds)
+	case s.MaxTaskTimeouts < 0 || s.MaxTaskTimeouts > MaxTaskTimeouts:
+		return invalid("max_task_timeouts", "must be in [0, %d], got %d", MaxTaskTimeouts, s.MaxTaskTimeouts)
+	case s.TaskTimeoutFloorMs < 0 || s.TaskTimeoutFloorMs > MaxTaskTimeoutFloorMs:
+		return invalid("task_timeout_floor_ms", "must be in [0, %d], got %d", MaxTaskTimeoutFloorMs, s.TaskTimeoutFloorMs)
+	case s.NumVirtualShards < 0 || s.NumVirtualShards > MaxVirtualShards:
+		return invalid("num_virtual_shards", "must be in [0, %d], got %d", MaxVirtualShards, s.NumVirtualShards)
+	case s.DenseBlockSize < 0 || s.DenseBlockSize > MaxDenseBlockSize:
+		return invalid("dense_block_size", "must be in [0, %d], got %d", MaxDenseBlockSize, s.DenseBlockSize)
+	case !finite(s.TargetAccuracy) || s.TargetAccuracy < 0 || s.TargetAccuracy > 1:
+		return invalid("target_accuracy", "must be in [0, 1], got %v", s.TargetAccuracy)
+	}
+	return nil
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
