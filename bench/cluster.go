@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/raftps/raftps/internal/localcluster"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/raftps/raftps/internal/testing/localcluster"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/raftstore"

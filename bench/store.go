@@ -3,8 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
-	"google.golang.org/grpc"
 	"io"
+
+	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/raftstore/client"

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/raftstore/client"
 )

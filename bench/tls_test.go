@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 // TestTLSSection runs the security section (quick) with a fresh raftps

@@ -247,7 +247,7 @@ type jobView struct {
 
 // modelText describes a job's model for people: "mlp, hidden 128-64",
 // "hashed_lr, embedding 16 x 1048576 buckets", "softmax", or for a model
-// raftps does not implement (jobq.ModelExternal) its parameter list's size:
+// raftps does not implement (jobspec.ModelExternal) its parameter list's size:
 // "external: 8 tensors, 421642 parameters". It was "%s %v" of the name
 // and hidden widths, "external []" for every PyTorch job.
 func modelText(s *pb.JobSpec) string {

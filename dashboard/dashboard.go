@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore/client"
 )
 
@@ -23,9 +22,11 @@ import (
 var ErrNoEndpoints = errors.New("dashboard: no gRPC endpoints")
 
 // VerifyFunc re-hashes every blob of a job's checkpoint version on every
-// replica and returns the mismatches (empty: all copies intact);
-// checkpoint.Manager.Verify is one.
-type VerifyFunc func(ctx context.Context, job string, version int64) ([]checkpoint.Mismatch, error)
+// replica and returns the mismatches (empty: all copies intact), each a
+// value the verify call answers as JSON. The node adapts
+// checkpoint.Manager.Verify to it (the dashboard imports no pserver
+// package).
+type VerifyFunc func(ctx context.Context, job string, version int64) ([]any, error)
 
 // Config configures a Dashboard.
 type Config struct {

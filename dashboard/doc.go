@@ -4,7 +4,7 @@
 // live (TensorBoard's scalars, Consul's UI and the etcd and Grafana
 // dashboards are what it is compared with).
 //
-//	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.GRPCAddr()}, Verify: mgr.Verify})
+//	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.GRPCAddr()}, Verify: verify}) // verify: a VerifyFunc (node adapts checkpoint.Manager.Verify)
 //	mux.Handle("/", d) // and d.Close() when the node closes
 //
 // # Sources

@@ -19,8 +19,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/nodetest"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/nodetest"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/trainer/trainertest"

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // eventView is a JobEvent as the page reads it.
@@ -243,7 +243,7 @@ func (d *Dashboard) followJob(ctx context.Context, name string, from int64, ch c
 		case codes.OutOfRange:
 			// Events before next are no longer kept: go on from the oldest kept.
 			if v, gerr := d.getJob(ctx, name); gerr == nil {
-				next = max(next, v.EventsSeq-jobq.MaxEvents+1)
+				next = max(next, v.EventsSeq-jobspec.MaxEvents+1)
 			}
 		}
 		select {

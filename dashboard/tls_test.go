@@ -18,7 +18,7 @@ import (
 
 	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/nodetest"
+	"github.com/raftps/raftps/internal/testing/nodetest"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"

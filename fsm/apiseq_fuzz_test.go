@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -57,7 +58,7 @@ func (g *gen) extreme() int64 {
 	vals := []int64{0, 1, -1, 2, 3, 7, 10, 64, 100, 1000, 4096,
 		math.MaxInt32, math.MinInt32, math.MaxInt64, math.MinInt64, math.MaxInt64 / 2, math.MaxInt64/2 + 1,
 		1 << 20, 1 << 22, 1<<22 + 1, 1 << 30, 1 << 31, 1 << 40, 1 << 50, 1<<50 + 1, 1 << 62,
-		MaxLeaseTTL, MaxLeaseTTL + 1, jobq.MaxJobBytes / 4, jobq.MaxJobBytes/4 + 1}
+		MaxLeaseTTL, MaxLeaseTTL + 1, jobspec.MaxJobBytes / 4, jobspec.MaxJobBytes/4 + 1}
 	if i := g.pick(len(vals) + 4); i < len(vals) {
 		return vals[i]
 	}
@@ -129,8 +130,8 @@ func (g *gen) spec() *pb.JobSpec {
 	}
 	// Keep accepted jobs small enough to snapshot at every step: a spec that
 	// validates with many tasks gets records_per_task raised.
-	if v, err := jobq.ValidateSpec(s); err == nil {
-		if n := jobq.NumTasks(v.Dataset.Records, v.RecordsPerTask); n > 256 {
+	if v, err := jobspec.ValidateSpec(s); err == nil {
+		if n := jobspec.NumTasks(v.Dataset.Records, v.RecordsPerTask); n > 256 {
 			s.RecordsPerTask = (v.Dataset.Records-1)/256 + 1
 		}
 	}
@@ -266,10 +267,10 @@ func checkAPIInvariants(tb testing.TB, f *FSM) {
 		}
 	}
 	for _, j := range f.Jobs().Jobs() {
-		if j.TotalTasks < 1 || j.TotalTasks > jobq.MaxTasks || j.Todo+j.Pending+j.Done+j.Failed != j.TotalTasks {
+		if j.TotalTasks < 1 || j.TotalTasks > jobspec.MaxTasks || j.Todo+j.Pending+j.Done+j.Failed != j.TotalTasks {
 			tb.Fatalf("job %q: %d tasks = %d todo + %d pending + %d done + %d failed", j.Name, j.TotalTasks, j.Todo, j.Pending, j.Done, j.Failed)
 		}
-		if _, err := jobq.ValidateSpec(j.Spec); err != nil {
+		if _, err := jobspec.ValidateSpec(j.Spec); err != nil {
 			tb.Fatalf("job %q holds a spec validation refuses: %v", j.Name, err)
 		}
 		if len(j.Spec.GetName()) == 0 || j.State == pb.JobState_JOB_PENDING {

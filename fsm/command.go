@@ -6,16 +6,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // Errors of the state machine. Every command error wraps one of these, and
-// Code maps them to gRPC status codes with api/rpctypes' table. They are defined in
-// package fsm/errs (so that fsm/jobq can wrap them without an import cycle)
-// and re-exported here; the values are identical, so errors.Is works with
-// either name.
+// Code maps them to gRPC status codes with api/rpctypes' table. They are
+// defined in package api/errs (a leaf, so that fsm/jobq and clients can
+// wrap them without an import cycle) and re-exported here; the values are
+// identical, so errors.Is works with either name.
 var (
 	// ErrUnknownCommand: the command type is not registered (a newer or corrupt peer).
 	ErrUnknownCommand = errs.ErrUnknownCommand

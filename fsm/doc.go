@@ -65,8 +65,8 @@
 //     recounts them); while schema.NoSpaceAlarmKey exists, puts of any
 //     other key are refused (ErrNoSpace: the store's backend quota);
 //     lease TTLs up to MaxLeaseTTL seconds (ErrLeaseTTLTooLarge); job specs
-//     within jobq.ValidateSpec's bounds, parameters and optimizer state up
-//     to jobq.MaxJobBytes (ErrInvalid naming the field).
+//     within jobspec.ValidateSpec's bounds, parameters and optimizer state up
+//     to jobspec.MaxJobBytes (ErrInvalid naming the field).
 //
 // # Concurrency
 //

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 // testFSM wraps an FSM with a log index counter.

@@ -9,7 +9,7 @@ import (
 // (implemented by package fsm/jobq). It does no locking and reads no clock:
 // the FSM holds its lock around every call and passes the leader's stamped
 // time as now (Unix nanoseconds). A mutating method that returns an error
-// must have changed nothing; its errors wrap the sentinels of fsm/errs.
+// must have changed nothing; its errors wrap the sentinels of api/errs.
 type JobQueue interface {
 	JobReader
 	Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error)

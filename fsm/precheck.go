@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // MaxCommandSize is the largest encoded command payload a store proposes,
@@ -19,7 +19,7 @@ const MaxCommandSize = 4 << 20
 // would reject whatever the state: sizes of keys, values and the whole
 // command, empty keys, malformed compares and ops of a Txn (both branches,
 // since the branch taken depends on the state), and job specs
-// (jobq.ValidateSpec). A request that passes may still be rejected by
+// (jobspec.ValidateSpec). A request that passes may still be rejected by
 // Apply for reasons that depend on the state (a lease that does not exist,
 // a job name in use). Errors wrap ErrTooLarge or ErrInvalid, as Apply's.
 //
@@ -61,7 +61,7 @@ func Precheck(t pb.CommandType, req proto.Message) error {
 			}
 		}
 	case *pb.SubmitJobRequest:
-		if _, err := jobq.ValidateSpec(r.GetSpec()); err != nil {
+		if _, err := jobspec.ValidateSpec(r.GetSpec()); err != nil {
 			return err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 func newTestLogger(tb testing.TB) *slog.Logger { return testutil.Logger(tb) }

@@ -2,7 +2,7 @@
 // loopback: the cluster end-to-end tests here, and the Jepsen-style fault
 // suite in integration/jepsen.
 //
-// harness.go builds the clusters (NewCluster over internal/localcluster):
+// harness.go builds the clusters (NewCluster over internal/testing/localcluster):
 // mutual TLS and gossip encryption by default, the admin's certificate for
 // the Go client (Cluster.Client, Cluster.DialOptions) and the CLI
 // (Cluster.CLI); a test about plaintext says --insecure.

@@ -18,7 +18,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 )
 

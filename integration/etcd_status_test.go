@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 )
 

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/localcluster"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/security"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 // TestEndpointStatusNodeDown: `endpoint status --cluster` on a 3-node

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/raftstore/client"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/security"

@@ -1,50 +1,19 @@
 package master
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // ErrNoCapacity: a job does not fit in the memory the cluster's live
 // pserver or trainer nodes announce (gossip.Meta.PServerBudget,
-// TrainerBudget). SubmitJob answers it with ResourceExhausted.
-var ErrNoCapacity = errors.New("job does not fit in the cluster's memory budgets")
-
-// Need is what a job asks of the nodes' memory budgets, in bytes.
-type Need struct {
-	// State is the parameters and optimizer state over all slots
-	// (jobq.StateBytes).
-	State int64
-	// Slot is one slot's share: State / num_pservers, rounded up (blocks
-	// and rows are spread over the slots' virtual shards, so a slot holds
-	// about that).
-	Slot int64
-	// Trainer is one trainer's: the dense model and its gradients, two
-	// float32 per element (an upper bound for embeddings, which trainers
-	// hold only in part).
-	Trainer int64
-}
-
-// JobNeed returns the bytes spec needs (errors wrap the spec's invalid
-// field, as jobq.StateBytes's).
-func JobNeed(spec *pb.JobSpec) (Need, error) {
-	state, err := jobq.StateBytes(spec)
-	if err != nil {
-		return Need{}, err
-	}
-	n := Need{State: state}
-	if p := int64(spec.GetNumPservers()); p > 0 {
-		n.Slot = (state + p - 1) / p
-	}
-	if f := jobq.OptimizerStateFactor(spec.GetOptimizer().GetName()); f > 0 {
-		n.Trainer = state / f * 2
-	}
-	return n, nil
-}
+// TrainerBudget). SubmitJob answers it with ResourceExhausted
+// (errs.ErrNoCapacity, api/rpctypes' table).
+var ErrNoCapacity = errs.ErrNoCapacity
 
 // admit checks a job against the budgets the live (alive or suspect)
 // members announce. The rule:
@@ -66,11 +35,11 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 	if s.members == nil {
 		return nil
 	}
-	v, err := jobq.ValidateSpec(spec)
+	v, err := jobspec.ValidateSpec(spec)
 	if err != nil {
 		return nil // the FSM refuses it with InvalidArgument naming the field
 	}
-	need, err := JobNeed(v)
+	need, err := jobspec.Need(v)
 	if err != nil {
 		return nil
 	}

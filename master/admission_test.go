@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // pserverMember is a live pserver node announcing budget bytes.
@@ -27,15 +27,15 @@ func pserverMember(id string, budget uint64) gossip.Member {
 func TestAdmitPacksSlots(t *testing.T) {
 	spec := jobSpec("packed")
 	spec.NumPservers = 3
-	spec.Model = &pb.ModelSpec{Name: jobq.ModelExternal}
+	spec.Model = &pb.ModelSpec{Name: jobspec.ModelExternal}
 	spec.Params = []*pb.ParamSpec{{Name: "w", Shape: []int64{3, 1000}}}
-	v, err := jobq.ValidateSpec(spec)
+	v, err := jobspec.ValidateSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	need, err := JobNeed(v)
+	need, err := jobspec.Need(v)
 	if err != nil || need.Slot != 4000 { // 3000 float32 with sgd over 3 slots
-		t.Fatalf("JobNeed = %+v, %v; want 4000 bytes per slot", need, err)
+		t.Fatalf("jobspec.Need = %+v, %v; want 4000 bytes per slot", need, err)
 	}
 	oneAndHalf := uint64(need.Slot) * 3 / 2
 	mem := &fakeMembers{members: []gossip.Member{pserverMember("n1", oneAndHalf), pserverMember("n2", oneAndHalf)}}

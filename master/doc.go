@@ -69,7 +69,7 @@
 // then its keys under schema.JobPrefix. SubmitJob rejects a bad spec with InvalidArgument
 // naming the field (the dataset path is checked on the receiving node; the
 // rest deterministically in the FSM, including the cluster-wide cap
-// jobq.MaxJobBytes), and a valid job that does not fit in the memory
+// jobspec.MaxJobBytes), and a valid job that does not fit in the memory
 // budgets the live nodes announce in gossip with ResourceExhausted naming
 // the need and the capacity (admission.go: the slots packing whole into the
 // pserver budgets, Σ floor(budget / slot share) >= slots; the dense model

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
@@ -89,15 +87,15 @@ func CheckFashionMNIST(d *pb.DatasetSpec) error {
 // ResourceExhausted naming the need and the capacity (admission.go).
 func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
 	if req.Spec == nil {
-		return nil, status.Error(codes.InvalidArgument, "spec is missing")
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: spec is missing", fsm.ErrInvalid))
 	}
 	if s.CheckDataset != nil {
 		if err := s.CheckDataset(req.Spec.Dataset); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, rpctypes.ToStatus(fmt.Errorf("%w: %w", fsm.ErrInvalid, err))
 		}
 	}
 	if err := s.admit(req.Spec); err != nil { // admission.go
-		return nil, status.Error(codes.ResourceExhausted, err.Error())
+		return nil, rpctypes.ToStatus(err) // wraps ErrNoCapacity: ResourceExhausted
 	}
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {
@@ -214,7 +212,7 @@ func (s *Service) DeleteJob(ctx context.Context, req *pb.DeleteJobRequest) (*pb.
 // GetTask hands a task to a trainer (Paddle's GetTask).
 func (s *Service) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	if req.Trainer == "" {
-		return nil, status.Error(codes.InvalidArgument, "trainer is empty")
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: trainer is empty", fsm.ErrInvalid))
 	}
 	ctx, err := rpctypes.IncomingRequestID(ctx)
 	if err != nil {
@@ -268,10 +266,7 @@ func (s *Service) WatchJob(req *pb.WatchJobRequest, stream pb.Master_WatchJobSer
 	for {
 		evs, err := jobs.Events(req.Name, next, 1000)
 		if err != nil {
-			if errors.Is(err, fsm.ErrFailedPrecondition) {
-				return status.Error(codes.OutOfRange, err.Error())
-			}
-			return rpctypes.ToStatus(err)
+			return rpctypes.ToStatus(err) // events dropped: ErrCompacted, OutOfRange
 		}
 		for _, ev := range evs {
 			if err := stream.Send(ev); err != nil {

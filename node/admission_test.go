@@ -12,8 +12,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/master"
+	"github.com/raftps/raftps/internal/testing/localcluster"
+	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer/model"
 	"github.com/raftps/raftps/trainer/trainertest"
@@ -66,9 +66,9 @@ func TestAdmissionAtSubmit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	need, err := master.JobNeed(admissionSpec(t, "x", 1, 128))
+	need, err := jobspec.Need(admissionSpec(t, "x", 1, 128))
 	if err != nil || need.State != 814160 {
-		t.Fatalf("JobNeed(mlp 128) = %+v, %v; want 814160 state bytes", need, err)
+		t.Fatalf("jobspec.Need(mlp 128) = %+v, %v; want 814160 state bytes", need, err)
 	}
 	for _, tc := range []struct {
 		spec *pb.JobSpec

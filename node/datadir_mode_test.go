@@ -13,7 +13,7 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/nodetest"
+	"github.com/raftps/raftps/internal/testing/nodetest"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/pserver/checkpoint"
 )

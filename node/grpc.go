@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/raftstore/etcdapi"
 	"github.com/raftps/raftps/security"
@@ -124,12 +124,12 @@ func (c serviceClass) newServer(others string, extra ...grpc.ServerOption) *grpc
 		grpc.ConnectionTimeout(security.HandshakeTimeout),
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			if only, ok := c.notServed[info.FullMethodName]; ok {
-				return nil, status.Errorf(codes.Unimplemented, "%s is served only on the %s port of a node, not on the %s port (%s)",
-					info.FullMethodName, only, c.name, others)
+				return nil, rpctypes.ToStatus(fmt.Errorf("%s: %w: it is served only on the %s port of a node, not on the %s port (%s)",
+					info.FullMethodName, errs.ErrWrongPort, only, c.name, others))
 			}
 			if !c.serves(info.FullMethodName) {
-				return nil, status.Errorf(codes.Unimplemented, "%s is not served on the %s port of this node (%s)",
-					info.FullMethodName, c.name, others)
+				return nil, rpctypes.ToStatus(fmt.Errorf("%s: %w: the %s port of this node does not serve it (%s)",
+					info.FullMethodName, errs.ErrWrongPort, c.name, others))
 			}
 			return ctx, nil
 		}),

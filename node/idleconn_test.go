@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/nodetest"
+	"github.com/raftps/raftps/internal/testing/nodetest"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
 )

@@ -9,10 +9,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/security"
 )
@@ -48,7 +48,7 @@ func (n *Node) openKeyring() (*memberlist.Keyring, error) {
 func (s *keyringService) local(op string, req *pb.KeyringRequest) (*pb.NodeKeyring, error) {
 	kr := s.n.keyring
 	if kr == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s: gossip encryption is off (start it with --gossip-keyring-file)", s.n.cfg.ID)
+		return nil, rpctypes.ToStatus(fmt.Errorf("node %s: %w (start it with --gossip-keyring-file)", s.n.cfg.ID, errs.ErrGossipEncryptionOff))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,11 +92,11 @@ func (s *keyringService) local(op string, req *pb.KeyringRequest) (*pb.NodeKeyri
 // do runs op here, and, unless req.Local, on every other alive member.
 func (s *keyringService) do(ctx context.Context, op string, req *pb.KeyringRequest) (*pb.KeyringResponse, error) {
 	if s.n.tls == nil {
-		return nil, status.Error(codes.FailedPrecondition, "keyring operations need mutual TLS (the keys would cross the network in plaintext)")
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w (the keys would cross the network in plaintext)", errs.ErrNeedsMutualTLS))
 	}
 	if op == "install" {
 		if n := len(req.Key); n != 16 && n != 24 && n != 32 {
-			return nil, status.Errorf(codes.InvalidArgument, "a gossip key of %d bytes, want 16, 24 or 32", n)
+			return nil, rpctypes.ToStatus(fmt.Errorf("%w: a gossip key of %d bytes, want 16, 24 or 32", errs.ErrInvalid, n))
 		}
 	}
 	self, err := s.local(op, req)

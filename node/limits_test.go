@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 )
 
 // peerAs returns a context whose gRPC peer presented the certificate of a

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"sync"
 
@@ -12,8 +13,8 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/dashboard"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/internal/version"
+	"github.com/raftps/raftps/jobspec"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/schema"
 )
@@ -51,7 +52,7 @@ func (n *Node) dashboardHandler() http.Handler {
 	// certificate. Over --http-tls (mutual TLS) it authorises each request
 	// by the role of the user's certificate; a request without one (the
 	// HTTP port in plaintext) may read only.
-	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: n.ckpt.Verify,
+	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: dashboardVerify(n.ckpt.Verify),
 		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")})
 	if err != nil {
 		n.log.Error("dashboard", "err", err)
@@ -230,7 +231,7 @@ func (c *trainingCollector) Collect(ch chan<- prometheus.Metric) {
 			evs, err := jobs.Events(j.Name, t.next, 1000)
 			if err != nil {
 				// Older events are gone: go on from the oldest kept.
-				if oldest := jobs.EventSeq(j.Name) - jobq.MaxEvents + 1; oldest > t.next {
+				if oldest := jobs.EventSeq(j.Name) - jobspec.MaxEvents + 1; oldest > t.next {
 					t.next = oldest
 					continue
 				}
@@ -291,5 +292,18 @@ func (c *trainingCollector) collectCheckpoint(job string, g func(*prometheus.Des
 	if version > 0 {
 		g(c.ckptVersion, float64(version))
 		g(c.ckptBytes, float64(bytes))
+	}
+}
+
+// dashboardVerify adapts a checkpoint verifier (checkpoint.Manager.Verify)
+// to dashboard.VerifyFunc, which takes no pserver type.
+func dashboardVerify[T any](verify func(context.Context, string, int64) ([]T, error)) dashboard.VerifyFunc {
+	return func(ctx context.Context, job string, version int64) ([]any, error) {
+		bad, err := verify(ctx, job, version)
+		out := make([]any, len(bad))
+		for i := range bad {
+			out[i] = bad[i]
+		}
+		return out, err
 	}
 }

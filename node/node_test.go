@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/localcluster"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/security"
 )

@@ -53,7 +53,7 @@ func FuzzPushPull(f *testing.F) {
 		{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_SYNC, Seed: 1, DenseBlockSize: 4, NumVirtualShards: 2,
 			Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 1e27, WeightDecay: 1},
 			Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{10}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1e38}, {Name: "e", Shape: []int64{8, 2}, Embedding: true}}},
-		// Sizes at the layout's bound (jobq.MaxJobBytes): rows of 2^32
+		// Sizes at the layout's bound (jobspec.MaxJobBytes): rows of 2^32
 		// elements, 16 GiB each.
 		{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, Seed: 1, DenseBlockSize: 1 << 40, NumVirtualShards: 1,
 			Optimizer: &pb.OptimizerSpec{Name: "adagrad"},

@@ -683,7 +683,7 @@ func TestSlotMemoryOfTrainersBounded(t *testing.T) {
 // TestPushRowsLengthOverflow: len(rows)·dim overflowing int64 (2^18 rows of
 // an embedding of dim 2^46) made the length check pass on empty data and
 // the slicing of the gradient panic. Such an embedding is now refused by
-// the layout (over jobq.MaxJobBytes); at the bound (dim 2^34), 2^18 rows
+// the layout (over jobspec.MaxJobBytes); at the bound (dim 2^34), 2^18 rows
 // with no data are InvalidArgument.
 func TestPushRowsLengthOverflow(t *testing.T) {
 	huge := &pb.JobSpec{Name: "j", Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumVirtualShards: 1,
@@ -712,7 +712,7 @@ func TestPushRowsLengthOverflow(t *testing.T) {
 }
 
 // TestLayoutRefusesJobsOverMaxJobBytes (issue 33, layout bound): a spec
-// whose parameters and optimizer state exceed jobq.MaxJobBytes (64 GiB),
+// whose parameters and optimizer state exceed jobspec.MaxJobBytes (64 GiB),
 // as a job accepted under older, looser bounds may hold, is ErrBadSpec
 // from NewLayout naming the limit, and so from NewClient, RestoreSlot and
 // NewSlot before they allocate anything; a spec at the limit has a layout.

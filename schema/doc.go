@@ -18,6 +18,9 @@
 // Job specs, task queues and events are not keys: they live in the FSM's
 // job queue (fsm/jobq) and are reached through the Master API.
 //
+// Checkpoint versions encode a sync trajectory and a step:
+// version = epoch*EpochStride + step (VersionEpoch, VersionStep).
+//
 // Usage:
 //
 //	key := schema.SlotKey("mnist", 0)               // "/jobs/mnist/ps/0"

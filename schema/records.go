@@ -92,7 +92,7 @@ type Rollback struct {
 	Slot    int32  `json:"slot"`
 	Node    string `json:"node"`
 	// Epoch is the trajectory that starts at Version: versions written
-	// after the rollback are labelled with it (pserver/agent's EpochStride).
+	// after the rollback are labelled with it (EpochStride).
 	Epoch int64 `json:"epoch"`
 }
 

@@ -8,10 +8,11 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/api/errs"
+	"github.com/raftps/raftps/api/rpctypes"
 )
 
 // An Authorizer checks each gRPC call against the role of the caller's
@@ -86,7 +87,7 @@ func (a *Authorizer) denied(ctx context.Context, method string, id Identity, why
 		}
 		a.Log.Warn("permission denied", "method", method, "name", id.Name, "role", id.Role, "peer", addr, "reason", why)
 	}
-	return status.Errorf(codes.PermissionDenied, "%s: permission denied to %s: %s", method, id, why)
+	return rpctypes.ToStatus(fmt.Errorf("%s: %w to %s: %s", method, errs.ErrPermissionDenied, id, why))
 }
 
 // allow decides a call before its request is read and returns the

@@ -2,11 +2,12 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/raftps/raftps/api/errs"
+	"github.com/raftps/raftps/api/rpctypes"
 )
 
 // Per-role lease limits (the "limits" column of the RPC table): a trainer
@@ -86,5 +87,5 @@ func CheckLease(ctx context.Context, lease int64, read bool, owner func() (strin
 			return nil
 		}
 	}
-	return status.Errorf(codes.PermissionDenied, "lease %d: permission denied to %s: not a lease its certificate granted", lease, id)
+	return rpctypes.ToStatus(fmt.Errorf("lease %d: %w to %s: not a lease its certificate granted", lease, errs.ErrPermissionDenied, id))
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/trainertest"
 )

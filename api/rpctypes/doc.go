@@ -8,10 +8,14 @@
 //	err = rpctypes.FromStatus(err)                   // client: status → sentinel
 //	if errors.Is(err, errs.ErrLeaseNotFound) { ... }
 //
-// It is a leaf: it imports only fsm/errs (the state machine's sentinels)
-// and gRPC's status types, so client code can use it without importing the
-// server. The store's own sentinels (ErrNotLeader, ErrNoLeader, ErrNotOpen)
-// are defined here for that reason; package raftstore re-exports them.
+// It is a leaf: it imports only api/errs (the client-visible sentinels)
+// and gRPC's status types, nothing else of ours, so client code can use it
+// without importing the server. Its table is the one sentinel <-> status
+// mapping of the code base: the state machine's, the store's, the
+// parameter servers', the checkpoint store's and the node services'
+// sentinels each have one row (code and ErrorInfo reason). The store's own
+// sentinels (ErrNotLeader, ErrNoLeader, ErrNotOpen) are defined here;
+// package raftstore re-exports them.
 //
 // A status built by ToStatus carries the sentinel's reason in an
 // google.rpc.ErrorInfo detail (Domain "raftps"); FromStatus reads it, and

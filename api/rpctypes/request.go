@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/api/errs"
 )
 
 // RequestID identifies a write for exactly-once application (Raft thesis

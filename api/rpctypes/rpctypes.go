@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/api/errs"
 )
 
 // Errors of the store layer (package raftstore re-exports them).
@@ -64,6 +64,27 @@ var table = []entry{
 	{errs.ErrNotFound, codes.NotFound, "NOT_FOUND"},
 	{errs.ErrExists, codes.AlreadyExists, "ALREADY_EXISTS"},
 	{errs.ErrFailedPrecondition, codes.FailedPrecondition, "FAILED_PRECONDITION"},
+	{errs.ErrNoCapacity, codes.ResourceExhausted, "NO_CAPACITY"},
+	{errs.ErrSlotFenced, codes.Unavailable, "SLOT_FENCED"},
+	{errs.ErrSlotNotHosted, codes.Unavailable, "SLOT_NOT_HOSTED"},
+	{errs.ErrStalePush, codes.FailedPrecondition, "STALE_PUSH"},
+	{errs.ErrBadSpec, codes.InvalidArgument, "BAD_SPEC"},
+	{errs.ErrNewerFormat, codes.FailedPrecondition, "NEWER_FORMAT"},
+	{errs.ErrVShardCorrupt, codes.DataLoss, "VSHARD_CORRUPT"},
+	{errs.ErrIncompatible, codes.DataLoss, "INCOMPATIBLE"},
+	{errs.ErrMissingVShard, codes.DataLoss, "MISSING_VSHARD"},
+	{errs.ErrBlobNotFound, codes.NotFound, "BLOB_NOT_FOUND"},
+	{errs.ErrBlobCorrupt, codes.DataLoss, "BLOB_CORRUPT"},
+	{errs.ErrCheckpointFenced, codes.FailedPrecondition, "CHECKPOINT_FENCED"},
+	{errs.ErrStaleCheckpoint, codes.FailedPrecondition, "STALE_CHECKPOINT"},
+	{errs.ErrStoreClosed, codes.Unavailable, "STORE_CLOSED"},
+	{errs.ErrManifestConflict, codes.AlreadyExists, "MANIFEST_CONFLICT"},
+	{errs.ErrTooManyStreams, codes.ResourceExhausted, "TOO_MANY_STREAMS"},
+	{errs.ErrNoPointer, codes.FailedPrecondition, "NO_POINTER"},
+	{errs.ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
+	{errs.ErrWrongPort, codes.Unimplemented, "WRONG_PORT"},
+	{errs.ErrGossipEncryptionOff, codes.FailedPrecondition, "GOSSIP_ENCRYPTION_OFF"},
+	{errs.ErrNeedsMutualTLS, codes.FailedPrecondition, "NEEDS_MUTUAL_TLS"},
 }
 
 // general is the sentinel FromStatus falls back to for a code when the

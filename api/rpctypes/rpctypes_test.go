@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/api/errs"
 )
 
 // overWire rebuilds err's status from its proto, as a peer receives it.

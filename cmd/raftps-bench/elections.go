@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftps/raftps/bench"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 func newElectionsCmd(stdout, stderr io.Writer) *cobra.Command {

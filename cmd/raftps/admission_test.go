@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/nodetest"
+	"github.com/raftps/raftps/internal/testing/nodetest"
 	"github.com/raftps/raftps/node"
 )
 
@@ -19,7 +19,7 @@ import (
 // the real CLI and gRPC with InvalidArgument naming the field (the width
 // bound), and widths within the bound whose product passes the cluster's
 // cap (--hidden 1048576,1048576: 2^40 parameters) with InvalidArgument
-// naming jobq.MaxJobBytes; no job is created.
+// naming jobspec.MaxJobBytes; no job is created.
 func TestSubmitHugeModelRefused(t *testing.T) {
 	n := mustNode(t)
 	ds, _ := filepath.Abs(filepath.Join("..", "..", "datasets", "fashion-mnist"))

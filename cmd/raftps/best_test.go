@@ -13,9 +13,9 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/schema"
 	"github.com/raftps/raftps/trainer/dataset"
 	"github.com/raftps/raftps/trainer/model"
 )
@@ -134,7 +134,7 @@ func TestCheckpointBestIsEvaluatedVersion(t *testing.T) {
 		t.Fatalf("best version %d (step %d) is listed at accuracy %v but its parameters evaluate to %v", best.Version, best.Step, *best.Metric, acc)
 	}
 	for _, pm := range metrics {
-		if pm.CheckpointVersion%jobq.CheckpointEpochStride != pm.Step {
+		if pm.CheckpointVersion%schema.EpochStride != pm.Step {
 			t.Fatalf("pass %d: metric of step %d names version %d", pm.Pass, pm.Step, pm.CheckpointVersion)
 		}
 		if acc := evaluate(pm.CheckpointVersion, pm.Step); acc != pm.TestAccuracy {

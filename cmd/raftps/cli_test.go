@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/nodetest"
+	"github.com/raftps/raftps/internal/testing/nodetest"
 	"github.com/raftps/raftps/node"
 )
 

@@ -14,6 +14,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/cmd/raftps/demo"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/schema"
 )
 
 // newDemoCmd is `raftps demo`: the cluster and the fault schedule are
@@ -203,5 +204,5 @@ func printDemoSummary(w io.Writer, res *followResult, faults []*demo.Fault, spec
 		fmt.Fprintf(w, "last checkpoint:  none%s\n", why)
 		return
 	}
-	fmt.Fprintf(w, "last checkpoint:  version %d (epoch %d, step %d), md5 %s\n", v, v/epochStride, v%epochStride, strings.Join(md5s, ","))
+	fmt.Fprintf(w, "last checkpoint:  version %d (epoch %d, step %d), md5 %s\n", v, v/schema.EpochStride, v%schema.EpochStride, strings.Join(md5s, ","))
 }

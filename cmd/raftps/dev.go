@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftps/raftps/cmd/raftps/demo"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 )
 
 // devNodes is the size of the `raftps dev` cluster.

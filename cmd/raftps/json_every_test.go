@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/raftps/raftps/gossip"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/node"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/trainer/model"
 )
 
@@ -18,7 +18,7 @@ const (
 // pservers know every parameter's shape and initializer; an external
 // model's params are the spec's own (the master checks them).
 func fillParams(spec *pb.JobSpec) error {
-	if spec.GetModel().GetName() == jobq.ModelExternal {
+	if spec.GetModel().GetName() == jobspec.ModelExternal {
 		return nil
 	}
 	m, err := model.Build(spec.Model, fashionInputDim, fashionClasses)

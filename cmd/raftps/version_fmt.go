@@ -4,31 +4,26 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/schema"
 )
 
-// epochStride separates sync trajectories in checkpoint versions:
-// version = epoch*epochStride + step (the pserver agent's EpochStride,
-// which is jobq's; the CLI does not import the agent).
-const epochStride = jobq.CheckpointEpochStride
-
 // fmtVersion shows a checkpoint version for people: "e1/s3842" for epoch 1,
-// step 3842 (version = epoch*epochStride + step; a rollback starts a
+// step 3842 (version = epoch*schema.EpochStride + step; a rollback starts a
 // new epoch), the plain step for epoch 0. Tables and simple output use it;
 // -w json keeps the raw number (1000003842).
 func fmtVersion(v int64) string {
-	if v < epochStride {
+	if v < schema.EpochStride {
 		return strconv.FormatInt(v, 10)
 	}
-	return fmt.Sprintf("e%d/s%d", v/epochStride, v%epochStride)
+	return fmt.Sprintf("e%d/s%d", v/schema.EpochStride, v%schema.EpochStride)
 }
 
 // parseVersion reads a checkpoint version as fmtVersion shows it
 // ("e1/s3842") or raw ("1000003842", "3842").
 func parseVersion(s string) (int64, error) {
 	var e, st int64
-	if n, err := fmt.Sscanf(s, "e%d/s%d", &e, &st); err == nil && n == 2 && fmtVersion(e*epochStride+st) == s && e >= 0 && st >= 0 && st < epochStride {
-		return e*epochStride + st, nil
+	if n, err := fmt.Sscanf(s, "e%d/s%d", &e, &st); err == nil && n == 2 && fmtVersion(e*schema.EpochStride+st) == s && e >= 0 && st >= 0 && st < schema.EpochStride {
+		return e*schema.EpochStride + st, nil
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {

@@ -38,7 +38,7 @@
 // with SetEntryWall before each entry: the cluster time lags the wall clock
 // by every leaderless period, and a shown time must not. The records of
 // MarshalJobs (version 2) keep both finish times.
-// Errors wrap the sentinels of package fsm/errs (ErrInvalid naming the
+// Errors wrap the sentinels of package api/errs (ErrInvalid naming the
 // field, ErrExists, ErrNotFound, ErrFailedPrecondition, ErrMalformed for a
 // bad snapshot). MarshalBinary is canonical: equal states give equal bytes.
 //

@@ -3,8 +3,9 @@ package jobq
 import (
 	"fmt"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/schema"
 )
 
 // event is the compact stored form of a pb.JobEvent (the job name is implied).
@@ -106,8 +107,8 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 		// rollback's) committed after the metric was stored: name it.
 		if n := len(j.metrics); n > 0 {
 			m := j.metrics[n-1]
-			if m.CheckpointVersion == 0 && CheckpointVersionStep(ev.Version) == m.Step &&
-				ev.Version/CheckpointEpochStride == j.ckptVersion/CheckpointEpochStride {
+			if m.CheckpointVersion == 0 && schema.VersionStep(ev.Version) == m.Step &&
+				ev.Version/schema.EpochStride == j.ckptVersion/schema.EpochStride {
 				m.CheckpointVersion = ev.Version
 			}
 		}
@@ -125,9 +126,10 @@ func (q *Queue) RecordEvent(now int64, ev *pb.JobEvent) (*pb.JobEvent, error) {
 }
 
 // Events returns up to limit events of the job with seq >= fromSeq, oldest
-// first (limit <= 0: all kept). The newest MaxEvents events per job are
+// first (limit <= 0: all kept). The newest jobspec.MaxEvents events per job are
 // kept; a fromSeq older than the oldest kept event returns an error wrapping
-// errs.ErrFailedPrecondition that names the oldest kept seq. An unknown job
+// errs.ErrCompacted (OutOfRange, as a watch from a compacted revision) that
+// names the oldest kept seq. An unknown job
 // is errs.ErrNotFound.
 func (q *Queue) Events(name string, fromSeq int64, limit int) ([]*pb.JobEvent, error) {
 	j, err := q.job(name)
@@ -138,7 +140,7 @@ func (q *Queue) Events(name string, fromSeq int64, limit int) ([]*pb.JobEvent, e
 	oldest := j.eventSeq - int64(n) + 1
 	if fromSeq < oldest && oldest > 1 {
 		return nil, fmt.Errorf("%w: job %q events from seq %d were dropped; the oldest kept is %d",
-			errs.ErrFailedPrecondition, name, fromSeq, oldest)
+			errs.ErrCompacted, name, fromSeq, oldest)
 	}
 	start := max(fromSeq-oldest, 0)
 	var out []*pb.JobEvent

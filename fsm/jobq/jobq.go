@@ -6,28 +6,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/jobspec"
 )
 
-// Limits and defaults. The defaults are filled into a submitted JobSpec whose
-// field is zero.
+// Retry, blacklist and timeout constants of the queue (the spec's bounds
+// and defaults are package jobspec's).
 const (
-	// MaxEvents is the number of newest events kept per job (a ring).
-	MaxEvents = 100000
-	// MaxTasks bounds ceil(dataset.records / records_per_task) of one job.
-	MaxTasks = 1 << 22
-	// MaxNameLen is the longest job name.
-	MaxNameLen = 63
-	// MaxTaskTimeouts bounds spec.max_task_timeouts.
-	MaxTaskTimeouts = 10000
-
-	DefaultMaxTaskTimeouts    = 3
-	DefaultTaskTimeoutFloorMs = 10000
-	DefaultNumVirtualShards   = 64
-	DefaultDenseBlockSize     = 65536
-	DefaultCheckpointReplicas = 2
-
 	// WaitRetryMs is the retry_after_ms of a WAIT for pending tasks and of a
 	// PASS_OVER while the end-of-pass evaluation runs.
 	WaitRetryMs = 200
@@ -43,18 +29,6 @@ const (
 	backupMinRuns  = 3                // finished durations needed for a median
 	durationWindow = 64               // finished durations kept for the median
 	msNs           = int64(1_000_000) // ns per ms
-)
-
-// ModelExternal is the model kind of a job whose model raftps does not
-// implement (a PyTorch trainer's, say): its spec must list every parameter
-// (params: name, shape, dense or embedding, initializer). The pservers,
-// checkpoints, restore, repartition and rollback work on the parameter list
-// alone; raftps's own trainers do not serve such a job.
-const ModelExternal = "external"
-
-var (
-	knownModels     = []string{ModelExternal, "hashed_lr", "mlp", "softmax"}
-	knownOptimizers = []string{"adagrad", "adam", "momentum", "sgd"}
 )
 
 // Task states as stored in task.slot: a value >= 0 is the index of the
@@ -176,7 +150,7 @@ type job struct {
 // caller that never sets it) they take now.
 type Queue struct {
 	jobs     map[string]*job
-	eventCap int // MaxEvents; smaller in tests
+	eventCap int // jobspec.MaxEvents; smaller in tests
 	stamp    *entryStamp
 }
 
@@ -195,7 +169,7 @@ func (s *entryStamp) shown(now int64) int64 {
 
 // New returns an empty Queue.
 func New() *Queue {
-	return &Queue{jobs: map[string]*job{}, eventCap: MaxEvents, stamp: &entryStamp{}}
+	return &Queue{jobs: map[string]*job{}, eventCap: jobspec.MaxEvents, stamp: &entryStamp{}}
 }
 
 // SetEntryWall sets the wall clock (Unix ns) of the proposer of the entry
@@ -225,12 +199,12 @@ func (q *Queue) adopt(jobs map[string]*job, eventCap int) {
 // Submit validates req.Spec, fills its defaults and creates the job in
 // JOB_RUNNING with pass 0 and all tasks in todo (task i covers records
 // [i*records_per_task, min((i+1)*records_per_task, records))). Errors wrap
-// errs.ErrInvalid (naming the field, see ValidateSpec) or errs.ErrExists;
+// errs.ErrInvalid (naming the field, see jobspec.ValidateSpec) or errs.ErrExists;
 // with MaxJobs jobs kept it first deletes the oldest finished ones, and
 // refuses with errs.ErrFailedPrecondition if all are running. On error
 // nothing changes. Emits JOB_SUBMITTED.
 func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobResponse, error) {
-	spec, err := ValidateSpec(req.GetSpec())
+	spec, err := jobspec.ValidateSpec(req.GetSpec())
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +214,7 @@ func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobRespon
 	if err := q.makeRoom(); err != nil {
 		return nil, err
 	}
-	n := int32(NumTasks(spec.Dataset.Records, spec.RecordsPerTask)) // <= MaxTasks
+	n := int32(jobspec.NumTasks(spec.Dataset.Records, spec.RecordsPerTask)) // <= jobspec.MaxTasks
 	j := &job{
 		name:      spec.Name,
 		spec:      spec,
@@ -264,24 +238,6 @@ func (q *Queue) Submit(now int64, req *pb.SubmitJobRequest) (*pb.SubmitJobRespon
 
 func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s %s", errs.ErrInvalid, field, fmt.Sprintf(format, args...))
-}
-
-func validName(name string) error {
-	if name == "" {
-		return invalid("name", "must not be empty")
-	}
-	if name == "." || name == ".." {
-		return invalid("name", "%q is not a job name", name)
-	}
-	if len(name) > MaxNameLen {
-		return invalid("name", "%q is longer than %d characters", name, MaxNameLen)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return invalid("name", "%q may only contain [a-z0-9-_.]", name)
-		}
-	}
-	return nil
 }
 
 // ---------------------------------------------------------------- Cancel

@@ -9,8 +9,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/jobspec"
+	"github.com/raftps/raftps/schema"
 )
 
 const (
@@ -159,7 +161,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"long name", func(s *pb.JobSpec) { s.Name = strings.Repeat("a", 64) }, "name"},
 		{"zero records per task", func(s *pb.JobSpec) { s.RecordsPerTask = 0 }, "records_per_task"},
 		{"negative records per task", func(s *pb.JobSpec) { s.RecordsPerTask = -1 }, "records_per_task"},
-		{"too many tasks", func(s *pb.JobSpec) { s.Dataset.Records = MaxTasks + 1; s.RecordsPerTask = 1 }, "records_per_task"},
+		{"too many tasks", func(s *pb.JobSpec) { s.Dataset.Records = jobspec.MaxTasks + 1; s.RecordsPerTask = 1 }, "records_per_task"},
 		{"zero records", func(s *pb.JobSpec) { s.Dataset.Records = 0 }, "dataset.records"},
 		{"no dataset", func(s *pb.JobSpec) { s.Dataset = nil }, "dataset.path"},
 		{"empty dataset path", func(s *pb.JobSpec) { s.Dataset.Path = "" }, "dataset.path"},
@@ -775,7 +777,7 @@ func TestEvalMetricNamesEvaluatedVersion(t *testing.T) {
 		}
 		return st.Metrics[0].CheckpointVersion
 	}
-	epoch1 := int64(CheckpointEpochStride)
+	epoch1 := int64(schema.EpochStride)
 	for _, tc := range []struct {
 		name          string
 		before, after []int64
@@ -991,8 +993,8 @@ func TestEvents(t *testing.T) {
 		{"limit", 15, 3, 15, 3, nil},
 		{"newest", 21, 0, 21, 1, nil},
 		{"future", 22, 0, 0, 0, nil},
-		{"dropped", 11, 0, 0, 0, errs.ErrFailedPrecondition},
-		{"zero", 0, 0, 0, 0, errs.ErrFailedPrecondition},
+		{"dropped", 11, 0, 0, 0, errs.ErrCompacted}, // OutOfRange, as a compacted watch
+		{"zero", 0, 0, 0, 0, errs.ErrCompacted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			evs, err := q.Events("j", tc.from, tc.limit)

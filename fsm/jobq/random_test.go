@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 const (

@@ -5,19 +5,19 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // Bounds on the job state (issue 12 item 8). With them every job's state,
 // and so its snapshot record, is bounded whatever clients send:
 //
-//	tasks    <= MaxTasks x ~17 B (slot, epoch delta, counts)     ~  71 MB
-//	todo     <= MaxTasks x 5 B                                    ~  21 MB
+//	tasks    <= jobspec.MaxTasks x ~17 B (slot, epoch delta, counts)     ~  71 MB
+//	todo     <= jobspec.MaxTasks x 5 B                                    ~  21 MB
 //	pending  <= MaxPending x 2 copies x (30 + MaxTrainerLen) B    ~  21 MB
-//	events   <= MaxEvents x (~90 + MaxTrainerLen + MaxEventMessage) B ~ 47 MB
-//	metrics  <= MaxPasses x ~60 B, trainers <= MaxTrainerRecords x ~150 B,
-//	spec     <= MaxSpecBytes
+//	events   <= jobspec.MaxEvents x (~90 + MaxTrainerLen + MaxEventMessage) B ~ 47 MB
+//	metrics  <= jobspec.MaxPasses x ~60 B, trainers <= MaxTrainerRecords x ~150 B,
+//	spec     <= jobspec.MaxSpecBytes
 //
 // about 170 MB at worst, below MaxJobRecordBytes; and at most MaxJobs jobs.
 const (

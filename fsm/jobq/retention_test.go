@@ -9,8 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // TestDeleteJob is issue 12 item 8: jobs could never be deleted. A running

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/jobspec"
 )
 
 const million = 1_000_000
@@ -98,7 +99,7 @@ func TestScale1M(t *testing.T) {
 		t.Fatalf("after pass 0: %v", st)
 	}
 	t.Logf("pass 0 of 1M tasks: %v (%.2f µs per GetTask+TaskFinished, rollover included)", pass, float64(pass.Microseconds())/million)
-	t.Logf("heap with the pass done and %d events kept: %.1f MB", MaxEvents, float64(heapInUse()-base)/1e6)
+	t.Logf("heap with the pass done and %d events kept: %.1f MB", jobspec.MaxEvents, float64(heapInUse()-base)/1e6)
 
 	start = time.Now()
 	if err := q.check(); err != nil {

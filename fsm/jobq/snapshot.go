@@ -8,8 +8,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // snapshotMagic opens a queue snapshot (MarshalBinary), then its version.
@@ -100,7 +101,7 @@ func (q *Queue) MarshalJobs() ([][]byte, error) {
 func (q *Queue) UnmarshalJobs(recs [][]byte) error {
 	eventCap := q.eventCap
 	if eventCap <= 0 {
-		eventCap = MaxEvents
+		eventCap = jobspec.MaxEvents
 	}
 	nq := &Queue{jobs: make(map[string]*job, len(recs)), eventCap: eventCap}
 	prevName := ""
@@ -345,7 +346,7 @@ func (q *Queue) UnmarshalBinary(b []byte) error {
 	}
 	eventCap := q.eventCap
 	if eventCap <= 0 {
-		eventCap = MaxEvents
+		eventCap = jobspec.MaxEvents
 	}
 	nq := &Queue{jobs: map[string]*job{}, eventCap: eventCap}
 	njobs := d.n(8)
@@ -443,7 +444,7 @@ func (d *dec) trainers(j *job) {
 // tasks decodes j's n task states (n as the spec gives it); false once d
 // has failed.
 func (d *dec) tasks(j *job, n int) bool {
-	if want := NumTasks(j.spec.Dataset.Records, j.spec.RecordsPerTask); int64(n) != want || n > MaxTasks {
+	if want := jobspec.NumTasks(j.spec.Dataset.Records, j.spec.RecordsPerTask); int64(n) != want || n > jobspec.MaxTasks {
 		d.fail("job %q: %d tasks, spec gives %d", j.name, n, want)
 		return false
 	}

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/raftps/raftps/api/errs"
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // roundTrip checks the invariant every accepted command must keep: the
@@ -115,18 +117,18 @@ func TestSubmitExtremeSpecs(t *testing.T) {
 // ErrInvalid naming the field and the parameter.
 func TestExternalModelSpec(t *testing.T) {
 	ok := testSpec("ext", 100, 10)
-	ok.Model = &pb.ModelSpec{Name: ModelExternal}
+	ok.Model = &pb.ModelSpec{Name: jobspec.ModelExternal}
 	ok.Params = []*pb.ParamSpec{
 		{Name: "conv1.weight", Shape: []int64{8, 1, 3, 3}, Init: pb.Initializer_INIT_GLOROT},
 		{Name: "conv1.bias", Shape: []int64{8}},
 		{Name: "emb", Shape: []int64{100, 4}, Embedding: true, Init: pb.Initializer_INIT_NORMAL, Scale: 0.1},
 	}
-	if _, err := ValidateSpec(ok); err != nil {
+	if _, err := jobspec.ValidateSpec(ok); err != nil {
 		t.Fatalf("external spec refused: %v", err)
 	}
 	none := proto.Clone(ok).(*pb.JobSpec)
 	none.Params = nil
-	if _, err := ValidateSpec(none); !errors.Is(err, errs.ErrInvalid) || !strings.Contains(err.Error(), "params") {
+	if _, err := jobspec.ValidateSpec(none); !errors.Is(err, errs.ErrInvalid) || !strings.Contains(err.Error(), "params") {
 		t.Errorf("external without params: %v, want ErrInvalid naming params", err)
 	}
 	for _, tc := range []struct {
@@ -141,7 +143,7 @@ func TestExternalModelSpec(t *testing.T) {
 	} {
 		s := proto.Clone(ok).(*pb.JobSpec)
 		tc.edit(s.Params)
-		_, err := ValidateSpec(s)
+		_, err := jobspec.ValidateSpec(s)
 		if !errors.Is(err, errs.ErrInvalid) || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), `(param "`) {
 			t.Errorf("%s: %v, want ErrInvalid naming %s and the param", tc.name, err, tc.field)
 		}

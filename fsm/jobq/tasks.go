@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/schema"
 )
 
 // ---------------------------------------------------------------- GetTask
@@ -91,7 +92,7 @@ func (q *Queue) GetTask(now int64, req *pb.GetTaskRequest) (*pb.GetTaskResponse,
 // math.MaxInt64 (slowest is a difference of two stamped clocks, so it can
 // be anything a leader stamped).
 func (j *job) timeout(slowest int64) int64 {
-	floor := j.spec.TaskTimeoutFloorMs * msNs // <= MaxTaskTimeoutFloorMs x 1e6: no overflow
+	floor := j.spec.TaskTimeoutFloorMs * msNs // <= jobspec.MaxTaskTimeoutFloorMs x 1e6: no overflow
 	if slowest > math.MaxInt64/timeoutFactor {
 		return math.MaxInt64
 	}
@@ -601,7 +602,7 @@ func (j *job) passMetric() *pb.PassMetric {
 // names only the version whose parameters it measured (RecordEvent attaches
 // one committed later).
 func (j *job) versionAt(step int64) int64 {
-	if v := j.ckptVersion; v > 0 && CheckpointVersionStep(v) == step {
+	if v := j.ckptVersion; v > 0 && schema.VersionStep(v) == step {
 		return v
 	}
 	return 0
@@ -646,3 +647,5 @@ func (j *job) end(now int64, st pb.JobState, msg string) {
 	j.state, j.message, j.finished, j.finishedWall = st, msg, now, j.stamp.shown(now)
 	j.emit(now, event{typ: pb.JobEvent_JOB_ENDED, pass: j.pass, message: st.String() + ": " + msg})
 }
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -17,7 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/security"
 )
 

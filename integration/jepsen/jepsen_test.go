@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/raftstore"
 )
 

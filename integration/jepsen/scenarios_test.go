@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/schema"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/localcluster"
+	"github.com/raftps/raftps/internal/testing/localcluster"
 	"google.golang.org/grpc"
 )
 

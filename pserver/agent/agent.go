@@ -112,7 +112,7 @@ type hosted struct {
 	// one).
 	snaps   chan queued
 	queueMu sync.Mutex // serializes queueSnapshot
-	// epoch is the sync trajectory the slot is on (see EpochStride).
+	// epoch is the sync trajectory the slot is on (see schema.EpochStride).
 	epoch int64
 	// until is the serve-until of the lease the slot was claimed under
 	// (every Slot that serves it, a rollback's too, checks it).

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/schema"
@@ -402,7 +402,7 @@ func TestRollbackFollowed(t *testing.T) {
 	meta, ta, s2 := rollBack(t, 2)
 	servedWithTrainer(t, ta, "j", 0)
 	step(t, s2)
-	want := int64(EpochStride + 3)
+	want := int64(schema.EpochStride + 3)
 	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want })
 	// The event names the version and what it means: its epoch and step.
 	meta.mu.Lock()
@@ -464,7 +464,7 @@ func TestRollbackToInitializer(t *testing.T) {
 	}
 	servedWithTrainer(t, ta, "j", 0)
 	step(t, s2)
-	want1 := int64(EpochStride + 1)
+	want1 := int64(schema.EpochStride + 1)
 	waitFor(t, "a version on epoch 1", func() bool { p := pointer(meta, "j", 0); return p != nil && p.GetVersion() == want1 })
 }
 

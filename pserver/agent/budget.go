@@ -5,20 +5,15 @@ import (
 	"fmt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // SlotBytes is what one slot of spec holds in parameters and optimizer
-// state: jobq.StateBytes over num_pservers, rounded up (the share the
-// master admits a job with; package master's JobNeed). An invalid spec
-// (which the FSM never accepts) counts as 0.
+// state: jobspec.Need's Slot, the share the master admits a job with. An
+// invalid spec (which the FSM never accepts) counts as 0.
 func SlotBytes(spec *pb.JobSpec) int64 {
-	state, err := jobq.StateBytes(spec)
-	p := int64(spec.GetNumPservers())
-	if err != nil || p < 1 {
-		return 0
-	}
-	return (state + p - 1) / p
+	n, _ := jobspec.Need(spec)
+	return n.Slot
 }
 
 // inUseLocked is the bytes of the slots this node hosts. Called with a.mu.

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/schema"
 )
 
 // maybeCheckpoint starts a checkpoint of each hosted slot of job whose
@@ -106,21 +106,13 @@ func (h *hosted) lastCheckpoint() (step int64, at time.Time, version int64) {
 	return h.lastCkptStep, h.lastCkptTime, h.lastVersion
 }
 
-// EpochStride separates sync trajectories in checkpoint versions:
-// version = epoch*EpochStride + step. A rollback (a slot restored from an
-// older version, every other slot following it) starts a new epoch, so
-// versions written on the new trajectory are newer than everything the
-// abandoned one wrote, and the two never share a version number (which
-// would let Restore combine slots of different trajectories).
-const EpochStride = jobq.CheckpointEpochStride
-
-// checkpointVersion names a snapshot's version: epoch*EpochStride + its
+// checkpointVersion names a snapshot's version: epoch*schema.EpochStride + its
 // step. In sync jobs the step-based snapshots are taken inside the
 // completion of every N-th step (pserver.Slot.SnapshotEvery), so every
 // slot's version is the model after exactly that step, and Restore finds
 // versions all slots have.
 func checkpointVersion(epoch int64, snap *pserver.SlotSnapshot) int64 {
-	return epoch*EpochStride + snap.Step
+	return epoch*schema.EpochStride + snap.Step
 }
 
 // startCheckpoints starts h's checkpoint goroutine and installs the

@@ -51,7 +51,7 @@
 //     restores from the initializer and publishes version 0: the other
 //     slots reset to the initializer too;
 //   - each rollback starts a new trajectory epoch, and versions are
-//     epoch*EpochStride + step, so no version can combine slots of an
+//     epoch*schema.EpochStride + step, so no version can combine slots of an
 //     abandoned trajectory with the new one;
 //   - a sync step that waits Config.StepWaitWarn (10 s) or more for
 //     trainers is logged with the trainers it waits for and those that

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/schema"

@@ -47,7 +47,7 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 	a.mu.Unlock()
 	for _, h := range todo {
 		h.rollbackRev = rev
-		if rb.Slot == h.key.slot || a.slotOf(h).Step() <= rb.Version%EpochStride {
+		if rb.Slot == h.key.slot || a.slotOf(h).Step() <= rb.Version%schema.EpochStride {
 			a.mu.Lock()
 			h.epoch = max(h.epoch, rb.Epoch)
 			a.mu.Unlock()
@@ -92,15 +92,15 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 			"from_step", from, "to_version", rb.Version, "epoch", rb.Epoch, "because", fmt.Sprintf("slot %d restored on %s", rb.Slot, rb.Node))
 		_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name, Version: rb.Version,
 			Message: fmt.Sprintf("slot %d on %s: rolled back from step %d to version %d (epoch %d, step %d; slot %d was restored)",
-				h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Version/EpochStride, rb.Version%EpochStride, rb.Slot)})
+				h.key.slot, a.cfg.NodeID, from, rb.Version, rb.Version/schema.EpochStride, rb.Version%schema.EpochStride, rb.Slot)})
 	}
 }
 
 // rollbackSlot builds slot i of spec at checkpoint version (its step
-// version%EpochStride): from the version's blobs, or from the initializer
+// version%schema.EpochStride): from the version's blobs, or from the initializer
 // for step 0 (a slot restored from the initializer published it).
 func (a *Agent) rollbackSlot(ctx context.Context, spec *pb.JobSpec, i int32, version int64) (*pserver.Slot, error) {
-	if version%EpochStride == 0 {
+	if version%schema.EpochStride == 0 {
 		return pserver.NewSlot(spec, i, spec.NumPservers)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/schema"
 )
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -163,7 +164,7 @@ type evilStore struct {
 func (e *evilStore) GetManifest(_ context.Context, req *pb.GetManifestRequest) (*pb.GetManifestResponse, error) {
 	raw, ok := e.manifests[req.GetKey()]
 	if !ok {
-		return nil, toStatus(fmt.Errorf("%w: %s", ErrNotFound, req.GetKey()))
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: %s", ErrNotFound, req.GetKey()))
 	}
 	return &pb.GetManifestResponse{Manifest: raw}, nil
 }
@@ -359,7 +360,7 @@ func TestDeleteVersionsChecked(t *testing.T) {
 	}
 	// A service without Meta cannot check, and refuses.
 	svc := NewService(c.nodes[1].store, testLogger(t))
-	if _, err := svc.DeleteVersions(ctx, &pb.DeleteVersionsRequest{Job: "h", Slot: 0, Versions: []int64{2}}); !errors.Is(fromStatus(err), ErrNoPointer) {
+	if _, err := svc.DeleteVersions(ctx, &pb.DeleteVersionsRequest{Job: "h", Slot: 0, Versions: []int64{2}}); !errors.Is(rpctypes.FromStatus(err), ErrNoPointer) {
 		t.Fatalf("delete on a service without Meta: %v", err)
 	}
 }
@@ -380,7 +381,7 @@ func TestPutBlobAllocatesWithData(t *testing.T) {
 		if err := stream.Send(&pb.BlobChunk{Md5: MD5Hex(nil), Size: MaxBlobSize, Data: make([]byte, 50)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := stream.CloseAndRecv(); !errors.Is(fromStatus(err), ErrCorrupt) {
+		if _, err := stream.CloseAndRecv(); !errors.Is(rpctypes.FromStatus(err), ErrCorrupt) {
 			t.Fatalf("50 of 4 GiB announced: %v, want ErrCorrupt", err)
 		}
 	})
@@ -425,7 +426,7 @@ func TestPutBlobStreamsPerPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = extra.Send(&pb.BlobChunk{Md5: MD5Hex(data), Size: int64(len(data)), Data: data})
-	if _, err := extra.CloseAndRecv(); !errors.Is(fromStatus(err), ErrBusy) {
+	if _, err := extra.CloseAndRecv(); !errors.Is(rpctypes.FromStatus(err), ErrBusy) {
 		t.Fatalf("stream %d of one peer: %v, want ErrBusy", MaxStreamsPerPeer+1, err)
 	}
 	for _, s := range open {

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -103,32 +102,32 @@ func (s *Service) enter(ctx context.Context) (leave func(), err error) {
 func (s *Service) PutBlob(stream grpc.ClientStreamingServer[pb.BlobChunk, pb.PutBlobResponse]) error {
 	leave, err := s.enter(stream.Context())
 	if err != nil {
-		return toStatus(err)
+		return rpctypes.ToStatus(err)
 	}
 	defer leave()
 	first, err := stream.Recv()
 	if err != nil {
-		return toStatus(fmt.Errorf("%w: put blob: no first chunk: %v", ErrInvalid, err))
+		return rpctypes.ToStatus(fmt.Errorf("%w: put blob: no first chunk: %v", ErrInvalid, err))
 	}
 	md5hex, size := first.GetMd5(), first.GetSize()
 	if size < 0 || size > MaxBlobSize || (md5hex != "" && !isMD5Hex(md5hex)) || (md5hex == "" && (size != 0 || len(first.GetData()) > 0)) {
-		return toStatus(fmt.Errorf("%w: put blob: md5 %q size %d", ErrInvalid, md5hex, size))
+		return rpctypes.ToStatus(fmt.Errorf("%w: put blob: md5 %q size %d", ErrInvalid, md5hex, size))
 	}
 	var data []byte
 	if md5hex != "" {
 		data, err = recvBlob(first, stream.Recv, size)
 		if err != nil {
-			return toStatus(fmt.Errorf("blob %s: %w", md5hex, err))
+			return rpctypes.ToStatus(fmt.Errorf("blob %s: %w", md5hex, err))
 		}
 		if err := s.store.PutBlob(md5hex, data); err != nil {
 			s.logger.Warn("put blob rejected", "md5", md5hex, "err", err)
-			return toStatus(err)
+			return rpctypes.ToStatus(err)
 		}
 	}
 	if key := first.GetManifestKey(); key != "" {
 		if err := s.putManifest(stream.Context(), key, first.GetManifest()); err != nil {
 			s.logger.Warn("put manifest rejected", "key", key, "err", err)
-			return toStatus(err)
+			return rpctypes.ToStatus(err)
 		}
 	}
 	return stream.SendAndClose(&pb.PutBlobResponse{Bytes: int64(len(data))})
@@ -212,7 +211,7 @@ func recvBlob(first *pb.BlobChunk, recv func() (*pb.BlobChunk, error), size int6
 func (s *Service) DeleteVersions(ctx context.Context, req *pb.DeleteVersionsRequest) (*pb.DeleteVersionsResponse, error) {
 	deleted, err := s.deleteVersions(ctx, req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, rpctypes.ToStatus(err)
 	}
 	return &pb.DeleteVersionsResponse{Deleted: deleted}, nil
 }
@@ -262,7 +261,7 @@ func (s *Service) deleteVersions(ctx context.Context, req *pb.DeleteVersionsRequ
 func (s *Service) GetBlob(req *pb.GetBlobRequest, stream grpc.ServerStreamingServer[pb.BlobChunk]) error {
 	data, err := s.store.GetBlob(req.GetMd5())
 	if err != nil {
-		return toStatus(err)
+		return rpctypes.ToStatus(err)
 	}
 	return sendChunks(data, &pb.BlobChunk{Md5: req.GetMd5(), Size: int64(len(data))}, stream.Send)
 }
@@ -271,7 +270,7 @@ func (s *Service) GetBlob(req *pb.GetBlobRequest, stream grpc.ServerStreamingSer
 func (s *Service) GetManifest(_ context.Context, req *pb.GetManifestRequest) (*pb.GetManifestResponse, error) {
 	raw, err := s.store.GetManifest(req.GetKey())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, rpctypes.ToStatus(err)
 	}
 	return &pb.GetManifestResponse{Manifest: raw}, nil
 }
@@ -280,7 +279,7 @@ func (s *Service) GetManifest(_ context.Context, req *pb.GetManifestRequest) (*p
 func (s *Service) VerifyBlob(_ context.Context, req *pb.VerifyBlobRequest) (*pb.VerifyBlobResponse, error) {
 	present, ok, actual, err := s.store.VerifyBlob(req.GetMd5())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, rpctypes.ToStatus(err)
 	}
 	return &pb.VerifyBlobResponse{Present: present, Ok: ok, ActualMd5: actual}, nil
 }
@@ -300,66 +299,6 @@ func sendChunks(data []byte, first *pb.BlobChunk, send func(*pb.BlobChunk) error
 		}
 		c = &pb.BlobChunk{}
 	}
-}
-
-// toStatus is the one table mapping package errors to gRPC codes.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok && !isSentinel(err) {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrCorrupt):
-		code = codes.DataLoss
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrClosed):
-		code = codes.Unavailable
-	case errors.Is(err, ErrConflict):
-		code = codes.AlreadyExists
-	case errors.Is(err, ErrBusy):
-		code = codes.ResourceExhausted
-	case errors.Is(err, ErrNoPointer):
-		code = codes.FailedPrecondition
-	}
-	return status.Error(code, err.Error())
-}
-
-func isSentinel(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrCorrupt, ErrInvalid, ErrClosed, ErrFenced, ErrStaleVersion, ErrConflict, ErrBusy, ErrNoPointer} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// fromStatus maps a gRPC status back to the package's sentinels.
-func fromStatus(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	switch st.Code() {
-	case codes.NotFound:
-		return fmt.Errorf("%w: %s", ErrNotFound, st.Message())
-	case codes.DataLoss:
-		return fmt.Errorf("%w: %s", ErrCorrupt, st.Message())
-	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalid, st.Message())
-	case codes.AlreadyExists:
-		return fmt.Errorf("%w: %s", ErrConflict, st.Message())
-	case codes.ResourceExhausted:
-		return fmt.Errorf("%w: %s", ErrBusy, st.Message())
-	case codes.FailedPrecondition:
-		return fmt.Errorf("%w: %s", ErrNoPointer, st.Message())
-	}
-	return err
 }
 
 // Client copies checkpoints to and from other nodes' CheckpointStore
@@ -485,13 +424,13 @@ func (c *Client) put(ctx context.Context, addr string, first *pb.BlobChunk, data
 	}
 	stream, err := stub.PutBlob(ctx)
 	if err != nil {
-		return fromStatus(err)
+		return rpctypes.FromStatus(err)
 	}
 	if err := sendChunks(data, first, stream.Send); err != nil && err != io.EOF {
-		return fromStatus(err)
+		return rpctypes.FromStatus(err)
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {
-		return fromStatus(err)
+		return rpctypes.FromStatus(err)
 	}
 	return nil
 }
@@ -506,7 +445,7 @@ func (c *Client) DeleteVersions(ctx context.Context, addr, job string, slot int3
 	}
 	resp, err := stub.DeleteVersions(ctx, &pb.DeleteVersionsRequest{Job: job, Slot: slot, Versions: versions})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, rpctypes.FromStatus(err)
 	}
 	return resp.GetDeleted(), nil
 }
@@ -524,12 +463,12 @@ func (c *Client) GetBlob(ctx context.Context, addr, md5hex string, size int64) (
 	defer cancel() // stops the peer's stream if we give up early
 	stream, err := stub.GetBlob(ctx, &pb.GetBlobRequest{Md5: md5hex})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, rpctypes.FromStatus(err)
 	}
 	recv := func() (*pb.BlobChunk, error) {
 		ch, err := stream.Recv()
 		if err != nil && err != io.EOF {
-			return nil, fromStatus(err)
+			return nil, rpctypes.FromStatus(err)
 		}
 		return ch, err
 	}
@@ -572,7 +511,7 @@ func (c *Client) GetManifest(ctx context.Context, addr, key string) ([]byte, err
 	}
 	resp, err := stub.GetManifest(ctx, &pb.GetManifestRequest{Key: key})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, rpctypes.FromStatus(err)
 	}
 	return resp.GetManifest(), nil
 }
@@ -585,7 +524,7 @@ func (c *Client) VerifyBlob(ctx context.Context, addr, md5hex string) (*pb.Verif
 	}
 	resp, err := stub.VerifyBlob(ctx, &pb.VerifyBlobRequest{Md5: md5hex})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, rpctypes.FromStatus(err)
 	}
 	return resp, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/internal/shape"
 	"github.com/raftps/raftps/pserver/wire"
 )
@@ -244,28 +244,16 @@ func (c *Client) invalidate(slot int32) {
 	c.mu.Unlock()
 }
 
-// fromGRPC maps a gRPC status back to this package's sentinels.
+// fromGRPC maps a gRPC status back to the sentinel it names
+// (rpctypes.FromStatus). An Unavailable that names no slot sentinel is a
+// transport failure (the pserver may be gone): it becomes ErrNotHosted, so
+// the client re-resolves the slot.
 func fromGRPC(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
+	err = rpctypes.FromStatus(err)
+	if status.Code(err) == codes.Unavailable && !retryable(err) {
+		return &wire.Error{Sentinel: wire.ErrNotHosted, Detail: err.Error()}
 	}
-	var s error
-	switch st.Code() {
-	case codes.Unavailable:
-		s = wire.ErrNotHosted
-		if strings.HasPrefix(st.Message(), wire.ErrFenced.Error()) {
-			s = wire.ErrFenced
-		}
-	case codes.InvalidArgument:
-		s = wire.ErrInvalid
-	case codes.FailedPrecondition:
-		s = wire.ErrStale
-	default:
-		return err
-	}
-	msg := strings.TrimPrefix(strings.TrimPrefix(st.Message(), s.Error()), ": ")
-	return &wire.Error{Sentinel: s, Detail: msg}
+	return err
 }
 
 // retryable reports whether err asks the client to re-resolve the slot.
@@ -358,7 +346,7 @@ func (c *Client) Pull(ctx context.Context, dst map[string][]float32) error {
 // PullCheckpoint is Pull that also asks every slot to checkpoint the
 // parameters it reads (PullRequest.checkpoint; Slot.SnapshotOnPull): an
 // eval pulls with it, so the version its metric measures is a checkpoint
-// version (epoch*agent.EpochStride + the version Versions reports) once the
+// version (epoch*schema.EpochStride + the version Versions reports) once the
 // slots' writers commit it. Errors: Pull's.
 func (c *Client) PullCheckpoint(ctx context.Context, dst map[string][]float32) error {
 	c.allocParams(dst)

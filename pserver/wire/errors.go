@@ -1,61 +1,50 @@
 package wire
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftps/raftps/api/errs"
+	"github.com/raftps/raftps/api/rpctypes"
 )
 
-// Sentinel errors. Every error a Slot, Server or Client returns wraps one of
-// these (check with errors.Is) and also carries a gRPC status (status.Code
-// works on it directly); the mapping is the one table in codeOf.
+// Sentinel errors: api/errs's, under the pserver's names (the values are
+// identical, so errors.Is works with either). Every error a Slot, Server or
+// Client returns wraps one of these (check with errors.Is) and also carries
+// a gRPC status (status.Code works on it directly); the codes are
+// api/rpctypes' one table.
 var (
 	// ErrFenced: the slot lost its lease (Fence or Close was called). The
 	// client must re-resolve the slot's owner. gRPC Unavailable.
-	ErrFenced = errors.New("pserver: slot lost its lease; re-resolve")
+	ErrFenced = errs.ErrSlotFenced
 	// ErrNotHosted: this node does not host the (job, slot). gRPC Unavailable.
-	ErrNotHosted = errors.New("pserver: slot not hosted here; re-resolve")
+	ErrNotHosted = errs.ErrSlotNotHosted
 	// ErrInvalid: a request names an unknown parameter, has a wrong shape or
 	// length, a block or row out of range or in another slot, or a non-finite
-	// gradient. Nothing was applied. gRPC InvalidArgument.
-	ErrInvalid = errors.New("pserver: invalid argument")
+	// gradient. Nothing was applied. gRPC InvalidArgument. (errs.ErrInvalid,
+	// the one invalid-argument sentinel.)
+	ErrInvalid = errs.ErrInvalid
 	// ErrStale: a push was computed on a version too old (async staleness
 	// bound) or for another sync step. The trainer must re-pull.
 	// gRPC FailedPrecondition.
-	ErrStale = errors.New("pserver: stale push; re-pull")
+	ErrStale = errs.ErrStalePush
 	// ErrBadSpec: the job spec cannot be served (bad shapes, duplicate
 	// names, unknown optimizer). gRPC InvalidArgument.
-	ErrBadSpec = errors.New("pserver: bad job spec")
+	ErrBadSpec = errs.ErrBadSpec
 	// ErrCorrupt: a vshard blob is truncated, corrupt or of an unknown format.
-	ErrCorrupt = errors.New("pserver: corrupt vshard blob")
+	ErrCorrupt = errs.ErrVShardCorrupt
 	// ErrNewerFormat: a vshard blob was written by a newer raftps, in a
 	// format version this build does not read (a mixed-version cluster:
 	// upgrade this node). Not ErrCorrupt: the blob may be sound.
-	ErrNewerFormat = errors.New("pserver: vshard blob written by a newer raftps")
+	ErrNewerFormat = errs.ErrNewerFormat
 	// ErrIncompatible: a vshard blob does not fit the job spec (other
 	// optimizer, shapes, block size or number of virtual shards).
-	ErrIncompatible = errors.New("pserver: vshard blob does not match job spec")
+	ErrIncompatible = errs.ErrIncompatible
 	// ErrMissingVShard: RestoreSlot was not given a blob for a vshard the slot owns.
-	ErrMissingVShard = errors.New("pserver: missing vshard blob")
+	ErrMissingVShard = errs.ErrMissingVShard
 )
-
-// codeOf is the single sentinel -> gRPC code table.
-func codeOf(err error) codes.Code {
-	switch {
-	case errors.Is(err, ErrFenced), errors.Is(err, ErrNotHosted):
-		return codes.Unavailable
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrBadSpec):
-		return codes.InvalidArgument
-	case errors.Is(err, ErrStale), errors.Is(err, ErrNewerFormat):
-		return codes.FailedPrecondition
-	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrIncompatible), errors.Is(err, ErrMissingVShard):
-		return codes.DataLoss
-	}
-	return codes.Unknown
-}
 
 // Error is the error type of this package: a sentinel (Unwrap) plus detail,
 // rendered to gRPC by GRPCStatus.
@@ -74,15 +63,24 @@ func (e *Error) Error() string {
 // Unwrap returns the sentinel.
 func (e *Error) Unwrap() error { return e.Sentinel }
 
-// GRPCStatus makes status.Code / status.FromError see the mapped code.
-func (e *Error) GRPCStatus() *status.Status { return status.New(codeOf(e.Sentinel), e.Error()) }
+// GRPCStatus makes status.Code / status.FromError see the sentinel's code
+// (api/rpctypes' table) and its ErrorInfo reason.
+func (e *Error) GRPCStatus() *status.Status {
+	// The sentinel is wrapped in a plain error, so that ToStatus never
+	// asks this method again.
+	return status.Convert(rpctypes.ToStatus(fmt.Errorf("%w%s", e.Sentinel, e.Error()[len(e.Sentinel.Error()):])))
+}
 
 // Errorf returns an *Error of sentinel with a formatted detail.
 func Errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
-// ToGRPC converts any error to one with a gRPC status, keeping context errors.
+// ToGRPC converts any error to one with a gRPC status: an error that
+// carries one already (an *Error, a forwarded status) is returned as is, so
+// errors.Is still sees its sentinel in process; another takes the code of
+// the sentinel it wraps (api/rpctypes' table: context errors too); an
+// error the table does not name stays codes.Unknown.
 func ToGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -90,11 +88,8 @@ func ToGRPC(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, context.Canceled) {
-		return status.Error(codes.Canceled, err.Error())
+	if rpctypes.Code(err) == codes.Unknown {
+		return status.Error(codes.Unknown, err.Error())
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	return status.Error(codeOf(err), err.Error())
+	return rpctypes.ToStatus(err)
 }

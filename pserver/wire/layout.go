@@ -5,8 +5,8 @@ import (
 	"hash/fnv"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
 	"github.com/raftps/raftps/internal/shape"
+	"github.com/raftps/raftps/jobspec"
 )
 
 // Defaults for JobSpec fields left zero.
@@ -70,8 +70,8 @@ type Layout struct {
 // Zero num_virtual_shards and dense_block_size take the defaults. Shapes
 // are multiplied with overflow checks (internal/shape): a negative dim or
 // more than shape.MaxElements elements is ErrBadSpec, never a wrapped size.
-// A job whose parameters and optimizer state (jobq.StateBytes) exceed
-// jobq.MaxJobBytes (64 GiB, the cap SubmitJob enforces) is ErrBadSpec too,
+// A job whose parameters and optimizer state (jobspec.StateBytes) exceed
+// jobspec.MaxJobBytes (64 GiB, the cap SubmitJob enforces) is ErrBadSpec too,
 // so a job accepted under older, looser bounds is refused before a slot,
 // a restore or a client allocates its shapes.
 func NewLayout(spec *pb.JobSpec, numPservers int32) (*Layout, error) {
@@ -126,13 +126,13 @@ func NewLayout(spec *pb.JobSpec, numPservers int32) (*Layout, error) {
 		l.Params = append(l.Params, p)
 		l.byName[ps.GetName()] = p
 	}
-	b, err := jobq.StateBytes(spec)
+	b, err := jobspec.StateBytes(spec)
 	if err != nil {
 		return nil, Errorf(ErrBadSpec, "%v", err)
 	}
-	if b > jobq.MaxJobBytes {
-		return nil, Errorf(ErrBadSpec, "job %q needs %d bytes of parameters and %s optimizer state, more than the cluster's limit of %d (jobq.MaxJobBytes); it cannot be served (delete it, or resubmit it smaller)",
-			spec.GetName(), b, spec.GetOptimizer().GetName(), jobq.MaxJobBytes)
+	if b > jobspec.MaxJobBytes {
+		return nil, Errorf(ErrBadSpec, "job %q needs %d bytes of parameters and %s optimizer state, more than the cluster's limit of %d (jobspec.MaxJobBytes); it cannot be served (delete it, or resubmit it smaller)",
+			spec.GetName(), b, spec.GetOptimizer().GetName(), jobspec.MaxJobBytes)
 	}
 	return l, nil
 }

@@ -1,6 +1,6 @@
 """Local raftps clusters of `raftps node` child processes on loopback, for
 tests, examples and benchmarks (the Python twin of Go's
-internal/localcluster).
+internal/testing/localcluster).
 
     nodes = localcluster.start(bin_path, workdir, 3, roles="server,pserver")
     client = raftps.Client([n.grpc for n in nodes], tls=nodes[0].client_tls)

@@ -32,7 +32,7 @@
 // Every error a call returns has crossed rpctypes.FromStatus: it keeps its
 // gRPC status (status.Code works) and wraps raftps' sentinel, so
 //
-//	errors.Is(err, errs.ErrLeaseNotFound) // fsm/errs; api/rpctypes for the store's
+//	errors.Is(err, errs.ErrLeaseNotFound) // api/errs; api/rpctypes for the store's
 //
 // works as it does in process. Leases adapts the Lease service to
 // concurrency.LeaseAPI, so a concurrency.Session runs over a client.

@@ -16,7 +16,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/raftstore/client"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,7 +224,7 @@ func (s *Service) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 // Watch streams the events of a key or range from a start revision.
 func (s *Service) Watch(req *pb.WatchRequest, stream pb.Watch_WatchServer) error {
 	if len(req.Key) == 0 {
-		return status.Error(codes.InvalidArgument, "watch: key is empty")
+		return ToStatus(fmt.Errorf("%w: watch: key is empty", fsm.ErrInvalid))
 	}
 	ch, err := s.store.Watch(stream.Context(), req)
 	if err != nil {
@@ -241,7 +242,9 @@ func (s *Service) Watch(req *pb.WatchRequest, stream pb.Watch_WatchServer) error
 			return err
 		}
 		if resp.Canceled {
-			return status.Error(codes.OutOfRange, resp.CancelReason)
+			// The store cancels a watch whose events were compacted
+			// away: OutOfRange, with the store's reason as the message.
+			return ToStatus(fmt.Errorf("%w: %s", fsm.ErrCompacted, strings.TrimPrefix(resp.CancelReason, fsm.ErrCompacted.Error()+": ")))
 		}
 	}
 	return stream.Context().Err()
@@ -252,7 +255,7 @@ func (s *Service) Watch(req *pb.WatchRequest, stream pb.Watch_WatchServer) error
 func (in *internal) ForwardApply(ctx context.Context, req *pb.ForwardApplyRequest) (*pb.ForwardApplyResponse, error) {
 	cmd := &pb.Command{}
 	if err := proto.Unmarshal(req.Command, cmd); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "forward: malformed command: %v", err)
+		return nil, ToStatus(fmt.Errorf("%w: forward: %v", fsm.ErrMalformed, err))
 	}
 	res, err := in.s.store.ApplyLocal(ctx, cmd)
 	if err != nil {
@@ -270,7 +273,7 @@ func (in *internal) ForwardApply(ctx context.Context, req *pb.ForwardApplyReques
 // coalesces them), and returns each one's result or status in order.
 func (in *internal) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
 	if len(req.Commands) > maxForwardBatch {
-		return nil, status.Errorf(codes.InvalidArgument, "forward: %d commands in one batch (max %d)", len(req.Commands), maxForwardBatch)
+		return nil, ToStatus(fmt.Errorf("%w: forward: %d commands in one batch (max %d)", fsm.ErrInvalid, len(req.Commands), maxForwardBatch))
 	}
 	out := make([]*pb.ForwardOutcome, len(req.Commands))
 	var wg sync.WaitGroup

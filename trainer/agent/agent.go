@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/raftstore/roles"
@@ -166,7 +166,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		if j.State != pb.JobState_JOB_RUNNING || j.Spec == nil {
 			continue
 		}
-		if j.Spec.GetModel().GetName() == jobq.ModelExternal {
+		if j.Spec.GetModel().GetName() == jobspec.ModelExternal {
 			continue // served by the job's own (e.g. PyTorch) trainers
 		}
 		for k := 0; k < a.cfg.Trainers; k++ {

@@ -5,21 +5,15 @@ import (
 	"fmt"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/jobq"
+	"github.com/raftps/raftps/jobspec"
 )
 
-// TrainerBytes is what one trainer of spec holds: the dense model and its
-// gradients, two float32 per parameter element (jobq.StateBytes without
-// the optimizer state, twice; an upper bound for embeddings, which a
-// trainer holds only in part). The master admits a job with the same
-// figure (package master's JobNeed). An invalid spec counts as 0.
+// TrainerBytes is what one trainer of spec holds: jobspec.Need's Trainer
+// (the dense model and its gradients), the figure the master admits a job
+// with. An invalid spec counts as 0.
 func TrainerBytes(spec *pb.JobSpec) int64 {
-	state, err := jobq.StateBytes(spec)
-	f := jobq.OptimizerStateFactor(spec.GetOptimizer().GetName())
-	if err != nil || f < 1 {
-		return 0
-	}
-	return state / f * 2
+	n, _ := jobspec.Need(spec)
+	return n.Trainer
 }
 
 // eventRecorder is the optional part of Meta that records job events

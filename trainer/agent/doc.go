@@ -1,5 +1,5 @@
 // Package agent runs the trainer role of a node: for every running job whose
-// model raftps implements (not jobq.ModelExternal, which its own trainers
+// model raftps implements (not jobspec.ModelExternal, which its own trainers
 // serve) and whose dataset is on this node it registers a trainer under the node's lease
 // (schema.TrainerKey, a schema.TrainerRecord) and runs a trainer.Trainer
 // against the master and the job's pservers until the job ends. It reaches

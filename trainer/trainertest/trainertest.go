@@ -12,10 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/trainer"
 	"github.com/raftps/raftps/trainer/model"
 )
@@ -90,7 +89,7 @@ func (m *Master) resetPass() {
 // GetJob returns the spec in a running JobStatus.
 func (m *Master) GetJob(_ context.Context, name string) (*pb.JobStatus, error) {
 	if name != m.spec.GetName() {
-		return nil, status.Errorf(codes.NotFound, "job %q not found", name)
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: job %q", errs.ErrNotFound, name))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -302,13 +301,13 @@ func (p *PS) PullRows(_ context.Context, name string, rows []int64) ([]float32, 
 	defer p.mu.Unlock()
 	t, ok := p.params.Sparse[name]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no embedding %q", name)
+		return nil, rpctypes.ToStatus(fmt.Errorf("%w: no embedding %q", errs.ErrNotFound, name))
 	}
 	dim := p.dims[name]
 	out := make([]float32, 0, len(rows)*dim)
 	for _, r := range rows {
 		if r < 0 || int(r) >= len(t.IDs) {
-			return nil, status.Errorf(codes.InvalidArgument, "row %d of %q out of range", r, name)
+			return nil, rpctypes.ToStatus(fmt.Errorf("%w: row %d of %q out of range", errs.ErrInvalid, r, name))
 		}
 		out = append(out, t.Values[int(r)*dim:(int(r)+1)*dim]...)
 	}
@@ -326,7 +325,7 @@ func (p *PS) Push(_ context.Context, grads map[string][]float32, rowGrads map[st
 		}
 	}
 	if err := p.opt.Update(p.params, model.Params{Dense: grads, Sparse: rowGrads}); err != nil {
-		return 0, status.Error(codes.InvalidArgument, err.Error())
+		return 0, rpctypes.ToStatus(fmt.Errorf("%w: %w", errs.ErrInvalid, err))
 	}
 	p.version++
 	p.Examples += examples

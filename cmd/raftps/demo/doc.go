@@ -3,7 +3,7 @@
 // flags, the job submission and the output).
 //
 // Cluster is a cluster of child processes of the raftps binary on
-// loopback with mutual TLS (internal/localcluster makes its CA, the
+// loopback with mutual TLS (internal/testing/localcluster makes its CA, the
 // nodes' and the admin's certificates and the gossip keyring); Start
 // starts every node and waits for a leader. Schedule kills nodes while a
 // job trains: fed each job event (OnEvent), it SIGKILLs the node serving

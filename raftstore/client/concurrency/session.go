@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // LeaseAPI is what a Session needs, in the shape of raftstore.Lessor: the

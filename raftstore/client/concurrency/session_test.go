@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // fakeLeases is a LeaseAPI with leases in a map. grantErr and

@@ -58,7 +58,7 @@ func TestModuleRoot(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("%s has no go.mod: %v", root, err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "internal", "testutil", "testutil.go")); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "internal", "testing", "testutil", "testutil.go")); err != nil {
 		t.Fatalf("%s is not this module's root: %v", root, err)
 	}
 	t.Chdir(t.TempDir())

@@ -1,12 +1,12 @@
-package jobq
+package jobspec
 
 import (
 	"errors"
 	"math"
 	"testing"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/fsm/errs"
 )
 
 // TestStateBytes: parameter bytes times the optimizer's state factor

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftps/raftps/internal/localcluster"
-	"github.com/raftps/raftps/internal/testutil"
+	"github.com/raftps/raftps/internal/testing/localcluster"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/node"
 	"github.com/raftps/raftps/security"
 )

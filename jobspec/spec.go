@@ -1,4 +1,4 @@
-package jobq
+package jobspec
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftps/raftps/api/errs"
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/internal/shape"
 )
@@ -20,6 +21,21 @@ import (
 // are checked where memory is allocated; MaxJobBytes is the cluster-wide cap
 // that no submission can pass, whatever the nodes' flags say.
 const (
+	// MaxEvents is the number of newest events kept per job (a ring).
+	MaxEvents = 100000
+	// MaxTasks bounds ceil(dataset.records / records_per_task) of one job.
+	MaxTasks = 1 << 22
+	// MaxNameLen is the longest job name.
+	MaxNameLen = 63
+	// MaxTaskTimeouts bounds spec.max_task_timeouts.
+	MaxTaskTimeouts = 10000
+
+	DefaultMaxTaskTimeouts    = 3
+	DefaultTaskTimeoutFloorMs = 10000
+	DefaultNumVirtualShards   = 64
+	DefaultDenseBlockSize     = 65536
+	DefaultCheckpointReplicas = 2
+
 	// MaxRecords bounds dataset.records and records_per_task. With it the
 	// record range of every task, [id*records_per_task, ...), fits an int64.
 	MaxRecords = int64(1) << 50
@@ -71,15 +87,7 @@ const (
 	MaxJobBytes = int64(64) << 30
 	// BytesPerElement is the size of one parameter element (float32).
 	BytesPerElement = 4
-	// CheckpointEpochStride separates sync trajectories in checkpoint
-	// versions: version = epoch*CheckpointEpochStride + step (the pserver
-	// agent's EpochStride).
-	CheckpointEpochStride = 1_000_000_000
 )
-
-// CheckpointVersionStep is the pserver step whose parameters checkpoint
-// version v holds.
-func CheckpointVersionStep(v int64) int64 { return v % CheckpointEpochStride }
 
 // OptimizerStateFactor is how many float32 tensors of a parameter's shape a
 // pserver holds per parameter under optimizer name: the parameter itself
@@ -208,7 +216,7 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 		return nil, invalid("spec", "is %d bytes encoded, more than %d", n, MaxSpecBytes)
 	}
 	s := proto.Clone(in).(*pb.JobSpec)
-	if err := validName(s.Name); err != nil {
+	if err := ValidateName(s.Name); err != nil {
 		return nil, err
 	}
 	if s.Model == nil || !slices.Contains(knownModels, s.Model.Name) {
@@ -273,31 +281,13 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 	if s.Checkpoint == nil {
 		s.Checkpoint = &pb.CheckpointPolicy{}
 	}
-	c := s.Checkpoint
-	switch {
-	case c.KeepMax < 0 || c.KeepMax > MaxKeepMax:
-		return nil, invalid("checkpoint.keep_max", "must be in [0, %d], got %d", MaxKeepMax, c.KeepMax)
-	case c.Replicas < 0 || c.Replicas > MaxReplicas:
-		return nil, invalid("checkpoint.replicas", "must be in [0, %d], got %d", MaxReplicas, c.Replicas)
-	case c.EverySteps < 0 || c.EverySteps > MaxEverySteps:
-		return nil, invalid("checkpoint.every_steps", "must be in [0, %d], got %d", MaxEverySteps, c.EverySteps)
-	case c.EverySeconds < 0 || c.EverySeconds > MaxEverySeconds:
-		return nil, invalid("checkpoint.every_seconds", "must be in [0, %d], got %d", MaxEverySeconds, c.EverySeconds)
-	case s.MaxTaskTimeouts < 0 || s.MaxTaskTimeouts > MaxTaskTimeouts:
-		return nil, invalid("max_task_timeouts", "must be in [0, %d], got %d", MaxTaskTimeouts, s.MaxTaskTimeouts)
-	case s.TaskTimeoutFloorMs < 0 || s.TaskTimeoutFloorMs > MaxTaskTimeoutFloorMs:
-		return nil, invalid("task_timeout_floor_ms", "must be in [0, %d], got %d", MaxTaskTimeoutFloorMs, s.TaskTimeoutFloorMs)
-	case s.NumVirtualShards < 0 || s.NumVirtualShards > MaxVirtualShards:
-		return nil, invalid("num_virtual_shards", "must be in [0, %d], got %d", MaxVirtualShards, s.NumVirtualShards)
-	case s.DenseBlockSize < 0 || s.DenseBlockSize > MaxDenseBlockSize:
-		return nil, invalid("dense_block_size", "must be in [0, %d], got %d", MaxDenseBlockSize, s.DenseBlockSize)
-	case !finite(s.TargetAccuracy) || s.TargetAccuracy < 0 || s.TargetAccuracy > 1:
-		return nil, invalid("target_accuracy", "must be in [0, 1], got %v", s.TargetAccuracy)
+	if err := validBounds(s); err != nil {
+		return nil, err
 	}
 	if err := validParams(s.Params); err != nil {
 		return nil, err
 	}
-	if c.Replicas == 0 {
+	if c := s.Checkpoint; c.Replicas == 0 {
 		c.Replicas = DefaultCheckpointReplicas
 	}
 	if s.MaxTaskTimeouts == 0 {
@@ -324,6 +314,33 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 			b, s.Optimizer.Name, MaxJobBytes)
 	}
 	return s, nil
+}
+
+// validBounds checks the checkpoint policy's and the task, shard and
+// accuracy bounds of s (whose Checkpoint is set).
+func validBounds(s *pb.JobSpec) error {
+	c := s.Checkpoint
+	switch {
+	case c.KeepMax < 0 || c.KeepMax > MaxKeepMax:
+		return invalid("checkpoint.keep_max", "must be in [0, %d], got %d", MaxKeepMax, c.KeepMax)
+	case c.Replicas < 0 || c.Replicas > MaxReplicas:
+		return invalid("checkpoint.replicas", "must be in [0, %d], got %d", MaxReplicas, c.Replicas)
+	case c.EverySteps < 0 || c.EverySteps > MaxEverySteps:
+		return invalid("checkpoint.every_steps", "must be in [0, %d], got %d", MaxEverySteps, c.EverySteps)
+	case c.EverySeconds < 0 || c.EverySeconds > MaxEverySeconds:
+		return invalid("checkpoint.every_seconds", "must be in [0, %d], got %d", MaxEverySeconds, c.EverySeconds)
+	case s.MaxTaskTimeouts < 0 || s.MaxTaskTimeouts > MaxTaskTimeouts:
+		return invalid("max_task_timeouts", "must be in [0, %d], got %d", MaxTaskTimeouts, s.MaxTaskTimeouts)
+	case s.TaskTimeoutFloorMs < 0 || s.TaskTimeoutFloorMs > MaxTaskTimeoutFloorMs:
+		return invalid("task_timeout_floor_ms", "must be in [0, %d], got %d", MaxTaskTimeoutFloorMs, s.TaskTimeoutFloorMs)
+	case s.NumVirtualShards < 0 || s.NumVirtualShards > MaxVirtualShards:
+		return invalid("num_virtual_shards", "must be in [0, %d], got %d", MaxVirtualShards, s.NumVirtualShards)
+	case s.DenseBlockSize < 0 || s.DenseBlockSize > MaxDenseBlockSize:
+		return invalid("dense_block_size", "must be in [0, %d], got %d", MaxDenseBlockSize, s.DenseBlockSize)
+	case !finite(s.TargetAccuracy) || s.TargetAccuracy < 0 || s.TargetAccuracy > 1:
+		return invalid("target_accuracy", "must be in [0, 1], got %v", s.TargetAccuracy)
+	}
+	return nil
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -388,6 +405,43 @@ func validParams(ps []*pb.ParamSpec) error {
 			return bad(field+".shape", "%v: every dimension must be >= 1 and the product at most 2^48 elements", p.Shape)
 		}
 		names[p.Name] = true
+	}
+	return nil
+}
+
+// ModelExternal is the model kind of a job whose model raftps does not
+// implement (a PyTorch trainer's, say): its spec must list every parameter
+// (params: name, shape, dense or embedding, initializer). The pservers,
+// checkpoints, restore, repartition and rollback work on the parameter list
+// alone; raftps's own trainers do not serve such a job.
+const ModelExternal = "external"
+
+var (
+	knownModels     = []string{ModelExternal, "hashed_lr", "mlp", "softmax"}
+	knownOptimizers = []string{"adagrad", "adam", "momentum", "sgd"}
+)
+
+// invalid returns an error wrapping errs.ErrInvalid that names field.
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", errs.ErrInvalid, field, fmt.Sprintf(format, args...))
+}
+
+// ValidateName checks a job name: 1 to MaxNameLen bytes of [a-z0-9-_.],
+// not "." or "..". An error wraps errs.ErrInvalid.
+func ValidateName(name string) error {
+	if name == "" {
+		return invalid("name", "must not be empty")
+	}
+	if name == "." || name == ".." {
+		return invalid("name", "%q is not a job name", name)
+	}
+	if len(name) > MaxNameLen {
+		return invalid("name", "%q is longer than %d characters", name, MaxNameLen)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return invalid("name", "%q may only contain [a-z0-9-_.]", name)
+		}
 	}
 	return nil
 }
