@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -107,4 +108,97 @@ func (s *Store) addServer(ctx context.Context, id, raftAddr string, voter bool) 
 		f = s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.timeout(ctx))
 	}
 	return s.futureErr(ctx, f)
+}
+
+// Configuration returns the latest Raft configuration (voters and non-voters).
+func (s *Store) Configuration() ([]raft.Server, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("raftstore: get configuration: %w", err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Join adds server id at raftAddr as a voter (or non-voter) through this
+// server, which must be the leader (else ErrNotLeader). It is idempotent: a
+// server already present with the same address and suffrage is a no-op; one
+// with the same ID or address but a different address or ID is removed first.
+// It refuses as Apply does while Config.Disk is below its reserve.
+func (s *Store) Join(ctx context.Context, id, raftAddr string, voter bool) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.checkDisk(); err != nil {
+		return err
+	}
+	if id == "" || raftAddr == "" {
+		return errors.New("raftstore: join: id and raft address are required")
+	}
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	servers, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	for _, srv := range servers {
+		sameID, sameAddr := string(srv.ID) == id, string(srv.Address) == raftAddr
+		if !sameID && !sameAddr {
+			continue
+		}
+		if sameID && sameAddr && (srv.Suffrage == raft.Voter) == voter {
+			s.logger.Info("join: already a member", "node", id, "raft_addr", raftAddr)
+			return nil
+		}
+		if sameID && sameAddr && voter {
+			break // non-voter → voter: AddVoter promotes in place
+		}
+		if sameID && sameAddr {
+			if err := s.futureErr(ctx, s.raft.DemoteVoter(srv.ID, 0, s.timeout(ctx))); err != nil {
+				return fmt.Errorf("raftstore: join %s as non-voter: demote: %w", id, err)
+			}
+			s.logger.Info("join: demoted to non-voter", "node", id)
+			return nil
+		}
+		if err := s.futureErr(ctx, s.raft.RemoveServer(srv.ID, 0, s.timeout(ctx))); err != nil {
+			return fmt.Errorf("raftstore: join %s: remove stale %s@%s: %w", id, srv.ID, srv.Address, err)
+		}
+	}
+	if err := s.addServer(ctx, id, raftAddr, voter); err != nil {
+		return fmt.Errorf("raftstore: join %s@%s: %w", id, raftAddr, err)
+	}
+	s.logger.Info("joined", "node", id, "raft_addr", raftAddr, "voter", voter)
+	return nil
+}
+
+// Remove removes server id through this server, which must be the leader
+// (else ErrNotLeader). Removing an absent server is a no-op. It refuses
+// as Apply does while Config.Disk is below its reserve.
+func (s *Store) Remove(ctx context.Context, id string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.checkDisk(); err != nil {
+		return err
+	}
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	servers, err := s.Configuration()
+	if err != nil {
+		return err
+	}
+	for _, srv := range servers {
+		if string(srv.ID) == id {
+			if err := s.futureErr(ctx, s.raft.RemoveServer(srv.ID, 0, s.timeout(ctx))); err != nil {
+				return fmt.Errorf("raftstore: remove %s: %w", id, err)
+			}
+			s.logger.Info("removed", "node", id)
+			return nil
+		}
+	}
+	return nil
 }
