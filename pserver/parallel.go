@@ -7,13 +7,12 @@ import (
 )
 
 // The update of a step runs on every core: trainers wait for it (sync
-// SGD: push, update, reply, compute), and one core applies momentum to
-// 8.4M parameters in about 7.5 ms (100k in about 25 µs; Adam and the
-// float64 loops take several times that). runChunks splits such
+// SGD: push, update, reply, compute), and one core takes milliseconds
+// for millions of parameters (pserver/DESIGN.md, "Measured"). runChunks splits such
 // work into chunks that the calling goroutine and idle helper goroutines
 // claim one at a time (dynamic scheduling, as OpenMP's
-// schedule(dynamic)): a helper that starts late (a parked core can take
-// 100 µs to wake on a VM) or not at all (the helpers are busy with other
+// schedule(dynamic)): a helper that starts late (a parked core is slow
+// to wake on a VM) or not at all (the helpers are busy with other
 // slots' updates) only takes fewer chunks, and the caller never waits for
 // more than the chunks already claimed.
 

@@ -319,8 +319,7 @@ func (momentum) float32OK(wd, lr float64) bool {
 // rounded to float32: a few roundings per element, which check32's margin
 // and the bound's 1e-6 widening cover. It replaced one float64 loop per
 // element (now step64), which did not vectorize and was most of a sync
-// step: BenchmarkSyncPush (101,770 parameters) went from 167-176 µs to
-// 61-70 µs per step.
+// step (figures: pserver/DESIGN.md, "Measured").
 func (m momentum) commit32(v, w, g []float32, wd, lr float64, withMax bool) float64 {
 	mu, wd32, lr32 := float32(m.mu), float32(wd), float32(lr)
 	buf := commitBufs.Get().(*[commitBlock]float32)

@@ -22,10 +22,8 @@ import (
 // A buffer set by hand turns off the kernel's autotuning for that socket,
 // and a capped one (Linux's default cap is 208 KiB) is smaller than what
 // autotuning reaches, and was slower in our runs. Where the caps allow
-// it, the fixed 4 MiB buffers took a 101,770-parameter push+pull over
-// loopback from 411 to 359 µs (median of 8 runs of BenchmarkPushPullMLP
-// each, interleaved, BBR; about 5% with CUBIC); 10M-parameter push+pulls
-// were unchanged.
+// it, fixed 4 MiB buffers made small push+pulls faster and left 10M-parameter
+// ones unchanged (pserver/DESIGN.md, "Measured").
 const SocketBufferBytes = 4 << 20
 
 // Listen is net.Listen("tcp", addr) with the pserver's socket buffers on

@@ -16,11 +16,8 @@ import (
 
 // Writes go to the leader. Any node serves a write (a follower forwards
 // it to the leader), but the forward costs two more hops and a
-// follower's CPU. With 3 nodes and the clients on 2 cores, the bench's
-// put workload through every endpoint against the leader's alone,
-// interleaved in one run, gave 1.03-1.22x etcd's puts/s against
-// 1.57-1.98x at 16 clients, and 0.79-0.96x against 1.32-1.38x at 256.
-// So the client learns the leader (Cluster.Status for its id,
+// follower's CPU: the bench's puts through every endpoint ran well below
+// puts to the leader's alone (raftstore/DESIGN.md, "Measured"). So the client learns the leader (Cluster.Status for its id,
 // Cluster.Members for its gRPC address) and its balancer picks the
 // leader's connection for the methods in writeMethods when that address
 // is one of the client's endpoints and its connection is ready; every
