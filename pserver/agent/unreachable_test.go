@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -111,6 +112,13 @@ func TestClaimDoesNotServeInitializerWhenHolderUnreachable(t *testing.T) {
 		t.Fatalf("restore record written while the holder is unreachable: %s", kv.GetValue())
 	}
 
+	ta.a.mu.Lock()
+	r, deferred := ta.a.retry[slotKey{"j", 0}]
+	ta.a.mu.Unlock()
+	if !deferred || r.wait < ta.a.cfg.Poll {
+		t.Fatalf("slot 0 not deferred after an unreachable holder: %+v %v", r, deferred)
+	}
+
 	peers.setAddr(lis.Addr().String())
 	waitFor(t, "slot served", func() bool { _, ok := ta.served("j", 0); return ok })
 	waitFor(t, "restore record", func() bool { return meta.get(schema.RestoreKey("j", 0)) != nil })
@@ -120,5 +128,37 @@ func TestClaimDoesNotServeInitializerWhenHolderUnreachable(t *testing.T) {
 	}
 	if rec.GetVersion() != version || rec.GetSource() != "n2" {
 		t.Fatalf("restore record %v, want version %d from n2", rec, version)
+	}
+	ta.a.mu.Lock()
+	_, deferred = ta.a.retry[slotKey{"j", 0}]
+	ta.a.mu.Unlock()
+	if deferred {
+		t.Fatal("slot 0 still deferred after its restore succeeded")
+	}
+}
+
+// TestRestoreRetryBacksOff: each restore that cannot reach a holder
+// defers the slot's next claim by a wait that starts at Poll, doubles,
+// and stops at maxRestoreRetry.
+func TestRestoreRetryBacksOff(t *testing.T) {
+	const poll = 100 * time.Millisecond
+	a := New(Config{NodeID: "n1", Poll: poll}, newFakeMeta(), pserver.NewServer(), nil, members(1))
+	k, other := slotKey{"j", 0}, slotKey{"j", 1}
+	now := time.Unix(1000, 0)
+	if a.restoreDeferred(k, now) {
+		t.Fatal("deferred before any failure")
+	}
+	want := poll
+	for i := 0; i < 10; i++ {
+		if got := a.deferRestore(k, now); got != want {
+			t.Fatalf("failure %d: wait %v, want %v", i+1, got, want)
+		}
+		if !a.restoreDeferred(k, now.Add(want-time.Millisecond)) || a.restoreDeferred(k, now.Add(want)) {
+			t.Fatalf("failure %d: not deferred for exactly %v", i+1, want)
+		}
+		want = min(2*want, maxRestoreRetry)
+	}
+	if want != maxRestoreRetry || a.restoreDeferred(other, now) {
+		t.Fatalf("wait %v after 10 failures, want the cap %v; other slot deferred: %v", want, maxRestoreRetry, a.restoreDeferred(other, now))
 	}
 }
