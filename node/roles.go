@@ -49,6 +49,14 @@ func (p gossipPeers) Peers() []checkpoint.Peer {
 	return out
 }
 
+// IsMember reports whether id is still a gossip member: alive, or failed
+// (dead: a crash or a partition it may come back from) until gossip
+// forgets it after DeadRetention; false once it left.
+func (p gossipPeers) IsMember(id string) bool {
+	m, ok := p.g.Member(id)
+	return ok && m.Status != gossip.StatusLeft
+}
+
 // openRoles starts what every node serves (the checkpoint store, so that
 // any node can hold replicas) and the pserver and trainer agents of its
 // roles.

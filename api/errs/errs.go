@@ -108,6 +108,12 @@ var (
 	// ErrNoPointer: a delete cannot be checked against a committed pointer
 	// (the slot has none, or the node cannot read them). gRPC FailedPrecondition.
 	ErrNoPointer = errors.New("checkpoint: no committed pointer to check against")
+	// ErrReplicaUnreachable: a checkpoint version could not be restored
+	// because a node its pointer names as a replica, still a cluster
+	// member, could not be asked (Unavailable, DeadlineExceeded, not alive
+	// in gossip); the data may be intact there. Retry later rather than
+	// fall back to an older version. gRPC Unavailable.
+	ErrReplicaUnreachable = errors.New("checkpoint: a replica holder could not be reached")
 )
 
 // Errors of a node's own services.

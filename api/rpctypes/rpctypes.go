@@ -81,6 +81,7 @@ var table = []entry{
 	{errs.ErrManifestConflict, codes.AlreadyExists, "MANIFEST_CONFLICT"},
 	{errs.ErrTooManyStreams, codes.ResourceExhausted, "TOO_MANY_STREAMS"},
 	{errs.ErrNoPointer, codes.FailedPrecondition, "NO_POINTER"},
+	{errs.ErrReplicaUnreachable, codes.Unavailable, "REPLICA_UNREACHABLE"},
 	{errs.ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
 	{errs.ErrWrongPort, codes.Unimplemented, "WRONG_PORT"},
 	{errs.ErrGossipEncryptionOff, codes.FailedPrecondition, "GOSSIP_ENCRYPTION_OFF"},

@@ -76,7 +76,10 @@ type Agent struct {
 	// (takeOver).
 	written map[slotKey][]byte
 	refused map[slotKey]bool // slots not claimed for the budget, event recorded (budget.go)
-	wg      sync.WaitGroup
+	// retry holds the slots whose last restore could not reach a
+	// checkpoint holder: not claimed again before their time (claims.go).
+	retry map[slotKey]restoreRetry
+	wg    sync.WaitGroup
 }
 
 type slotKey struct {
@@ -141,7 +144,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
-		refused: map[slotKey]bool{}}
+		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}}
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx

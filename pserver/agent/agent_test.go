@@ -55,11 +55,18 @@ func startAgent(t *testing.T, meta *fakeMeta, share members, ttl int64) *testAge
 // startAgentWith is startAgent with a logger and a change to the Config.
 func startAgentWith(t *testing.T, meta *fakeMeta, share members, ttl int64, log *slog.Logger, edit func(*Config)) *testAgent {
 	t.Helper()
+	return startAgentPeers(t, meta, share, ttl, log, edit, nil)
+}
+
+// startAgentPeers is startAgentWith whose checkpoint manager reads
+// replicas from peers (nil: none).
+func startAgentPeers(t *testing.T, meta *fakeMeta, share members, ttl int64, log *slog.Logger, edit func(*Config), peers checkpoint.Peers) *testAgent {
+	t.Helper()
 	st, err := checkpoint.Open(t.TempDir(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "n1", Store: st, Meta: meta, Logger: log})
+	mgr, err := checkpoint.New(checkpoint.Config{NodeID: "n1", Store: st, Meta: meta, Peers: peers, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

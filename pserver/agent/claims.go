@@ -37,6 +37,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 			delete(a.refused, k)
 		}
 	}
+	for k := range a.retry {
+		if running[k.job] == nil {
+			delete(a.retry, k)
+		}
+	}
 	a.mu.Unlock()
 	for _, h := range ended {
 		a.finish(ctx, h)
@@ -110,6 +115,9 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 		if !a.fits(ctx, spec, i) {
 			continue
 		}
+		if a.restoreDeferred(slotKey{job, i}, time.Now()) {
+			continue
+		}
 		if err := a.claim(ctx, spec, i, lease); err != nil {
 			a.log.Warn("claim slot", "job", job, "slot", i, "err", err)
 			continue
@@ -169,9 +177,19 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		Async: spec.Mode == pb.UpdateMode_UPDATE_MODE_ASYNC})
 	rcancel()
 	if err != nil {
+		// Never the initializer here: a holder of the checkpoint that
+		// could not be asked (checkpoint.ErrUnreachable) may hold the
+		// trained state; the slot is claimed and restored again later.
 		a.releaseKey(ctx, spec.Name, i, inc)
+		if errors.Is(err, checkpoint.ErrUnreachable) {
+			wait := a.deferRestore(slotKey{spec.Name, i}, time.Now())
+			return fmt.Errorf("restore (retry in %v): %w", wait, err)
+		}
 		return fmt.Errorf("restore: %w", err)
 	}
+	a.mu.Lock()
+	delete(a.retry, slotKey{spec.Name, i})
+	a.mu.Unlock()
 	var s *pserver.Slot
 	if blobs != nil {
 		s, err = pserver.RestoreSlot(spec, i, spec.NumPservers, blobs)
@@ -245,6 +263,40 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_RESTORED, Job: spec.Name,
 		Version: rec.Version, Message: fmt.Sprintf("slot %d on %s: version %d md5 %s from %s: %s", i, a.cfg.NodeID, rec.Version, rec.Md5, rec.Source, rec.Reason)})
 	return nil
+}
+
+// restoreRetry is when a slot whose restore could not reach a checkpoint
+// holder is claimed again, and the wait that led there.
+type restoreRetry struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// maxRestoreRetry bounds the wait between restores of a slot whose
+// checkpoint holder cannot be reached.
+const maxRestoreRetry = 10 * time.Second
+
+// deferRestore records that k's restore could not reach a checkpoint
+// holder at now: k is not claimed again for a wait that starts at Poll and
+// doubles with each such failure up to maxRestoreRetry. It returns the wait.
+func (a *Agent) deferRestore(k slotKey, now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	wait := a.cfg.Poll
+	if r, ok := a.retry[k]; ok {
+		wait = min(2*r.wait, maxRestoreRetry)
+	}
+	a.retry[k] = restoreRetry{at: now.Add(wait), wait: wait}
+	return wait
+}
+
+// restoreDeferred reports whether k is not to be claimed at now
+// (deferRestore).
+func (a *Agent) restoreDeferred(k slotKey, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.retry[k]
+	return ok && now.Before(r.at)
 }
 
 // takeover is what a new claim found of the slot's previous holders.

@@ -49,7 +49,10 @@
 //     (Slot.Away) so its steps do not wait for them;
 //   - a slot served before that finds no globally consistent version
 //     restores from the initializer and publishes version 0: the other
-//     slots reset to the initializer too;
+//     slots reset to the initializer too; but a restore that could not
+//     reach a holder of the checkpoint (checkpoint.ErrUnreachable) serves
+//     and publishes nothing: the claim is released and the slot claimed
+//     and restored again after a wait (Poll, doubling up to 10 s);
 //   - each rollback starts a new trajectory epoch, and versions are
 //     epoch*schema.EpochStride + step, so no version can combine slots of an
 //     abandoned trajectory with the new one;

@@ -20,6 +20,8 @@
 //	blobs, rec, err := mgr.Restore(ctx, checkpoint.RestoreRequest{
 //		Job: job, Slot: slot, NumPservers: p})
 //	// blobs == nil: initialize (rec.Reason says why); else decode blobs.
+//	// errors.Is(err, checkpoint.ErrUnreachable): a replica holder could
+//	// not be asked; retry later, do not initialize.
 //
 // # Design
 //

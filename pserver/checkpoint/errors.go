@@ -30,4 +30,8 @@ var (
 	// ErrNoPointer: a delete cannot be checked against a committed pointer
 	// (the slot has none, or the node cannot read them).
 	ErrNoPointer = errs.ErrNoPointer
+	// ErrUnreachable: Restore could not read a version because a replica
+	// its pointer names, still a cluster member, could not be asked; it
+	// did not fall back to an older version. Retry later.
+	ErrUnreachable = errs.ErrReplicaUnreachable
 )

@@ -13,7 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -95,13 +98,21 @@ func candidateVersions(ptrs map[int32]*pb.CheckpointPointer) []int64 {
 // consistent checkpoint version: the newest version that every old slot
 // (0..num_pservers-1 of that version) still names in its pointer. Each blob
 // is read locally or from any replica (the pointer's replicas, then every
-// peer), MD5 verified. If a version fails (missing or corrupt manifest or
-// blob, on every node), the next older one is tried; if all fail, blobs is
-// nil and rec.Reason starts with "initializer: " — the caller initializes.
-// A version whose manifest a newer raftps wrote is not skipped: Restore
-// returns an error wrapping ErrNewerFormat (upgrade this node).
-// Otherwise err is non-nil only when the pointers cannot be read (Meta error) or ctx
-// ends; Restore never panics. rec records version, manifest md5 (or
+// peer), MD5 verified. If a version fails definitively (manifest or blob
+// missing or corrupt on every node that answered, or not globally
+// consistent), the next older one is tried; if all fail, blobs is nil and
+// rec.Reason starts with "initializer: " — the caller initializes.
+// A version is not skipped, and Restore returns an error, when:
+//   - a replica holder its pointer names could not be asked (Unavailable,
+//     DeadlineExceeded, not alive but still a member: see Membership) and
+//     no other source had the data: the error wraps ErrUnreachable, names
+//     the version and the holders; retry later (falling back would throw
+//     away trained progress, and in a sync job roll every slot back);
+//   - a newer raftps wrote its manifest: the error wraps ErrNewerFormat
+//     (upgrade this node).
+//
+// Otherwise err is non-nil only when the pointers cannot be read (Meta
+// error) or ctx ends; Restore never panics. rec records version, manifest md5 (or
 // "slot:md5,..." when several old slots contributed), source nodes, reason.
 func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[int32][]byte, rec *pb.RestoreRecord, err error) {
 	log := m.logger.With("job", req.Job, "slot", req.Slot, "num_pservers", req.NumPservers)
@@ -136,9 +147,13 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 		return nil, rec, nil
 	}
 	if req.Async {
-		got, ok := m.restoreAsync(ctx, req, ptrs, rec)
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+		got, ok, err := m.restoreAsync(ctx, req, ptrs, rec)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, nil, cerr
+		}
+		if err != nil {
+			log.Warn("restore: a replica holder could not be reached; not falling back", "err", err)
+			return nil, nil, fmt.Errorf("restore %s slot %d: %w", req.Job, req.Slot, err)
 		}
 		if !ok {
 			log.Warn("restore: no usable checkpoint; initializer", "reason", rec.Reason)
@@ -157,6 +172,12 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 			// A newer raftps wrote it (a mixed-version cluster): falling
 			// back to an older version would silently drop progress.
 			log.Error("restore: checkpoint written by a newer raftps; upgrade this node", "version", v, "err", err)
+			return nil, nil, fmt.Errorf("restore %s slot %d version %d: %w", req.Job, req.Slot, v, err)
+		}
+		if errors.Is(err, ErrUnreachable) {
+			// The data may be intact on a holder that is loaded,
+			// restarting or partitioned: retry rather than lose progress.
+			log.Warn("restore: a replica holder could not be reached; not falling back", "version", v, "err", err)
 			return nil, nil, fmt.Errorf("restore %s slot %d version %d: %w", req.Job, req.Slot, v, err)
 		}
 		if err != nil {
@@ -179,34 +200,83 @@ func (m *Manager) Restore(ctx context.Context, req RestoreRequest) (blobs map[in
 }
 
 type source struct {
-	id    string
-	addr  string // "" = local store
-	local bool
+	id     string
+	addr   string // "" = local store
+	local  bool
+	holder bool // the pointer names it among its replicas
 }
 
 // sourcesFor lists where old slot's blobs may be: local store, the pointer's
-// replicas, then every other peer.
-func (m *Manager) sourcesFor(p *pb.CheckpointPointer) []source {
-	out := []source{{id: m.cfg.NodeID, local: true}}
+// replicas, then every other peer. absent lists the replicas the pointer
+// names that Peers does not list but that are still cluster members
+// (Membership): they could not be asked. Replicas that are no longer
+// members are in neither: their copies count as missing.
+func (m *Manager) sourcesFor(p *pb.CheckpointPointer) (srcs []source, absent []string) {
+	srcs = []source{{id: m.cfg.NodeID, local: true, holder: slices.Contains(p.GetReplicas(), m.cfg.NodeID)}}
 	seen := map[string]bool{m.cfg.NodeID: true}
 	peers := m.peers()
 	byID := map[string]string{}
 	for _, pe := range peers {
 		byID[pe.ID] = pe.Addr
 	}
+	members, _ := m.cfg.Peers.(Membership)
 	for _, id := range p.GetReplicas() {
-		if addr, ok := byID[id]; ok && !seen[id] {
-			seen[id] = true
-			out = append(out, source{id: id, addr: addr})
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if addr, ok := byID[id]; ok {
+			srcs = append(srcs, source{id: id, addr: addr, holder: true})
+		} else if members != nil && members.IsMember(id) {
+			absent = append(absent, id)
 		}
 	}
 	for _, pe := range peers {
 		if !seen[pe.ID] {
 			seen[pe.ID] = true
-			out = append(out, source{id: pe.ID, addr: pe.Addr})
+			srcs = append(srcs, source{id: pe.ID, addr: pe.Addr})
 		}
 	}
-	return out
+	return srcs, absent
+}
+
+// transient reports whether err, from reading a source, says nothing about
+// the data there: the source could not be asked (unreachable, loaded,
+// restarting, store closing, timed out). Not found and corrupt are
+// definitive; so is any other answer.
+func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch rpctypes.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// unreached collects why a manifest or blob could not be read from any
+// source: every source's error, and the holders that could not be asked.
+type unreached struct {
+	errs    []string
+	holders []string // named by the pointer, not asked or not answering
+}
+
+func (u *unreached) add(src source, err error) {
+	u.errs = append(u.errs, src.id+": "+shortErr(err))
+	if src.holder && transient(err) {
+		u.holders = append(u.holders, src.id)
+	}
+}
+
+// err is what to report of what (a manifest or a blob) after every source
+// failed: ErrUnreachable if a holder (or one of absent) could not be
+// asked, else a definitive error.
+func (u *unreached) err(what string, absent []string) error {
+	if hs := append(slices.Clone(absent), u.holders...); len(hs) > 0 {
+		return fmt.Errorf("%w: %s: holders %s could not be asked (%s)", ErrUnreachable, what, strings.Join(hs, ","), strings.Join(u.errs, ", "))
+	}
+	return fmt.Errorf("%s: %s", what, strings.Join(u.errs, ", "))
 }
 
 // ProbeTimeout bounds small remote calls (manifest reads, blob probes) so
@@ -240,14 +310,15 @@ type loadedManifest struct {
 	m       *Manifest
 	md5     string
 	sources []source
+	absent  []string // holders that could not be asked (sourcesFor)
 }
 
 // manifestOf finds the manifest of (old slot, v) on any source. When the
 // pointer's current version is v its md5 must match the pointer's.
 func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.CheckpointPointer, v int64) (*loadedManifest, error) {
 	key := ManifestKey(job, v, slot)
-	srcs := m.sourcesFor(p)
-	var errs []string
+	srcs, absent := m.sourcesFor(p)
+	var failed unreached
 	var newer error // a source holds it in a format newer than this build's
 	for i, src := range srcs {
 		raw, err := m.readManifest(ctx, src, key)
@@ -264,11 +335,11 @@ func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.
 			if err == nil {
 				// Blobs are looked for on this source first, then the others.
 				order := append([]source{src}, append(slices.Clone(srcs[:i]), srcs[i+1:]...)...)
-				return &loadedManifest{m: man, md5: h, sources: order}, nil
+				return &loadedManifest{m: man, md5: h, sources: order, absent: absent}, nil
 			}
 		}
 		m.logger.Debug("manifest not usable on source", "key", key, "source", src.id, "err", err)
-		errs = append(errs, src.id+": "+shortErr(err))
+		failed.add(src, err)
 		if errors.Is(err, ErrNewerFormat) {
 			newer = err
 		}
@@ -276,7 +347,7 @@ func (m *Manager) manifestOf(ctx context.Context, job string, slot int32, p *pb.
 	if newer != nil {
 		return nil, fmt.Errorf("manifest %s: %w", key, newer)
 	}
-	return nil, fmt.Errorf("manifest %s: %s", key, strings.Join(errs, ", "))
+	return nil, failed.err("manifest "+key, absent)
 }
 
 func shortErr(err error) string {
@@ -298,6 +369,18 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 	if len(holders) == 0 {
 		return nil, "", "", fmt.Errorf("no pointer names it")
 	}
+	// A pointer whose current version is v tells its slot count: a version
+	// not every old slot names is unusable whether or not its manifests can
+	// be read (so an unreachable holder does not block a fallback it could
+	// not prevent).
+	for _, s := range holders {
+		if p := ptrs[s]; p.GetVersion() == v {
+			if err := consistent(ptrs, v, p.GetNumPservers(), fmt.Sprintf("slot %d's pointer", s)); err != nil {
+				return nil, "", "", err
+			}
+			break
+		}
+	}
 	mans := map[int32]*loadedManifest{}
 	first, err := m.manifestOf(ctx, req.Job, holders[0], ptrs[holders[0]], v)
 	if err != nil {
@@ -305,20 +388,8 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 	}
 	mans[holders[0]] = first
 	oldP := first.m.NumPservers
-	// Global consistency: every old slot must still name v. A manifest
-	// claiming more slots than there are pointers cannot be (and is not
-	// looped over: it may be forged).
-	if int(oldP) > len(ptrs) {
-		return nil, "", "", fmt.Errorf("not globally consistent: manifest %s says %d slots, %d pointers exist", first.m.Key(), oldP, len(ptrs))
-	}
-	var missing []string
-	for s := int32(0); s < oldP && len(missing) < 10; s++ {
-		if !holds(ptrs[s], v) {
-			missing = append(missing, strconv.Itoa(int(s)))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, "", "", fmt.Errorf("not globally consistent: old slots %s of %d do not name it", strings.Join(missing, ","), oldP)
+	if err := consistent(ptrs, v, oldP, "manifest "+first.m.Key()); err != nil {
+		return nil, "", "", err
 	}
 	load := func(s int32) (*loadedManifest, error) {
 		if lm, ok := mans[s]; ok {
@@ -358,6 +429,25 @@ func (m *Manager) restoreVersion(ctx context.Context, req RestoreRequest, ptrs m
 		return nil, "", "", err
 	}
 	return out, joinMD5s(parts), joinSources(srcUsed), nil
+}
+
+// consistent checks global consistency: every old slot 0..oldP-1 (oldP as
+// by, a manifest or pointer) still names v. A count greater than the number
+// of pointers cannot be (and is not looped over: it may be forged).
+func consistent(ptrs map[int32]*pb.CheckpointPointer, v int64, oldP int32, by string) error {
+	if int(oldP) > len(ptrs) {
+		return fmt.Errorf("not globally consistent: %s says %d slots, %d pointers exist", by, oldP, len(ptrs))
+	}
+	var missing []string
+	for s := int32(0); s < oldP && len(missing) < 10; s++ {
+		if !holds(ptrs[s], v) {
+			missing = append(missing, strconv.Itoa(int(s)))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("not globally consistent: old slots %s of %d do not name it", strings.Join(missing, ","), oldP)
+	}
+	return nil
 }
 
 // neededFrom returns the requested vshards old slot s (of oldP) holds; nil
@@ -419,7 +509,7 @@ func (m *Manager) fetchBlobs(ctx context.Context, lm *loadedManifest, req Restor
 		go func() {
 			defer wg.Done()
 			for ref := range work {
-				b, src, err := m.readAnySourceSafe(ctx, lm.sources, ref)
+				b, src, err := m.readAnySourceSafe(ctx, lm, ref)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -455,20 +545,22 @@ var RestoreParallelism = max(2, runtime.GOMAXPROCS(0))
 
 // readAnySourceSafe is readAnySource in a worker goroutine: a panic (a bug
 // reached by bad input) becomes an error instead of killing the node.
-func (m *Manager) readAnySourceSafe(ctx context.Context, sources []source, ref VShardRef) (b []byte, src string, err error) {
+func (m *Manager) readAnySourceSafe(ctx context.Context, lm *loadedManifest, ref VShardRef) (b []byte, src string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			m.logger.Error("reading a blob panicked", "vshard", ref.ID, "md5", ref.MD5, "panic", r, "stack", string(debug.Stack()))
 			b, src, err = nil, "", fmt.Errorf("%w: vshard %d blob %s: read panicked: %v", ErrCorrupt, ref.ID, ref.MD5, r)
 		}
 	}()
-	return m.readAnySource(ctx, sources, ref)
+	return m.readAnySource(ctx, lm, ref)
 }
 
-// readAnySource returns ref's blob from the first source holding it intact.
-func (m *Manager) readAnySource(ctx context.Context, sources []source, ref VShardRef) ([]byte, string, error) {
-	var errs []string
-	for _, src := range sources {
+// readAnySource returns ref's blob from the first of lm's sources holding
+// it intact; if none does, an error wrapping ErrUnreachable when a holder
+// could not be asked.
+func (m *Manager) readAnySource(ctx context.Context, lm *loadedManifest, ref VShardRef) ([]byte, string, error) {
+	var failed unreached
+	for _, src := range lm.sources {
 		b, err := m.readBlob(ctx, src, ref)
 		if err == nil && int64(len(b)) != ref.Bytes {
 			err = fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorrupt, ref.MD5, len(b), ref.Bytes)
@@ -478,12 +570,12 @@ func (m *Manager) readAnySource(ctx context.Context, sources []source, ref VShar
 				return nil, "", ctx.Err()
 			}
 			m.logger.Warn("blob not usable on source; trying the next", "vshard", ref.ID, "md5", ref.MD5, "source", src.id, "err", err)
-			errs = append(errs, src.id+": "+shortErr(err))
+			failed.add(src, err)
 			continue
 		}
 		return b, src.id, nil
 	}
-	return nil, "", fmt.Errorf("vshard %d blob %s: %s", ref.ID, ref.MD5, strings.Join(errs, ", "))
+	return nil, "", failed.err(fmt.Sprintf("vshard %d blob %s", ref.ID, ref.MD5), lm.absent)
 }
 
 func joinMD5s(parts []string) string {
@@ -506,8 +598,9 @@ func joinSources(used map[string]bool) string {
 // restoreAsync restores an async job: versions are per slot (no global
 // cut), so each old slot independently uses its newest version that works,
 // falling back through its kept versions. The old layout is the one of the
-// most recently written pointer.
-func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map[int32]*pb.CheckpointPointer, rec *pb.RestoreRecord) (map[int32][]byte, bool) {
+// most recently written pointer. A version that fails because a holder
+// could not be asked is not fallen back from: err wraps ErrUnreachable.
+func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map[int32]*pb.CheckpointPointer, rec *pb.RestoreRecord) (map[int32][]byte, bool, error) {
 	var newest *pb.CheckpointPointer
 	for _, p := range ptrs {
 		if newest == nil || p.GetTimestampUnixNano() > newest.GetTimestampUnixNano() {
@@ -517,7 +610,7 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 	oldP := newest.GetNumPservers()
 	if oldP <= 0 || int(oldP) > len(ptrs) {
 		rec.Reason = fmt.Sprintf("initializer: newest pointer says %d pservers, %d pointers exist", oldP, len(ptrs))
-		return nil, false
+		return nil, false, nil
 	}
 	out := map[int32][]byte{}
 	srcUsed := map[string]bool{}
@@ -531,7 +624,7 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 		p := ptrs[s]
 		if p == nil || p.GetNumPservers() != oldP {
 			rec.Reason = fmt.Sprintf("initializer: old slot %d of %d has no pointer of that layout", s, oldP)
-			return nil, false
+			return nil, false, nil
 		}
 		done := false
 		for _, v := range append([]int64{p.GetVersion()}, p.GetKeptVersions()...) {
@@ -542,6 +635,9 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 			part := map[int32][]byte{}
 			if err == nil {
 				_, err = m.fetchBlobs(ctx, lm, req, need, part, srcUsed)
+			}
+			if errors.Is(err, ErrUnreachable) {
+				return nil, false, fmt.Errorf("old slot %d version %d: %w", s, v, err)
 			}
 			if err != nil {
 				m.logger.Warn("restore: old slot version unusable; trying an older one", "old_slot", s, "version", v, "err", err)
@@ -559,12 +655,12 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 		}
 		if !done {
 			rec.Reason = "initializer: every kept version failed: " + strings.Join(failures, "; ")
-			return nil, false
+			return nil, false, nil
 		}
 	}
 	if err := checkAllFound(req, out); err != nil {
 		rec.Reason = "initializer: " + err.Error()
-		return nil, false
+		return nil, false, nil
 	}
 	rec.Version, rec.Md5, rec.Source = maxV, joinMD5s(parts), joinSources(srcUsed)
 	if len(failures) == 0 {
@@ -572,7 +668,7 @@ func (m *Manager) restoreAsync(ctx context.Context, req RestoreRequest, ptrs map
 	} else {
 		rec.Reason = "fallback: " + strings.Join(failures, "; ") + " (async, per slot: " + strings.Join(used, ", ") + ")"
 	}
-	return out, true
+	return out, true, nil
 }
 
 func gcd(a, b int32) int32 {

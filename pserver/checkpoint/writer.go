@@ -36,6 +36,17 @@ type Peers interface {
 	Peers() []Peer
 }
 
+// Membership is implemented by a Peers that also knows the members it does
+// not list. Restore uses it to tell a replica holder that could not be
+// asked (a member, failed or partitioned: retry later) from one that is
+// gone (left or removed: its copies count as missing). A Peers without it
+// treats every node it does not list as gone.
+type Membership interface {
+	// IsMember reports whether node id is still a cluster member, alive or
+	// not; false once it left or was removed.
+	IsMember(id string) bool
+}
+
 // StaticPeers is a fixed Peers list.
 type StaticPeers []Peer
 
