@@ -365,15 +365,18 @@ func (g *Gossip) Join(ctx context.Context, addrs []string) (int, error) {
 	for attempt := 1; ; attempt++ {
 		conflicts := g.selfConflicts.Load()
 		n, err := g.ml.Join(addrs)
+		if g.selfConflicts.Load() != conflicts {
+			// A live member holds our ID at another address. Checked before
+			// the test below: a duplicate of a one-member cluster hears back
+			// only its own name and would otherwise retry forever.
+			g.conflicted.Store(true)
+			return n, fmt.Errorf("%w: %q (joined via %v)", ErrConflict, g.cfg.Meta.ID, addrs)
+		}
 		if n > 0 && g.ml.NumMembers() < 2 {
 			// Only ourselves answered (our address under another name).
 			n, err = 0, errors.New("no member other than ourselves answered")
 		}
 		if n > 0 {
-			if g.selfConflicts.Load() != conflicts {
-				g.conflicted.Store(true)
-				return n, fmt.Errorf("%w: %q (joined via %v)", ErrConflict, g.cfg.Meta.ID, addrs)
-			}
 			g.markJoined()
 			return n, nil
 		}

@@ -495,6 +495,20 @@ func TestConflictingID(t *testing.T) {
 	}
 }
 
+// TestConflictingIDWithOneMember: a duplicate of the only member hears
+// back only its own name, so the "only ourselves answered" path must not
+// hide the conflict and retry forever (a duplicate --id of a one-node
+// cluster kept running under load: TestBadStartup).
+func TestConflictingIDWithOneMember(t *testing.T) {
+	gs := mustCluster(t, 1, nil)
+	dup := mustOpen(t, testConfig(t, "n1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := dup.Join(ctx, []string{gs[0].LocalAddr()}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("Join with the only member's ID = %v, want ErrConflict", err)
+	}
+}
+
 func TestLifecycle(t *testing.T) {
 	g, err := New(testConfig(t, "a"))
 	if err != nil {

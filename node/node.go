@@ -163,11 +163,19 @@ func (n *Node) Open(ctx context.Context) (err error) {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("start-up interrupted: %w", err)
 	}
+	// Subscribed before Open: the background join's first attempt can
+	// report a conflict for our ID before Open returns.
+	var conflicts <-chan gossip.Event
+	unsubscribe := func() {}
+	if len(n.cfg.Join) > 0 {
+		conflicts, unsubscribe = n.gossip.Subscribe()
+	}
 	if err := n.gossip.Open(ctx); err != nil {
+		unsubscribe()
 		return err
 	}
-	if len(n.cfg.Join) > 0 {
-		n.watchIDConflict(runCtx)
+	if conflicts != nil {
+		n.watchIDConflict(runCtx, conflicts, unsubscribe)
 	}
 	if err := n.openServices(runCtx); err != nil {
 		return err
@@ -381,10 +389,10 @@ func (n *Node) startHTTP() {
 }
 
 // watchIDConflict fails the node if the members it joins report a conflict
-// for its ID before it is in (a duplicate --id). A node already joined
-// keeps running: the newcomer is the one refused.
-func (n *Node) watchIDConflict(ctx context.Context) {
-	events, unsubscribe := n.gossip.Subscribe()
+// for its ID before it is in (a duplicate --id), from events (a
+// subscription taken before gossip opened; unsubscribe ends it). A node
+// already joined keeps running: the newcomer is the one refused.
+func (n *Node) watchIDConflict(ctx context.Context, events <-chan gossip.Event, unsubscribe func()) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
