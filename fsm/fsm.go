@@ -56,7 +56,7 @@ type FSM struct {
 	jobUse     map[string]*usage // per job under /jobs/<job>/ (quota.go)
 	leases     map[int64]*lease
 	leasesOf   map[string]int // leases held per owner (derived from leases)
-	nextLease  int64 // next candidate for a store-assigned lease id
+	nextLease  int64          // next candidate for a store-assigned lease id
 	hist       []revEvents
 	histSize   int64 // sum of revEvents.size over hist
 	histRevs   int64 // HistoryRevisions; tests shrink it

@@ -1,14 +1,3 @@
-// Command sizecheck lists the non-generated, non-test Go files of the
-// module over -max-file lines and their functions over -max-func lines
-// (issue 36's size rules: 800 and 120), and exits 1 if it lists any.
-//
-//	go run ./scripts/sizecheck          # from the module root
-//	go run ./scripts/sizecheck -root ./node -max-func 80
-//
-// A function's length is from its func keyword to its closing brace.
-// Generated files (a "Code generated ... DO NOT EDIT." line, go/ast's
-// IsGenerated) and _test.go files are skipped, as are vendor and dot
-// directories.
 package main
 
 import (
