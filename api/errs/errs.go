@@ -116,6 +116,23 @@ var (
 	ErrReplicaUnreachable = errors.New("checkpoint: a replica holder could not be reached")
 )
 
+// Errors of slot replication (pserver/replica).
+var (
+	// ErrStaleEpoch: a replication request's epoch is older than the one
+	// the backup knows, or an ack names a newer epoch than the primary's:
+	// the sender is no longer the slot's primary. gRPC FailedPrecondition.
+	ErrStaleEpoch = errors.New("replica: stale epoch; the sender is no longer the primary")
+	// ErrNotBackup: a request names a job or slot the node holds no backup
+	// of. gRPC FailedPrecondition.
+	ErrNotBackup = errors.New("replica: not a backup of this slot")
+	// ErrTooFarAhead: a request's seq is too far beyond the backup's
+	// applied seq. gRPC ResourceExhausted.
+	ErrTooFarAhead = errors.New("replica: request too far ahead of the applied sequence")
+	// ErrNotAcked: a backup's ack does not cover the request. gRPC
+	// Unavailable.
+	ErrNotAcked = errors.New("replica: backup did not acknowledge the update")
+)
+
 // Errors of a node's own services.
 var (
 	// ErrPermissionDenied: the caller's certificate's role may not make the

@@ -5,41 +5,26 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/raftps/raftps/api/errs"
+	"github.com/raftps/raftps/api/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Sentinel errors; every error of this package wraps one (errors.Is) and
-// carries its gRPC status (codeOf).
+// Sentinel errors; every error of this package wraps one (errors.Is).
+// They are api/errs's, so their gRPC status comes from the one table
+// (api/rpctypes).
 var (
-	// ErrStaleEpoch: a request's epoch is older than the one the backup
-	// knows, or an ack names a newer epoch than the primary's: the sender
-	// is no longer the slot's primary and must stop serving it (resolve
-	// the slot again). gRPC FailedPrecondition.
-	ErrStaleEpoch = errors.New("replica: stale epoch; the sender is no longer the primary")
-	// ErrWrongSlot: a request names a job or slot the backup does not
-	// hold. gRPC FailedPrecondition.
-	ErrWrongSlot = errors.New("replica: not a backup of this slot")
+	// ErrStaleEpoch: the sender is no longer the slot's primary (see errs).
+	ErrStaleEpoch = errs.ErrStaleEpoch
+	// ErrWrongSlot: the node holds no backup of the named slot.
+	ErrWrongSlot = errs.ErrNotBackup
 	// ErrTooFarAhead: a request's seq is more than MaxPending beyond the
-	// backup's applied seq. gRPC ResourceExhausted.
-	ErrTooFarAhead = errors.New("replica: request too far ahead of the applied sequence")
-	// ErrNotAcked: a backup's ack does not cover the request (a lower
-	// applied seq). gRPC Unavailable.
-	ErrNotAcked = errors.New("replica: backup did not acknowledge the update")
+	// backup's applied seq.
+	ErrTooFarAhead = errs.ErrTooFarAhead
+	// ErrNotAcked: a backup's ack does not cover the request.
+	ErrNotAcked = errs.ErrNotAcked
 )
-
-// codeOf is the sentinel -> gRPC code table.
-func codeOf(err error) codes.Code {
-	switch {
-	case errors.Is(err, ErrStaleEpoch), errors.Is(err, ErrWrongSlot):
-		return codes.FailedPrecondition
-	case errors.Is(err, ErrTooFarAhead):
-		return codes.ResourceExhausted
-	case errors.Is(err, ErrNotAcked):
-		return codes.Unavailable
-	}
-	return codes.Unknown
-}
 
 // Error is a sentinel with detail, rendered to gRPC by GRPCStatus.
 type Error struct {
@@ -51,8 +36,11 @@ func (e *Error) Error() string { return e.Sentinel.Error() + ": " + e.Detail }
 
 func (e *Error) Unwrap() error { return e.Sentinel }
 
-// GRPCStatus is the error's gRPC status (the code of its sentinel).
-func (e *Error) GRPCStatus() *status.Status { return status.New(codeOf(e.Sentinel), e.Error()) }
+// GRPCStatus is the error's gRPC status, from rpctypes' table.
+func (e *Error) GRPCStatus() *status.Status {
+	st, _ := status.FromError(rpctypes.ToStatus(fmt.Errorf("%w: %s", e.Sentinel, e.Detail)))
+	return st
+}
 
 func errorf(sentinel error, format string, args ...any) error {
 	return &Error{Sentinel: sentinel, Detail: fmt.Sprintf(format, args...)}

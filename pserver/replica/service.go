@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"sync"
 
-	"google.golang.org/grpc/status"
-
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 )
 
 // Service serves the Replica gRPC service for the backups a node holds
@@ -153,7 +151,7 @@ func (s *Stream) recv() {
 		ack, err := s.stream.Recv()
 		s.mu.Lock()
 		if err != nil {
-			s.err = fromStatus(err)
+			s.err = rpctypes.FromStatus(err)
 		} else {
 			s.applied, s.epoch = max(s.applied, ack.GetApplied()), max(s.epoch, ack.GetEpoch())
 		}
@@ -201,19 +199,4 @@ func (s *Stream) Close() error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	return s.stream.CloseSend()
-}
-
-// fromStatus wraps err's sentinel again, recognized by the message the
-// backup's Error carried (the status message starts with it).
-func fromStatus(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	for _, s := range []error{ErrStaleEpoch, ErrWrongSlot, ErrTooFarAhead, ErrNotAcked} {
-		if detail, found := strings.CutPrefix(st.Message(), s.Error()+": "); found && st.Code() == codeOf(s) {
-			return &Error{Sentinel: s, Detail: detail}
-		}
-	}
-	return err
 }
