@@ -45,13 +45,16 @@ def test_guide_code_blocks_run(client, cluster, bin_path, tmp_path):
     # PS mode: submit, one trainer, export into a fresh model.
     ps = dict(base, JOB=f"guide-ps-{uuid.uuid4().hex[:6]}", MODE="ps", TRAINER="t1")
     run(["submit.py"], ps, cwd)
-    assert "t1: rank 0 of 1, ps mode, done" in run(["train.py"], ps, cwd)
+    assert "t1: rank 0 of 1, ps mode, done after" in run(["train.py"], ps, cwd)
     st = raftps.jobs.wait(client, ps["JOB"], 120)
     assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED", st.message
     assert "loaded 50890 parameters" in run(["export.py"], ps, cwd)
 
-    # Allreduce mode: the same script, two trainers, one model.
-    ar = dict(base, JOB=f"guide-ar-{uuid.uuid4().hex[:6]}", MODE="allreduce")
+    # Allreduce mode: the same script, two trainers, one model. MIN_NP=2:
+    # else the first trainer up may finish the job alone before the
+    # second (a slow torch import under load) joins, which then saves
+    # its untrained model (seen in CI).
+    ar = dict(base, JOB=f"guide-ar-{uuid.uuid4().hex[:6]}", MODE="allreduce", MIN_NP="2")
     run(["submit.py"], ar, cwd)
     procs = [subprocess.Popen([sys.executable, "train.py"], env=dict(ar, TRAINER=t), cwd=cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for t in ("a", "b")]
@@ -66,7 +69,9 @@ def test_guide_code_blocks_run(client, cluster, bin_path, tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert all("allreduce mode, done" in o for o in outs), outs
+    steps = [re.search(r"rank \d of 2, allreduce mode, done after (\d+) steps", o) for o in outs]
+    assert all(steps), outs
+    assert all(int(m.group(1)) > 0 for m in steps), outs  # both trained, not only the first up
     st = raftps.jobs.status(client, ar["JOB"])
     assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED", st.message
     sa, sb = (torch.load(str(tmp_path / f"{ar['JOB']}-{t}.pt")) for t in ("a", "b"))
