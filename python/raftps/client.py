@@ -210,8 +210,7 @@ class Client:
         self._closed = True
         for l in list(self._leases):
             l.stop()
-        for ch in self._channels:
-            ch.close()
+        _tls.close_channels(self._channels)
 
     def _pick(self, shift: int = 0) -> int:
         with self._mu:

@@ -649,9 +649,9 @@ class ParamClient:
             self._watcher = None
         self._pool.shutdown(wait=False)
         with self._mu:
-            for c in self._conns.values():
-                c.channel.close()
+            conns = list(self._conns.values())
             self._conns.clear()
+        _tls.close_channels([c.channel for c in conns])
 
     def __enter__(self) -> "ParamClient":
         return self

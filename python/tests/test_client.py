@@ -240,3 +240,39 @@ def test_process_with_unclosed_client_exits(cluster):
                        timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(raftps.__file__))))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip(), "no leader printed"
+
+
+def test_closing_channels_races_no_connectivity_thread():
+    """raftps.tls.close_channels stops a channel's connectivity polling
+    thread before it closes the channel. grpc's close unsubscribes and
+    closes at once, so a polling thread between two watches called the
+    next one on a closed channel: "ValueError: Cannot monitor channel
+    state: Channel closed!" in a thread (seen in the suite under load;
+    here 1,600 closes timed near the thread's 0.2 s wakeups, with the GIL
+    switched every microsecond, raised it 4 times with grpc's close)."""
+    import sys
+    import threading
+    import time
+    from raftps import tls as _tls
+    errs = []
+    hook, interval = threading.excepthook, sys.getswitchinterval()
+    threading.excepthook = lambda a: errs.append(a.exc_value)
+    sys.setswitchinterval(1e-6)
+
+    def cycle(n):
+        for i in range(n):
+            ch = _tls.channel("127.0.0.1:1", None, [])
+            time.sleep(0.2 + (i % 20) * 0.0005)
+            _tls.close_channels([ch])
+
+    try:
+        ts = [threading.Thread(target=cycle, args=(40,)) for _ in range(40)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        time.sleep(0.5)
+    finally:
+        sys.setswitchinterval(interval)
+        threading.excepthook = hook
+    assert not errs, errs
