@@ -16,8 +16,13 @@ import uuid
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
-from raftps import localcluster
+import pytest
+
+from raftps import errors, localcluster
+from raftps.client import Client
 from raftps.torch import rendezvous
+
+from conftest import cluster_tls_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -51,10 +56,22 @@ def test_handler_from_torch_registry(cluster):
         h.shutdown()
 
 
-def test_torchrun_two_agents(client, cluster):
+def test_backend_of_another_jobs_certificate_is_refused(cluster, bin_path):
+    # A trainer certificate reaches only its jobs' rendezvous.
+    tls = localcluster.client_cert(bin_path, cluster_tls_dir(cluster), "rdzv-other", "trainer", jobs=["other-*"])
+    with Client([n.grpc for n in cluster], tls=tls) as tc:
+        with pytest.raises(errors.PermissionDenied, match="torch/store"):
+            rendezvous.RaftpsRendezvousBackend(tc, run_id()).set_state(b"a")
+
+
+def test_torchrun_two_agents(client, cluster, bin_path):
+    # The agents run on a trainer certificate of the job (the run id), not
+    # the admin's: what a user hands to a training host.
     rid = run_id()
     eps = ",".join(n.grpc for n in cluster)
+    tls = localcluster.client_cert(bin_path, cluster_tls_dir(cluster), "rdzv-agent", "trainer", jobs=["rdzv-*"])
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+               RAFTPS_CACERT=tls.cacert, RAFTPS_CERT=tls.cert, RAFTPS_KEY=tls.key,
                PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "raftps.torchrun", "--nnodes", "1:2", "--nproc-per-node", "1",
            "--rdzv-backend", "raftps", "--rdzv-endpoint", eps, "--rdzv-id", rid,
@@ -76,7 +93,7 @@ def test_torchrun_two_agents(client, cluster):
     lines = [m.groups() for o in outs for m in re.finditer(r"worker rank=(\d) world=(\d) sum=(\d+) restart=(\d)", o)]
     assert sorted(lines) == [("0", "2", "3", "0"), ("1", "2", "3", "0")], outs
     # The rendezvous went through raftps: its state key holds the round.
-    assert client.get(f"/torch/rendezvous/{rid}/state") is not None
+    assert client.get(f"/torch/store/{rid}/rendezvous/state") is not None
 
 
 def start_agents(rdzv: list, extra_conf: list, progress: str, steps: int = 40):

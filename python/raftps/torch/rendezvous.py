@@ -14,12 +14,16 @@ RAFTPS_KEY (:class:`raftps.Client`). ``--rdzv_conf`` also takes
 ``lease_ttl`` (seconds, the store's lease, default 30), besides torch's
 ``join_timeout``, ``last_call_timeout`` and ``close_timeout``.
 
-The state (torch's pickled rendezvous state, opaque here) is the key
-``/torch/rendezvous/<run_id>/state``; its fencing token is the key's mod
-revision, and ``set_state`` is a Txn that writes only if the mod revision
-is still the token's (compare-and-swap, checked by the cluster, not by a
-clock). The handler's store is a :class:`raftps.torch.Store` under
-``/torch/rendezvous/<run_id>/store/``.
+The run id is a job name: the rendezvous lives in that job's torch store,
+``/torch/store/<run_id>/rendezvous/``, so a trainer certificate of the
+job (``raftps tls cert create --role trainer --job <run_id>``, or a
+pattern such as ``'exp-*'``) is all an agent needs; other certificates
+are refused (PermissionDenied). The state (torch's pickled rendezvous
+state, opaque here) is the key ``.../rendezvous/state``; its fencing
+token is the key's mod revision, and ``set_state`` is a Txn that writes
+only if the mod revision is still the token's (compare-and-swap, checked
+by the cluster, not by a clock). The handler's store is a
+:class:`raftps.torch.Store` under ``.../rendezvous/store/``.
 
 :func:`register` adds the backend to torch's handler registry (torch 1.13:
 ``python3 -m raftps.torchrun`` calls it); newer torch finds it through
@@ -39,16 +43,17 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 from raftps import errors
 from raftps.client import Client
-from raftps.torch.store import Store
+from raftps.torch.store import Store, store_prefix
 
 NAME = "raftps"
 
 
 def rendezvous_prefix(run_id: str) -> str:
-    """The keys of a run's rendezvous: ``/torch/rendezvous/<run_id>/``."""
+    """The keys of a run's rendezvous, in the torch store of the job named
+    ``run_id``: ``/torch/store/<run_id>/rendezvous/``."""
     if not run_id or "/" in run_id:
         raise ValueError(f"raftps rendezvous: run id {run_id!r} must be a non-empty name without '/'")
-    return f"/torch/rendezvous/{run_id}/"
+    return store_prefix(run_id) + "rendezvous/"
 
 
 class RaftpsRendezvousBackend(RendezvousBackend):
