@@ -42,9 +42,21 @@ may not push or pull (a reader's, or a trainer's for another job) raises
 :class:`raftps.errors.PermissionDenied`, never retried.
 
 Tensor data moves as packed little-endian float32 (api pserver.proto
-Tensor.data). Pulled blocks are copied once, from the received message
-straight into the destination arrays (which may be numpy views of torch
-tensors); pushed gradients are copied once, into the request.
+Tensor.data), encoded and decoded by this module's own protobuf wire code
+on the gRPC channel (raw request_serializer / response_deserializer), so
+protobuf Python never builds or parses the big ``bytes`` fields. A slot
+whose dense parameters are more than ``stream_bytes`` (default
+STREAM_CHUNK_BYTES, 4 MiB, as the Go client) is pulled over PullStream and
+pushed over PushStream in messages of at most STREAM_CHUNK_BYTES of data:
+the pserver sends the next message while the trainer places the last.
+Pulled blocks are copied once, from the received message (a zero-copy
+view) straight into the destination arrays (which may be numpy views of
+torch tensors); pushed gradients are copied once, into the request. The
+rest of the per-byte cost is grpcio's: its Python layer copies a received
+message slice by slice into a bytearray and then into bytes, and copies
+a sent one into a gRPC slice; and, since gRPC's C core sends every call
+as content-type application/grpc, the pserver serves these calls with
+the standard protobuf codec, not the Go client's raftps-tensor one.
 """
 
 from __future__ import annotations

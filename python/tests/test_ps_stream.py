@@ -107,3 +107,43 @@ def test_stream_path_bit_identical_to_unary_and_protobuf(client, monkeypatch):
         for k in before:
             assert (_bits(after[k]) == _bits(before[k])).all(), k
     raftps.jobs.cancel(client, job)
+
+
+def test_stream_path_keeps_mutual_tls_roles(client, cluster, bin_path):
+    """The streaming calls are refused to a reader and to a trainer
+    certificate naming another trainer (PermissionDenied, nothing applied),
+    and served to the job's own trainer, over mutual TLS."""
+    from raftps import localcluster
+    from conftest import cluster_tls_dir
+
+    job = f"stream-tls-{uuid.uuid4().hex[:6]}"
+    params = [{"name": "w", "shape": [64, 100], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=1.0, block=1000))
+    spec = wait_slots(client, job, 2).spec
+    d = cluster_tls_dir(cluster)
+    tag = uuid.uuid4().hex[:6]
+    reader = localcluster.client_cert(bin_path, d, "reader-" + tag, "reader")
+    mine = localcluster.client_cert(bin_path, d, "trainer-" + tag, "trainer", jobs=[job])
+    eps = [n.grpc for n in cluster]
+    g = {"w": np.arange(6400, dtype=np.float32).reshape(64, 100)}
+
+    def streaming(c, trainer, **kw):
+        ps = ParamClient(c, job, trainer, spec=spec, stream_bytes=0, **kw)
+        assert ps._stream == [True, True]
+        _streaming_only(ps)
+        return ps
+
+    with raftps.Client(eps, tls=reader) as rc, streaming(rc, "r", retries=2) as ps:
+        with pytest.raises(errors.PermissionDenied):
+            ps.push(g, examples=1)
+        with pytest.raises(errors.PermissionDenied):
+            ps.pull()
+    with raftps.Client(eps, tls=mine) as tc, streaming(tc, "t-not-mine", retries=2) as ps:
+        with pytest.raises(errors.PermissionDenied):
+            ps.push(g, examples=1)
+    with streaming(client, "admin") as ps:
+        assert (ps.pull()["w"] == 0).all()
+    with raftps.Client(eps, tls=mine) as tc, streaming(tc, "trainer-" + tag) as ps:
+        ps.push(g, examples=1)
+        assert (_bits(ps.pull()["w"]) == _bits(np.float32(0) - g["w"])).all()
+    raftps.jobs.cancel(client, job)
