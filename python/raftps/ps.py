@@ -42,9 +42,21 @@ may not push or pull (a reader's, or a trainer's for another job) raises
 :class:`raftps.errors.PermissionDenied`, never retried.
 
 Tensor data moves as packed little-endian float32 (api pserver.proto
-Tensor.data). Pulled blocks are copied once, from the received message
-straight into the destination arrays (which may be numpy views of torch
-tensors); pushed gradients are copied once, into the request.
+Tensor.data), encoded and decoded by this module's own protobuf wire code
+on the gRPC channel (raw request_serializer / response_deserializer), so
+protobuf Python never builds or parses the big ``bytes`` fields. A slot
+whose dense parameters are more than ``stream_bytes`` (default
+STREAM_CHUNK_BYTES, 4 MiB, as the Go client) is pulled over PullStream and
+pushed over PushStream in messages of at most STREAM_CHUNK_BYTES of data:
+the pserver sends the next message while the trainer places the last.
+Pulled blocks are copied once, from the received message (a zero-copy
+view) straight into the destination arrays (which may be numpy views of
+torch tensors); pushed gradients are copied once, into the request. The
+rest of the per-byte cost is grpcio's: its Python layer copies a received
+message slice by slice into a bytearray and then into bytes, and copies
+a sent one into a gRPC slice; and, since gRPC's C core sends every call
+as content-type application/grpc, the pserver serves these calls with
+the standard protobuf codec, not the Go client's raftps-tensor one.
 """
 
 from __future__ import annotations
@@ -68,6 +80,11 @@ from raftps.v1 import job_pb2, pserver_pb2
 
 DEFAULT_NUM_VIRTUAL_SHARDS = 64
 DEFAULT_DENSE_BLOCK_SIZE = 65536
+# STREAM_CHUNK_BYTES is pserver/wire's StreamChunkBytes: a slot's dense pull
+# or push of more data bytes than this goes over PullStream / PushStream in
+# messages of at most this much tensor data (a block larger than it is a
+# message of its own).
+STREAM_CHUNK_BYTES = 4 << 20
 
 _LE = sys.byteorder == "little"
 _F32 = np.dtype("<f4")
@@ -274,10 +291,12 @@ def _encode_push(req: "_Push") -> bytes:
     parts = []
     jb, tb = req.job.encode(), req.trainer.encode()
     hdr = bytearray()
-    hdr += _tag(1, 2) + _enc_varint(len(jb)) + jb
+    if jb:
+        hdr += _tag(1, 2) + _enc_varint(len(jb)) + jb
     if req.slot:
         hdr += _tag(2, 0) + _enc_varint(req.slot)
-    hdr += _tag(3, 2) + _enc_varint(len(tb)) + tb
+    if tb:
+        hdr += _tag(3, 2) + _enc_varint(len(tb)) + tb
     if req.version:
         hdr += _tag(4, 0) + _enc_varint(req.version)
     if req.version:
@@ -306,6 +325,27 @@ class _Push:
         # The push's id (uint64, 0: none): the same on every retry.
         self.push_id = push_id
 
+    def with_tensors(self, tensors) -> "_Push":
+        """This push's header with other tensors."""
+        return _Push(self.job, self.slot, self.trainer, self.version, self.examples, tensors, self.incarnation,
+                     self.push_id)
+
+
+def _chunk_tensors(ts: list, limit: int) -> list[list]:
+    """Splits push tensors (name, block, rows, data) into runs of at most
+    ``limit`` data bytes; a tensor larger than ``limit`` is a run of its own
+    (pserver/wire's ChunkTensors)."""
+    out, run, size = [], [], 0
+    for t in ts:
+        n = t[3].size * 4
+        if run and size + n > limit:
+            out.append(run)
+            run, size = [], 0
+        run.append(t)
+        size += n
+    out.append(run)
+    return out
+
 
 class _SlotConn:
     def __init__(self, addr: str, creds: grpc.ChannelCredentials | None):
@@ -319,6 +359,14 @@ class _SlotConn:
                                              response_deserializer=_decode_pull)
         self.push = self.channel.unary_unary("/raftps.v1.PServer/Push", request_serializer=_encode_push,
                                              response_deserializer=pserver_pb2.PushResponse.FromString)
+        # The same messages, chunked (PServer.PullStream / PushStream): the
+        # pserver streams a big pull while the trainer places what arrived,
+        # and a big push while the pserver parses what arrived.
+        self.pull_stream = self.channel.stream_stream("/raftps.v1.PServer/PullStream",
+                                                      request_serializer=pserver_pb2.PullRequest.SerializeToString,
+                                                      response_deserializer=_decode_pull)
+        self.push_stream = self.channel.stream_unary("/raftps.v1.PServer/PushStream", request_serializer=_encode_push,
+                                                     response_deserializer=pserver_pb2.PushResponse.FromString)
         self.leave = self.channel.unary_unary("/raftps.v1.PServer/LeaveStep",
                                               request_serializer=pserver_pb2.LeaveStepRequest.SerializeToString,
                                               response_deserializer=pserver_pb2.LeaveStepResponse.FromString)
@@ -347,11 +395,15 @@ class ParamClient:
             the old holder's lease TTL, even on a loaded machine).
         timeout: seconds per pserver call (a sync push waits for the step).
         watch: follow slot moves with a watch (default True).
+        stream_bytes: a slot whose dense parameters are more than this many
+            bytes is pulled and pushed over PullStream / PushStream in
+            messages of at most STREAM_CHUNK_BYTES of data (default
+            STREAM_CHUNK_BYTES, as the Go client; negative: always unary).
     """
 
     def __init__(self, client: Client, job: str, trainer: str, spec: job_pb2.JobSpec | None = None,
                  retries: int | None = None, timeout: float = 60.0, watch: bool = True,
-                 retry_for: float = 60.0):
+                 retry_for: float = 60.0, stream_bytes: int = STREAM_CHUNK_BYTES):
         self.client, self.job, self.trainer = client, job, trainer
         if spec is None:
             from raftps import jobs
@@ -379,6 +431,9 @@ class ParamClient:
             for b in range(p.blocks):
                 lo, hi = self.layout.block_range(p, b)
                 self._blocks[self.layout.slot_of_block(p, b)].append((p, b, lo, hi))
+        # Per slot: whether its dense data goes over the streaming calls.
+        self._stream = [stream_bytes >= 0 and 4 * sum(hi - lo for (_, _, lo, hi) in blocks) > stream_bytes
+                        for blocks in self._blocks]
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="raftps-ps")
         self.retried = 0
         self._watcher = None
@@ -510,9 +565,8 @@ class ParamClient:
                     f"pull: destination of {p.name!r} must be C-contiguous float32 with {p.size} elements")
             flat[p.name] = a.reshape(-1)
 
-        def one(slot):
-            req = pserver_pb2.PullRequest(job=self.job, slot=slot)
-            resp = self._do(slot, lambda c: c.pull(req, timeout=self.timeout))
+        def place(slot, resp) -> int:
+            # Copies each received block straight into its destination.
             for t in resp.tensors:
                 p = self.layout.by_name.get(t.name)
                 if p is None or p.embedding or not 0 <= t.block < p.blocks:
@@ -521,10 +575,27 @@ class ParamClient:
                 if t.n != (hi - lo) * 4:
                     raise errors.Internal(f"pull: tensor {t.name!r} block {t.block} has {t.n} bytes, want {(hi - lo) * 4}")
                 flat[p.name][lo:hi] = t.floats()
+            return len(resp.tensors)
+
+        def one(slot):
+            req = pserver_pb2.PullRequest(job=self.job, slot=slot)
+
+            def call(c):
+                if not self._stream[slot]:
+                    resp = c.pull(req, timeout=self.timeout)
+                    return resp, place(slot, resp)
+                # Every chunk carries the slot's version and incarnation.
+                resp, placed = None, 0
+                for resp in c.pull_stream(iter((req,)), timeout=self.timeout):
+                    placed += place(slot, resp)
+                return resp, placed
+
+            resp, placed = self._do(slot, call)
+            if resp is None or placed != len(self._blocks[slot]):
+                raise errors.Internal(f"pull: slot {slot} sent {placed} blocks, want {len(self._blocks[slot])}")
             self.versions[slot] = resp.version
             if resp.incarnation:
                 self.incarnations[slot] = resp.incarnation
-
         self._parallel(one)
         return dst
 
@@ -578,7 +649,14 @@ class ParamClient:
             ts = [(p.name, b, None, flat[p.name][lo:hi]) for (p, b, lo, hi) in self._blocks[slot] if p.name in flat]
             ts += per_slot_sparse[slot]
             req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts, self.incarnations[slot], push_id)
-            resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
+            if self._stream[slot] and len(ts) > 1:
+                # The first message names the push; later ones carry only
+                # gradients (PServer.PushStream applies them as one push).
+                chunks = _chunk_tensors(ts, STREAM_CHUNK_BYTES)
+                msgs = [req.with_tensors(chunks[0])] + [_Push("", 0, "", 0, 0, ch) for ch in chunks[1:]]
+                resp = self._do(slot, lambda c: c.push_stream(iter(msgs), timeout=self.timeout))
+            else:
+                resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
             self.versions[slot] = resp.version
             if resp.incarnation:
                 self.incarnations[slot] = resp.incarnation
