@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/bits"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -623,10 +621,11 @@ func PutDataBuf(b []byte) {
 var lent sync.Map // uintptr → *[]byte
 
 // LendReply lends buf, the buffer msg's tensors alias, to the tensor
-// codec's Marshal of msg, if the call uses that codec (other codecs copy
-// and never give it back: the buffer is then garbage as before).
-func LendReply[M any](ctx context.Context, msg *M, buf []byte) {
-	if cap(buf) < MinPooled || !usesTensorCodec(ctx) {
+// codec's Marshal of msg. A server built with ServerOptions uses that codec
+// for every call; on another server the codec never takes the buffer
+// back, and it is garbage as before (the entry goes with msg).
+func LendReply[M any](_ context.Context, msg *M, buf []byte) {
+	if cap(buf) < MinPooled {
 		return
 	}
 	p, b := uintptr(unsafe.Pointer(msg)), &buf
@@ -640,17 +639,6 @@ func takeLent[M any](msg *M) []byte {
 		return *v.(*[]byte)
 	}
 	return nil
-}
-
-// usesTensorCodec reports whether the incoming call ctx asked for the
-// tensor codec (content-type application/grpc+raftps-tensor).
-func usesTensorCodec(ctx context.Context) bool {
-	for _, ct := range metadata.ValueFromIncomingContext(ctx, "content-type") {
-		if strings.HasSuffix(ct, "+"+TensorCodecName) {
-			return true
-		}
-	}
-	return false
 }
 
 // lentRelease is the gRPC mem.BufferPool of one lent reply's data runs:

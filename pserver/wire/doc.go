@@ -10,7 +10,9 @@
 //     (ErrBadSpec).
 //   - The tensor codec (codec.go, content-subtype TensorCodecName, the
 //     protobuf wire format of api/pserver.proto): registered by importing
-//     this package; calls ask for it with TensorCallOption. It moves tensor
+//     this package; calls ask for it with TensorCallOption, and a server
+//     built with ServerOptions uses it for every call (Python's grpcio
+//     cannot ask for a content-subtype). It moves tensor
 //     data without the generic codec's copies, reads a pull's blocks
 //     straight into a PullSink (the client's parameter arrays), and lends a
 //     server's whole-slot reply buffer to gRPC (LendReply) until it is
@@ -18,7 +20,8 @@
 //   - Errors (errors.go): the sentinels every Slot, Server and Client error
 //     wraps, the sentinel -> gRPC code table (Error.GRPCStatus, ToGRPC).
 //   - Transport (options.go, socket.go): ServerOptions and DialOptions (64
-//     MiB flow-control windows, 1 GiB messages, a non-zeroing buffer pool),
+//     MiB flow-control windows, 1 GiB messages, a non-zeroing buffer pool,
+//     the server's forced tensor codec),
 //     StreamChunkBytes, MaxPullBytes; Listen and Dial set SocketBufferBytes
 //     kernel buffers where the host's caps allow it.
 //
