@@ -849,8 +849,14 @@ type JobSpec struct {
 	DenseBlockSize int64 `protobuf:"varint,20,opt,name=dense_block_size,json=denseBlockSize,proto3" json:"dense_block_size,omitempty"`
 	// target_accuracy, if > 0, is what `raftps train` and `raftps demo` expect.
 	TargetAccuracy float64 `protobuf:"fixed64,21,opt,name=target_accuracy,json=targetAccuracy,proto3" json:"target_accuracy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replicas is the number of nodes holding each pserver slot, the
+	// primary included (pserver/DESIGN.md, "Replicated slots"): 1 to 3,
+	// at most the number of live pserver nodes (default 1). With 2 or more,
+	// a slot's backups apply every update before the trainer is answered,
+	// and the death of the primary's node costs a promotion, not a restore.
+	Replicas      int32 `protobuf:"varint,22,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1026,6 +1032,13 @@ func (x *JobSpec) GetDenseBlockSize() int64 {
 func (x *JobSpec) GetTargetAccuracy() float64 {
 	if x != nil {
 		return x.TargetAccuracy
+	}
+	return 0
+}
+
+func (x *JobSpec) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
 	}
 	return 0
 }
@@ -2895,7 +2908,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x1c\n" +
 	"\tembedding\x18\x03 \x01(\bR\tembedding\x12*\n" +
 	"\x04init\x18\x04 \x01(\x0e2\x16.raftps.v1.InitializerR\x04init\x12\x14\n" +
-	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\xd7\x06\n" +
+	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\xf3\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x05model\x18\x02 \x01(\v2\x14.raftps.v1.ModelSpecR\x05model\x120\n" +
@@ -2921,7 +2934,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x16scale_lr_with_trainers\x18\x12 \x01(\bR\x13scaleLrWithTrainers\x12,\n" +
 	"\x06params\x18\x13 \x03(\v2\x14.raftps.v1.ParamSpecR\x06params\x12(\n" +
 	"\x10dense_block_size\x18\x14 \x01(\x03R\x0edenseBlockSize\x12'\n" +
-	"\x0ftarget_accuracy\x18\x15 \x01(\x01R\x0etargetAccuracy\"\xb3\x03\n" +
+	"\x0ftarget_accuracy\x18\x15 \x01(\x01R\x0etargetAccuracy\x12\x1a\n" +
+	"\breplicas\x18\x16 \x01(\x05R\breplicas\"\xb3\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
 	"\x05begin\x18\x02 \x01(\x03R\x05begin\x12\x10\n" +

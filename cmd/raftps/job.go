@@ -424,6 +424,9 @@ func printJobStatus(w io.Writer, j *pb.JobStatus) {
 	fmt.Fprintf(w, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
 		j.Todo, j.Pending, j.Done, j.Failed, j.TotalTasks, j.Requeued, j.Timeouts)
 	fmt.Fprintf(w, "trainers: %s\n", strings.Join(j.Trainers, ", "))
+	if r := j.GetSpec().GetReplicas(); r > 0 {
+		fmt.Fprintf(w, "replicas: %d per pserver slot\n", r)
+	}
 	for _, p := range j.Pservers {
 		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
 	}

@@ -7,9 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/replica"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/raftstore/roles"
 	"github.com/raftps/raftps/schema"
@@ -52,7 +55,14 @@ type Config struct {
 	// fit in what is left is not claimed, with a SLOT_NOT_CLAIMED event
 	// on its job (budget.go). 0: no limit.
 	MemoryBudget uint64
-	Logger       *slog.Logger
+	// Replicas serves the backups this node holds of other nodes' slots
+	// (the node registers it on its pserver port; replicas.go). nil: the
+	// node holds no backups and places none (every slot runs with R = 1).
+	Replicas *replica.Service
+	// DialOptions are the options of the node's dials to other nodes'
+	// Replica services (its TLS certificate).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 // Agent runs the pserver role.
