@@ -535,6 +535,7 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 		leases[kv.Lease] = held
 	}
 	for id, slots := range leases {
+		m.failover(ctx, node, slots) // replicated slots: promote before the revoke frees the claims
 		m.handoverRevoke(ctx, node, id, slots)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/pserver/replica"
+	"github.com/raftps/raftps/schema"
 	tagent "github.com/raftps/raftps/trainer/agent"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -35,6 +36,18 @@ func (p gossipPeers) PServerNodes() int {
 		}
 	}
 	return n
+}
+
+// PServerPeers lists the alive pserver nodes with their data path
+// addresses (backups of replicated slots; pserver/agent).
+func (p gossipPeers) PServerPeers() []schema.ReplicaMember {
+	var out []schema.ReplicaMember
+	for _, m := range p.g.Members() {
+		if m.Status == gossip.StatusAlive && m.Meta.HasRole(gossip.RolePServer) && m.Meta.PServerAddr != "" {
+			out = append(out, schema.ReplicaMember{Node: m.Meta.ID, Addr: m.Meta.PServerAddr})
+		}
+	}
+	return out
 }
 
 // Peers lists the other alive nodes that can hold checkpoint replicas.

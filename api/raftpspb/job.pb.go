@@ -297,6 +297,9 @@ const (
 	// A trainer node did not start a trainer for the job because its model
 	// does not fit in what its --trainer-memory-budget has left.
 	JobEvent_TRAINER_NOT_STARTED JobEvent_Type = 12
+	// A backup of a replicated pserver slot was promoted and serves the
+	// slot (no restore, no rollback; message: epoch, version, how long).
+	JobEvent_PSERVER_PROMOTED JobEvent_Type = 13
 )
 
 // Enum value maps for JobEvent_Type.
@@ -315,6 +318,7 @@ var (
 		10: "PSERVER_RESTORED",
 		11: "SLOT_NOT_CLAIMED",
 		12: "TRAINER_NOT_STARTED",
+		13: "PSERVER_PROMOTED",
 	}
 	JobEvent_Type_value = map[string]int32{
 		"TASK_DONE":            0,
@@ -330,6 +334,7 @@ var (
 		"PSERVER_RESTORED":     10,
 		"SLOT_NOT_CLAIMED":     11,
 		"TRAINER_NOT_STARTED":  12,
+		"PSERVER_PROMOTED":     13,
 	}
 )
 
@@ -3013,7 +3018,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
 	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
-	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xdc\x04\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xf2\x04\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -3028,7 +3033,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	" \x01(\x01R\x04loss\x12\x1a\n" +
 	"\baccuracy\x18\v \x01(\x01R\baccuracy\x12\x1a\n" +
 	"\bexamples\x18\f \x01(\x03R\bexamples\x12\x18\n" +
-	"\aversion\x18\r \x01(\x03R\aversion\"\x83\x02\n" +
+	"\aversion\x18\r \x01(\x03R\aversion\"\x99\x02\n" +
 	"\x04Type\x12\r\n" +
 	"\tTASK_DONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3044,7 +3049,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x10PSERVER_RESTORED\x10\n" +
 	"\x12\x14\n" +
 	"\x10SLOT_NOT_CLAIMED\x10\v\x12\x17\n" +
-	"\x13TRAINER_NOT_STARTED\x10\f\":\n" +
+	"\x13TRAINER_NOT_STARTED\x10\f\x12\x14\n" +
+	"\x10PSERVER_PROMOTED\x10\r\":\n" +
 	"\x10SubmitJobRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.raftps.v1.JobSpecR\x04spec\"A\n" +
 	"\x11SubmitJobResponse\x12,\n" +

@@ -89,7 +89,10 @@ type Agent struct {
 	// retry holds the slots whose last restore could not reach a
 	// checkpoint holder: not claimed again before their time (claims.go).
 	retry map[slotKey]restoreRetry
-	wg    sync.WaitGroup
+	// backups are the backups this node holds of other nodes' replicated
+	// slots (replicas.go).
+	backups map[slotKey]*heldBackup
+	wg      sync.WaitGroup
 }
 
 type slotKey struct {
@@ -135,6 +138,9 @@ type hosted struct {
 	rollbackRev int64
 	// waitWarned is when reportWaits last logged this slot's waiting step.
 	waitWarned time.Time
+	// repl is the slot's replication to its backups (nil: R = 1;
+	// replicas.go).
+	repl *replication
 }
 
 // New returns an agent; Run starts it.
@@ -154,7 +160,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
-		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}}
+		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}}
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx
@@ -299,6 +305,7 @@ func (a *Agent) fenceAll(reason string) {
 	for k, h := range a.hosted {
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
+		h.stopReplication("fenced")
 		delete(a.hosted, k)
 		a.log.Warn("slot fenced", "job", k.job, "slot", k.slot, "reason", reason)
 	}
@@ -335,6 +342,7 @@ func (a *Agent) release() {
 	for k, h := range a.hosted {
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
+		h.stopReplication("fenced")
 		delete(a.hosted, k)
 	}
 	a.lease = 0
