@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -88,7 +90,10 @@ type replication struct {
 	rec   schema.ReplicaRecord
 	peers map[string]*peer
 
+	lag prometheus.Gauge // raftps_pserver_replication_lag_updates of the slot
+
 	mu      sync.Mutex
+	emitted int64          // the highest seq the slot reported
 	acked   int64          // every seq <= acked is acknowledged by the ISR
 	done    map[int64]bool // acknowledged seqs above acked
 	err     error          // set once deposed or stopped: nothing more is acknowledged
@@ -101,12 +106,20 @@ type replication struct {
 func (a *Agent) startReplication(ctx context.Context, job string, s *pserver.Slot, inc int64, rec schema.ReplicaRecord) *replication {
 	rctx, cancel := context.WithCancel(ctx)
 	rp := &replication{a: a, job: job, slot: s.Index(), inc: inc, ctx: rctx, cancel: cancel, rec: rec,
-		acked: s.Version(), done: map[int64]bool{}, changed: make(chan struct{}), peers: map[string]*peer{}}
+		acked: s.Version(), emitted: s.Version(), done: map[int64]bool{}, changed: make(chan struct{}), peers: map[string]*peer{},
+		lag: metricReplicationLag.WithLabelValues(job, strconv.Itoa(int(s.Index())))}
+	rp.lag.Set(0)
 	for _, m := range rec.Backups {
 		rp.peers[m.Node] = a.newPeer(rctx, m)
 	}
 	rp.r = replica.NewReplicator(rec.Epoch, rp.peerMap())
-	s.OnUpdate(func(u *pb.ReplicateRequest) { go rp.replicate(u) })
+	s.OnUpdate(func(u *pb.ReplicateRequest) {
+		rp.mu.Lock()
+		rp.emitted = max(rp.emitted, u.GetSeq())
+		rp.lag.Set(float64(rp.emitted - rp.acked))
+		rp.mu.Unlock()
+		go rp.replicate(u)
+	})
 	s.SetAckGate(rp.wait)
 	return rp
 }
@@ -123,6 +136,7 @@ func (rp *replication) peerMap() map[string]replica.Peer {
 func (rp *replication) stop(why string) {
 	rp.fail(wire.Errorf(wire.ErrFenced, "slot %d: %s", rp.slot, why))
 	rp.cancel()
+	metricReplicationLag.DeleteLabelValues(rp.job, strconv.Itoa(int(rp.slot)))
 	rp.recMu.Lock()
 	for _, p := range rp.peers {
 		p.close()
@@ -175,6 +189,7 @@ func (rp *replication) markAcked(seq int64) {
 		delete(rp.done, rp.acked+1)
 		rp.acked++
 	}
+	rp.lag.Set(float64(rp.emitted - rp.acked))
 	close(rp.changed)
 	rp.changed = make(chan struct{})
 }
@@ -302,7 +317,8 @@ type peer struct {
 
 func (a *Agent) newPeer(ctx context.Context, m schema.ReplicaMember) *peer {
 	p := &peer{node: m.Node, ctx: ctx, readyBy: time.Now().Add(backupReadyWait)}
-	p.cc, p.dialErr = grpc.NewClient(m.Addr, append(append([]grpc.DialOption(nil), a.cfg.DialOptions...), wire.DialOptions()...)...)
+	// The node's options last: its TLS credentials replace wire's plaintext.
+	p.cc, p.dialErr = grpc.NewClient(m.Addr, append(wire.DialOptions(), a.cfg.DialOptions...)...)
 	return p
 }
 

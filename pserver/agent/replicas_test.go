@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -179,6 +180,10 @@ func TestReplicatedSlotFailover(t *testing.T) {
 			bytes.Equal(pullBytes(t, ps), pullBytes(t, bk.Slot())))
 	}
 
+	if lag := gaugeValue(t, "rep", "0"); lag != 0 {
+		t.Fatalf("replication lag %v after every push was acknowledged, want 0", lag)
+	}
+
 	// The master promotes the backup (one Txn, epoch compared).
 	promoted, err := rec.Promote(back.a.cfg.NodeID)
 	if err != nil {
@@ -196,6 +201,9 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	}
 	if bk.Applied() != 20 {
 		t.Fatalf("the backup applied %d after refusing the deposed primary, want 20", bk.Applied())
+	}
+	if lag := gaugeValue(t, "rep", "0"); lag != 1 {
+		t.Fatalf("replication lag %v on the deposed primary (push 21 applied, never acknowledged), want 1", lag)
 	}
 
 	// The old primary's lease is revoked (the master's nodeGone): the
@@ -232,4 +240,14 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	if !promotedEvent {
 		t.Error("no PSERVER_PROMOTED event")
 	}
+}
+
+// gaugeValue reads raftps_pserver_replication_lag_updates{job, slot}.
+func gaugeValue(t *testing.T, job, slot string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := metricReplicationLag.WithLabelValues(job, slot).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }
