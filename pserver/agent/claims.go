@@ -114,27 +114,33 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 		nodes = 1
 	}
 	share := (int(spec.NumPservers) + nodes - 1) / nodes
-	for i := int32(0); i < spec.NumPservers && mine < share && lease != 0; i++ {
+	for i := int32(0); i < spec.NumPservers && lease != 0; i++ {
 		if c, taken := claims[i]; taken && (c.Node != a.cfg.NodeID || a.hosting(job, i)) {
 			continue
 		}
 		if r, ok := recs[i]; ok {
 			// A replicated slot is its record's primary's: promoted to
-			// this node, it serves its backup; another node's, it is left
+			// this node, it serves its backup (whatever the fair share:
+			// no other node holds the slot's state); another node's, it is left
 			// to it (the master promotes or deletes the record when that
 			// node is gone); this node's but lost, the record goes and the
 			// slot is claimed the R = 1 way on a later round.
 			switch {
 			case r.Primary.Node != a.cfg.NodeID:
 			case a.holdsBackup(job, i):
-				if err := a.claimPromoted(ctx, spec, i, lease, r); err != nil {
+				switch err := a.claimPromoted(ctx, spec, i, lease, r); {
+				case errors.Is(err, errClaimHeld): // the old primary's lease has not ended yet
+				case err != nil:
 					a.log.Warn("claim promoted slot", "job", job, "slot", i, "err", err)
-				} else {
+				default:
 					mine++
 				}
 			default:
 				a.dropStaleRecord(ctx, job, i, r)
 			}
+			continue
+		}
+		if mine >= share {
 			continue
 		}
 		// A free slot, or our own claim that we do not serve (fenced while

@@ -249,6 +249,11 @@ func (rp *replication) replicate(u *pb.ReplicateRequest) {
 	}
 }
 
+// errClaimHeld: a promoted node cannot claim the slot yet: the old
+// primary's claim is still there (its lease ends when the master revokes
+// it, right after the promotion, or at its TTL).
+var errClaimHeld = errors.New("agent: the slot's claim is still held by its old primary")
+
 var errDeposed = errors.New("deposed: the slot's replica record moved to a newer epoch")
 
 func (rp *replication) deposed(cause error) {
@@ -532,8 +537,11 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
 	cancel()
-	if err != nil || !ok {
-		return err // the old primary's claim is still there: its lease ends soon (the master revokes it)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errClaimHeld
 	}
 	if _, err := a.takeOver(ctx, spec.Name, i, inc); err != nil { // marks the handover record consumed
 		a.releaseKey(ctx, spec.Name, i, inc)

@@ -113,20 +113,31 @@ func pullBytes(t *testing.T, s *pserver.Slot) []byte {
 }
 
 func asyncReplicated(name string) *pb.JobSpec {
-	return &pb.JobSpec{Name: name, Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumPservers: 1, Replicas: 2, Seed: 7,
+	return &pb.JobSpec{Name: name, Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumPservers: 2, Replicas: 2, Seed: 7,
 		NumVirtualShards: 4, DenseBlockSize: 4,
 		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.1, Momentum: 0.9},
-		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{8}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{64}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
 }
 
+// pushOne pushes a gradient made of id to every block of slot s.
 func pushOne(ctx context.Context, s *pserver.Slot, id uint64) (*pb.PushResponse, error) {
-	g := float32(id)
-	return s.Push(ctx, &pb.PushRequest{Trainer: "t1", PushId: id, Examples: 1, Grads: []*pb.Tensor{
-		{Name: "w", Block: 0, Data: packed(g, -g, 1, 2)}, {Name: "w", Block: 1, Data: packed(3, g, 0.5, -1)}}})
+	l := s.Layout()
+	var ts []*pb.Tensor
+	for _, p := range l.Params {
+		for b := int64(0); b < p.Blocks; b++ {
+			if l.SlotOfBlock(p, b) == s.Index() {
+				g := float32(id) + float32(b)/8
+				ts = append(ts, &pb.Tensor{Name: p.Spec.GetName(), Block: b, Data: packed(g, -g, 1, 2)})
+			}
+		}
+	}
+	return s.Push(ctx, &pb.PushRequest{Trainer: "t1", PushId: id, Examples: 1, Grads: ts})
 }
 
-// TestReplicatedSlotFailover (issue 34) runs a replicated async slot
-// (replicas 2) on two agents over one store, in three acts:
+// TestReplicatedSlotFailover (issue 34) runs a replicated async job of two
+// slots (replicas 2) on two agents over one store (each agent is primary
+// of one slot, at its fair share, and backup of the other), in three
+// acts on slot 0:
 //   - replication before acknowledgement: the primary places its backup
 //     on the other node (record {primary, backups}, the claim's
 //     incarnation), the backup builds the same initializer, and each of
@@ -137,7 +148,8 @@ func pushOne(ctx context.Context, s *pserver.Slot, id uint64) (*pb.PushResponse,
 //     acknowledged (ErrFenced: the trainer re-resolves), though the old
 //     primary's claim and lease still live;
 //   - failover: once the old primary's lease is revoked, the promoted
-//     node serves the slot it holds (same bytes, same version and
+//     node, already at its fair share, serves the slot it holds too
+//     (same bytes, same version and
 //     incarnation, no restore: a PSERVER_PROMOTED event and a restore
 //     record "promoted backup"); the trainer's retry of the refused push
 //     is applied there once, and a retry of an acknowledged push is
