@@ -204,13 +204,6 @@ func (rp *replication) fail(err error) {
 	}
 }
 
-// Acked returns the highest seq every in-sync backup acknowledged.
-func (rp *replication) Acked() int64 {
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
-	return rp.acked
-}
-
 // replicate sends update u to the in-sync backups until they all
 // acknowledged it: a backup that fails is dropped (a Raft commit) and u
 // sent again to the ones left; a deposed primary stops.
@@ -227,24 +220,26 @@ func (rp *replication) replicate(u *pb.ReplicateRequest) {
 			return
 		}
 		var be *replica.BackupError
-		if !errors.As(err, &be) {
+		switch {
+		case !errors.As(err, &be): // (Replicator returns only *BackupError)
 			rp.a.log.Warn("replicate", "job", rp.job, "slot", rp.slot, "seq", u.GetSeq(), "err", err)
-			continue
-		}
-		if be.Deposed() {
+		case be.Deposed():
 			rp.deposed(be)
 			return
-		}
-		if err := rp.drop(be); err != nil {
+		default:
+			err = rp.drop(be)
 			if errors.Is(err, errDeposed) {
 				rp.deposed(err)
 				return
 			}
-			rp.a.log.Warn("replica drop not committed; retrying", "job", rp.job, "slot", rp.slot, "err", err)
-			select {
-			case <-rp.ctx.Done():
-			case <-time.After(100 * time.Millisecond):
+			if err == nil {
+				continue // send again to the ISR left
 			}
+			rp.a.log.Warn("replica drop not committed; retrying", "job", rp.job, "slot", rp.slot, "err", err)
+		}
+		select {
+		case <-rp.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -502,7 +497,8 @@ func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.Replica
 	}
 }
 
-// dropEndedBackups removes the backups of jobs not running (a.mu held).
+// dropEndedBackupsLocked removes the backups of jobs not running (a.mu
+// held).
 func (a *Agent) dropEndedBackupsLocked(running map[string]*pb.JobStatus) {
 	for k, hb := range a.backups {
 		if running[k.job] == nil {

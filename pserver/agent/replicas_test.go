@@ -30,8 +30,8 @@ func (m replicaMembers) PServerPeers() []schema.ReplicaMember { return m }
 
 // startReplicaAgents starts agents n1 and n2 over meta, each serving its
 // Replica service on its own loopback gRPC server (the address its slot
-// records carry).
-func startReplicaAgents(t *testing.T, meta *fakeMeta) []*testAgent {
+// records carry; returned in the same order).
+func startReplicaAgents(t *testing.T, meta *fakeMeta) ([]*testAgent, []*grpc.Server) {
 	t.Helper()
 	var lis []net.Listener
 	var mem replicaMembers
@@ -44,6 +44,7 @@ func startReplicaAgents(t *testing.T, meta *fakeMeta) []*testAgent {
 		mem = append(mem, schema.ReplicaMember{Node: id, Addr: l.Addr().String()})
 	}
 	var out []*testAgent
+	var servers []*grpc.Server
 	for i, m := range mem {
 		log := testutil.LoggerLevel(t, slog.LevelInfo).With("node", m.Node)
 		st, err := checkpoint.Open(t.TempDir(), log)
@@ -70,9 +71,9 @@ func startReplicaAgents(t *testing.T, meta *fakeMeta) []*testAgent {
 			gs.Stop()
 			st.Close()
 		})
-		out = append(out, ta)
+		out, servers = append(out, ta), append(servers, gs)
 	}
-	return out
+	return out, servers
 }
 
 // backupOf returns the backup agent ta holds of (job, slot), if any.
@@ -158,7 +159,7 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	meta := newFakeMeta()
 	spec := asyncReplicated("rep")
 	meta.setJobs(running(spec))
-	agents := startReplicaAgents(t, meta)
+	agents, _ := startReplicaAgents(t, meta)
 	var prim, back *testAgent
 	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
 		for i, ta := range agents {
@@ -262,4 +263,47 @@ func gaugeValue(t *testing.T, job, slot string) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestReplicatedBackupDropped (issue 34): when a primary's backup stops
+// answering (its node's gRPC server is gone), the primary drops it from
+// the in-sync set with a Txn that raises the record's epoch, and only
+// then acknowledges the push that was waiting: the record then names no
+// backup, at a newer epoch, and later pushes are acknowledged at once
+// (R = 1 semantics: the primary's lease fences it).
+func TestReplicatedBackupDropped(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("drop")
+	spec.NumPservers = 1
+	meta.setJobs(running(spec))
+	agents, servers := startReplicaAgents(t, meta)
+	prim, backup := -1, -1
+	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
+		for i, ta := range agents {
+			if _, ok := ta.served("drop", 0); ok && agents[1-i].backupOf("drop", 0) != nil {
+				prim, backup = i, 1-i
+				return true
+			}
+		}
+		return false
+	})
+	ps, _ := agents[prim].served("drop", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := pushOne(ctx, ps, 1); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := replicaRecord(t, meta, "drop", 0)
+	servers[backup].Stop() // the backup's node stops answering
+	resp, err := pushOne(ctx, ps, 2)
+	if err != nil || resp.Version != 2 {
+		t.Fatalf("push after the backup died: %v %v, want version 2 once the backup is dropped", resp, err)
+	}
+	after, ok := replicaRecord(t, meta, "drop", 0)
+	if !ok || len(after.Backups) != 0 || after.Epoch <= before.Epoch || after.Primary.Node != agents[prim].a.cfg.NodeID {
+		t.Fatalf("record after the drop: %+v (before %+v), want no backups at a newer epoch", after, before)
+	}
+	if resp, err := pushOne(ctx, ps, 3); err != nil || resp.Version != 3 {
+		t.Fatalf("push with an ISR of one: %v %v", resp, err)
+	}
 }
