@@ -20,11 +20,13 @@ import (
 // master's promotion Txn, the claim) and every slot's final step.
 //
 // Not asserted (issue 34, open): that every slot ends at the same step.
-// In 4 of 6 runs with the kill the two slots ended one step apart (equal
-// in a run without it); a debug log showed one such drift before the
-// kill, while the trainers were joining (a trainer a member of one slot
-// and not yet of the other: its push was counted by one slot and refused
-// stale by the other), so it is not known to come from the failover.
+// With the kill at 4-5 tasks done, while the trainers were still joining
+// the slots' memberships, 4 of 5 runs ended with the two slots one step
+// apart (a debug log showed a trainer's push counted by one slot and
+// refused stale by the other as membership reached them at different
+// times); with the kill at 10 or more tasks done (as here) 3 of 3 runs
+// ended equal, and a run without the kill ended equal. The cause is not
+// found, so the check is logged, not asserted.
 // The failover's own exactness (the promoted slot holds every
 // acknowledged update, answers a retried push id without applying it
 // again, applies a refused one once) is pserver/agent's
