@@ -15,7 +15,9 @@ import (
 // incarnation kept), skipping a dead backup, before it revokes the lease
 // (the claim goes, so the promoted node can claim the slot); a record
 // whose backups are all dead is deleted (the slot then restores, R = 1);
-// a record whose primary is another node is left alone.
+// a record whose primary is another node is left alone; and a record that
+// names the node as primary though it never claimed the slot (it was
+// promoted and died before its claim) is failed over too.
 func TestNodeGonePromotesBackup(t *testing.T) {
 	s := openStore(t)
 	submit(t, s, "j")
@@ -31,6 +33,7 @@ func TestNodeGonePromotesBackup(t *testing.T) {
 	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m4, m3}, Incarnation: 9}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m4}}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 2), schema.ReplicaRecord{Primary: m3, Backups: []schema.ReplicaMember{m2}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 3), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m3}}.Marshal(), 0) // no claim
 	read := func(slot int32) (schema.ReplicaRecord, bool) {
 		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
 		if err != nil || len(resp.Kvs) == 0 {
@@ -57,6 +60,9 @@ func TestNodeGonePromotesBackup(t *testing.T) {
 	}
 	if r2, _ := read(2); r2.Epoch != other.Epoch || r2.Primary != m3 {
 		t.Fatalf("slot 2 (primary n3, alive) changed: %+v", r2)
+	}
+	if r3, ok := read(3); !ok || r3.Primary != m3 || len(r3.Backups) != 0 {
+		t.Fatalf("slot 3 (promoted to n2, which died before claiming it): %+v (present %v), want primary n3", r3, ok)
 	}
 	if exists(t, s, schema.SlotKey("j", 0)) {
 		t.Fatal("the dead primary's claim survived: the promoted node could not claim the slot")
