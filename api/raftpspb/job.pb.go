@@ -1297,11 +1297,16 @@ func (x *PassMetric) GetCheckpointVersion() int64 {
 }
 
 type PServerSlot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Incarnation   int64                  `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Node        string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Addr        string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Incarnation int64                  `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// backups are the node ids of the slot's in-sync backups and
+	// replica_epoch its replica record's epoch (a job with replicas >= 2;
+	// pserver/DESIGN.md, "Replicated slots"); empty and 0 otherwise.
+	Backups       []string `protobuf:"bytes,5,rep,name=backups,proto3" json:"backups,omitempty"`
+	ReplicaEpoch  int64    `protobuf:"varint,6,opt,name=replica_epoch,json=replicaEpoch,proto3" json:"replica_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1360,6 +1365,20 @@ func (x *PServerSlot) GetAddr() string {
 func (x *PServerSlot) GetIncarnation() int64 {
 	if x != nil {
 		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *PServerSlot) GetBackups() []string {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
+func (x *PServerSlot) GetReplicaEpoch() int64 {
+	if x != nil {
+		return x.ReplicaEpoch
 	}
 	return 0
 }
@@ -2966,12 +2985,14 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\rtest_accuracy\x18\x04 \x01(\x01R\ftestAccuracy\x12\x1a\n" +
 	"\bexamples\x18\x05 \x01(\x03R\bexamples\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x03R\x04step\x12-\n" +
-	"\x12checkpoint_version\x18\a \x01(\x03R\x11checkpointVersion\"m\n" +
+	"\x12checkpoint_version\x18\a \x01(\x03R\x11checkpointVersion\"\xac\x01\n" +
 	"\vPServerSlot\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\"\xd0\x02\n" +
+	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\x12\x18\n" +
+	"\abackups\x18\x05 \x03(\tR\abackups\x12#\n" +
+	"\rreplica_epoch\x18\x06 \x01(\x03R\freplicaEpoch\"\xd0\x02\n" +
 	"\x11CheckpointPointer\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x10\n" +
 	"\x03md5\x18\x02 \x01(\tR\x03md5\x12\x18\n" +

@@ -433,7 +433,11 @@ func printJobStatus(w io.Writer, j *pb.JobStatus) {
 		fmt.Fprintf(w, "replicas: %d per pserver slot\n", r)
 	}
 	for _, p := range j.Pservers {
-		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
+		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)", p.Index, p.Node, p.Addr, p.Incarnation)
+		if p.ReplicaEpoch > 0 {
+			fmt.Fprintf(w, ", backups [%s], replica epoch %d", strings.Join(p.Backups, ","), p.ReplicaEpoch)
+		}
+		fmt.Fprintln(w)
 	}
 	for i, c := range j.Checkpoints {
 		fmt.Fprintf(w, "checkpoint slot %d: version %s, step %d, md5 %s, replicas %s\n", i, fmtVersion(c.Version), c.Step, c.Md5, strings.Join(c.Replicas, ","))
