@@ -35,6 +35,12 @@ const (
 	DefaultNumVirtualShards   = 64
 	DefaultDenseBlockSize     = 65536
 	DefaultCheckpointReplicas = 2
+	// DefaultSlotReplicas is JobSpec.replicas when unset: one copy of each
+	// pserver slot (the lease handover and checkpoint restore of
+	// pserver/DESIGN.md).
+	DefaultSlotReplicas = 1
+	// MaxSlotReplicas bounds JobSpec.replicas (a primary and two backups).
+	MaxSlotReplicas = 3
 
 	// MaxRecords bounds dataset.records and records_per_task. With it the
 	// record range of every task, [id*records_per_task, ...), fits an int64.
@@ -271,6 +277,12 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 	}
 	if p := s.NumPservers; p <= 0 || p > MaxPservers {
 		return nil, invalid("num_pservers", "must be in [1, %d], got %d", MaxPservers, p)
+	}
+	if s.Replicas == 0 {
+		s.Replicas = DefaultSlotReplicas
+	}
+	if r := s.Replicas; r < 1 || r > MaxSlotReplicas {
+		return nil, invalid("replicas", "must be in [1, %d], got %d", MaxSlotReplicas, r)
 	}
 	if _, ok := pb.UpdateMode_name[int32(s.Mode)]; !ok {
 		return nil, invalid("mode", "unknown value %d", s.Mode)

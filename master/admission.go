@@ -23,7 +23,9 @@ var ErrNoCapacity = errs.ErrNoCapacity
 //     never split between nodes and each node's agent claims only the
 //     slots that fit what its budget has left (pserver/agent's fits). This
 //     implies State fits the budgets' sum and Slot the largest, which are
-//     checked first for their clearer messages;
+//     checked first for their clearer messages. A job with replicas R
+//     needs R copies of each slot, on R distinct nodes: R <= the live
+//     pserver nodes, and the budgets must hold R x num_pservers slots;
 //   - trainers: its Trainer bytes must fit in the largest live trainer
 //     node's budget (every trainer holds the whole dense model).
 //
@@ -72,9 +74,14 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 			return fmt.Errorf("%w: job %q needs %d bytes per slot (%d bytes over %d slots); the largest pserver budget is %d bytes (--pserver-memory-budget; or raise num_pservers)",
 				ErrNoCapacity, spec.GetName(), need.Slot, need.State, spec.GetNumPservers(), psMax)
 		}
-		if slots := int64(spec.GetNumPservers()); need.Slot > 0 && fit < slots {
-			return fmt.Errorf("%w: job %q has %d slots of %d bytes; the %d live pserver nodes' budgets (%d bytes in all) hold only %d whole slots, since a slot is never split between nodes (--pserver-memory-budget; or change num_pservers)",
-				ErrNoCapacity, spec.GetName(), slots, need.Slot, psNodes, psSum, fit)
+		r := int64(max(v.GetReplicas(), 1))
+		if r > int64(psNodes) {
+			return fmt.Errorf("%w: job %q asks for %d replicas of each slot, on distinct nodes; only %d live pserver nodes announce a budget (lower replicas, or add pserver nodes)",
+				ErrNoCapacity, spec.GetName(), r, psNodes)
+		}
+		if slots := int64(spec.GetNumPservers()) * r; need.Slot > 0 && fit < slots {
+			return fmt.Errorf("%w: job %q has %d slots of %d bytes (%d replicas of %d slots); the %d live pserver nodes' budgets (%d bytes in all) hold only %d whole slots, since a slot is never split between nodes (--pserver-memory-budget; or change num_pservers or replicas)",
+				ErrNoCapacity, spec.GetName(), slots, need.Slot, r, spec.GetNumPservers(), psNodes, psSum, fit)
 		}
 	}
 	if trNodes > 0 && uint64(need.Trainer) > trMax {

@@ -44,7 +44,14 @@
 //     a quorum confirms the leader, so every one an earlier leader took
 //     arrived before); none is written when this server does not lead, and
 //     the claimant then waits a whole TTL. A node that died before this leader took over is released on
-//     the next reconciliation, since its gossip event is gone;
+//     the next reconciliation, since its gossip event is gone.
+//     Before the revoke, each replicated slot (issue 34) whose record
+//     names the node as primary (claimed or not) is failed over
+//     (replicas.go): its schema.ReplicaRecord
+//     moves to an alive in-sync backup in one Txn that compares its
+//     epoch, and that node's agent serves the slot it holds once the
+//     claim is freed (no restore, no handover wait); a record with no
+//     alive backup is deleted, and the slot restores as with R = 1;
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished.

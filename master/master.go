@@ -505,8 +505,15 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 		return
 	}
 	leases := map[int64][]heldSlot{}
+	var primaries []replicated // replicated slots whose primary was node
 	for _, kv := range resp.Kvs {
 		job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+		if ok && kind == schema.KindReplicas {
+			if r, ok := primaryOf(job, id, kv, node); ok {
+				primaries = append(primaries, r)
+			}
+			continue
+		}
 		if !ok || (kind != schema.KindTrainer && kind != schema.KindSlot) {
 			continue
 		}
@@ -534,6 +541,8 @@ func (m *Master) nodeGone(ctx context.Context, mem gossip.Member) {
 		}
 		leases[kv.Lease] = held
 	}
+	// Replicated slots first: promoted before the revoke frees the claims.
+	m.failover(ctx, node, primaries)
 	for id, slots := range leases {
 		m.handoverRevoke(ctx, node, id, slots)
 	}

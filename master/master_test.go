@@ -221,6 +221,8 @@ func TestGetJobFillsMembership(t *testing.T) {
 	put(t, s, schema.SlotKey("j", 1), schema.SlotRecord{Node: "n2", Addr: "n2:7000", Incarnation: 9}.Marshal(), 0)
 	put(t, s, schema.SlotKey("j", 0), schema.SlotRecord{Node: "n1", Addr: "n1:7000", Incarnation: 7}.Marshal(), 0)
 	put(t, s, schema.SlotKey("j", 2), []byte("not json"), 0)
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: "n2", Addr: "n2:7000"},
+		Backups: []schema.ReplicaMember{{Node: "n3", Addr: "n3:7000"}}}.Marshal(), 0)
 	put(t, s, schema.TrainerKey("j", "t1"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
 	put(t, s, schema.TrainerKey("other", "t9"), schema.TrainerRecord{Node: "n1"}.Marshal(), 0)
 	ptr, err := schema.MarshalPointer(&pb.CheckpointPointer{Version: 4, Md5: "abc"})
@@ -241,8 +243,10 @@ func TestGetJobFillsMembership(t *testing.T) {
 	}
 	j := resp.Status
 	if len(j.Pservers) != 2 || j.Pservers[0].Index != 0 || j.Pservers[0].Node != "n1" || j.Pservers[0].Incarnation != 7 ||
-		j.Pservers[1].Index != 1 || j.Pservers[1].Addr != "n2:7000" || j.Pservers[1].Incarnation != 9 {
-		t.Fatalf("pservers %v", j.Pservers)
+		j.Pservers[1].Index != 1 || j.Pservers[1].Addr != "n2:7000" || j.Pservers[1].Incarnation != 9 ||
+		len(j.Pservers[0].Backups) != 0 || j.Pservers[0].ReplicaEpoch != 0 ||
+		len(j.Pservers[1].Backups) != 1 || j.Pservers[1].Backups[0] != "n3" || j.Pservers[1].ReplicaEpoch <= 0 {
+		t.Fatalf("pservers %v (slot 1 replicated: backups [n3], an epoch)", j.Pservers)
 	}
 	if len(j.Trainers) != 1 || j.Trainers[0] != "t1" {
 		t.Fatalf("trainers %v, want [t1]", j.Trainers)

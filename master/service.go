@@ -136,20 +136,30 @@ func (s *Service) ListJobs(ctx context.Context, _ *pb.ListJobsRequest) (*pb.List
 	return &pb.ListJobsResponse{Jobs: jobs}, nil
 }
 
-// fillMembership adds trainers, pservers, checkpoints and restores from
-// the job's keys (schema's records; a record that does not parse is skipped).
+// fillMembership adds trainers, pservers (with their replica records'
+// backups and epoch), checkpoints and restores from the job's keys
+// (schema's records; a record that does not parse is skipped).
 func (s *Service) fillMembership(ctx context.Context, j *pb.JobStatus) {
 	key, end := schema.PrefixRange(schema.JobPrefix(j.Name))
 	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
 	if err != nil {
 		return
 	}
+	replicas := map[int32]schema.ReplicaRecord{}
 	for _, kv := range resp.Kvs {
 		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
 		if !ok {
 			continue
 		}
 		switch kind {
+		case schema.KindReplicas:
+			slot, err := schema.ParseSlot(id)
+			if err != nil {
+				continue
+			}
+			if rec, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision); err == nil {
+				replicas[slot] = rec
+			}
 		case schema.KindTrainer:
 			j.Trainers = append(j.Trainers, id)
 		case schema.KindSlot:
@@ -171,6 +181,14 @@ func (s *Service) fillMembership(ctx context.Context, j *pb.JobStatus) {
 		}
 	}
 	sort.Slice(j.Pservers, func(a, b int) bool { return j.Pservers[a].Index < j.Pservers[b].Index })
+	for _, p := range j.Pservers {
+		if rec, ok := replicas[p.Index]; ok && rec.Primary.Node == p.Node {
+			p.ReplicaEpoch = rec.Epoch
+			for _, b := range rec.Backups {
+				p.Backups = append(p.Backups, b.Node)
+			}
+		}
+	}
 }
 
 // CancelJob cancels a job; its trainers get JOB_OVER.

@@ -342,3 +342,29 @@ func TestLeaseOwnerSurvivesRestart(t *testing.T) {
 		t.Errorf("trainer A keep-alive after a restart: %v", err)
 	}
 }
+
+// TestReplicaNodeOnly (issue 34): the Replica service (a primary's
+// updates to its backups) is served on the pserver port to nodes only: a
+// trainer's and a reader's certificate get PermissionDenied, a node's
+// reaches the service (which holds no backup of the slot: the stream
+// ends FailedPrecondition, not PermissionDenied).
+func TestReplicaNodeOnly(t *testing.T) {
+	p := newRolePKI(t)
+	n := mustOpenTLS(t, p)
+	ctx := ctxFor(t)
+	replicate := func(f security.Files) error {
+		s, err := pb.NewReplicaClient(dialAs(t, n.PServerAddr(), f)).Replicate(ctx)
+		if err != nil {
+			return err
+		}
+		return sendRecv(s, &pb.ReplicateRequest{Job: "job-a", Slot: 0, Epoch: 1, Seq: 1, LrScale: 1}, new(pb.ReplicateAck))
+	}
+	for name, f := range map[string]security.Files{"trainer": p.ta, "reader": p.reader, "admin": p.admin} {
+		if err := replicate(f); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s Replicate: %v, want PermissionDenied", name, err)
+		}
+	}
+	if err := replicate(p.node2); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("node Replicate of a slot it does not back up: %v, want FailedPrecondition", err)
+	}
+}

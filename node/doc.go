@@ -17,8 +17,8 @@
 // (members and their roles and addresses; the forwarder resolves the
 // leader's gRPC address from it); the Raft store over the FSM
 // (raftstore, fsm) in <DataDir>/raft; the gRPC services (KV, Lease, Watch,
-// Internal forwarding, Master, Cluster, CheckpointStore, and PServer with
-// the pserver role); the checkpoint blob store in <DataDir>/checkpoints
+// Internal forwarding, Master, Cluster, CheckpointStore, and PServer and
+// Replica with the pserver role); the checkpoint blob store in <DataDir>/checkpoints
 // with its pruning loop; the pserver and trainer agents of the node's
 // roles (gossip.RoleServer, RolePServer, RoleTrainer); the master's leader
 // loop (it acts only while this node leads); bootstrap-expect; and the

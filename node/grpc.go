@@ -82,7 +82,7 @@ var (
 		maxRecv:    wire.MaxMessageSize,
 		maxSend:    wire.MaxMessageSize,
 		maxStreams: 1000,
-		services:   []string{pb.PServer_ServiceDesc.ServiceName},
+		services:   []string{pb.PServer_ServiceDesc.ServiceName, pb.Replica_ServiceDesc.ServiceName},
 		tuned:      true,
 	}
 	peerClass = serviceClass{

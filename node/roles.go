@@ -10,6 +10,8 @@ import (
 	"github.com/raftps/raftps/pserver"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/replica"
+	"github.com/raftps/raftps/schema"
 	tagent "github.com/raftps/raftps/trainer/agent"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
@@ -34,6 +36,18 @@ func (p gossipPeers) PServerNodes() int {
 		}
 	}
 	return n
+}
+
+// PServerPeers lists the alive pserver nodes with their data path
+// addresses (backups of replicated slots; pserver/agent).
+func (p gossipPeers) PServerPeers() []schema.ReplicaMember {
+	var out []schema.ReplicaMember
+	for _, m := range p.g.Members() {
+		if m.Status == gossip.StatusAlive && m.Meta.HasRole(gossip.RolePServer) && m.Meta.PServerAddr != "" {
+			out = append(out, schema.ReplicaMember{Node: m.Meta.ID, Addr: m.Meta.PServerAddr})
+		}
+	}
+	return out
 }
 
 // Peers lists the other alive nodes that can hold checkpoint replicas.
@@ -105,9 +119,13 @@ func (n *Node) openRoles(ctx context.Context) error {
 		srv := pserver.NewServer()
 		n.ps = srv
 		pb.RegisterPServerServer(n.pserver, srv)
+		// The backups this node holds of other nodes' slots (issue 34).
+		rs := replica.NewService()
+		pb.RegisterReplicaServer(n.pserver, rs)
 		// Slot records carry the data path's address: trainers dial it.
 		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), MemoryBudget: n.cfg.PServerMemoryBudget,
-			LeaseTTL: int64(n.cfg.PServerLeaseTTL / time.Second), Logger: n.log}, local, srv, mgr, peers)
+			LeaseTTL: int64(n.cfg.PServerLeaseTTL / time.Second), Logger: n.log,
+			Replicas: rs, DialOptions: n.dial}, local, srv, mgr, peers)
 		n.goAgent(ctx, a.Run)
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {

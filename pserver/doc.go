@@ -12,7 +12,8 @@
 //   - pserver/vshard: the on-disk vshard blob format;
 //   - pserver/checkpoint: storage and replication of blobs;
 //   - pserver/replica: primary-to-backup replication of a slot's updates
-//     (Slot.OnUpdate, Slot.ApplyReplicated; not wired yet).
+//     (Slot.OnUpdate, Slot.ApplyReplicated, and Slot.SetAckGate, which holds a
+//     push's reply until its backups applied it; wired by pserver/agent).
 //
 // # Sharding
 //

@@ -361,6 +361,9 @@ func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) 
 	} else {
 		resp, err = s.pushSync(ctx, req, items)
 	}
+	if err == nil {
+		err = s.waitAckGate(ctx, resp.GetVersion())
+	}
 	if err = s.acked(err); err != nil {
 		return nil, err
 	}

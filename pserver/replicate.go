@@ -1,6 +1,7 @@
 package pserver
 
 import (
+	"context"
 	"slices"
 	"strings"
 
@@ -44,6 +45,34 @@ func (s *Slot) emitLocked(items []gradItem, lrScale float64, ids []*pb.PushID) {
 		LrScale:     lrScale,
 		PushIds:     ids,
 	})
+}
+
+// AckGate is called before a push is acknowledged, with the slot's
+// version that acknowledges it (the version its update produced, or, for
+// a retry of an applied push id, the version it had produced); the push
+// is answered only if it returns nil, else with its error. A replicated
+// primary waits there until every in-sync backup acknowledged that
+// version (package replica, pserver/agent).
+type AckGate func(ctx context.Context, version int64) error
+
+// SetAckGate sets the gate every push passes before it is acknowledged
+// (async: after its update applied; sync: after its step was released),
+// from now on; nil removes it. The fence and the deadline are checked
+// again after the gate (Push), so a gate that waits past them does not
+// make a push acknowledged.
+func (s *Slot) SetAckGate(g AckGate) {
+	if g == nil {
+		s.ackGate.Store(nil)
+		return
+	}
+	s.ackGate.Store(&g)
+}
+
+func (s *Slot) waitAckGate(ctx context.Context, version int64) error {
+	if g := s.ackGate.Load(); g != nil {
+		return (*g)(ctx, version)
+	}
+	return nil
 }
 
 // recordStepIDsLocked records the push ids of a released sync step with

@@ -149,6 +149,8 @@ type Slot struct {
 	meanFree map[key][]float32
 	// onUpdate is the OnUpdate hook (replicate.go; guarded by mu).
 	onUpdate func(*pb.ReplicateRequest)
+	// ackGate is the SetAckGate hook (replicate.go; nil: none).
+	ackGate atomic.Pointer[AckGate]
 }
 
 // NewSlot builds slot `slot` of numPservers for spec, with every dense block

@@ -41,6 +41,10 @@ type ReplicaRecord struct {
 	Epoch   int64           `json:"-"`
 	Primary ReplicaMember   `json:"primary"`
 	Backups []ReplicaMember `json:"backups,omitempty"`
+	// Incarnation is the slot's incarnation when the record was created
+	// (the first primary's claim): the backups serve it, so a promotion
+	// keeps it (no rollback); every change of the record keeps it.
+	Incarnation int64 `json:"incarnation,omitempty"`
 }
 
 // Marshal encodes r as the key's value (without Epoch).
@@ -84,7 +88,7 @@ func (r ReplicaRecord) Promote(node string) (ReplicaRecord, error) {
 	if i < 0 {
 		return ReplicaRecord{}, fmt.Errorf("schema: promote %q: not an in-sync backup of epoch %d (primary %q)", node, r.Epoch, r.Primary.Node)
 	}
-	return ReplicaRecord{Primary: r.Backups[i], Backups: slices.Delete(slices.Clone(r.Backups), i, i+1)}, nil
+	return ReplicaRecord{Primary: r.Backups[i], Backups: slices.Delete(slices.Clone(r.Backups), i, i+1), Incarnation: r.Incarnation}, nil
 }
 
 // Drop returns the record without backup node (a backup that failed or
@@ -95,7 +99,7 @@ func (r ReplicaRecord) Drop(node string) (ReplicaRecord, error) {
 	if i < 0 {
 		return ReplicaRecord{}, fmt.Errorf("schema: drop %q: not a backup of epoch %d (primary %q)", node, r.Epoch, r.Primary.Node)
 	}
-	return ReplicaRecord{Primary: r.Primary, Backups: slices.Delete(slices.Clone(r.Backups), i, i+1)}, nil
+	return ReplicaRecord{Primary: r.Primary, Backups: slices.Delete(slices.Clone(r.Backups), i, i+1), Incarnation: r.Incarnation}, nil
 }
 
 // EpochCompare is the Txn compare of every write of a slot's replica

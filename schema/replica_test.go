@@ -73,7 +73,7 @@ func TestReplicaRecordEpochCompare(t *testing.T) {
 	s := &store{t: t, f: fsm.New(nil)}
 	key := schema.ReplicaKey("mnist", 0)
 	first := schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: "n1", Addr: "a1"},
-		Backups: []schema.ReplicaMember{{Node: "n2", Addr: "a2"}, {Node: "n3", Addr: "a3"}}}
+		Backups: []schema.ReplicaMember{{Node: "n2", Addr: "a2"}, {Node: "n3", Addr: "a3"}}, Incarnation: 7}
 	if !s.txn(schema.EpochCompare("mnist", 0, 0), key, first.Marshal()) {
 		t.Fatal("first record refused")
 	}
@@ -102,7 +102,7 @@ func TestReplicaRecordEpochCompare(t *testing.T) {
 		t.Fatal("the deposed primary's drop from the old epoch committed")
 	}
 	e2 := s.record("mnist", 0)
-	if e2.Epoch <= e1.Epoch || e2.Primary.Node != "n2" || len(e2.Backups) != 1 || e2.Backups[0].Node != "n3" {
+	if e2.Epoch <= e1.Epoch || e2.Primary.Node != "n2" || len(e2.Backups) != 1 || e2.Backups[0].Node != "n3" || e2.Incarnation != 7 || dropped.Incarnation != 7 {
 		t.Fatalf("after the promotion: %+v (epoch before %d)", e2, e1.Epoch)
 	}
 	if _, err := e2.Promote("n1"); err == nil {

@@ -112,6 +112,9 @@ var rpcs = map[string]Rule{
 	pb.PServer_Push_FullMethodName:       trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.PServer_PushStream_FullMethodName: trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.PServer_LeaveStep_FullMethodName:  trainerWrite(limitAsTrainer, checkAsTrainer),
+	// A slot's primary streams its updates to its backups (pserver/replica):
+	// node to node only, on the pserver port (its message sizes).
+	pb.Replica_Replicate_FullMethodName: internalRPC,
 
 	// Checkpoints: blobs are named by content (md5), not by job, so a
 	// trainer reads its parameters from its pservers (Pull), not here.

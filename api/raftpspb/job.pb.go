@@ -297,6 +297,9 @@ const (
 	// A trainer node did not start a trainer for the job because its model
 	// does not fit in what its --trainer-memory-budget has left.
 	JobEvent_TRAINER_NOT_STARTED JobEvent_Type = 12
+	// A backup of a replicated pserver slot was promoted and serves the
+	// slot (no restore, no rollback; message: epoch, version, how long).
+	JobEvent_PSERVER_PROMOTED JobEvent_Type = 13
 )
 
 // Enum value maps for JobEvent_Type.
@@ -315,6 +318,7 @@ var (
 		10: "PSERVER_RESTORED",
 		11: "SLOT_NOT_CLAIMED",
 		12: "TRAINER_NOT_STARTED",
+		13: "PSERVER_PROMOTED",
 	}
 	JobEvent_Type_value = map[string]int32{
 		"TASK_DONE":            0,
@@ -330,6 +334,7 @@ var (
 		"PSERVER_RESTORED":     10,
 		"SLOT_NOT_CLAIMED":     11,
 		"TRAINER_NOT_STARTED":  12,
+		"PSERVER_PROMOTED":     13,
 	}
 )
 
@@ -849,8 +854,14 @@ type JobSpec struct {
 	DenseBlockSize int64 `protobuf:"varint,20,opt,name=dense_block_size,json=denseBlockSize,proto3" json:"dense_block_size,omitempty"`
 	// target_accuracy, if > 0, is what `raftps train` and `raftps demo` expect.
 	TargetAccuracy float64 `protobuf:"fixed64,21,opt,name=target_accuracy,json=targetAccuracy,proto3" json:"target_accuracy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replicas is the number of nodes holding each pserver slot, the
+	// primary included (pserver/DESIGN.md, "Replicated slots"): 1 to 3,
+	// at most the number of live pserver nodes (default 1). With 2 or more,
+	// a slot's backups apply every update before the trainer is answered,
+	// and the death of the primary's node costs a promotion, not a restore.
+	Replicas      int32 `protobuf:"varint,22,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1026,6 +1037,13 @@ func (x *JobSpec) GetDenseBlockSize() int64 {
 func (x *JobSpec) GetTargetAccuracy() float64 {
 	if x != nil {
 		return x.TargetAccuracy
+	}
+	return 0
+}
+
+func (x *JobSpec) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
 	}
 	return 0
 }
@@ -1279,11 +1297,16 @@ func (x *PassMetric) GetCheckpointVersion() int64 {
 }
 
 type PServerSlot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Incarnation   int64                  `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Node        string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Addr        string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Incarnation int64                  `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// backups are the node ids of the slot's in-sync backups and
+	// replica_epoch its replica record's epoch (a job with replicas >= 2;
+	// pserver/DESIGN.md, "Replicated slots"); empty and 0 otherwise.
+	Backups       []string `protobuf:"bytes,5,rep,name=backups,proto3" json:"backups,omitempty"`
+	ReplicaEpoch  int64    `protobuf:"varint,6,opt,name=replica_epoch,json=replicaEpoch,proto3" json:"replica_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1342,6 +1365,20 @@ func (x *PServerSlot) GetAddr() string {
 func (x *PServerSlot) GetIncarnation() int64 {
 	if x != nil {
 		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *PServerSlot) GetBackups() []string {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
+func (x *PServerSlot) GetReplicaEpoch() int64 {
+	if x != nil {
+		return x.ReplicaEpoch
 	}
 	return 0
 }
@@ -2895,7 +2932,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x1c\n" +
 	"\tembedding\x18\x03 \x01(\bR\tembedding\x12*\n" +
 	"\x04init\x18\x04 \x01(\x0e2\x16.raftps.v1.InitializerR\x04init\x12\x14\n" +
-	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\xd7\x06\n" +
+	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\xf3\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x05model\x18\x02 \x01(\v2\x14.raftps.v1.ModelSpecR\x05model\x120\n" +
@@ -2921,7 +2958,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x16scale_lr_with_trainers\x18\x12 \x01(\bR\x13scaleLrWithTrainers\x12,\n" +
 	"\x06params\x18\x13 \x03(\v2\x14.raftps.v1.ParamSpecR\x06params\x12(\n" +
 	"\x10dense_block_size\x18\x14 \x01(\x03R\x0edenseBlockSize\x12'\n" +
-	"\x0ftarget_accuracy\x18\x15 \x01(\x01R\x0etargetAccuracy\"\xb3\x03\n" +
+	"\x0ftarget_accuracy\x18\x15 \x01(\x01R\x0etargetAccuracy\x12\x1a\n" +
+	"\breplicas\x18\x16 \x01(\x05R\breplicas\"\xb3\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
 	"\x05begin\x18\x02 \x01(\x03R\x05begin\x12\x10\n" +
@@ -2947,12 +2985,14 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\rtest_accuracy\x18\x04 \x01(\x01R\ftestAccuracy\x12\x1a\n" +
 	"\bexamples\x18\x05 \x01(\x03R\bexamples\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x03R\x04step\x12-\n" +
-	"\x12checkpoint_version\x18\a \x01(\x03R\x11checkpointVersion\"m\n" +
+	"\x12checkpoint_version\x18\a \x01(\x03R\x11checkpointVersion\"\xac\x01\n" +
 	"\vPServerSlot\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\"\xd0\x02\n" +
+	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\x12\x18\n" +
+	"\abackups\x18\x05 \x03(\tR\abackups\x12#\n" +
+	"\rreplica_epoch\x18\x06 \x01(\x03R\freplicaEpoch\"\xd0\x02\n" +
 	"\x11CheckpointPointer\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x10\n" +
 	"\x03md5\x18\x02 \x01(\tR\x03md5\x12\x18\n" +
@@ -2999,7 +3039,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
 	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
-	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xdc\x04\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xf2\x04\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -3014,7 +3054,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	" \x01(\x01R\x04loss\x12\x1a\n" +
 	"\baccuracy\x18\v \x01(\x01R\baccuracy\x12\x1a\n" +
 	"\bexamples\x18\f \x01(\x03R\bexamples\x12\x18\n" +
-	"\aversion\x18\r \x01(\x03R\aversion\"\x83\x02\n" +
+	"\aversion\x18\r \x01(\x03R\aversion\"\x99\x02\n" +
 	"\x04Type\x12\r\n" +
 	"\tTASK_DONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3030,7 +3070,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x10PSERVER_RESTORED\x10\n" +
 	"\x12\x14\n" +
 	"\x10SLOT_NOT_CLAIMED\x10\v\x12\x17\n" +
-	"\x13TRAINER_NOT_STARTED\x10\f\":\n" +
+	"\x13TRAINER_NOT_STARTED\x10\f\x12\x14\n" +
+	"\x10PSERVER_PROMOTED\x10\r\":\n" +
 	"\x10SubmitJobRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.raftps.v1.JobSpecR\x04spec\"A\n" +
 	"\x11SubmitJobResponse\x12,\n" +

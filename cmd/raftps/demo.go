@@ -32,8 +32,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 		Use:   "demo",
 		Short: "train an MLP on Fashion-MNIST on a local 3-node cluster while killing nodes",
 		Long: `Start a local 3-node cluster (child processes on loopback), train the MLP on the
-shipped Fashion-MNIST with 2 pservers and 3 trainers in sync mode with
-checkpoints; midway SIGKILL the node holding pserver slot 0, later the Raft
+shipped Fashion-MNIST with 2 pservers (each with a backup on another node:
+--slot-replicas 2) and 3 trainers in sync mode with checkpoints; midway SIGKILL the node holding pserver slot 0, later the Raft
 leader, restart each, and finish. Prints a summary and exits non-zero if the
 accuracy misses its target or a fault was not survived.`,
 		Args: cobra.NoArgs,
@@ -52,6 +52,11 @@ accuracy misses its target or a fault was not survived.`,
 			}
 			if !cmd.Flags().Changed("passes") {
 				spec.Passes = 5
+			}
+			// Each slot has a backup on another node: a killed slot
+			// holder costs a promotion, not a restore (issue 34).
+			if !cmd.Flags().Changed("slot-replicas") {
+				spec.Replicas = 2
 			}
 			if spec.Optimizer.LrDecay == 0 {
 				spec.Optimizer.LrDecay = 0.002
@@ -194,6 +199,10 @@ func printDemoSummary(w io.Writer, res *followResult, faults []*demo.Fault, spec
 		if f.Restored != "" {
 			fmt.Fprintf(w, "  restored:       %s\n", f.Restored)
 		}
+		if f.Promoted != "" {
+			fmt.Fprintf(w, "  promoted:       %s\n", f.Promoted)
+		}
+		fmt.Fprintf(w, "  steps lost:     %d\n", f.StepsLost)
 	}
 	v, md5s := res.LastCheckpoint()
 	if len(md5s) == 0 {

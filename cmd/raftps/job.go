@@ -39,6 +39,7 @@ type specFlags struct {
 	ckptSeconds   int64
 	keepMax       int32
 	replicas      int32
+	slotReplicas  int32
 	seed          int64
 	target        float64
 }
@@ -64,6 +65,7 @@ func (s *specFlags) register(c *cobra.Command) {
 	f.Int64Var(&s.ckptSeconds, "checkpoint-seconds", 0, "checkpoint every T seconds (0: off)")
 	f.Int32Var(&s.keepMax, "keep-max", 3, "checkpoint versions kept (0: all)")
 	f.Int32Var(&s.replicas, "replicas", 2, "nodes holding each checkpoint blob")
+	f.Int32Var(&s.slotReplicas, "slot-replicas", 0, "nodes holding each pserver slot, its primary included: 2 or 3 survive a pserver node's death without a restore (0: the server's default, 1)")
 	f.Int64Var(&s.seed, "seed", 1, "seed of initializers and shuffling")
 	f.Float64Var(&s.target, "target-accuracy", 0.85, "test accuracy the job is expected to reach")
 }
@@ -105,6 +107,9 @@ func (s *specFlags) build(c *cobra.Command) (*pb.JobSpec, error) {
 	s.buildOptimizer(spec, set)
 	if set("pservers") {
 		spec.NumPservers = s.pservers
+	}
+	if set("slot-replicas") {
+		spec.Replicas = s.slotReplicas
 	}
 	if set("mode") {
 		switch s.mode {
@@ -424,8 +429,15 @@ func printJobStatus(w io.Writer, j *pb.JobStatus) {
 	fmt.Fprintf(w, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
 		j.Todo, j.Pending, j.Done, j.Failed, j.TotalTasks, j.Requeued, j.Timeouts)
 	fmt.Fprintf(w, "trainers: %s\n", strings.Join(j.Trainers, ", "))
+	if r := j.GetSpec().GetReplicas(); r > 0 {
+		fmt.Fprintf(w, "replicas: %d per pserver slot\n", r)
+	}
 	for _, p := range j.Pservers {
-		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)\n", p.Index, p.Node, p.Addr, p.Incarnation)
+		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)", p.Index, p.Node, p.Addr, p.Incarnation)
+		if p.ReplicaEpoch > 0 {
+			fmt.Fprintf(w, ", backups [%s], replica epoch %d", strings.Join(p.Backups, ","), p.ReplicaEpoch)
+		}
+		fmt.Fprintln(w)
 	}
 	for i, c := range j.Checkpoints {
 		fmt.Fprintf(w, "checkpoint slot %d: version %s, step %d, md5 %s, replicas %s\n", i, fmtVersion(c.Version), c.Step, c.Md5, strings.Join(c.Replicas, ","))

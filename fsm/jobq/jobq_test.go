@@ -1046,6 +1046,7 @@ func TestRecordEvent(t *testing.T) {
 		{"checkpoint", &pb.JobEvent{Job: "j", Type: pb.JobEvent_CHECKPOINT_COMMITTED, Version: 3, Message: "slot 0"}, nil},
 		{"trainer joined", &pb.JobEvent{Job: "j", Type: pb.JobEvent_TRAINER_JOINED, Trainer: "n1/t0"}, nil},
 		{"pserver restored", &pb.JobEvent{Job: "j", Type: pb.JobEvent_PSERVER_RESTORED, Version: 3}, nil},
+		{"pserver promoted", &pb.JobEvent{Job: "j", Type: pb.JobEvent_PSERVER_PROMOTED, Version: 3, Message: "slot 0 on n2"}, nil},
 		{"internal type", &pb.JobEvent{Job: "j", Type: pb.JobEvent_TASK_DONE}, errs.ErrInvalid},
 		{"unknown job", &pb.JobEvent{Job: "x", Type: pb.JobEvent_TRAINER_JOINED}, errs.ErrNotFound},
 		{"nil", nil, errs.ErrInvalid},

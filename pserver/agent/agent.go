@@ -7,9 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/replica"
 	"github.com/raftps/raftps/raftstore/client/concurrency"
 	"github.com/raftps/raftps/raftstore/roles"
 	"github.com/raftps/raftps/schema"
@@ -52,7 +55,14 @@ type Config struct {
 	// fit in what is left is not claimed, with a SLOT_NOT_CLAIMED event
 	// on its job (budget.go). 0: no limit.
 	MemoryBudget uint64
-	Logger       *slog.Logger
+	// Replicas serves the backups this node holds of other nodes' slots
+	// (the node registers it on its pserver port; replicas.go). nil: the
+	// node holds no backups and places none (every slot runs with R = 1).
+	Replicas *replica.Service
+	// DialOptions are the options of the node's dials to other nodes'
+	// Replica services (its TLS certificate).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
 }
 
 // Agent runs the pserver role.
@@ -79,7 +89,10 @@ type Agent struct {
 	// retry holds the slots whose last restore could not reach a
 	// checkpoint holder: not claimed again before their time (claims.go).
 	retry map[slotKey]restoreRetry
-	wg    sync.WaitGroup
+	// backups are the backups this node holds of other nodes' replicated
+	// slots (replicas.go).
+	backups map[slotKey]*heldBackup
+	wg      sync.WaitGroup
 }
 
 type slotKey struct {
@@ -125,6 +138,9 @@ type hosted struct {
 	rollbackRev int64
 	// waitWarned is when reportWaits last logged this slot's waiting step.
 	waitWarned time.Time
+	// repl is the slot's replication to its backups (nil: R = 1;
+	// replicas.go).
+	repl *replication
 }
 
 // New returns an agent; Run starts it.
@@ -144,7 +160,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
-		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}}
+		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}}
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx
@@ -289,6 +305,7 @@ func (a *Agent) fenceAll(reason string) {
 	for k, h := range a.hosted {
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
+		h.stopReplication("fenced")
 		delete(a.hosted, k)
 		a.log.Warn("slot fenced", "job", k.job, "slot", k.slot, "reason", reason)
 	}
@@ -325,6 +342,7 @@ func (a *Agent) release() {
 	for k, h := range a.hosted {
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
+		h.stopReplication("fenced")
 		delete(a.hosted, k)
 	}
 	a.lease = 0

@@ -22,6 +22,9 @@ func (a *Agent) inUseLocked() int64 {
 	for _, h := range a.hosted {
 		n += SlotBytes(h.spec)
 	}
+	for _, b := range a.backups {
+		n += SlotBytes(b.spec)
+	}
 	return n
 }
 

@@ -42,6 +42,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			delete(a.retry, k)
 		}
 	}
+	a.dropEndedBackupsLocked(running)
 	a.mu.Unlock()
 	for _, h := range ended {
 		a.finish(ctx, h)
@@ -93,19 +94,53 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 		}
 		a.server.Unhost(k.job, k.slot)
 		h.slot.Fence()
+		h.stopReplication("slot claim lost")
 		delete(a.hosted, k)
 		a.log.Warn("slot claim lost: fenced", "job", job, "slot", k.slot, "incarnation", h.incarnation)
 	}
 	lease := a.lease
 	a.mu.Unlock()
+	var recs map[int32]schema.ReplicaRecord
+	if spec.GetReplicas() >= 2 && a.cfg.Replicas != nil {
+		var ok bool
+		if recs, ok = a.readReplicas(ctx, job); !ok {
+			return // unknown: claim nothing a record may own
+		}
+		a.reconcileBackups(spec, recs)
+	}
 
 	nodes := a.members.PServerNodes()
 	if nodes < 1 {
 		nodes = 1
 	}
 	share := (int(spec.NumPservers) + nodes - 1) / nodes
-	for i := int32(0); i < spec.NumPservers && mine < share && lease != 0; i++ {
+	for i := int32(0); i < spec.NumPservers && lease != 0; i++ {
 		if c, taken := claims[i]; taken && (c.Node != a.cfg.NodeID || a.hosting(job, i)) {
+			continue
+		}
+		if r, ok := recs[i]; ok {
+			// A replicated slot is its record's primary's: promoted to
+			// this node, it serves its backup (whatever the fair share:
+			// no other node holds the slot's state); another node's, it is left
+			// to it (the master promotes or deletes the record when that
+			// node is gone); this node's but lost, the record goes and the
+			// slot is claimed the R = 1 way on a later round.
+			switch {
+			case r.Primary.Node != a.cfg.NodeID:
+			case a.holdsBackup(job, i):
+				switch err := a.claimPromoted(ctx, spec, i, lease, r); {
+				case errors.Is(err, errClaimHeld): // the old primary's lease has not ended yet
+				case err != nil:
+					a.log.Warn("claim promoted slot", "job", job, "slot", i, "err", err)
+				default:
+					mine++
+				}
+			default:
+				a.dropStaleRecord(ctx, job, i, r)
+			}
+			continue
+		}
+		if mine >= share {
 			continue
 		}
 		// A free slot, or our own claim that we do not serve (fenced while
@@ -244,11 +279,23 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		a.releaseKey(ctx, spec.Name, i, inc)
 		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
 	}
+	if spec.GetReplicas() >= 2 {
+		// Backups build the same initializer; a slot restored from a
+		// checkpoint would need a state transfer (not wired): R = 1.
+		if blobs != nil {
+			a.log.Warn("replicated slot restored from a checkpoint: no backups (state transfer not wired); serving with R = 1",
+				"job", spec.Name, "slot", i, "version", rec.Version)
+		} else if rr, ok := a.placeBackups(ctx, spec, i, inc); ok {
+			h.repl = a.startReplication(ctx, spec.Name, s, inc, rr)
+			a.log.Info("replicated slot: backups placed", "job", spec.Name, "slot", i, "epoch", rr.Epoch, "backups", rr.Backups)
+		}
+	}
 	a.mu.Lock()
 	a.written[h.key] = b
 	if a.lease != lease {
 		// Fenced while restoring: the claim's lease is lost or in doubt.
 		a.mu.Unlock()
+		h.stopReplication("lease lost while restoring")
 		s.Close()
 		return fmt.Errorf("slot %d: lease %d lost or in doubt while restoring; not serving", i, lease)
 	}
@@ -441,6 +488,13 @@ func putOp(key, value []byte) *pb.RequestOp {
 // not roll the other slots back while the real holder stays ahead, nor
 // leave a rollback key behind a deleted job.
 func (a *Agent) publish(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *pb.RestoreRecord, previous bool) ([]byte, error) {
+	return a.publishRecord(ctx, spec, h, rec, spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && (rec.Version > 0 || previous))
+}
+
+// publishRecord is publish with the rollback decided by the caller (a
+// promoted backup publishes none: it serves the state the old primary
+// acknowledged).
+func (a *Agent) publishRecord(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *pb.RestoreRecord, rollback bool) ([]byte, error) {
 	b, err := schema.MarshalRestore(rec)
 	if err != nil {
 		return nil, err
@@ -458,7 +512,6 @@ func (a *Agent) publish(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *p
 	// or the model would be half new, and this slot's step-N version would
 	// carry the number of the others' step-N version of the abandoned
 	// trajectory.
-	rollback := spec.Mode == pb.UpdateMode_UPDATE_MODE_SYNC && (rec.Version > 0 || previous)
 	if rollback {
 		epoch++
 		v := schema.Rollback{Version: rec.Version, Slot: h.key.slot, Node: a.cfg.NodeID, Epoch: epoch}.Marshal()
@@ -483,6 +536,7 @@ func (a *Agent) finish(ctx context.Context, h *hosted) {
 		_, _ = a.checkpoint(ctx, h, snap) // skipped if that version is written
 	}
 	a.server.Unhost(h.key.job, h.key.slot)
+	h.stopReplication("job ended")
 	h.slot.Close()
 	a.releaseKey(ctx, h.key.job, h.key.slot, h.incarnation)
 	a.mu.Lock()
@@ -501,4 +555,18 @@ func (a *Agent) releaseKey(ctx context.Context, job string, slot int32, incarnat
 		Compare: []*pb.Compare{pserver.FenceCompareKey(k, incarnation)},
 		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: k}}}},
 	})
+}
+
+// holdsBackup reports whether this node holds a backup of (job, slot).
+func (a *Agent) holdsBackup(job string, slot int32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.backups[slotKey{job, slot}] != nil
+}
+
+// stopReplication ends h's replication, if any (h stops serving).
+func (h *hosted) stopReplication(why string) {
+	if h.repl != nil {
+		h.repl.stop(why)
+	}
 }

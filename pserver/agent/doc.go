@@ -70,8 +70,23 @@
 // SLOT_NOT_CLAIMED job event says why (budget.go). The node is never run
 // out of memory by a job.
 //
+// A job with replicas >= 2 (issue 34; pserver/DESIGN.md, "Replicated
+// slots") has, per slot, a schema.ReplicaRecord: the agent that claims a
+// slot and builds it from the initializer places its backups on other
+// live pserver nodes (Members that implement PServerPeers) before it
+// serves; an agent named as a backup builds the same slot and serves it
+// as a replica.Backup (Config.Replicas); the primary's pushes are
+// acknowledged only once every in-sync backup applied them, a failed
+// backup is dropped by a Txn that compares the record's epoch, and an
+// agent whose backup the master promoted claims the slot and serves it at
+// once: no restore, no handover wait, no rollback (the epoch fences the
+// old primary). A slot not replicated this way (R = 1, restored from a
+// checkpoint, rolled back) keeps the lease handover above. See
+// replicas.go for what is not wired.
+//
 // Files by concern: agent.go (the agent, its lease and fencing), claims.go
-// (reconciliation, claiming, restoring and releasing slots), rollback.go
+// (reconciliation, claiming, restoring and releasing slots), replicas.go
+// (replicated slots: placement, backups, replication, promotion), rollback.go
 // (the sync rollback protocol), trainers.go (the trainer feed),
 // checkpoints.go (checkpoint scheduling and writing), budget.go (the
 // memory budget).

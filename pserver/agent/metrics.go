@@ -12,6 +12,14 @@ var (
 		Help:    "Time from a pserver slot's snapshot to its committed checkpoint pointer (encode, write, replicate, commit).",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 	})
+	metricFailovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "raftps_pserver_failovers_total",
+		Help: "Replicated pserver slots this process's agents started serving as a promoted backup (issue 34).",
+	})
+	metricReplicationLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "raftps_pserver_replication_lag_updates",
+		Help: "Updates a replicated primary slot applied that its in-sync backups have not all acknowledged yet (pushes waiting for their replication).",
+	}, []string{"job", "slot"})
 	checkpointBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "raftps_checkpoint_written_bytes_total",
 		Help: "Bytes of the checkpoints this process's pserver slots committed (blobs, before replication).",
@@ -20,5 +28,5 @@ var (
 
 // Collectors returns the agents' Prometheus collectors (process-wide).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{checkpointSeconds, checkpointBytes}
+	return []prometheus.Collector{checkpointSeconds, checkpointBytes, metricFailovers, metricReplicationLag}
 }

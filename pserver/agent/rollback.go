@@ -79,12 +79,19 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 		}
 		old := h.slot
 		h.slot = s
+		// The backups hold the old trajectory: a rolled-back slot runs
+		// with R = 1 (re-replication is not wired).
+		repl := h.repl
+		h.repl = nil
 		h.ckptMu.Lock()
 		h.lastCkptStep = s.Step()
 		h.lastVersion = rb.Version
 		h.ckptMu.Unlock()
 		h.epoch = rb.Epoch
 		a.mu.Unlock()
+		if repl != nil {
+			repl.unreplicate(ctx, "rolled back")
+		}
 		a.installHook(h, s)
 		a.server.Host(spec.Name, h.key.slot, s) // fences the old slot: its waiting pushes retry on this one
 		old.Close()

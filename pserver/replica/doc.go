@@ -38,9 +38,11 @@
 // Peer over one such stream whose failure status maps back to the
 // sentinels (so BackupError.Deposed works across gRPC).
 //
-// Not wired yet (issue 34): registering Service on the node (and the
-// authz role of /raftps.v1.Replica/Replicate: node only), the agent's
-// placement of backups, promotion by the master, the wait for the
-// replication before a push's reply, trainers' epoch handling and
-// re-replication.
+// Wired (issue 34): the node registers Service on its pserver port
+// (/raftps.v1.Replica/Replicate: role node only); pserver/agent places
+// backups, holds them, runs a Replicator per replicated primary and makes
+// pushes wait for it (pserver.Slot.SetAckGate); the master promotes a
+// backup when the primary's node is gone. Not wired: trainers' epoch
+// handling (a deposed primary answers ErrFenced instead) and
+// re-replication (pserver/DESIGN.md, "Replicated slots", Status).
 package replica

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/raftstore/client"
+	"github.com/raftps/raftps/schema"
 )
 
 // Fault is one injected fault and how training took it.
@@ -24,7 +26,16 @@ type Fault struct {
 	// Restored is the message of the first PSERVER_RESTORED event within a
 	// minute of the kill ("" if none).
 	Restored string
-	lastDone time.Time
+	// Promoted is the message of the first PSERVER_PROMOTED event within
+	// a minute of the kill: a replicated slot's backup took over, with no
+	// restore ("" if none).
+	Promoted string
+	// StepsLost is the most steps a slot was rolled back by a
+	// PSERVER_RESTORED event within a minute of the kill (the "rolled back
+	// from step N to version V" of the other slots of a sync job after a
+	// restore from a checkpoint); 0 when no slot rolled back.
+	StepsLost int64
+	lastDone  time.Time
 }
 
 // Schedule injects the demo's faults as a job trains: at 35% of the tasks
@@ -80,6 +91,12 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 	}
 	if ev.Type == pb.JobEvent_PSERVER_RESTORED && s.pending != nil && s.pending.Restored == "" && time.Since(s.pending.At) < time.Minute {
 		s.pending.Restored = ev.Message
+	}
+	if ev.Type == pb.JobEvent_PSERVER_RESTORED && s.pending != nil && time.Since(s.pending.At) < time.Minute {
+		s.pending.StepsLost = max(s.pending.StepsLost, RolledBackSteps(ev.Message))
+	}
+	if ev.Type == pb.JobEvent_PSERVER_PROMOTED && s.pending != nil && s.pending.Promoted == "" && time.Since(s.pending.At) < time.Minute {
+		s.pending.Promoted = ev.Message
 	}
 	frac := float64(s.done) / float64(s.total)
 	s.mu.Unlock()
@@ -148,4 +165,20 @@ func (s *Schedule) slot0(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("slot 0 not served")
+}
+
+// RolledBackSteps is the number of steps a rollback event's message
+// ("slot S on N: rolled back from step F to version V ...", pserver/agent)
+// threw away: F minus V's step (schema.EpochStride); 0 for any other
+// message.
+func RolledBackSteps(msg string) int64 {
+	_, rest, ok := strings.Cut(msg, "rolled back from step ")
+	if !ok {
+		return 0
+	}
+	var from, version int64
+	if n, _ := fmt.Sscanf(rest, "%d to version %d", &from, &version); n != 2 {
+		return 0
+	}
+	return max(0, from-version%schema.EpochStride)
 }

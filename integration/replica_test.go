@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+)
+
+// TestReplicatedSlotFailover (issue 34) runs a sync job with replicas 2
+// (each pserver slot has a primary and a backup on another node) on three
+// TLS nodes, SIGKILLs the node serving a slot's primary (not the Raft
+// leader), and checks that `raftps job status` shows each slot's backups
+// and replica epoch, and that the slot fails over without a restore: a
+// PSERVER_PROMOTED event for it, no PSERVER_RESTORED (restore or
+// rollback) after the kill, and the job succeeds. It logs how long after
+// the kill the promoted node served the slot (gossip's detection, the
+// master's promotion Txn, the claim) and every slot's final step.
+//
+// Not asserted: that every slot ends at the same step, because it does
+// not hold without replication or faults either: the same job with
+// --slot-replicas 1 and no kill ended with its two slots one step apart
+// in 3 of 4 runs (75/76, 99/98, 51/52; 65/65), and with replicas 2 and
+// no kill in 1 of 4; with the kill, in 5 of 10 (a debug log showed a
+// trainer's push counted by one slot and refused stale by the other as
+// trainer membership reached the slots at different times). That is a
+// sync-mode defect of its own (today's code, R = 1), reported, not fixed
+// here. The failover's own exactness (the promoted slot holds every
+// acknowledged update, answers a retried push id without applying it
+// again, applies a refused one once) is pserver/agent's
+// TestReplicatedSlotFailover.
+func TestReplicatedSlotFailover(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	const job = "e2e-replicated"
+	var ev *jobEvents
+	defer func() {
+		if t.Failed() {
+			t.Logf("job at the failure: %s", jobSummary(c, job))
+			if ev != nil {
+				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 12))
+			}
+			t.Logf("warnings and errors of every node:\n%s", c.Warnings(8))
+		}
+	}()
+	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
+		"--dataset", datasetDir(t), "--records", "9000", "--records-per-task", "300", "--passes", "1",
+		"--pservers", "2", "--slot-replicas", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "1000", "--keep-max", "3")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ev = &jobEvents{}
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	// Past the trainers' start, when each slot's membership changes.
+	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
+
+	leader := mustLeader(t, c, 10*time.Second)
+	var victim *Proc
+	slot := int32(-1)
+	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
+		if p := c.Proc(ps.Node); p != nil && p != leader {
+			victim, slot = p, ps.Index
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
+	}
+	// `raftps job status` shows the replication: the job's replicas and
+	// each slot's backups and replica epoch.
+	if out := mustCLI(t, c, leader, "job", "status", job); !strings.Contains(out, "replicas: 2 per pserver slot") ||
+		strings.Count(out, "replica epoch") != 2 {
+		t.Errorf("job status does not show 2 replicated slots:\n%s", out)
+	}
+	var killSeq int64
+	for _, e := range ev.snapshot() {
+		killSeq = max(killSeq, e.Seq)
+	}
+	killedAt := time.Now()
+	c.Kill(victim)
+	t.Logf("SIGKILLed %s, primary of slot %d, with %d tasks done", victim.ID, slot, ev.count(pb.JobEvent_TASK_DONE, nil))
+	promotedOf := func(e *pb.JobEvent) bool {
+		return e.Seq > killSeq && strings.HasPrefix(e.Message, fmt.Sprintf("slot %d on ", slot))
+	}
+	waitFor(t, 60*time.Second, "the slot's backup promoted", func() bool {
+		return ev.count(pb.JobEvent_PSERVER_PROMOTED, promotedOf) > 0
+	})
+	stall := time.Since(killedAt)
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_PSERVER_PROMOTED && promotedOf(e) {
+			t.Logf("slot %d served again by its promoted backup %v after the SIGKILL (event seen; upper bound of the stall): %s",
+				slot, stall.Round(time.Millisecond), e.Message)
+		}
+	}
+	waitFor(t, 3*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
+	<-followDone
+	for _, e := range ev.snapshot() {
+		if e.Type == pb.JobEvent_PSERVER_RESTORED && e.Seq > killSeq {
+			t.Errorf("a restore or rollback after the kill (replicated slots fail over without one): %d %s", e.Seq, e.Message)
+		}
+	}
+	final := jobStatusOf(t, c, mustLeader(t, c, 30*time.Second), job)
+	if final.State != pb.JobState_JOB_SUCCEEDED {
+		t.Fatalf("job ended %v: %s", final.State, final.Message)
+	}
+	// The slots' last checkpoints (written when the job ended): the same
+	// step on every slot, read once they stopped changing.
+	steps := func() map[int32]int64 {
+		m := map[int32]int64{}
+		for i, cp := range jobStatusOf(t, c, mustLeader(t, c, 30*time.Second), job).Checkpoints {
+			m[int32(i)] = cp.GetStep()
+		}
+		return m
+	}
+	var last map[int32]int64
+	waitFor(t, 60*time.Second, "every slot's final checkpoint, unchanged for 2 s", func() bool {
+		cur := steps()
+		stable := len(cur) == 2 && fmt.Sprint(cur) == fmt.Sprint(last)
+		last = cur
+		if !stable {
+			time.Sleep(2 * time.Second)
+		}
+		return stable
+	})
+	if last[0] == 0 || last[1] == 0 {
+		t.Fatalf("final checkpoint steps per slot %v: a slot did not train", last)
+	}
+	if last[0] != last[1] {
+		t.Logf("known gap (issue 34, see the test's comment): the slots ended at different steps: %v", last)
+	}
+	acc := float32(0)
+	if n := len(final.Metrics); n > 0 {
+		acc = float32(final.Metrics[n-1].TestAccuracy)
+	}
+	t.Logf("job succeeded: final steps per slot %v, test accuracy %.2f%%, stall after the kill <= %v",
+		last, 100*acc, stall.Round(time.Millisecond))
+}

@@ -1,0 +1,112 @@
+package master
+
+import (
+	"context"
+	"fmt"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/schema"
+)
+
+// replicated is a slot's replica record.
+type replicated struct {
+	job  string
+	slot int32
+	rec  schema.ReplicaRecord
+}
+
+// primaryOf parses kv, the replica record of (job, slot id), and reports
+// whether node is its primary.
+func primaryOf(job, id string, kv *pb.KeyValue, node string) (replicated, bool) {
+	slot, err := schema.ParseSlot(id)
+	if err != nil {
+		return replicated{}, false
+	}
+	rec, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision)
+	if err != nil || rec.Primary.Node != node {
+		return replicated{}, false
+	}
+	return replicated{job: job, slot: slot, rec: rec}, true
+}
+
+// failover handles the replicated slots (issue 34; pserver/DESIGN.md,
+// "Replicated slots") whose primary was node, which is gone (whether or
+// not node still held the slot's claim: a promoted node that died before
+// it claimed counts too): each slot's record is moved, in one Txn that
+// compares its epoch (schema.EpochCompare), to an alive in-sync backup as
+// the primary (ReplicaRecord.Promote); that node's agent then claims the
+// slot once node's lease is revoked (nodeGone, right after) and serves
+// the slot it holds, with no restore and no handover wait: the backups
+// refuse the old epoch, so node cannot acknowledge anything, paused or
+// partitioned however long. A record without an alive backup (an ISR of
+// one) is deleted, epoch compared: the slot then goes the R = 1 way
+// (handover wait, restore from the last checkpoint). A compare that fails
+// (the record changed meanwhile: the primary dropped a backup) is left to
+// the next call of nodeGone for node.
+func (m *Master) failover(ctx context.Context, node string, slots []replicated) {
+	if len(slots) == 0 {
+		return
+	}
+	alive := map[string]bool{}
+	for _, mem := range m.members.Members() {
+		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
+	}
+	for _, h := range slots {
+		m.failoverSlot(ctx, node, alive, h)
+	}
+}
+
+// failoverSlot promotes or deletes h's record (failover); a compare that
+// fails (the record changed since it was read: node dropped a backup
+// just before it died) is tried again on the record read anew, up to
+// three times, while node is still its primary.
+func (m *Master) failoverSlot(ctx context.Context, node string, alive map[string]bool, h replicated) {
+	key := []byte(schema.ReplicaKey(h.job, h.slot))
+	rec := h.rec
+	for attempt := 0; attempt < 3; attempt++ {
+		op := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: key}}}
+		to := ""
+		for _, b := range rec.Backups {
+			if !alive[b.Node] {
+				continue
+			}
+			if next, err := rec.Promote(b.Node); err == nil {
+				to = b.Node
+				op = &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: next.Marshal()}}}
+				break
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, applyTimeout)
+		out, err := m.store.Txn(actx, &pb.TxnRequest{
+			Compare: []*pb.Compare{schema.EpochCompare(h.job, h.slot, rec.Epoch)},
+			Success: []*pb.RequestOp{op},
+			Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
+		})
+		cancel()
+		switch {
+		case err != nil:
+			m.log.Warn("replicated slot failover", "job", h.job, "slot", h.slot, "err", err)
+			return
+		case !out.GetSucceeded():
+			kvs := out.GetResponses()[0].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				return // deleted meanwhile
+			}
+			next, ok := primaryOf(h.job, fmt.Sprint(h.slot), kvs[0], node)
+			if !ok {
+				return // another primary now
+			}
+			m.log.Info("replicated slot failover: the record changed meanwhile; again", "job", h.job, "slot", h.slot, "epoch", next.rec.Epoch)
+			rec = next.rec
+			continue
+		case to == "":
+			m.log.Warn("replicated slot: its primary is gone with no alive backup; record deleted, the slot restores from its checkpoint",
+				"job", h.job, "slot", h.slot, "node", node, "epoch", rec.Epoch)
+		default:
+			m.log.Info("replicated slot: backup promoted", "job", h.job, "slot", h.slot, "from", node, "to", to,
+				"epoch", out.GetHeader().GetRevision())
+		}
+		return
+	}
+}

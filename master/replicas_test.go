@@ -1,0 +1,70 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/schema"
+)
+
+// TestNodeGonePromotesBackup (issue 34): when the node holding the primary
+// of a replicated slot is gone, the master moves the slot's replica
+// record to its alive in-sync backup in one Txn (a newer epoch; the
+// incarnation kept), skipping a dead backup, before it revokes the lease
+// (the claim goes, so the promoted node can claim the slot); a record
+// whose backups are all dead is deleted (the slot then restores, R = 1);
+// a record whose primary is another node is left alone; and a record that
+// names the node as primary though it never claimed the slot (it was
+// promoted and died before its claim) is failed over too.
+func TestNodeGonePromotesBackup(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	lease, err := s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, m3, m4 := schema.ReplicaMember{Node: "n2", Addr: "n2:1"}, schema.ReplicaMember{Node: "n3", Addr: "n3:1"}, schema.ReplicaMember{Node: "n4", Addr: "n4:1"}
+	for slot := int32(0); slot < 2; slot++ {
+		put(t, s, schema.SlotKey("j", slot), schema.SlotRecord{Node: "n2", Addr: "n2:1"}.Marshal(), lease.Id)
+	}
+	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m4, m3}, Incarnation: 9}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m4}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 2), schema.ReplicaRecord{Primary: m3, Backups: []schema.ReplicaMember{m2}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 3), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m3}}.Marshal(), 0) // no claim
+	read := func(slot int32) (schema.ReplicaRecord, bool) {
+		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
+		if err != nil || len(resp.Kvs) == 0 {
+			return schema.ReplicaRecord{}, false
+		}
+		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, true
+	}
+	before, _ := read(0)
+	other, _ := read(2)
+	mem := &fakeMembers{members: []gossip.Member{member("n3", gossip.StatusAlive, "", gossip.RolePServer),
+		member("n4", gossip.StatusDead, "", gossip.RolePServer)}}
+	newMaster(s, mem).nodeGone(ctx, member("n2", gossip.StatusDead, "", gossip.RolePServer))
+
+	r0, ok := read(0)
+	if !ok || r0.Primary != m3 || len(r0.Backups) != 1 || r0.Backups[0] != m4 || r0.Epoch <= before.Epoch || r0.Incarnation != 9 {
+		t.Fatalf("slot 0 after its primary died: %+v (present %v), want primary n3 (the alive backup), backups [n4], epoch > %d, incarnation 9", r0, ok, before.Epoch)
+	}
+	if r1, ok := read(1); ok {
+		t.Fatalf("slot 1, whose only backup is dead, kept its record %+v", r1)
+	}
+	if r2, _ := read(2); r2.Epoch != other.Epoch || r2.Primary != m3 {
+		t.Fatalf("slot 2 (primary n3, alive) changed: %+v", r2)
+	}
+	if r3, ok := read(3); !ok || r3.Primary != m3 || len(r3.Backups) != 0 {
+		t.Fatalf("slot 3 (promoted to n2, which died before claiming it): %+v (present %v), want primary n3", r3, ok)
+	}
+	if exists(t, s, schema.SlotKey("j", 0)) {
+		t.Fatal("the dead primary's claim survived: the promoted node could not claim the slot")
+	}
+}

@@ -1,0 +1,616 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/replica"
+	"github.com/raftps/raftps/pserver/wire"
+	"github.com/raftps/raftps/schema"
+)
+
+// Replicated slots (issue 34; pserver/DESIGN.md, "Replicated slots").
+//
+// A primary (the agent that claimed slot s of a job with replicas R >= 2
+// and built it from the initializer) writes the slot's schema.ReplicaRecord
+// before it serves: itself as primary, R-1 other live pserver nodes as
+// backups (PServerPeers), the claim's incarnation. Each backup's agent
+// finds the record (reconcile reads /jobs/<job>/replicas/), builds the
+// slot from the same initializer (same spec and seed: the same bytes, no
+// state transfer) and serves it as a replica.Backup at the record's epoch.
+// The primary's slot reports every update (Slot.OnUpdate) to a
+// replication, which sends it to every in-sync backup (replica.Replicator
+// over one Replicate stream per backup) and lets the push be acknowledged
+// (Slot.SetAckGate) only once every in-sync backup acknowledged its
+// version at the primary's epoch. A backup that fails is dropped by a Txn
+// that compares the epoch and the claim (ReplicaRecord.Drop): the updates
+// waiting are then acknowledged by the remaining ISR (none: R = 1
+// semantics, the lease fences the primary). A drop that does not commit
+// (the epoch moved: a promotion) or a backup that knows a newer epoch
+// means this primary was deposed: no push waiting or to come is
+// acknowledged (ErrFenced: trainers re-resolve).
+//
+// The master promotes a backup when the primary's node is gone (package
+// master); the promoted node's agent then claims the slot and serves the
+// backup's slot at once: no restore, no handover wait (the backups' epoch
+// is the fence), no rollback.
+//
+// Not wired: backups of a slot restored from a checkpoint (they would need
+// the same version, or a state transfer; such a slot runs with R = 1),
+// re-replication after a drop or a promotion, bringing the other backups
+// to the new primary's sequence (a backup behind it is dropped after
+// replicateTimeout), zones.
+
+// PServerPeers is what the agent needs to place backups: the other live
+// pserver nodes, with their data path addresses. The node's gossip view
+// implements it; Members without it place no backups.
+type PServerPeers interface {
+	PServerPeers() []schema.ReplicaMember
+}
+
+// Bounds of the replication path.
+const (
+	// backupReadyWait is how long a primary waits for a new backup's
+	// agent to build its slot (the backup answers ErrWrongSlot until
+	// then) before it drops it.
+	backupReadyWait = 20 * time.Second
+	// replicateTimeout bounds one update's round to the backups: a backup
+	// that does not acknowledge within it is dropped.
+	replicateTimeout = 5 * time.Second
+)
+
+// heldBackup is a backup this node holds of another node's slot.
+type heldBackup struct {
+	spec *pb.JobSpec
+	b    *replica.Backup
+}
+
+// replication is a primary's side of one replicated slot. Safe for
+// concurrent use.
+type replication struct {
+	a      *Agent
+	job    string
+	slot   int32
+	inc    int64 // the claim's incarnation: drops require it
+	r      *replica.Replicator
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	recMu sync.Mutex // serializes changes of rec (drops)
+	rec   schema.ReplicaRecord
+	peers map[string]*peer
+
+	lag prometheus.Gauge // raftps_pserver_replication_lag_updates of the slot
+
+	mu      sync.Mutex
+	emitted int64          // the highest seq the slot reported
+	acked   int64          // every seq <= acked is acknowledged by the ISR
+	done    map[int64]bool // acknowledged seqs above acked
+	err     error          // set once deposed or stopped: nothing more is acknowledged
+	changed chan struct{}
+}
+
+// startReplication makes s, served under claim inc at record rec, a
+// replicated primary: its updates go to rec's backups and its pushes are
+// acknowledged only once they acknowledged them.
+func (a *Agent) startReplication(ctx context.Context, job string, s *pserver.Slot, inc int64, rec schema.ReplicaRecord) *replication {
+	rctx, cancel := context.WithCancel(ctx)
+	rp := &replication{a: a, job: job, slot: s.Index(), inc: inc, ctx: rctx, cancel: cancel, rec: rec,
+		acked: s.Version(), emitted: s.Version(), done: map[int64]bool{}, changed: make(chan struct{}), peers: map[string]*peer{},
+		lag: metricReplicationLag.WithLabelValues(job, strconv.Itoa(int(s.Index())))}
+	rp.lag.Set(0)
+	for _, m := range rec.Backups {
+		rp.peers[m.Node] = a.newPeer(rctx, m)
+	}
+	rp.r = replica.NewReplicator(rec.Epoch, rp.peerMap())
+	s.OnUpdate(func(u *pb.ReplicateRequest) {
+		rp.mu.Lock()
+		rp.emitted = max(rp.emitted, u.GetSeq())
+		rp.lag.Set(float64(rp.emitted - rp.acked))
+		rp.mu.Unlock()
+		go rp.replicate(u)
+	})
+	s.SetAckGate(rp.wait)
+	return rp
+}
+
+func (rp *replication) peerMap() map[string]replica.Peer {
+	out := make(map[string]replica.Peer, len(rp.peers))
+	for n, p := range rp.peers {
+		out[n] = p
+	}
+	return out
+}
+
+// stop ends the replication: pushes waiting get ErrFenced.
+func (rp *replication) stop(why string) {
+	rp.fail(wire.Errorf(wire.ErrFenced, "slot %d: %s", rp.slot, why))
+	rp.cancel()
+	metricReplicationLag.DeleteLabelValues(rp.job, strconv.Itoa(int(rp.slot)))
+	rp.recMu.Lock()
+	for _, p := range rp.peers {
+		p.close()
+	}
+	rp.recMu.Unlock()
+}
+
+// unreplicate stops the replication and deletes the slot's record (the
+// epoch compared): its backups are released and the slot runs with R = 1.
+func (rp *replication) unreplicate(ctx context.Context, why string) {
+	rp.stop(why)
+	rp.recMu.Lock()
+	rec := rp.rec
+	rp.recMu.Unlock()
+	rp.a.dropStaleRecord(ctx, rp.job, rp.slot, rec)
+}
+
+// wait is the slot's ack gate: it returns once every seq up to version is
+// acknowledged by the in-sync backups, or the replication's error.
+func (rp *replication) wait(ctx context.Context, version int64) error {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	for {
+		if version <= rp.acked {
+			return nil
+		}
+		if rp.err != nil {
+			return rp.err
+		}
+		ch := rp.changed
+		rp.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		rp.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+func (rp *replication) markAcked(seq int64) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if seq > rp.acked {
+		rp.done[seq] = true
+	}
+	for rp.done[rp.acked+1] {
+		delete(rp.done, rp.acked+1)
+		rp.acked++
+	}
+	rp.lag.Set(float64(rp.emitted - rp.acked))
+	close(rp.changed)
+	rp.changed = make(chan struct{})
+}
+
+func (rp *replication) fail(err error) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.err == nil {
+		rp.err = err
+		close(rp.changed)
+		rp.changed = make(chan struct{})
+	}
+}
+
+// replicate sends update u to the in-sync backups until they all
+// acknowledged it: a backup that fails is dropped (a Raft commit) and u
+// sent again to the ones left; a deposed primary stops.
+func (rp *replication) replicate(u *pb.ReplicateRequest) {
+	for rp.ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(rp.ctx, replicateTimeout)
+		err := rp.r.Replicate(cctx, u)
+		cancel()
+		if err == nil {
+			rp.markAcked(u.GetSeq())
+			return
+		}
+		if rp.ctx.Err() != nil {
+			return
+		}
+		var be *replica.BackupError
+		switch {
+		case !errors.As(err, &be): // (Replicator returns only *BackupError)
+			rp.a.log.Warn("replicate", "job", rp.job, "slot", rp.slot, "seq", u.GetSeq(), "err", err)
+		case be.Deposed():
+			rp.deposed(be)
+			return
+		default:
+			err = rp.drop(be)
+			if errors.Is(err, errDeposed) {
+				rp.deposed(err)
+				return
+			}
+			if err == nil {
+				continue // send again to the ISR left
+			}
+			rp.a.log.Warn("replica drop not committed; retrying", "job", rp.job, "slot", rp.slot, "err", err)
+		}
+		select {
+		case <-rp.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// errClaimHeld: a promoted node cannot claim the slot yet: the old
+// primary's claim is still there (its lease ends when the master revokes
+// it, right after the promotion, or at its TTL).
+var errClaimHeld = errors.New("agent: the slot's claim is still held by its old primary")
+
+var errDeposed = errors.New("deposed: the slot's replica record moved to a newer epoch")
+
+func (rp *replication) deposed(cause error) {
+	rp.a.log.Warn("replicated slot deposed: acknowledging nothing more", "job", rp.job, "slot", rp.slot, "epoch", rp.r.Epoch(), "cause", cause)
+	rp.fail(wire.Errorf(wire.ErrFenced, "slot %d: this primary was deposed (epoch %d): %v", rp.slot, rp.r.Epoch(), cause))
+}
+
+// drop removes be's failed backups from the ISR with one Txn that
+// compares the record's epoch and the claim; then the replicator runs at
+// the new epoch with the backups left. errDeposed if the Txn fails its
+// compare. A drop already made for be's epoch (another update's) is not
+// made again.
+func (rp *replication) drop(be *replica.BackupError) error {
+	rp.recMu.Lock()
+	defer rp.recMu.Unlock()
+	if rp.rec.Epoch != be.Epoch {
+		return nil // reconfigured meanwhile: send again
+	}
+	next := rp.rec
+	for _, n := range be.Failed {
+		d, err := next.Drop(n)
+		if err != nil {
+			continue
+		}
+		next = d
+	}
+	cctx, cancel := context.WithTimeout(rp.ctx, 2*time.Second)
+	resp, err := rp.a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{schema.EpochCompare(rp.job, rp.slot, rp.rec.Epoch), pserver.FenceCompare(rp.job, rp.slot, rp.inc)},
+		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(rp.job, rp.slot)), next.Marshal())},
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !resp.GetSucceeded() {
+		return fmt.Errorf("%w (was %d)", errDeposed, rp.rec.Epoch)
+	}
+	next.Epoch = resp.GetHeader().GetRevision()
+	for _, n := range be.Failed {
+		if p := rp.peers[n]; p != nil {
+			p.close()
+			delete(rp.peers, n)
+		}
+	}
+	rp.rec = next
+	rp.r.SetConfig(next.Epoch, rp.peerMap())
+	rp.a.log.Warn("backup dropped from the in-sync set", "job", rp.job, "slot", rp.slot, "dropped", be.Failed,
+		"epoch", next.Epoch, "isr", len(next.Backups), "cause", be)
+	return nil
+}
+
+// peer is one backup as the primary reaches it: a Replicate stream over a
+// connection to the backup's pserver port, opened again while the backup
+// is not ready yet (ErrWrongSlot within backupReadyWait of its start).
+type peer struct {
+	node    string
+	cc      *grpc.ClientConn
+	ctx     context.Context
+	readyBy time.Time
+	dialErr error
+
+	mu sync.Mutex
+	st *replica.Stream
+}
+
+func (a *Agent) newPeer(ctx context.Context, m schema.ReplicaMember) *peer {
+	p := &peer{node: m.Node, ctx: ctx, readyBy: time.Now().Add(backupReadyWait)}
+	// The node's options last: its TLS credentials replace wire's plaintext.
+	p.cc, p.dialErr = grpc.NewClient(m.Addr, append(wire.DialOptions(), a.cfg.DialOptions...)...)
+	return p
+}
+
+func (p *peer) stream() (*replica.Stream, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dialErr != nil {
+		return nil, p.dialErr
+	}
+	if p.st == nil {
+		st, err := replica.NewStream(p.ctx, pb.NewReplicaClient(p.cc))
+		if err != nil {
+			return nil, err
+		}
+		p.st = st
+	}
+	return p.st, nil
+}
+
+// reset forgets st (failed) if it is still the current stream.
+func (p *peer) reset(st *replica.Stream) {
+	p.mu.Lock()
+	if p.st == st {
+		p.st = nil
+	}
+	p.mu.Unlock()
+}
+
+// Replicate implements replica.Peer.
+func (p *peer) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateAck, error) {
+	for {
+		st, err := p.stream()
+		if err != nil {
+			return nil, err
+		}
+		ack, err := st.Replicate(ctx, req)
+		if err == nil || !errors.Is(err, replica.ErrWrongSlot) || time.Now().After(p.readyBy) {
+			return ack, err
+		}
+		p.reset(st) // not a backup yet: its agent is building the slot
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st != nil {
+		_ = p.st.Close()
+		p.st = nil
+	}
+	if p.cc != nil {
+		_ = p.cc.Close()
+	}
+}
+
+// readReplicas returns job's replica records by slot (epoch = mod revision).
+func (a *Agent) readReplicas(ctx context.Context, job string) (map[int32]schema.ReplicaRecord, bool) {
+	key, end := schema.PrefixRange(schema.ReplicaPrefix(job))
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: key, RangeEnd: end, Serializable: true})
+	cancel()
+	if err != nil {
+		return nil, false
+	}
+	out := map[int32]schema.ReplicaRecord{}
+	for _, kv := range resp.Kvs {
+		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+		if !ok || kind != schema.KindReplicas {
+			continue
+		}
+		i, err := schema.ParseSlot(id)
+		if err != nil {
+			continue
+		}
+		if r, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision); err == nil {
+			out[i] = r
+		}
+	}
+	return out, true
+}
+
+// placeBackups writes slot i's first replica record (no record may exist),
+// with this node as primary and up to R-1 other live pserver nodes as
+// backups, while claim inc holds. It returns the record (with its epoch),
+// or ok false if the job is not replicated, no backup could be placed or
+// the Txn did not commit (the slot then runs with R = 1).
+func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc int64) (rec schema.ReplicaRecord, ok bool) {
+	pp, has := a.members.(PServerPeers)
+	if spec.GetReplicas() < 2 || a.cfg.Replicas == nil || !has {
+		return rec, false
+	}
+	var cands []schema.ReplicaMember
+	for _, m := range pp.PServerPeers() {
+		if m.Node != a.cfg.NodeID && m.Addr != "" {
+			cands = append(cands, m)
+		}
+	}
+	if len(cands) == 0 {
+		a.log.Warn("replicated slot: no other live pserver node for a backup; serving with R = 1", "job", spec.Name, "slot", i)
+		return rec, false
+	}
+	sort.Slice(cands, func(x, y int) bool { return cands[x].Node < cands[y].Node })
+	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr}, Incarnation: inc}
+	for k := 0; k < len(cands) && len(rec.Backups) < int(spec.GetReplicas())-1; k++ {
+		rec.Backups = append(rec.Backups, cands[(int(i)+k)%len(cands)]) // spread the slots' backups
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	out, err := a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{schema.EpochCompare(spec.Name, i, 0), pserver.FenceCompare(spec.Name, i, inc)},
+		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(spec.Name, i)), rec.Marshal())},
+	})
+	cancel()
+	if err != nil || !out.GetSucceeded() {
+		a.log.Warn("replicated slot: replica record not written; serving with R = 1", "job", spec.Name, "slot", i, "err", err)
+		return rec, false
+	}
+	rec.Epoch = out.GetHeader().GetRevision()
+	return rec, true
+}
+
+// reconcileBackups makes the backups this node holds of job's slots
+// follow the records: a record naming this node as a backup gets one
+// (built from the initializer, at the record's epoch), a held one learns
+// the record's epoch, and one whose record no longer names this node (or
+// is gone) is removed. A record naming this node as primary keeps its
+// backup for claimPromoted.
+func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.ReplicaRecord) {
+	if a.cfg.Replicas == nil {
+		return
+	}
+	job := spec.Name
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, hb := range a.backups {
+		if k.job != job {
+			continue
+		}
+		r, ok := recs[k.slot]
+		switch {
+		case ok && r.Primary.Node == a.cfg.NodeID:
+			hb.b.SetEpoch(r.Epoch) // promoted: claimPromoted serves it
+		case ok && isBackup(r, a.cfg.NodeID):
+			hb.b.SetEpoch(r.Epoch)
+		default:
+			a.cfg.Replicas.Remove(job, k.slot)
+			hb.b.Slot().Close()
+			delete(a.backups, k)
+			a.log.Info("backup released: the record no longer names this node", "job", job, "slot", k.slot)
+		}
+	}
+	for i, r := range recs {
+		k := slotKey{job, i}
+		if !isBackup(r, a.cfg.NodeID) || a.backups[k] != nil || a.hosted[k] != nil {
+			continue
+		}
+		need := SlotBytes(spec)
+		if b := a.cfg.MemoryBudget; b > 0 && uint64(a.inUseLocked()+need) > b {
+			a.log.Warn("backup not built: over the memory budget (the primary drops it)", "job", job, "slot", i, "need", need)
+			continue
+		}
+		s, err := pserver.NewSlot(spec, i, spec.NumPservers)
+		if err != nil {
+			a.log.Error("backup not built", "job", job, "slot", i, "err", err)
+			continue
+		}
+		s.SetIncarnation(r.Incarnation)
+		b := replica.NewBackup(job, s, r.Epoch)
+		a.backups[k] = &heldBackup{spec: spec, b: b}
+		a.cfg.Replicas.Add(job, b)
+		a.log.Info("backup serving", "job", job, "slot", i, "epoch", r.Epoch, "primary", r.Primary.Node)
+	}
+}
+
+// dropEndedBackupsLocked removes the backups of jobs not running (a.mu
+// held).
+func (a *Agent) dropEndedBackupsLocked(running map[string]*pb.JobStatus) {
+	for k, hb := range a.backups {
+		if running[k.job] == nil {
+			if a.cfg.Replicas != nil {
+				a.cfg.Replicas.Remove(k.job, k.slot)
+			}
+			hb.b.Slot().Close()
+			delete(a.backups, k)
+		}
+	}
+}
+
+func isBackup(r schema.ReplicaRecord, node string) bool {
+	for _, m := range r.Backups {
+		if m.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// claimPromoted serves slot i, whose record names this node as primary
+// (the master promoted it), from the backup this node holds: it claims
+// the slot under lease, adopts the record's epoch (the backup then
+// refuses every message of the old primary), and serves the backup's
+// slot at once: no restore, no handover wait, no rollback (the fence is
+// the epoch; pserver/DESIGN.md). The remaining backups of the record
+// become its ISR.
+func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, lease int64, rec schema.ReplicaRecord) error {
+	k := slotKey{spec.Name, i}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	inc, ok, err := pserver.ClaimSlot(cctx, a.meta, spec.Name, i, a.cfg.NodeID, a.cfg.Addr, lease)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errClaimHeld
+	}
+	if _, err := a.takeOver(ctx, spec.Name, i, inc); err != nil { // marks the handover record consumed
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return err
+	}
+	a.mu.Lock()
+	hb := a.backups[k]
+	if hb != nil {
+		hb.b.SetEpoch(rec.Epoch) // before serving: no old-epoch update is applied from now on
+		a.cfg.Replicas.Remove(spec.Name, i)
+		delete(a.backups, k)
+	}
+	a.mu.Unlock()
+	if hb == nil {
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: promoted, but this node holds no backup of it", i)
+	}
+	s := hb.b.Slot()
+	until := a.deadline(lease)
+	if until == nil || a.currentLease() != lease {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: lease %d lost while promoting; not serving", i, lease)
+	}
+	s.SetDeadline(until)
+	h := &hosted{key: k, spec: spec, slot: s, incarnation: inc, until: until,
+		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now()}
+	rr := &pb.RestoreRecord{Slot: i, Version: s.Version(), Source: "promoted backup",
+		Reason:      fmt.Sprintf("backup promoted at epoch %d with version %d, step %d (no restore, no rollback)", rec.Epoch, s.Version(), s.Step()),
+		Incarnation: inc, LeaseTtl: a.cfg.LeaseTTL, UnixNano: time.Now().UnixNano()}
+	b, err := a.publishRecord(ctx, spec, h, rr, false)
+	if err != nil {
+		s.Close()
+		a.releaseKey(ctx, spec.Name, i, inc)
+		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
+	}
+	h.repl = a.startReplication(ctx, spec.Name, s, inc, rec)
+	a.mu.Lock()
+	a.written[k] = b
+	if a.lease != lease {
+		a.mu.Unlock()
+		h.repl.stop("lease lost while promoting")
+		s.Close()
+		return fmt.Errorf("slot %d: lease %d lost while promoting; not serving", i, lease)
+	}
+	a.hosted[k] = h
+	a.mu.Unlock()
+	a.startCheckpoints(ctx, h, s)
+	a.feedTrainersTo(ctx, h)
+	a.server.Host(spec.Name, i, s)
+	took := time.Since(start)
+	a.log.Info("promoted backup serving the slot", "job", spec.Name, "slot", i, "epoch", rec.Epoch, "version", s.Version(),
+		"step", s.Step(), "isr", len(rec.Backups), "took", took.Round(time.Millisecond))
+	metricFailovers.Inc()
+	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, Job: spec.Name, Version: s.Version(),
+		Message: fmt.Sprintf("slot %d on %s: backup promoted at epoch %d, version %d, step %d, in %v (no restore, no rollback)",
+			i, a.cfg.NodeID, rec.Epoch, s.Version(), s.Step(), took.Round(time.Millisecond))})
+	return nil
+}
+
+// dropStaleRecord deletes slot i's record that names this node as
+// primary while it neither serves the slot nor holds a backup of it (it
+// lost the slot): with the epoch compared, so a promotion meanwhile wins.
+// The slot then goes the R = 1 way (claim, handover wait, restore).
+func (a *Agent) dropStaleRecord(ctx context.Context, job string, i int32, rec schema.ReplicaRecord) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	k := []byte(schema.ReplicaKey(job, i))
+	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{schema.EpochCompare(job, i, rec.Epoch)},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: k}}}},
+	})
+	if err == nil && resp.GetSucceeded() {
+		a.log.Warn("replica record of a slot this node lost deleted: the slot falls back to a restore", "job", job, "slot", i, "epoch", rec.Epoch)
+	}
+}

@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/internal/testing/testutil"
+	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/replica"
+	"github.com/raftps/raftps/pserver/wire"
+	"github.com/raftps/raftps/schema"
+)
+
+// replicaMembers is two pserver nodes, each with its Replica address.
+type replicaMembers []schema.ReplicaMember
+
+func (m replicaMembers) PServerNodes() int                    { return len(m) }
+func (m replicaMembers) PServerPeers() []schema.ReplicaMember { return m }
+
+// startReplicaAgents starts agents n1 and n2 over meta, each serving its
+// Replica service on its own loopback gRPC server (the address its slot
+// records carry; returned in the same order).
+func startReplicaAgents(t *testing.T, meta *fakeMeta) ([]*testAgent, []*grpc.Server) {
+	t.Helper()
+	var lis []net.Listener
+	var mem replicaMembers
+	for _, id := range []string{"n1", "n2"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis = append(lis, l)
+		mem = append(mem, schema.ReplicaMember{Node: id, Addr: l.Addr().String()})
+	}
+	var out []*testAgent
+	var servers []*grpc.Server
+	for i, m := range mem {
+		log := testutil.LoggerLevel(t, slog.LevelInfo).With("node", m.Node)
+		st, err := checkpoint.Open(t.TempDir(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mgr, err := checkpoint.New(checkpoint.Config{NodeID: m.Node, Store: st, Meta: meta, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, rs := pserver.NewServer(), replica.NewService()
+		gs := grpc.NewServer()
+		pb.RegisterPServerServer(gs, srv)
+		pb.RegisterReplicaServer(gs, rs)
+		go gs.Serve(lis[i])
+		cfg := Config{NodeID: m.Node, Addr: m.Addr, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
+			Replicas: rs, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
+		a := New(cfg, meta, srv, mgr, mem)
+		ctx, cancel := context.WithCancel(context.Background())
+		ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
+		go func() { defer close(ta.done); _ = a.Run(ctx) }()
+		t.Cleanup(func() {
+			ta.stop()
+			gs.Stop()
+			st.Close()
+		})
+		out, servers = append(out, ta), append(servers, gs)
+	}
+	return out, servers
+}
+
+// backupOf returns the backup agent ta holds of (job, slot), if any.
+func (ta *testAgent) backupOf(job string, slot int32) *replica.Backup {
+	ta.a.mu.Lock()
+	defer ta.a.mu.Unlock()
+	if hb := ta.a.backups[slotKey{job, slot}]; hb != nil {
+		return hb.b
+	}
+	return nil
+}
+
+func replicaRecord(t *testing.T, meta *fakeMeta, job string, slot int32) (schema.ReplicaRecord, bool) {
+	t.Helper()
+	kv := meta.get(schema.ReplicaKey(job, slot))
+	if kv == nil {
+		return schema.ReplicaRecord{}, false
+	}
+	r, err := schema.ParseReplicaRecord(kv.GetValue(), kv.GetModRevision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, true
+}
+
+// pullBytes reads every dense block of s, concatenated.
+func pullBytes(t *testing.T, s *pserver.Slot) []byte {
+	t.Helper()
+	resp, err := s.Pull(context.Background(), &pb.PullRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, ts := range resp.Tensors {
+		b = append(b, ts.Data...)
+	}
+	return b
+}
+
+func asyncReplicated(name string) *pb.JobSpec {
+	return &pb.JobSpec{Name: name, Mode: pb.UpdateMode_UPDATE_MODE_ASYNC, NumPservers: 2, Replicas: 2, Seed: 7,
+		NumVirtualShards: 4, DenseBlockSize: 4,
+		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.1, Momentum: 0.9},
+		Params:    []*pb.ParamSpec{{Name: "w", Shape: []int64{64}, Init: pb.Initializer_INIT_UNIFORM, Scale: 1}}}
+}
+
+// pushOne pushes a gradient made of id to every block of slot s.
+func pushOne(ctx context.Context, s *pserver.Slot, id uint64) (*pb.PushResponse, error) {
+	l := s.Layout()
+	var ts []*pb.Tensor
+	for _, p := range l.Params {
+		for b := int64(0); b < p.Blocks; b++ {
+			if l.SlotOfBlock(p, b) == s.Index() {
+				g := float32(id) + float32(b)/8
+				ts = append(ts, &pb.Tensor{Name: p.Spec.GetName(), Block: b, Data: packed(g, -g, 1, 2)})
+			}
+		}
+	}
+	return s.Push(ctx, &pb.PushRequest{Trainer: "t1", PushId: id, Examples: 1, Grads: ts})
+}
+
+// TestReplicatedSlotFailover (issue 34) runs a replicated async job of two
+// slots (replicas 2) on two agents over one store (each agent is primary
+// of one slot, at its fair share, and backup of the other), in three
+// acts on slot 0:
+//   - replication before acknowledgement: the primary places its backup
+//     on the other node (record {primary, backups}, the claim's
+//     incarnation), the backup builds the same initializer, and each of
+//     20 pushes is acknowledged only once the backup applied its version;
+//     the backup's slot is then byte-identical to the primary's;
+//   - a deposed primary: once the record is promoted to the backup and
+//     the backup knows the new epoch, a push on the old primary is not
+//     acknowledged (ErrFenced: the trainer re-resolves), though the old
+//     primary's claim and lease still live;
+//   - failover: once the old primary's lease is revoked, the promoted
+//     node, already at its fair share, serves the slot it holds too
+//     (same bytes, same version and
+//     incarnation, no restore: a PSERVER_PROMOTED event and a restore
+//     record "promoted backup"); the trainer's retry of the refused push
+//     is applied there once, and a retry of an acknowledged push is
+//     answered with its version, not applied again.
+func TestReplicatedSlotFailover(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("rep")
+	meta.setJobs(running(spec))
+	agents, _ := startReplicaAgents(t, meta)
+	var prim, back *testAgent
+	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
+		for i, ta := range agents {
+			if _, ok := ta.served("rep", 0); ok && agents[1-i].backupOf("rep", 0) != nil {
+				prim, back = ta, agents[1-i]
+				return true
+			}
+		}
+		return false
+	})
+	rec, ok := replicaRecord(t, meta, "rep", 0)
+	_, inc, _ := slotRecord(meta, "rep", 0)
+	if !ok || rec.Primary.Node != prim.a.cfg.NodeID || len(rec.Backups) != 1 || rec.Backups[0].Node != back.a.cfg.NodeID || rec.Incarnation != inc {
+		t.Fatalf("replica record %+v (ok %v), primary %s, claim incarnation %d", rec, ok, prim.a.cfg.NodeID, inc)
+	}
+	ps, _ := prim.served("rep", 0)
+	bk := back.backupOf("rep", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for id := uint64(1); id <= 20; id++ {
+		resp, err := pushOne(ctx, ps, id)
+		if err != nil {
+			t.Fatalf("push %d: %v", id, err)
+		}
+		if bk.Applied() < resp.Version {
+			t.Fatalf("push %d acknowledged at version %d; the backup has applied only %d", id, resp.Version, bk.Applied())
+		}
+	}
+	if ps.Version() != 20 || !bytes.Equal(pullBytes(t, ps), pullBytes(t, bk.Slot())) {
+		t.Fatalf("after 20 pushes: primary at version %d; backup at %d, bytes equal %v", ps.Version(), bk.Applied(),
+			bytes.Equal(pullBytes(t, ps), pullBytes(t, bk.Slot())))
+	}
+
+	if lag := gaugeValue(t, "rep", "0"); lag != 0 {
+		t.Fatalf("replication lag %v after every push was acknowledged, want 0", lag)
+	}
+
+	// The master promotes the backup (one Txn, epoch compared).
+	promoted, err := rec.Promote(back.a.cfg.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := meta.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{schema.EpochCompare("rep", 0, rec.Epoch)},
+		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey("rep", 0)), promoted.Marshal())}})
+	if err != nil || !out.GetSucceeded() {
+		t.Fatalf("promotion Txn: %v %v", out, err)
+	}
+	newEpoch := out.GetHeader().GetRevision()
+	waitFor(t, "the backup to know the new epoch", func() bool { return bk.Epoch() == newEpoch })
+	if _, err := pushOne(ctx, ps, 21); !errors.Is(err, wire.ErrFenced) {
+		t.Fatalf("push on the deposed primary: %v, want ErrFenced (not acknowledged)", err)
+	}
+	if bk.Applied() != 20 {
+		t.Fatalf("the backup applied %d after refusing the deposed primary, want 20", bk.Applied())
+	}
+	if lag := gaugeValue(t, "rep", "0"); lag != 1 {
+		t.Fatalf("replication lag %v on the deposed primary (push 21 applied, never acknowledged), want 1", lag)
+	}
+
+	// The old primary's lease is revoked (the master's nodeGone): the
+	// promoted node claims the slot and serves what it holds.
+	if _, err := meta.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: prim.a.session.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	var ns *pserver.Slot
+	waitFor(t, "the promoted node to serve slot 0", func() bool { ns, ok = back.served("rep", 0); return ok })
+	pr, err := ns.Pull(ctx, &pb.PullRequest{})
+	if err != nil || ns != bk.Slot() || pr.Version != 20 || pr.Incarnation != inc {
+		t.Fatalf("promoted slot: same object %v, pull %v (want version 20, incarnation %d)", ns == bk.Slot(), err, inc)
+	}
+	r, err := schema.ParseRestore(meta.get(schema.RestoreKey("rep", 0)).GetValue())
+	if err != nil || r.GetSource() != "promoted backup" || r.GetVersion() != 20 {
+		t.Fatalf("restore record after the promotion: %v %v", r, err)
+	}
+	if resp, err := pushOne(ctx, ns, 21); err != nil || resp.Version != 21 {
+		t.Fatalf("retry of the refused push on the promoted node: %v %v, want version 21", resp, err)
+	}
+	if resp, err := pushOne(ctx, ns, 20); err != nil || resp.Version != 20 || ns.Version() != 21 {
+		t.Fatalf("retry of acknowledged push 20 on the promoted node: %v %v, slot at %d; want version 20, not applied again", resp, err, ns.Version())
+	}
+	var promotedEvent bool
+	meta.mu.Lock()
+	evs := meta.events
+	meta.mu.Unlock()
+	for _, ev := range evs {
+		promotedEvent = promotedEvent || ev.Type == pb.JobEvent_PSERVER_PROMOTED
+		if ev.Type == pb.JobEvent_PSERVER_RESTORED && ev.Version > 0 {
+			t.Errorf("a rollback or restore event: %v", ev)
+		}
+	}
+	if !promotedEvent {
+		t.Error("no PSERVER_PROMOTED event")
+	}
+}
+
+// gaugeValue reads raftps_pserver_replication_lag_updates{job, slot}.
+func gaugeValue(t *testing.T, job, slot string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := metricReplicationLag.WithLabelValues(job, slot).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+// TestReplicatedBackupDropped (issue 34): when a primary's backup stops
+// answering (its node's gRPC server is gone), the primary drops it from
+// the in-sync set with a Txn that raises the record's epoch, and only
+// then acknowledges the push that was waiting: the record then names no
+// backup, at a newer epoch, and later pushes are acknowledged at once
+// (R = 1 semantics: the primary's lease fences it).
+func TestReplicatedBackupDropped(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("drop")
+	spec.NumPservers = 1
+	meta.setJobs(running(spec))
+	agents, servers := startReplicaAgents(t, meta)
+	prim, backup := -1, -1
+	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
+		for i, ta := range agents {
+			if _, ok := ta.served("drop", 0); ok && agents[1-i].backupOf("drop", 0) != nil {
+				prim, backup = i, 1-i
+				return true
+			}
+		}
+		return false
+	})
+	ps, _ := agents[prim].served("drop", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := pushOne(ctx, ps, 1); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := replicaRecord(t, meta, "drop", 0)
+	servers[backup].Stop() // the backup's node stops answering
+	resp, err := pushOne(ctx, ps, 2)
+	if err != nil || resp.Version != 2 {
+		t.Fatalf("push after the backup died: %v %v, want version 2 once the backup is dropped", resp, err)
+	}
+	after, ok := replicaRecord(t, meta, "drop", 0)
+	if !ok || len(after.Backups) != 0 || after.Epoch <= before.Epoch || after.Primary.Node != agents[prim].a.cfg.NodeID {
+		t.Fatalf("record after the drop: %+v (before %+v), want no backups at a newer epoch", after, before)
+	}
+	if resp, err := pushOne(ctx, ps, 3); err != nil || resp.Version != 3 {
+		t.Fatalf("push with an ISR of one: %v %v", resp, err)
+	}
+}
