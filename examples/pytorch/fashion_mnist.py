@@ -22,13 +22,18 @@ fresh model. It exits 1 if the accuracy misses --target.
 ``--mode allreduce`` runs the same trainers in raftps's elastic allreduce
 mode (raftps.torch.allreduce: a Gloo group on raftps.torch.Store, the
 job's optimizer applied by every trainer, membership from the trainers'
-1 s leases), with the same faults: a trainer SIGKILLed mid-step (the
-others abandon the collective, restore the last commit and re-form
-without it), a raftps node SIGKILLed (the group's store outlives it), a
-trainer added (rank 2, synced from rank 0). There is no export: the
-pservers' copy of the parameters is unused in this mode.
+registrations), with the same faults: a trainer SIGKILLed mid-step (a
+survivor's collective fails on the closed connection, it names the dead
+member from its broken Gloo pair and proposes the next generation
+without it at once, not waiting for its 3 s lease; the survivors restore
+the last commit and re-form), a raftps node SIGKILLed (the group's store
+outlives it), a trainer added (rank 2, synced from rank 0). For a
+trainer kill the summary gives, per survivor, when its collective failed
+and the re-form's phases. There is no export: the pservers' copy of the
+parameters is unused in this mode.
 
-Hyperparameters (both modes): 4 epochs, batch 64 per trainer (sync
+Hyperparameters (both modes; allreduce mode runs 5 epochs, see
+MODE_DEFAULTS): 4 epochs, batch 64 per trainer (sync
 averages the two trainers' batches: 128 per step; `local` uses 128, so
 both see every record once per epoch in steps of 128), momentum SGD with
 momentum 0.9 and the pservers' schedule lr_t = lr / (1 + lr_decay * t)
@@ -180,8 +185,10 @@ def cmd_train(a):
     spec = raftps.jobs.status(c, a.job).spec
     x, y = load("train", spec.dataset.records)
     xt, yt = load("test")
-    # allreduce: a 1 s lease, the detector of a dead member.
-    session = TrainerSession(c, a.job, a.id, ttl=1 if a.mode == "allreduce" else 2)
+    # allreduce: a dead member's broken Gloo connections are the detector;
+    # the lease (3 s) only that of a hung one (1 s leases lapsed under this
+    # machine's load: a live trainer re-registered and the group re-formed).
+    session = TrainerSession(c, a.job, a.id, ttl=3 if a.mode == "allreduce" else 2)
     if a.min_trainers > 1:
         session.wait_members(a.min_trainers, 120)
     model = MODELS[a.model]()
@@ -446,7 +453,9 @@ def cmd_demo(a):
                       f"the claim was seen (the new holder restores the checkpoint and waits out the old holder's "
                       f"fence before serving: the handover rule, pserver/agent)")
         else:
-            print(f"change:           {what}")
+            s, _ = stall(t)
+            print(f"change:           {what}: longest gap between finished steps in the 20 s after it {s:.2f}s "
+                  f"(it joins once started: the group re-forms with it and syncs it from rank 0)")
     for r in st.restores:
         print(f"restore:          slot {r.slot} version {r.version} from {r.source}: {r.reason}")
     print(f"tasks requeued:   {st.requeued}, task timeouts {st.timeouts}")

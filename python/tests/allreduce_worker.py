@@ -32,7 +32,10 @@ def main():
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--min-np", type=int, default=1)
     ap.add_argument("--wait-np", type=int, default=1, help="registered trainers to wait for before the first group")
-    ap.add_argument("--ttl", type=int, default=1, help="the registration's lease TTL, seconds")
+    # 3 s: a SIGKILLed member is detected by its broken Gloo connections;
+    # 1 s leases lapsed under load (a live trainer re-registered as the
+    # newest: its rank changed).
+    ap.add_argument("--ttl", type=int, default=3, help="the registration's lease TTL, seconds")
     a = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)  # the test dumps the stacks of a trainer that hangs
     torch.set_num_threads(1)

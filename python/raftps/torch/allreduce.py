@@ -266,18 +266,22 @@ class Rendezvous:
                 if g <= after and set(rec["members"]) == set(want) and time.monotonic() < patience:
                     self._wait_change(seen, sgen, patience)
                     continue
-                if len(want) >= self.min_np and self.me in want:
-                    self._propose(rec, live, want, failure and g <= after, now, out)
-                    times.setdefault("proposed", time.monotonic() - t0)
+                if len(want) < self.min_np or self.me not in want:
+                    self._wait_change(seen, sgen, deadline)
                     continue
-                self._wait_change(seen, sgen, deadline)
-                continue
-            if self.me not in rec["members"]:
+                # Our proposal carries our ready key: if it wins, on to
+                # the others' (no re-read: the record is ours).
+                rec = self._propose(rec, live, want, failure and g <= after, now, out)
+                times.setdefault("proposed", time.monotonic() - t0)
+                if rec is None:
+                    continue
+                g = rec["gen"]
+            elif self.me not in rec["members"]:
                 self._wait_change(seen, sgen, deadline)  # a spare, or in cooldown
                 continue
-            ready = self.prefix + f"elastic/ready/{g}/"
-            self.client.put(ready + self.me, b"1", lease=self.session.lease_id)
-            if not self._wait_ready(ready, rec["members"], g, deadline):
+            else:
+                self.client.put(self._ready(g) + self.me, b"1", lease=self.session.lease_id)
+            if not self._wait_ready(self._ready(g), rec["members"], g, deadline):
                 continue
             times["ready"] = time.monotonic() - t0
             grp = self._build(g, rec["members"])
@@ -285,8 +289,15 @@ class Rendezvous:
             self.suspects = []
             return grp
 
+    def _ready(self, g: int) -> str:
+        """The prefix of generation g's ready keys (one per member)."""
+        return self.prefix + f"elastic/ready/{g}/"
+
     def _propose(self, rec: dict, live: dict[str, int], want: list[str], failure: bool, now: float,
-                 suspects: list[str]) -> None:
+                 suspects: list[str]) -> dict | None:
+        """Proposes generation rec["gen"] + 1 of ``want`` (with our ready
+        key) by compare-and-swap on rec's mod revision; returns the new
+        record, None if another proposal won."""
         bl = {k: v for k, v in rec.get("blacklist", {}).items() if v[0] > now or k in live}
 
         def lost(m: str, registration: int) -> None:  # blacklist it with a doubling cooldown
@@ -301,8 +312,14 @@ class Rendezvous:
                 lost(m, live[m])
         new = {"gen": rec["gen"] + 1, "members": want, "failure": failure, "blacklist": bl}
         c = self.client
-        c.txn([c.cmp_mod_revision(self.genkey, "==", rec.get("_mod", 0))],
-              [c.op_put(self.genkey, json.dumps(new).encode())])
+        resp = c.txn([c.cmp_mod_revision(self.genkey, "==", rec.get("_mod", 0))],
+                     [c.op_put(self.genkey, json.dumps(new).encode()),
+                      c.op_put(self._ready(new["gen"]) + self.me, b"1", lease=self.session.lease_id)])
+        if not resp.succeeded:
+            return None
+        new["_mod"] = resp.header.revision
+        self._note(new)
+        return new
 
     def _wait_ready(self, ready: str, members: list[str], g: int, deadline: float) -> bool:
         """Waits for every member's ready key; False if the generation or
