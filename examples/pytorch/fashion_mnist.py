@@ -454,8 +454,8 @@ def cmd_demo(a):
                       f"fence before serving: the handover rule, pserver/agent)")
         else:
             s, _ = stall(t)
-            print(f"change:           {what}: longest gap between finished steps in the 20 s after it {s:.2f}s "
-                  f"(it joins once started: the group re-forms with it and syncs it from rank 0)")
+            how = " (the group re-forms with it and syncs it from rank 0)" if a.mode == "allreduce" else ""
+            print(f"change:           {what}: longest gap between finished steps in the 20 s after it {s:.2f}s{how}")
     for r in st.restores:
         print(f"restore:          slot {r.slot} version {r.version} from {r.source}: {r.reason}")
     print(f"tasks requeued:   {st.requeued}, task timeouts {st.timeouts}")

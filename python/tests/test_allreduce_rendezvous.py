@@ -144,3 +144,30 @@ def test_false_suspicion_is_fenced_then_rejoins(client):
             r.close()
         for s in (sa, sb, sc):
             s.close()
+
+
+def test_lease_lapse_while_forming(client):
+    """A trainer's lease lapses between form()'s read of the trainers and
+    its write of the ready key (seen in the demo under load: the write
+    failed with NotFound and the trainer died). form() waits for the
+    session to re-register on a new lease and forms the group."""
+    job = f"rdzv-{uuid.uuid4().hex[:6]}"
+    sa = TrainerSession(client, job, "a", ttl=3)
+    ra = Rendezvous(sa)
+    try:
+        before = ra._live()
+        reads = []
+
+        def live():  # the first read is the one from before the lapse
+            reads.append(1)
+            return before if len(reads) == 1 else Rendezvous._live(ra)
+
+        ra._live = live
+        client.lease_revoke(sa.lease_id)
+        g = ra.form(False)
+        assert (g.gen, g.members, g.rank) == (1, ["a"], 0)
+        assert len(reads) > 1
+        assert client.range_pb(f"/jobs/{job}/trainers/a").kvs, "a is registered again"
+    finally:
+        ra.close()
+        sa.close()

@@ -253,7 +253,10 @@ class Rendezvous:
             if mine is not None and len(mine) > 2 and mine[2] == live.get(self.me):
                 # Suspected dead while alive (e.g. a partition): fenced out
                 # of the generation; a new registration ends the suspicion.
-                self.session.reregister()
+                try:
+                    self.session.reregister()
+                except errors.Unavailable:  # its lease lapsed: being re-registered anyway
+                    self._wait_change(seen, sgen, deadline)
                 continue
             # Suspects from our own failed collective, while the suspected
             # registration lasts.
@@ -271,7 +274,11 @@ class Rendezvous:
                     continue
                 # Our proposal carries our ready key: if it wins, on to
                 # the others' (no re-read: the record is ours).
-                rec = self._propose(rec, live, want, failure and g <= after, now, out)
+                try:
+                    rec = self._propose(rec, live, want, failure and g <= after, now, out)
+                except errors.NotFound:  # our lease lapsed: the session re-registers
+                    self._wait_change(seen, sgen, deadline)
+                    continue
                 times.setdefault("proposed", time.monotonic() - t0)
                 if rec is None:
                     continue
@@ -280,7 +287,11 @@ class Rendezvous:
                 self._wait_change(seen, sgen, deadline)  # a spare, or in cooldown
                 continue
             else:
-                self.client.put(self._ready(g) + self.me, b"1", lease=self.session.lease_id)
+                try:
+                    self.client.put(self._ready(g) + self.me, b"1", lease=self._lease())
+                except errors.NotFound:  # as above
+                    self._wait_change(seen, sgen, deadline)
+                    continue
             if not self._wait_ready(self._ready(g), rec["members"], g, deadline):
                 continue
             times["ready"] = time.monotonic() - t0
@@ -288,6 +299,15 @@ class Rendezvous:
             times["built"] = time.monotonic() - t0
             self.suspects = []
             return grp
+
+    def _lease(self) -> int:
+        """The session's lease, for our ready keys (they go with us);
+        NotFound while the session re-registers on a new one (its lease
+        lapsed: our registration went too, so the group re-forms)."""
+        lease = self.session.lease_id
+        if lease == 0:
+            raise errors.NotFound(f"elastic: trainer {self.me}: its lease lapsed, being re-registered")
+        return lease
 
     def _ready(self, g: int) -> str:
         """The prefix of generation g's ready keys (one per member)."""
@@ -314,7 +334,7 @@ class Rendezvous:
         c = self.client
         resp = c.txn([c.cmp_mod_revision(self.genkey, "==", rec.get("_mod", 0))],
                      [c.op_put(self.genkey, json.dumps(new).encode()),
-                      c.op_put(self._ready(new["gen"]) + self.me, b"1", lease=self.session.lease_id)])
+                      c.op_put(self._ready(new["gen"]) + self.me, b"1", lease=self._lease())])
         if not resp.succeeded:
             return None
         new["_mod"] = resp.header.revision
