@@ -49,10 +49,11 @@ is restored). Two detectors:
 A suspicion can be false (a partition): the suspect is alive and is
 fenced out all the same, since the generation record changes only by
 compare-and-swap and the new group's Store prefix names the generation.
-It learns it is out from the record, writes its registration again
+It learns it is out from the record, registers anew
 (:meth:`raftps.tasks.TrainerSession.reregister`: a new mod revision, no
-longer the suspected one) and proposes a generation with itself when its
-cooldown ends. A member lost either way is blacklisted for ``cooldown``
+longer the suspected one, and the newest registration, so it is not the
+rank 0 whose stale state the group would take) and proposes a generation
+with itself when its cooldown ends. A member lost either way is blacklisted for ``cooldown``
 seconds, doubled per loss up to ``cooldown_max``.
 
 Data. Each trainer takes its own tasks from the master (the task queue
