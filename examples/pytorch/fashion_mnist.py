@@ -370,6 +370,7 @@ def cmd_demo(a):
 
     # Training progress from the trainers' step logs.
     steps = []
+    by_trainer = {}  # tid -> its step times
     for tid, path in logs.items():
         for line in open(path):
             try:
@@ -378,23 +379,39 @@ def cmd_demo(a):
                 continue
             if e.get("ev") == "step":
                 steps.append(e["t"])
+                by_trainer.setdefault(tid, []).append(e["t"])
     steps.sort()
 
     fault_times = [t for t, _ in faults]
 
     def stall(t0):
         """Longest gap between finished steps (any trainer) after t0, within
-        20 s and before the next fault, and the first step after t0."""
+        20 s and before the next fault; the first step after t0; when the
+        longest gap ended (seconds after t0)."""
         end = min([t0 + 20] + [t for t in fault_times if t > t0])
         ts = [t0] + [t for t in steps if t0 < t <= end]
         first = ts[1] - t0 if len(ts) > 1 else float("nan")
-        return max((b - a_ for a_, b in zip(ts, ts[1:])), default=float("nan")), first
+        gap, at = max(((b - a_, b - t0) for a_, b in zip(ts, ts[1:])), default=(float("nan"), float("nan")))
+        return gap, first, at
 
     def before_gap(t0):
-        """The median gap between finished steps in the 20 s before t0."""
-        ts = [t for t in steps if t0 - 20 <= t < t0]
+        """A step's usual time before t0: the median gap between the steps
+        of the trainer with the most steps in the 20 s before t0."""
+        ts = max(([t for t in v if t0 - 20 <= t < t0] for v in by_trainer.values()), key=len, default=[])
         gaps = sorted(b - a_ for a_, b in zip(ts, ts[1:]))
         return gaps[len(gaps) // 2] if gaps else float("nan")
+
+    def join_gap(tid, t0):
+        """An added trainer: when the group re-formed with it (the first
+        reset naming it, seconds after t0) and the gap between the last step
+        finished before that reset and the first one after it."""
+        resets = [json.loads(l) for path in logs.values() for l in open(path) if '"reset"' in l]
+        r = min((e["t"] for e in resets if e["t"] > t0 and tid in e["members"]), default=None)
+        if r is None:
+            return float("nan"), float("nan")
+        before = max((t for t in steps if t <= r), default=float("nan"))
+        after = min((t for t in steps if t > r), default=float("nan"))
+        return r - t0, after - before
 
     def reform_lines(t0):
         """Per survivor, the first reset after a trainer kill at t0: when its
@@ -440,10 +457,11 @@ def cmd_demo(a):
     stalls = []
     for t, what in faults:
         if what.startswith("SIGKILL"):
-            s, first = stall(t)
+            s, first, at = stall(t)
             stalls.append(s)
-            print(f"fault:            {what}: training stood still {s:.2f}s (longest gap between finished steps; "
-                  f"first step {first:.2f}s after the kill; the median gap before it {before_gap(t):.2f}s)")
+            print(f"fault:            {what}: training stood still {s:.2f}s (longest gap between finished steps "
+                  f"in the 20 s after the kill, ending {at:.2f}s after it; first step {first:.2f}s after the "
+                  f"kill; a step took {before_gap(t):.2f}s before it)")
             if a.mode == "allreduce" and "trainer" in what:
                 for line in reform_lines(t):
                     print(" " * 18 + line)
@@ -453,9 +471,13 @@ def cmd_demo(a):
                       f"the claim was seen (the new holder restores the checkpoint and waits out the old holder's "
                       f"fence before serving: the handover rule, pserver/agent)")
         else:
-            s, _ = stall(t)
-            how = " (the group re-forms with it and syncs it from rank 0)" if a.mode == "allreduce" else ""
-            print(f"change:           {what}: longest gap between finished steps in the 20 s after it {s:.2f}s{how}")
+            if a.mode == "allreduce":
+                tid = what.split()[1]
+                r, gap = join_gap(tid, t)
+                print(f"change:           {what}: the group re-formed with it {r:.2f}s after its start (its "
+                      f"start-up first); the gap between finished steps around that re-form {gap:.2f}s")
+            else:
+                print(f"change:           {what}")
     for r in st.restores:
         print(f"restore:          slot {r.slot} version {r.version} from {r.source}: {r.reason}")
     print(f"tasks requeued:   {st.requeued}, task timeouts {st.timeouts}")
