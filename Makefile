@@ -76,7 +76,8 @@ test-python: build
 # demo-python: examples/pytorch/fashion_mnist.py demo (3 nodes on mutual TLS, 2 PyTorch
 # trainers in sync mode on 2 pservers, a trainer and the slot-0 node
 # SIGKILLed, a trainer added, summary), then the same CNN and faults in
-# elastic allreduce mode (--mode allreduce).
+# elastic allreduce mode (--mode allreduce: 5 passes; the summary gives each
+# survivor's re-form phases after the trainer kill).
 demo-python: build
 	@./scripts/install-python.sh
 	$(PYTHON) examples/pytorch/fashion_mnist.py demo --bin bin/raftps

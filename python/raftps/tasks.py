@@ -72,8 +72,11 @@ class TrainerSession:
 
     ``generation`` increases each time the set of registered trainers
     changes (a trainer joined, or left: its key was deleted or its lease
-    expired); ``members()`` is the current set. The pservers wait for every
-    registered trainer in a sync step, so register before the first push.
+    expired); ``members()`` is the current set and ``registration(name)``
+    the mod revision of a trainer's key (a registration's identity: it
+    changes when the trainer re-registers, see :meth:`reregister`). The
+    pservers wait for every registered trainer in a sync step, so register
+    before the first push.
 
     ``trainer`` defaults to the name of the client's certificate under
     mutual TLS (the cluster refuses any other trainer name for it), and
@@ -87,6 +90,7 @@ class TrainerSession:
         self._mu = threading.Lock()
         self._cond = threading.Condition(self._mu)
         self._members: frozenset[str] = frozenset()
+        self._revs: dict[str, int] = {}  # name -> mod revision of its key
         self.generation = 0
         self.rewatches = 0
         self._closed = False
@@ -96,12 +100,28 @@ class TrainerSession:
         self._watch = client.watch(trainer_prefix(job), prefix=True, start_revision=rev + 1)
         threading.Thread(target=self._follow, name="raftps-trainers", daemon=True).start()
 
+    def _record(self) -> bytes:
+        return ('{"node":"python:%s:%d","addr":""}' % (socket.gethostname(), os.getpid())).encode()
+
     def _register(self) -> None:
         lease = self.client.lease(self.ttl)
         lease.on_lost.append(self._lost)
-        value = ('{"node":"python:%s:%d","addr":""}' % (socket.gethostname(), os.getpid())).encode()
-        self.client.put(self.key, value, lease=lease.id)
+        self.client.put(self.key, self._record(), lease=lease.id)
         self._lease = lease
+
+    def reregister(self) -> int:
+        """Deletes this trainer's key and writes it again on its lease: a
+        new registration (a new mod revision, which it returns, and the
+        newest create revision). Elastic allreduce: a trainer that a group
+        member suspected of being dead (its Gloo connections broke) is left
+        out while the suspected registration lasts; a live one re-registers
+        to be eligible again, as the newest trainer (it missed steps: it
+        must not be the rank whose state the group takes)."""
+        lease = self._lease
+        if lease is None:
+            raise errors.Unavailable(f"trainer {self.id}: being re-registered on a new lease")
+        self.client.delete(self.key)
+        return self.client.put(self.key, self._record(), lease=lease.id)
 
     def _lost(self, _lease) -> None:
         if self._closed:
@@ -119,14 +139,18 @@ class TrainerSession:
     def _refresh(self) -> int:
         """Re-lists the trainers; returns the revision read at."""
         resp = self.client.range_pb(trainer_prefix(self.job), prefix=True, keys_only=True)
-        self._set(frozenset(kv.key.decode()[len(trainer_prefix(self.job)):] for kv in resp.kvs))
+        n = len(trainer_prefix(self.job))
+        self._set({kv.key.decode()[n:]: kv.mod_revision for kv in resp.kvs})
         return resp.header.revision
 
-    def _set(self, members: frozenset) -> None:
+    def _set(self, revs: dict[str, int]) -> None:
         with self._cond:
+            members = frozenset(revs)
             if members != self._members:
                 self._members = members
                 self.generation += 1
+            if revs != self._revs:
+                self._revs = revs
                 self._cond.notify_all()
 
     def _follow(self) -> None:
@@ -138,12 +162,12 @@ class TrainerSession:
                 for ev in self._watch:
                     name = ev.kv.key.decode()[len(trainer_prefix(self.job)):]
                     with self._mu:
-                        m = set(self._members)
+                        revs = dict(self._revs)
                     if ev.type == "PUT":
-                        m.add(name)
+                        revs[name] = ev.kv.mod_revision
                     else:
-                        m.discard(name)
-                    self._set(frozenset(m))
+                        revs.pop(name, None)
+                    self._set(revs)
                 if self._closed:
                     return
             except errors.RaftpsError:
@@ -169,6 +193,12 @@ class TrainerSession:
     def members(self) -> frozenset[str]:
         with self._mu:
             return self._members
+
+    def registration(self, name: str) -> int:
+        """The mod revision of trainer ``name``'s key as last seen (0: not
+        registered)."""
+        with self._mu:
+            return self._revs.get(name, 0)
 
     def wait_members(self, n: int, timeout: float) -> frozenset[str]:
         """Waits until at least n trainers are registered."""

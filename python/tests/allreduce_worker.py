@@ -32,6 +32,10 @@ def main():
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--min-np", type=int, default=1)
     ap.add_argument("--wait-np", type=int, default=1, help="registered trainers to wait for before the first group")
+    # 3 s: a SIGKILLed member is detected by its broken Gloo connections;
+    # 1 s leases lapsed under load (a live trainer re-registered as the
+    # newest: its rank changed).
+    ap.add_argument("--ttl", type=int, default=3, help="the registration's lease TTL, seconds")
     a = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)  # the test dumps the stacks of a trainer that hangs
     torch.set_num_threads(1)
@@ -43,7 +47,7 @@ def main():
         log.write(json.dumps(kw) + "\n")
 
     c = raftps.Client(a.endpoints)
-    session = TrainerSession(c, a.job, a.id, ttl=1)
+    session = TrainerSession(c, a.job, a.id, ttl=a.ttl)
     session.wait_members(a.wait_np, 120)
     source = TaskSource(c, a.job, a.id)
     x, y = fashion_mnist(a.dataset, "train", limit=source.spec.dataset.records)
@@ -56,7 +60,7 @@ def main():
 
     def on_reset():
         emit(ev="reset", members=sorted(opt.members()), rank=state.rank, size=state.size,
-             gen=opt.rdzv.group.gen, restores=state.restores, step=state.step)
+             gen=opt.rdzv.group.gen, restores=state.restores, step=state.step, why=state.last_failure)
 
     state.register_reset_callbacks([on_reset])
     emit(ev="start", members=sorted(opt.members()), rank=state.rank, size=state.size, gen=opt.rdzv.group.gen)

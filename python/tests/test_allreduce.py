@@ -39,27 +39,49 @@ def wait_for(pred, timeout, what, procs=()):
         time.sleep(0.2)
 
 
-def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
-    job = f"allreduce-{uuid.uuid4().hex[:6]}"
-    raftps.jobs.submit(client, external_spec(job, PARAMS, records=6000, rpt=100, batch=20, passes=1, lr=0.1,
+class Trainers:
+    """allreduce_worker.py processes of one job, their logs and stderr."""
+
+    def __init__(self, cluster, job, tmp_path):
+        self.eps = ",".join(n.grpc for n in cluster)
+        self.job, self.tmp = job, tmp_path
+        self.env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        self.procs, self.logs = {}, {}
+
+    def start(self, tid, *extra):
+        self.logs[tid] = str(self.tmp / f"{tid}.log")
+        self.procs[tid] = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "allreduce_worker.py"), "--endpoints", self.eps, "--job", self.job,
+             "--id", tid, "--log", self.logs[tid], "--dataset", DATASET, "--sleep", "0.1", *extra], env=self.env,
+            stdout=subprocess.DEVNULL, stderr=open(str(self.tmp / f"{tid}.err"), "w"))
+
+    def events(self, tid, ev):
+        return [e for e in read(self.logs[tid]) if e["ev"] == ev]
+
+    def err(self, tid):
+        return open(str(self.tmp / f"{tid}.err")).read()[-3000:]
+
+    def stop(self):
+        """Kills the trainers still running, dumping their stacks first."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)  # stacks into <id>.err
+                time.sleep(1)
+                p.kill()
+                p.wait()
+
+
+def submit(client, job, records):
+    raftps.jobs.submit(client, external_spec(job, PARAMS, records=records, rpt=100, batch=20, passes=1, lr=0.1,
                                              pservers=1, max_task_timeouts=10))
     wait_slots(client, job, 1)
-    eps = ",".join(n.grpc for n in cluster)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    procs, logs = {}, {}
 
-    def start(tid, *extra):
-        logs[tid] = str(tmp_path / f"{tid}.log")
-        procs[tid] = subprocess.Popen([sys.executable, os.path.join(HERE, "allreduce_worker.py"), "--endpoints", eps,
-                                       "--job", job, "--id", tid, "--log", logs[tid], "--dataset", DATASET,
-                                       "--sleep", "0.1", *extra], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / f"{tid}.err"), "w"))
 
-    def events(tid, ev):
-        return [e for e in read(logs[tid]) if e["ev"] == ev]
-
-    def err(t):
-        return open(str(tmp_path / f"{t}.err")).read()[-3000:]
+def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
+    job = f"allreduce-{uuid.uuid4().hex[:6]}"
+    submit(client, job, 6000)
+    tr = Trainers(cluster, job, tmp_path)
+    procs, start, events, err = tr.procs, tr.start, tr.events, tr.err
 
     try:
         for t in "abc":
@@ -84,12 +106,7 @@ def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
         for t in "abd":
             assert procs[t].wait(240) == 0, err(t)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGUSR1)  # stacks into <id>.err
-                time.sleep(1)
-                p.kill()
-                p.wait()
+        tr.stop()
         dump_events(client, job, tmp_path / "events.log")
     st = raftps.jobs.status(client, job)
     assert raftps.jobs.state_name(st) == "JOB_SUCCEEDED", st.message
@@ -133,3 +150,34 @@ def test_allreduce_member_killed_and_added(client, cluster, tmp_path):
         for task, batches in per_task.items():
             recs = [r for b in batches for r in b]
             assert len(recs) == len(set(recs)) <= 100, (t, task, len(recs), len(set(recs)))
+
+
+def test_allreduce_kill_detected_by_gloo_not_lease(client, cluster, tmp_path):
+    """A SIGKILLed member's closed Gloo connections are the detector: the
+    survivors re-form without it while its registration still stands
+    (30 s leases here; the lease is the detector only of a hung member)."""
+    job = f"allreduce-{uuid.uuid4().hex[:6]}"
+    submit(client, job, 6000)
+    tr = Trainers(cluster, job, tmp_path)
+    try:
+        for t in "abc":
+            tr.start(t, "--min-np", "2", "--wait-np", "3", "--ttl", "30")
+        wait_for(lambda: all(len(tr.events(t, "step")) >= 5 for t in "abc"), 120, "a, b, c training",
+                 tr.procs.values())
+        tr.procs["c"].send_signal(signal.SIGKILL)
+        tr.procs["c"].wait(10)
+        killed = time.time()
+        wait_for(lambda: all(any(r["members"] == ["a", "b"] for r in tr.events(t, "reset")) for t in "ab"), 25,
+                 "a and b to re-form without c", [tr.procs["a"], tr.procs["b"]])
+        # c's registration is still there: its lease did not tell.
+        resp = client.range_pb(f"/jobs/{job}/trainers/c")
+        assert resp.kvs, f"c's registration went before a and b re-formed ({time.time() - killed:.1f}s after the kill)"
+        # Whoever saw Gloo's error named c (the other may have learnt of
+        # the failure from the generation record).
+        whys = [r["why"] for t in "ab" for r in tr.events(t, "reset") if r["members"] == ["a", "b"]]
+        assert any("broken connections to ['c']" in w for w in whys), whys
+        n_ab = {t: len(tr.events(t, "step")) for t in "ab"}
+        wait_for(lambda: all(len(tr.events(t, "step")) >= n_ab[t] + 3 for t in "ab"), 60, "a and b training on",
+                 [tr.procs["a"], tr.procs["b"]])
+    finally:
+        tr.stop()

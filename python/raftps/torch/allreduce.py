@@ -29,13 +29,32 @@ generation. Each step's allreduce carries whether any member saw a
 change, so every member raises :class:`HostsUpdatedInterrupt` at the
 same ``state.commit()`` (no restore; Horovod agrees the same way) and
 they form the new generation together. A member that dies inside a
-collective: Gloo reports the closed connection, or (a hung member) the
-raftps lease expires and its registration goes: the collective is
-abandoned (the watch is the detector, never Gloo's timeout), the step
-raises :class:`GroupChanged` (a TrainerFailure: the last commit is
-restored), and the next generation without it forms once its lease is
-gone. A member lost this way is blacklisted for ``cooldown`` seconds,
-doubled per loss up to ``cooldown_max``.
+collective: the collective is abandoned (never on Gloo's timeout) and
+the step raises :class:`GroupChanged` (a TrainerFailure: the last commit
+is restored). Two detectors:
+
+- A process that dies closes its sockets and Gloo reports the closed
+  connection (within milliseconds). The member that sees it asks each
+  peer's Gloo pair which ones carry the error (a send on a broken pair
+  fails at once, naming it) and proposes the next generation without
+  those members right away, their registrations marked suspected in the
+  record's blacklist (``[until, losses, registration]``: the mod revision
+  of the suspect's key). The other members abandon their collectives on
+  the failure generation (the watch) and join it.
+- A hung member, or one on a host that went away: its raftps lease
+  expires and its registration goes (the watch); after a failure a
+  member waits up to two lease TTLs for that before proposing the same
+  members again.
+
+A suspicion can be false (a partition): the suspect is alive and is
+fenced out all the same, since the generation record changes only by
+compare-and-swap and the new group's Store prefix names the generation.
+It learns it is out from the record, registers anew
+(:meth:`raftps.tasks.TrainerSession.reregister`: a new mod revision, no
+longer the suspected one, and the newest registration, so it is not the
+rank 0 whose stale state the group would take) and proposes a generation
+with itself when its cooldown ends. A member lost either way is blacklisted for ``cooldown``
+seconds, doubled per loss up to ``cooldown_max``.
 
 Data. Each trainer takes its own tasks from the master (the task queue
 stays the data source). Every step allreduces ``sum(grad * examples)``
@@ -75,6 +94,10 @@ def _abandon(pg) -> None:
 
 # The message of c10d Work.wait(timeout) when the timeout passes first.
 _WAIT_TIMED_OUT = "Operation timed out!"
+
+# The tag of _probe's sends (no collective's: those use tag 0 and c10d's
+# own sequence of slots).
+_PROBE_TAG = 0x7270
 
 
 class GroupChanged(TrainerFailure):
@@ -119,6 +142,14 @@ class Rendezvous:
         self.group: Group | None = None
         self.blacklist: dict[str, list] = {}
         self.forms = 0
+        # Members whose Gloo pairs broke in the last failed collective
+        # (see _probe), proposed out of the next generation.
+        self.suspects: list[str] = []
+        # Phases of the last form(), seconds from its start: "proposed",
+        # "ready", "built" (absent: not reached); "failed_at" the time.time()
+        # of the collective's failure that started it (0: none).
+        self.form_times: dict[str, float] = {}
+        self._failed_at = 0.0
         self._cond = threading.Condition()
         self._latest = (0, False)  # (gen, failure) of the newest record seen
         self._events = 0
@@ -161,16 +192,20 @@ class Rendezvous:
         except (errors.RaftpsError, ValueError):
             pass
 
-    def _live(self) -> list[str]:
-        """Registered trainers, oldest registration first (Raft's order)."""
+    def _live(self) -> dict[str, int]:
+        """Registered trainers and the mod revisions of their keys, oldest
+        registration first (Raft's order)."""
         p = trainer_prefix(self.job)
         resp = self.client.range_pb(p, prefix=True, keys_only=True)
         kvs = sorted(resp.kvs, key=lambda kv: kv.create_revision)
-        return [kv.key.decode()[len(p):] for kv in kvs]
+        return {kv.key.decode()[len(p):]: kv.mod_revision for kv in kvs}
 
-    def _blacklisted(self, name: str, now: float) -> bool:
+    def _blacklisted(self, name: str, now: float, registration: int) -> bool:
+        """Whether trainer ``name``, registered at mod revision
+        ``registration``, is out: in its cooldown, or that very
+        registration is suspected dead."""
         b = self.blacklist.get(name)
-        return b is not None and b[0] > now
+        return b is not None and (b[0] > now or (len(b) > 2 and b[2] == registration))
 
     def _wait_change(self, seen: int, sgen: int, until: float) -> None:
         """Waits for an elastic key event or a trainer-set change (or 0.1 s:
@@ -200,6 +235,10 @@ class Rendezvous:
         # to go with its lease: wait up to two lease TTLs for that before
         # proposing the same members again (which would only cost a round).
         patience = time.monotonic() + 2 * self.session.ttl if failure else 0.0
+        suspects = list(self.suspects) if failure else []
+        suspected: dict[str, int] | None = None  # suspect -> its registration when first read
+        t0, times = time.monotonic(), {"failed_at": self._failed_at if failure else 0.0}
+        self.form_times = times
         while True:
             if time.monotonic() > deadline:
                 raise errors.DeadlineExceeded(f"elastic: no group of >= {self.min_np} trainers formed "
@@ -211,36 +250,97 @@ class Rendezvous:
             self._note(rec)
             live = self._live()
             now = time.time()
-            want = [m for m in live if not self._blacklisted(m, now)][:self.max_np]
+            mine = rec.get("blacklist", {}).get(self.me)
+            if mine is not None and len(mine) > 2 and mine[2] == live.get(self.me):
+                # Suspected dead while alive (e.g. a partition): fenced out
+                # of the generation; a new registration ends the suspicion.
+                try:
+                    self.session.reregister()
+                except errors.Unavailable:  # its lease lapsed: being re-registered anyway
+                    self._wait_change(seen, sgen, deadline)
+                continue
+            # Suspects from our own failed collective, while the suspected
+            # registration lasts.
+            if suspected is None:
+                suspected = {m: live[m] for m in suspects if m in live}
+            out = [m for m, reg in suspected.items() if live.get(m) == reg]
+            want = [m for m, reg in live.items() if not self._blacklisted(m, now, reg) and m not in out][:self.max_np]
             g = rec["gen"]
             if g <= after or set(rec["members"]) != set(want):
                 if g <= after and set(rec["members"]) == set(want) and time.monotonic() < patience:
                     self._wait_change(seen, sgen, patience)
                     continue
-                if len(want) >= self.min_np and self.me in want:
-                    self._propose(rec, live, want, failure and g <= after, now)
+                if len(want) < self.min_np or self.me not in want:
+                    self._wait_change(seen, sgen, deadline)
                     continue
-                self._wait_change(seen, sgen, deadline)
-                continue
-            if self.me not in rec["members"]:
+                # Our proposal carries our ready key: if it wins, on to
+                # the others' (no re-read: the record is ours).
+                try:
+                    rec = self._propose(rec, live, want, failure and g <= after, now, out)
+                except errors.NotFound:  # our lease lapsed: the session re-registers
+                    self._wait_change(seen, sgen, deadline)
+                    continue
+                times.setdefault("proposed", time.monotonic() - t0)
+                if rec is None:
+                    continue
+                g = rec["gen"]
+            elif self.me not in rec["members"]:
                 self._wait_change(seen, sgen, deadline)  # a spare, or in cooldown
                 continue
-            ready = self.prefix + f"elastic/ready/{g}/"
-            self.client.put(ready + self.me, b"1", lease=self.session.lease_id)
-            if not self._wait_ready(ready, rec["members"], g, deadline):
+            else:
+                try:
+                    self.client.put(self._ready(g) + self.me, b"1", lease=self._lease())
+                except errors.NotFound:  # as above
+                    self._wait_change(seen, sgen, deadline)
+                    continue
+            if not self._wait_ready(self._ready(g), rec["members"], g, deadline):
                 continue
-            return self._build(g, rec["members"])
+            times["ready"] = time.monotonic() - t0
+            grp = self._build(g, rec["members"])
+            times["built"] = time.monotonic() - t0
+            self.suspects = []
+            return grp
 
-    def _propose(self, rec: dict, live: list[str], want: list[str], failure: bool, now: float) -> None:
+    def _lease(self) -> int:
+        """The session's lease, for our ready keys (they go with us);
+        NotFound while the session re-registers on a new one (its lease
+        lapsed: our registration went too, so the group re-forms)."""
+        lease = self.session.lease_id
+        if lease == 0:
+            raise errors.NotFound(f"elastic: trainer {self.me}: its lease lapsed, being re-registered")
+        return lease
+
+    def _ready(self, g: int) -> str:
+        """The prefix of generation g's ready keys (one per member)."""
+        return self.prefix + f"elastic/ready/{g}/"
+
+    def _propose(self, rec: dict, live: dict[str, int], want: list[str], failure: bool, now: float,
+                 suspects: list[str]) -> dict | None:
+        """Proposes generation rec["gen"] + 1 of ``want`` (with our ready
+        key) by compare-and-swap on rec's mod revision; returns the new
+        record, None if another proposal won."""
         bl = {k: v for k, v in rec.get("blacklist", {}).items() if v[0] > now or k in live}
+
+        def lost(m: str, registration: int) -> None:  # blacklist it with a doubling cooldown
+            n = bl.get(m, [0, 0])[1] + 1
+            bl[m] = [now + min(self.cooldown * 2 ** (n - 1), self.cooldown_max), n, registration]
+
         for m in rec["members"]:
-            if m not in live:  # lost: blacklist it with a doubling cooldown
-                n = bl.get(m, [0, 0])[1] + 1
-                bl[m] = [now + min(self.cooldown * 2 ** (n - 1), self.cooldown_max), n]
+            if m not in live:
+                lost(m, 0)
+        for m in suspects:
+            if bl.get(m, [0, 0, 0])[2:] != [live[m]]:  # not yet marked by this form's earlier proposals
+                lost(m, live[m])
         new = {"gen": rec["gen"] + 1, "members": want, "failure": failure, "blacklist": bl}
         c = self.client
-        c.txn([c.cmp_mod_revision(self.genkey, "==", rec.get("_mod", 0))],
-              [c.op_put(self.genkey, json.dumps(new).encode())])
+        resp = c.txn([c.cmp_mod_revision(self.genkey, "==", rec.get("_mod", 0))],
+                     [c.op_put(self.genkey, json.dumps(new).encode()),
+                      c.op_put(self._ready(new["gen"]) + self.me, b"1", lease=self._lease())])
+        if not resp.succeeded:
+            return None
+        new["_mod"] = resp.header.revision
+        self._note(new)
+        return new
 
     def _wait_ready(self, ready: str, members: list[str], g: int, deadline: float) -> bool:
         """Waits for every member's ready key; False if the generation or
@@ -292,7 +392,8 @@ class Rendezvous:
             return True
         if self.max_np is None or grp.size < self.max_np:
             now = time.time()
-            return any(m not in grp.members and not self._blacklisted(m, now) for m in reg)
+            return any(m not in grp.members and not self._blacklisted(m, now, self.session.registration(m))
+                       for m in reg)
         return False
 
     def broken(self) -> bool:
@@ -308,7 +409,8 @@ class Rendezvous:
 
     def wait(self, work) -> None:
         """Waits for a Gloo work; GroupChanged if it failed or the group
-        broke meanwhile (the work is then abandoned)."""
+        broke meanwhile (the work is then abandoned). A failed work's
+        broken pairs name the members in ``suspects``."""
         while True:
             try:
                 work.wait(datetime.timedelta(milliseconds=50))
@@ -319,9 +421,29 @@ class Rendezvous:
                 # is_completed() cannot tell that from a failure); any
                 # other error is the collective's own.
                 if str(e) != _WAIT_TIMED_OUT:
-                    raise GroupChanged(f"elastic: collective of generation {self.group.gen} failed: {e}") from None
+                    self._failed_at = time.time()
+                    self.suspects = self._probe()
+                    raise GroupChanged(f"elastic: collective of generation {self.group.gen} failed: {e} "
+                                       f"(broken connections to {self.suspects or 'none'})") from None
             if self.broken():
+                self._failed_at = time.time()
+                self.suspects = []
                 raise GroupChanged(f"elastic: generation {self.group.gen} lost a member mid-collective")
+
+    def _probe(self) -> list[str]:
+        """The members whose Gloo pair with us is broken: a send on a pair
+        that saw its connection close or reset raises that error at once
+        (tcp::Pair keeps it); on a live pair it only posts (the send is
+        never received: the group is abandoned)."""
+        grp, probe, out = self.group, torch.zeros(1), []
+        for r, m in enumerate(grp.members):
+            if r == grp.rank:
+                continue
+            try:
+                grp.pg.send([probe], r, _PROBE_TAG)
+            except RuntimeError:
+                out.append(m)
+        return out
 
     def close(self) -> None:
         self._closed = True
