@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,8 @@ type blockRef struct {
 // one flat []float32 per parameter (row-major, len = product of shape).
 //
 // The Client remembers the version each slot returned on the last pull and
-// sends it (as version and sync step) with the next push. Safe for
+// sends it with the next push: in async mode each slot's own, in sync mode
+// the lowest of them as every slot's step (syncStep). Safe for
 // concurrent use, but a trainer normally alternates Pull and Push.
 type Client struct {
 	spec     *pb.JobSpec
@@ -202,6 +204,24 @@ func (c *Client) version(slot int32) (v, inc int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.versions[slot], c.incs[slot]
+}
+
+// syncStep returns, in sync mode (sync true), the one step a push names
+// on every slot: the lowest version the slots reported last. The slots of
+// a sync job are one model, so a push belongs to one step on all of them:
+// a slot already past it refuses the push as stale (re-pull), and the
+// slot still at it counts it, so a slot that fell a step behind (its
+// trainer membership arrived later, and a step released with fewer
+// trainers on the other) catches up instead of staying one step apart
+// for the rest of the job, each trainer pushing step N to one slot and
+// N+1 to the other.
+func (c *Client) syncStep() (step int64, sync bool) {
+	if c.spec.GetMode() != pb.UpdateMode_UPDATE_MODE_SYNC {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Min(c.versions), true
 }
 
 // conn returns the connection to slot's pserver, resolving if needed.
@@ -426,7 +446,7 @@ type Grads struct {
 
 // Push sends g to every slot in parallel (every slot gets a request, empty
 // if it holds none of g, so sync steps complete), with the versions of the
-// last pull. It returns after every slot accepted (sync: after the step
+// last pull (sync: one step, the lowest of them, on every slot). It returns after every slot accepted (sync: after the step
 // completed). Errors wrap ErrStale (re-pull and recompute), ErrInvalid, or
 // the last Unavailable after retries.
 //
@@ -512,6 +532,7 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 	if id == 0 {
 		id = c.pushID.Add(1)
 	}
+	step, lockstep := c.syncStep()
 	return c.parallel(func(slot int32) error {
 		var ts []*pb.Tensor
 		for _, br := range c.blocks[slot] {
@@ -523,6 +544,9 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 		}
 		ts = append(ts, sparse[slot]...)
 		v, inc := c.version(slot)
+		if lockstep {
+			v = step
+		}
 		req := &pb.PushRequest{Job: c.job, Slot: slot, Trainer: c.trainer, Version: v, Step: v, Grads: ts, Examples: g.Examples, PushId: id,
 			Incarnation: inc}
 		stream := c.useStream(slot)
