@@ -10,8 +10,8 @@
 //
 // # Running
 //
-// As root (namespaces and nftables need it; without root the tests say
-// "skipped"):
+// As root (namespaces and nftables need it; without root the tests fail,
+// -short leaves them out):
 //
 //	go test ./integration/jepsen -run TestJepsen -v                  # short: 3 nodes, 4 faults, 80 s of workload, ~1.5 min
 //	go test ./integration/jepsen -run TestJepsen -v -jepsen.training # + a training job under the faults, ~2.5 min

@@ -27,7 +27,7 @@ func TestJepsenEtcdClient(t *testing.T) {
 		t.Skip("jepsen: -short; skipped (the suite runs real clusters)")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("jepsen: needs root to create network namespaces; skipped")
+		t.Fatal("jepsen: needs root to create network namespaces (CI runs as root; run the suite as root, or with -short to leave it out)")
 	}
 	bin := raftpsBinary(t)
 	SweepStale()

@@ -118,7 +118,7 @@ func TestJepsen(t *testing.T) {
 		t.Skip("jepsen: -short; skipped (the suite runs real clusters for minutes)")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("jepsen: needs root to create network namespaces; skipped")
+		t.Fatal("jepsen: needs root to create network namespaces (CI runs as root; run the suite as root, or with -short to leave it out)")
 	}
 	bin := raftpsBinary(t)
 	if removed := SweepStale(); len(removed) > 0 {

@@ -57,7 +57,7 @@ func newScenario(t *testing.T, name string, nodes int, extra func(h *Host) []str
 		t.Skip("jepsen: -short; skipped (the scenario runs a real cluster)")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("jepsen: needs root to create network namespaces; skipped")
+		t.Fatal("jepsen: needs root to create network namespaces (CI runs as root; run the suite as root, or with -short to leave it out)")
 	}
 	sc := &scenario{t: t, bin: raftpsBinary(t), pservers: map[string]string{}}
 	SweepStale()
@@ -731,8 +731,11 @@ func TestJepsenLeaderClockStep(t *testing.T) {
 	if !*flagLong {
 		t.Skip("jepsen: -jepsen.long only (a training job under clock steps, about 2 minutes)")
 	}
-	if testing.Short() || os.Geteuid() != 0 {
-		t.Skip("jepsen: needs root and no -short; skipped")
+	if testing.Short() {
+		t.Skip("jepsen: -short; skipped (the scenario runs a real cluster)")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("jepsen: needs root to create network namespaces (CI runs as root; run the suite as root, or with -short to leave it out)")
 	}
 	requireTestClock(t, raftpsBinary(t))
 	clocks := t.TempDir()

@@ -430,14 +430,14 @@ class TaskBatches:
 
     def load_state_dict(self, d: dict) -> None:
         """Goes back to the position of ``d`` in the current task; a ``d``
-        taken at the end of the task before the current one means the
-        current task's start."""
+        taken at the end of the task before the current one, or between
+        tasks (no task), means the current task's start."""
         t = self.task
         if t is None:
             return
         if d.get("task") == (t.id, t.epoch):
             self.cursor = d["cursor"]
             t.loss_sum, t.examples = d["loss_sum"], d["examples"]
-        elif d.get("task") is not None and d["cursor"] >= d["len"]:
+        elif d.get("task") is None or d["cursor"] >= d["len"]:
             self.cursor = 0
             t.loss_sum, t.examples = 0.0, 0

@@ -171,3 +171,55 @@ def test_lease_lapse_while_forming(client):
     finally:
         ra.close()
         sa.close()
+
+
+def test_update_applied_while_idle_survives_a_restore(client):
+    """An update a member applies without a batch of its own (idle(): the
+    master said WAIT; drain(): its job is over) is saved as a commit would
+    be. Else a restore took the member back before it, and as rank 0 its
+    sync() took the whole group back while the others' task positions
+    stayed committed after it: their batches' updates lost."""
+    import torch
+
+    from raftps.torch import elastic
+    from raftps.torch.allreduce import AllreduceOptimizer
+
+    s = TrainerSession(client, f"rdzv-{uuid.uuid4().hex[:6]}", "a", ttl=5)
+    r = Rendezvous(s)
+    try:
+        r.form(False)
+        model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            model.weight.zero_()
+        opt = AllreduceOptimizer(model, s, optimizer=torch.optim.SGD(model.parameters(), lr=1.0), rendezvous=r)
+        state = elastic.TorchState(model, opt)
+        # The group's step: another member's batch of 2 examples, whose
+        # example-weighted gradient sums to 2 per element.
+        opt._collective = lambda examples, active, grads: (torch.full((2,), 2.0), 2.0, 0.0)
+        for name, call in (("idle", lambda: opt.idle(0.0)), ("drain", opt.drain)):
+            before = model.weight.detach().clone()
+            call()
+            after = model.weight.detach().clone()
+            assert torch.equal(after, before - 1.0), (name, before, after)
+            state.restore()
+            assert torch.equal(model.weight.detach(), after), f"{name}: restore went back to {model.weight}"
+    finally:
+        r.close()
+        s.close()
+
+
+def test_task_batches_restore_between_tasks_goes_to_task_start():
+    """A position saved between tasks (TorchState's first save, or one
+    after an idle update) restores a task started since to its start: the
+    batches it yielded were never committed."""
+    import types
+
+    import numpy as np
+
+    from raftps.tasks import TaskBatches
+    b = TaskBatches(types.SimpleNamespace(spec=types.SimpleNamespace(batch_size=2)))
+    d = b.state_dict()
+    b.task = types.SimpleNamespace(id=7, epoch=1, records=np.arange(6), loss_sum=0.9, examples=2)
+    b.cursor = 4
+    b.load_state_dict(d)
+    assert (b.cursor, b.task.loss_sum, b.task.examples) == (0, 0.0, 0)

@@ -593,6 +593,9 @@ class AllreduceOptimizer(GradScaled):
         self.empty_steps = 0
         self.stale = 0
         self.updated = False  # the group agreed to re-form (see _collective)
+        # Called after an update applied in idle() or drain() (no batch of
+        # ours, so no user commit follows): elastic.TorchState sets its save.
+        self.on_idle_update = None
         self.rdzv = rendezvous or init(session, **rendezvous_kw)
 
     # torch.optim.Optimizer's state is the local optimizer's and the step.
@@ -674,6 +677,7 @@ class AllreduceOptimizer(GradScaled):
         if total > 0:
             with torch.no_grad():
                 self._apply(flat, total)
+            self._idle_applied()
         if self.updated:
             raise HostsUpdatedInterrupt(members=self.members())
         if total == 0:
@@ -687,11 +691,21 @@ class AllreduceOptimizer(GradScaled):
             if total > 0:
                 with torch.no_grad():
                     self._apply(flat, total)
+                self._idle_applied()
             if active == 0:
                 return
             if self.updated:
                 raise HostsUpdatedInterrupt(members=self.members())
             self.empty_steps += 1
+
+    def _idle_applied(self) -> None:
+        # An update applied without a batch of ours has no user commit
+        # after it: without this save, a restore would take this member
+        # back before it, and if this member is rank 0, sync() would take
+        # the whole group back while the others' task positions stay
+        # committed after it (their batches' updates lost).
+        if self.on_idle_update is not None:
+            self.on_idle_update()
 
     def attach(self, batches) -> None:
         """Makes a :class:`raftps.tasks.TaskBatches` join the group's steps

@@ -154,6 +154,10 @@ class TorchState(State):
     def __init__(self, model: torch.nn.Module, optimizer, session=None, **user_state):
         self.model, self.optimizer = model, optimizer
         super().__init__(session=session or getattr(optimizer, "session", None), **user_state)
+        if hasattr(optimizer, "on_idle_update"):
+            # Allreduce mode: an update applied while this trainer has no
+            # batch (or its job is over) is saved as a commit would.
+            optimizer.on_idle_update = self.save
         self.save()
 
     def save(self) -> None:
