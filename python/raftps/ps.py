@@ -23,8 +23,9 @@ How it finds and follows the pservers, exactly as the Go client does:
   out the old holder's lease TTL, also under CPU load) or, if given,
   ``retries`` times; then :class:`raftps.errors.Unavailable`.
 - Every push goes to every slot (an empty one if it holds none of the
-  gradients) with the version that slot returned on the last pull, as
-  the sync step, and the slot's incarnation of that pull. A stale push
+  gradients) with the version that slot returned on the last pull (sync
+  mode: the lowest of them, one step on every slot), as the sync step,
+  and the slot's incarnation of that pull. A stale push
   (FailedPrecondition: the sync step moved on, the async staleness bound,
   or, in sync mode, the slot was restored under a new claim since the pull)
   raises :class:`raftps.errors.StalePush`: pull again and recompute the
@@ -644,11 +645,18 @@ class ParamClient:
                 per_slot_sparse[s].append((name, 0, rs, np.ascontiguousarray(np.stack([d[r] for r in rs]))))
         examples = max(int(examples), 1)
         push_id = self._next_push_id()
+        # Sync mode: one step on every slot, the lowest version (as the Go
+        # client's syncStep): a slot past it refuses the push as stale and
+        # the slot still at it counts it, so slots that a step released with
+        # fewer trainers put apart (membership reaches each slot on its own
+        # watch) realign instead of staying a step apart.
+        step = min(self.versions) if self.spec.mode == job_pb2.UPDATE_MODE_SYNC else None
 
         def one(slot):
             ts = [(p.name, b, None, flat[p.name][lo:hi]) for (p, b, lo, hi) in self._blocks[slot] if p.name in flat]
             ts += per_slot_sparse[slot]
-            req = _Push(self.job, slot, self.trainer, self.versions[slot], examples, ts, self.incarnations[slot], push_id)
+            v = self.versions[slot] if step is None else step
+            req = _Push(self.job, slot, self.trainer, v, examples, ts, self.incarnations[slot], push_id)
             if self._stream[slot] and len(ts) > 1:
                 # The first message names the push; later ones carry only
                 # gradients (PServer.PushStream applies them as one push).

@@ -262,3 +262,37 @@ def test_async_push_retried_after_lost_answer_applies_once(client):
     assert (ps.pull()["w"] == -2).all()
     ps.close()
     raftps.jobs.cancel(client, job)
+
+
+def test_sync_push_names_one_step_on_every_slot(client):
+    """A sync push names one step, the lowest version, on every slot (as
+    the Go client): slots one step apart (a step released on one slot
+    before the other learned of a trainer; here slot 0 alone is pushed)
+    realign: the slot ahead refuses the push as stale, the one behind
+    counts it. Per-slot versions kept them apart for good, one model of
+    two steps."""
+    from raftps import ps as _ps
+    job = name("lockstep")
+    params = [{"name": "w", "shape": [64], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, lr=1.0, block=16))
+    wait_slots(client, job, 2)
+    session = TrainerSession(client, job, "a", ttl=3)
+    a = ParamClient(client, job, "a")
+    try:
+        a.pull()
+        v = list(a.versions)
+        assert v[0] == v[1], v
+        a._do(0, lambda c: c.push(_ps._Push(job, 0, "a", v[0], 1, [], a.incarnations[0], 1), timeout=a.timeout))
+        a.pull()
+        assert a.versions == [v[0] + 1, v[1]], a.versions
+        ones = np.ones(64, np.float32)
+        with pytest.raises(errors.StalePush):
+            a.push({"w": ones})
+        a.pull()
+        assert a.versions == [v[0] + 1, v[1] + 1], a.versions
+        a.push({"w": ones})
+        assert a.versions == [v[0] + 2, v[1] + 2], a.versions
+    finally:
+        a.close()
+        session.close()
+        raftps.jobs.cancel(client, job)
