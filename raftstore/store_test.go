@@ -551,14 +551,21 @@ func TestNewLeaderExtendsLeases(t *testing.T) {
 	}
 	left, err := nl.LeaseTimeToLive(ctx, id)
 	t.Logf("at old deadline + 300ms: time to live %ds (%v)", left, err)
-	gone := waitGone(ctx, t, nl, "/lease/k", tl)
+	// Measured from the crash, which is before the new leader's election
+	// (tl, when the test saw the leader, may be seconds after it under
+	// load): a lease kept only to its old deadline goes 2 s after the
+	// crash, an extended one no sooner than a full TTL after it.
+	gone := waitGone(ctx, t, nl, "/lease/k", tc)
 	if gone < ttl*time.Second-100*time.Millisecond {
-		t.Fatalf("key vanished %v after the new leader, before a full TTL", gone)
+		t.Fatalf("key vanished %v after the old leader's crash, before a full TTL", gone)
 	}
-	if gone > ttl*time.Second+1500*time.Millisecond {
-		t.Fatalf("key vanished only %v after the new leader", gone)
+	// Liveness only: expiry is the leader's ticker plus a revoke through
+	// the log, which a loaded machine delays by seconds (5.8 s was seen
+	// beside stress-ng with a 1.5 s bound); safety is the bound above.
+	if gone > ttl*time.Second+10*time.Second {
+		t.Fatalf("key vanished only %v after the old leader's crash", gone)
 	}
-	t.Logf("key gone %v after the new leader (ttl %ds), %v after grant", gone, ttl, time.Since(t0))
+	t.Logf("key gone %v after the old leader's crash (new leader seen after %v, ttl %ds), %v after grant", gone, tl.Sub(tc), ttl, time.Since(t0))
 }
 
 // TestBatching: concurrent writes are coalesced into fewer log entries.
