@@ -55,9 +55,9 @@ view) straight into the destination arrays (which may be numpy views of
 torch tensors); pushed gradients are copied once, into the request. The
 rest of the per-byte cost is grpcio's: its Python layer copies a received
 message slice by slice into a bytearray and then into bytes, and copies
-a sent one into a gRPC slice; and, since gRPC's C core sends every call
-as content-type application/grpc, the pserver serves these calls with
-the standard protobuf codec, not the Go client's raftps-tensor one.
+a sent one into a gRPC slice. (gRPC's C core sends every call as
+content-type application/grpc; the pserver forces its raftps-tensor codec
+on every call, so these calls are served as the Go client's are.)
 """
 
 from __future__ import annotations
