@@ -1,5 +1,6 @@
-// Command sizecheck keeps the size rules of DESIGN.md (issue 36): no
-// non-generated, non-test Go file over 800 lines and no function over 120.
+// Package main is the command sizecheck, which keeps the size rules of
+// DESIGN.md (issue 36): no non-generated, non-test Go file over 800 lines
+// and no function over 120.
 // It lists every file over -max-file lines and every function over
 // -max-func lines, and exits 1 if it lists any, so a review or CI step can
 // run it:
