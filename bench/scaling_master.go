@@ -134,8 +134,30 @@ func taskPhase(ctx context.Context, s *raftstore.Store, job string, trainers int
 	return &n, all, el, logSpan{from, s.Stats().LastLogIndex, n.calls.Load()}
 }
 
+// openPhases opens the single-node store of a scaling section and gives
+// the length of each timed phase (1.5 s; quick: 0.7 s). closeStore closes
+// the store once: the curves read its log after closing it, and the
+// deferred call covers the early returns.
+func openPhases(ctx context.Context, dir string, quick bool) (s *raftstore.Store, dur time.Duration, closeStore func() error, err error) {
+	dur = 1500 * time.Millisecond
+	if quick {
+		dur = 700 * time.Millisecond
+	}
+	if s, err = openScalingStore(ctx, dir); err != nil {
+		return nil, 0, nil, err
+	}
+	closed := false
+	return s, dur, func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return s.Close()
+	}, nil
+}
+
 // logSpan is a window (from, to] of the Raft log and the task calls that
-// wrote it.
+// wrote it (0 where a curve divides by time instead).
 type logSpan struct {
 	from, to uint64
 	calls    int64
@@ -158,20 +180,11 @@ func (w logSpan) perCall(dir string) (entries, bytes float64, err error) {
 // entries and bytes per call; then bytes per call as a job's finished
 // tasks grow.
 func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, error) {
-	dur := 1500 * time.Millisecond
-	if quick {
-		dur = 700 * time.Millisecond
-	}
-	s, err := openScalingStore(ctx, dir)
+	s, dur, closeStore, err := openPhases(ctx, dir, quick)
 	if err != nil {
 		return nil, err
 	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	defer closeStore()
 	tp := Curve{Name: "master-tasks-vs-trainers", Title: "master tasks/s (GetTask+TaskFinished), 1 job", XLabel: "trainers", YLabel: "tasks per second",
 		Expect: "~0 once the log's fsync is saturated: calls batch into shared entries"}
 	p99 := Curve{Name: "master-p99-vs-trainers", Title: "master call p99 latency", XLabel: "trainers", YLabel: "p99 ms",
@@ -216,8 +229,7 @@ func masterVsTrainers(ctx context.Context, dir string, quick bool) ([]Curve, err
 		stepWins = append(stepWins, w)
 		stepX = append(stepX, float64(total))
 	}
-	closed = true
-	if err := s.Close(); err != nil {
+	if err := closeStore(); err != nil {
 		return nil, err
 	}
 	for i, w := range stepWins {

@@ -171,26 +171,16 @@ func grpcConns(n int) (func(), error) {
 // 20 ms, and the slot writes its checkpoint pointer every 200 ms. y is the
 // Raft log entries and bytes per second.
 func metadataVsJobs(ctx context.Context, dir string, quick bool) ([]Curve, error) {
-	dur := 1500 * time.Millisecond
-	if quick {
-		dur = 700 * time.Millisecond
-	}
-	s, err := openScalingStore(ctx, dir)
+	s, dur, closeStore, err := openPhases(ctx, dir, quick)
 	if err != nil {
 		return nil, err
 	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
+	defer closeStore()
 	ent := Curve{Name: "raft-entries-vs-jobs", Title: "Raft entries/s, N jobs x 4 trainers (keepalive 100 ms, task 20 ms, pointer 200 ms)",
 		XLabel: "concurrent jobs", YLabel: "entries per second", Expect: "<= 1: each job writes at its own pace; batching shares entries"}
 	byt := Curve{Name: "raft-bytes-vs-jobs", Title: "Raft bytes/s, N jobs x 4 trainers", XLabel: "concurrent jobs", YLabel: "bytes per second",
 		Expect: "1: each job's writes are the same size"}
-	type window struct{ from, to uint64 }
-	var wins []window
+	var wins []logSpan
 	var secs []float64
 	ns := []int{1, 4, 16}
 	for round, n := range ns {
@@ -236,10 +226,9 @@ func metadataVsJobs(ctx context.Context, dir string, quick bool) ([]Curve, error
 			return nil, fmt.Errorf("%d jobs: %w", n, err)
 		}
 		secs = append(secs, time.Since(t0).Seconds())
-		wins = append(wins, window{from, s.Stats().LastLogIndex})
+		wins = append(wins, logSpan{from: from, to: s.Stats().LastLogIndex})
 	}
-	closed = true
-	if err := s.Close(); err != nil {
+	if err := closeStore(); err != nil {
 		return nil, err
 	}
 	for i, w := range wins {
