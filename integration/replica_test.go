@@ -37,15 +37,7 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	mustLeader(t, c, 20*time.Second)
 	const job = "e2e-replicated"
 	var ev *jobEvents
-	defer func() {
-		if t.Failed() {
-			t.Logf("job at the failure: %s", jobSummary(c, job))
-			if ev != nil {
-				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 12))
-			}
-			t.Logf("warnings and errors of every node:\n%s", c.Warnings(8))
-		}
-	}()
+	defer logJobOnFailure(t, c, job, &ev, 12, 8)
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
 		"--dataset", datasetDir(t), "--records", "9000", "--records-per-task", "300", "--passes", "1",
 		"--pservers", "2", "--slot-replicas", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "1000", "--keep-max", "3")

@@ -90,18 +90,8 @@ func TestTrainingUnderFaults(t *testing.T) {
 	c.StartAll()
 	mustLeader(t, c, 20*time.Second)
 	const job = "e2e-train"
-	// On a failure, first (before the harness's long log tails) the job
-	// as the cluster sees it, the last events and every node's warnings.
 	var ev *jobEvents
-	defer func() {
-		if t.Failed() {
-			t.Logf("job at the failure: %s", jobSummary(c, job))
-			if ev != nil {
-				t.Logf("last events:\n%s", lastEvents(ev.snapshot(), 8))
-			}
-			t.Logf("warnings and errors of every node:\n%s", c.Warnings(5))
-		}
-	}()
+	defer logJobOnFailure(t, c, job, &ev, 8, 5)
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
 		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "300", "--passes", "3",
 		"--pservers", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "20", "--keep-max", "3")
@@ -283,6 +273,20 @@ func TestTrainingUnderFaults(t *testing.T) {
 	if acc < 0.75 {
 		t.Fatalf("final test accuracy %.2f%% < 75%%: the model did not survive the faults", 100*acc)
 	}
+}
+
+// logJobOnFailure, deferred by a test, logs on its failure (before the
+// harness's long log tails) the job as the cluster sees it, the last
+// events of *ev (once the test follows them) and every node's warnings.
+func logJobOnFailure(t *testing.T, c *Cluster, job string, ev **jobEvents, events, warnings int) {
+	if !t.Failed() {
+		return
+	}
+	t.Logf("job at the failure: %s", jobSummary(c, job))
+	if *ev != nil {
+		t.Logf("last events:\n%s", lastEvents((*ev).snapshot(), events))
+	}
+	t.Logf("warnings and errors of every node:\n%s", c.Warnings(warnings))
 }
 
 // jobSummary describes job as a running node's master reports it: state,
