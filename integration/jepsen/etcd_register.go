@@ -10,7 +10,6 @@ package jepsen
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -222,17 +221,5 @@ func RunEtcdRegisterSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, er
 		h.Notef("visualization: %v", err)
 	}
 	sum.Ops["register"] = len(regOps)
-	for _, f := range faults {
-		sum.Faults[f.Type]++
-	}
-	sum.FaultList = faults
-	sum.Duration = time.Since(h.Start()).Round(time.Second).String()
-	if err := h.Close(); err != nil {
-		cfg.Logf("history: %v", err)
-	}
-	if err := WriteSummary(cfg.OutDir, sum); err != nil {
-		return sum, errors.Join(err)
-	}
-	sum.Valid = Valid(sum.Results)
-	return sum, nil
+	return finishSummary(cfg, h, sum, faults)
 }

@@ -3,7 +3,6 @@ package jepsen
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -201,6 +200,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 	sum.Ops["register"] = len(regOps)
 	sum.Ops["lease"] = len(leaseRecs)
 	sum.Ops["watch-events"] = watchRes.Stats["events"]
+	return finishSummary(cfg, h, sum, faults)
+}
+
+// finishSummary ends a suite run: it counts the faults into sum, closes
+// the history, writes sum (with its results) into cfg.OutDir and returns
+// it with its verdict.
+func finishSummary(cfg SuiteConfig, h *History, sum Summary, faults []Fault) (Summary, error) {
 	for _, f := range faults {
 		sum.Faults[f.Type]++
 	}
@@ -210,7 +216,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (sum Summary, err error) {
 		cfg.Logf("history: %v", err)
 	}
 	if err := WriteSummary(cfg.OutDir, sum); err != nil {
-		return sum, errors.Join(err)
+		return sum, err
 	}
 	sum.Valid = Valid(sum.Results)
 	return sum, nil
