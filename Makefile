@@ -87,12 +87,15 @@ vet:
 	$(GO) vet ./...
 
 # test also runs the test clock (raftstore/testclock_on.go), which only a
-# build with -tags raftps_testclock has (the Jepsen suite builds its nodes so).
+# build with -tags raftps_testclock has (the Jepsen suite builds its nodes so),
+# and, without -race, the trainer's Fashion-MNIST accuracy tests
+# (trainer/fashion_norace_test.go: minutes under the race detector).
 test: build
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
 	$(GO) test -race -count=1 -tags raftps_testclock -run TestStampWall ./raftstore
+	$(GO) test -count=1 -run 'FashionMNIST' ./trainer/...
 	$(MAKE) test-python
 
 demo: build

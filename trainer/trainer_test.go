@@ -401,22 +401,6 @@ func TestTaskDroppedAtDeadline(t *testing.T) {
 	checkJob(t, f, spec, 0.9)
 }
 
-func TestRunFashionMNISTSubset(t *testing.T) {
-	if raceEnabled {
-		t.Skip("loads all of Fashion-MNIST; too slow with -race")
-	}
-	mustFashion(t)
-	spec := &pb.JobSpec{
-		Name: "job", Model: &pb.ModelSpec{Name: "softmax"},
-		Dataset:        &pb.DatasetSpec{Path: fashionDir, Format: "fashion-mnist", Records: 10000},
-		RecordsPerTask: 1000, Passes: 2, BatchSize: 64, Seed: 1, EvalEachPass: true,
-		Optimizer: &pb.OptimizerSpec{Name: "momentum", LearningRate: 0.01, Momentum: 0.9},
-	}
-	f := mustFixture(t, spec, trainer.Config{})
-	mustRun(t, f)
-	checkJob(t, f, spec, 0.78)
-}
-
 func TestNewValidates(t *testing.T) {
 	m := trainertest.NewMaster(&pb.JobSpec{Name: "j"})
 	if _, err := trainer.New(trainer.Config{Job: "j"}, m, &trainertest.PS{}); !errors.Is(err, trainer.ErrBadJob) {
