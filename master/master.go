@@ -675,6 +675,7 @@ func (m *Master) sweep(ctx context.Context) {
 			}
 		}
 		m.requeueUnregistered(ctx, j.Name)
+		m.failoverUnclaimed(ctx, j.Name)
 	}
 }
 

@@ -68,3 +68,56 @@ func TestNodeGonePromotesBackup(t *testing.T) {
 		t.Fatal("the dead primary's claim survived: the promoted node could not claim the slot")
 	}
 }
+
+// TestSweepFailsOverUnclaimedUnknownPrimary: a replicated slot whose
+// primary gossip never knew (a survivor restarted with
+// --force-new-cluster: the dead nodes are in no member list, so nodeGone
+// never runs for them) is failed over by the sweep once the slot's claim
+// is gone: promoted to an alive backup, or deleted when no backup is
+// alive. A primary unknown to gossip that still holds its claim, and an
+// alive primary without a claim (between its lease and its next claim),
+// are left alone.
+func TestSweepFailsOverUnclaimedUnknownPrimary(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	lease, err := s.LeaseGrant(ctx, &pb.LeaseGrantRequest{Ttl: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost, n3, n4 := schema.ReplicaMember{Node: "ghost", Addr: "g:1"}, schema.ReplicaMember{Node: "n3", Addr: "n3:1"}, schema.ReplicaMember{Node: "n4", Addr: "n4:1"}
+	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: ghost, Backups: []schema.ReplicaMember{n3}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: ghost, Backups: []schema.ReplicaMember{n3}}.Marshal(), 0)
+	put(t, s, schema.SlotKey("j", 1), schema.SlotRecord{Node: "ghost", Addr: "g:1"}.Marshal(), lease.Id)
+	put(t, s, schema.ReplicaKey("j", 2), schema.ReplicaRecord{Primary: n3, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 3), schema.ReplicaRecord{Primary: ghost, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
+	read := func(slot int32) (schema.ReplicaRecord, bool) {
+		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
+		if err != nil || len(resp.Kvs) == 0 {
+			return schema.ReplicaRecord{}, false
+		}
+		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, true
+	}
+	claimedBefore, _ := read(1)
+	aliveBefore, _ := read(2)
+	mem := &fakeMembers{members: []gossip.Member{member("n3", gossip.StatusAlive, "", gossip.RolePServer),
+		member("n4", gossip.StatusDead, "", gossip.RolePServer)}}
+	newMaster(s, mem).sweep(ctx)
+
+	if r0, ok := read(0); !ok || r0.Primary != n3 || len(r0.Backups) != 0 {
+		t.Fatalf("slot 0 (unknown primary, no claim): %+v (present %v), want promoted to n3", r0, ok)
+	}
+	if r1, _ := read(1); r1.Epoch != claimedBefore.Epoch || r1.Primary != ghost {
+		t.Fatalf("slot 1 (unknown primary that holds its claim) changed: %+v", r1)
+	}
+	if r2, _ := read(2); r2.Epoch != aliveBefore.Epoch || r2.Primary != n3 {
+		t.Fatalf("slot 2 (alive primary) changed: %+v", r2)
+	}
+	if r3, ok := read(3); ok {
+		t.Fatalf("slot 3 (unknown primary, its only backup dead) kept its record %+v: the slot could never restore", r3)
+	}
+}
