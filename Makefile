@@ -118,4 +118,4 @@ bench-scaling:
 	./bin/raftps-bench --skip kv,etcdclient,failover,tls,training,gobench,profile
 
 jepsen: build
-	$(GO) test -count=1 -timeout 30m -v -run TestJepsen ./integration/jepsen -jepsen.long
+	$(GO) test -count=1 -timeout 30m -v -tags jepsen_long -run TestJepsen ./integration/jepsen -jepsen.long

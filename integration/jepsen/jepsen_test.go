@@ -3,13 +3,11 @@ package jepsen
 import (
 	"bytes"
 	"context"
-	"debug/buildinfo"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,25 +88,6 @@ func raftpsBinary(t *testing.T) string {
 		t.Fatalf("jepsen: `%s node --help` lacks %v, which the suite passes to every node\n%s", bin, missing, help.String())
 	}
 	return bin
-}
-
-// requireTestClock fails t unless bin was built with
-// raftstore.TestClockTag (read from the build settings Go stamps into the
-// binary): without it a node ignores raftstore.TestClockOffsetEnv and a
-// clock-step scenario would step nothing.
-func requireTestClock(t *testing.T, bin string) {
-	t.Helper()
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		t.Fatalf("jepsen: read the build settings of %s: %v", bin, err)
-	}
-	for _, s := range info.Settings {
-		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), raftstore.TestClockTag) {
-			return
-		}
-	}
-	t.Fatalf("jepsen: %s was built without -tags %s, so its nodes ignore %s; build it with the tag (or leave -jepsen.bin out)",
-		bin, raftstore.TestClockTag, raftstore.TestClockOffsetEnv)
 }
 
 // TestJepsen runs the fault suite against real raftps processes in network
