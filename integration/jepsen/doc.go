@@ -17,7 +17,7 @@
 //	go test ./integration/jepsen -run TestJepsen -v -jepsen.training # + a training job under the faults, ~2.5 min
 //	go test ./integration/jepsen -run TestJepsen -v -tags jepsen_long -jepsen.long -timeout 30m  # 5 nodes, every fault kind twice, training, ~10 min; also builds the long-only scenarios (scenarios_long_test.go)
 //	go test ./integration/jepsen -run 'Check|Hosts' -v               # checker tests (no root) and host tests (root)
-//	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v  # the scenarios (DESIGN.md, Scenarios)
+//	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v -tags jepsen_long  # the scenarios (DESIGN.md, Scenarios)
 //
 // Flags (after the package): -jepsen.bin PATH (default: go build -tags
 // raftps_testclock ./cmd/raftps into a temp dir; the test fails, saying why, if that fails or
