@@ -393,8 +393,8 @@ func readSlotFinal(ctx context.Context, spec *pb.JobSpec, sc *SlotClients, l *wi
 // acknowledged push, 2 or more a doubled one), that of an indeterminate
 // push 0 or 1, and every element no push used 0; each value must be a
 // whole number. A lost or doubled push that a node other than the slot's
-// final primary acknowledged, or one acknowledged at an epoch below the
-// final one, is named as acknowledged by a deposed primary. Stats: "ok",
+// final primary acknowledged is named as acknowledged by a deposed
+// primary. Stats: "ok",
 // "info", "info-applied" (indeterminate pushes that took effect),
 // "acked-by-deposed" (acknowledged pushes answered by a primary that was
 // later replaced), "slots".
@@ -421,9 +421,8 @@ func CheckSlotPushes(pushes []SlotPush, finals []SlotFinal) Result {
 		used[p.Slot][p.Elem] = true
 		v := f.Values[p.Elem]
 		n, whole := appliedTimes(v)
-		deposed := p.Status == StatusOK && (p.Node != f.Primary || p.Epoch < f.Epoch)
-		who := ""
-		if deposed {
+		who := fmt.Sprintf(" by %s at epoch %d (the slot's final epoch is %d)", p.Node, p.Epoch, f.Epoch)
+		if p.Status == StatusOK && p.Node != f.Primary {
 			r.Stats["acked-by-deposed"]++
 			who = fmt.Sprintf(" by a deposed primary (%s at epoch %d; the final primary is %s at epoch %d)", p.Node, p.Epoch, f.Primary, f.Epoch)
 		}
