@@ -2,10 +2,13 @@ package jepsen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/schema"
 )
@@ -50,19 +54,23 @@ var SlotFaults = []string{FaultKillPrimary, FaultPausePrimary, FaultPartitionPri
 // may have been applied once, or not at all). Node and Epoch are the node
 // that acknowledged it and the epoch of the slot's replica record when
 // the client resolved that node (0 for info). Attempts counts the calls
-// made, all with the same PushID.
+// made, all with the same PushID. In sync mode (RunSyncSteps) Status may
+// also be fail: every answer refused the push as stale (its step was over
+// without it), so it was counted nowhere.
 type SlotPush struct {
-	Job      string `json:"job"`
-	Client   string `json:"client"`
-	Slot     int32  `json:"slot"`
-	Elem     int    `json:"elem"`
-	PushID   uint64 `json:"push_id"`
-	Call     int64  `json:"call"`
-	Return   int64  `json:"return"`
-	Status   Status `json:"status"`
-	Node     string `json:"node,omitempty"`
-	Epoch    int64  `json:"epoch,omitempty"`
-	Version  int64  `json:"version,omitempty"`
+	Job     string `json:"job"`
+	Client  string `json:"client"`
+	Slot    int32  `json:"slot"`
+	Elem    int    `json:"elem"`
+	PushID  uint64 `json:"push_id"`
+	Call    int64  `json:"call"`
+	Return  int64  `json:"return"`
+	Status  Status `json:"status"`
+	Node    string `json:"node,omitempty"`
+	Epoch   int64  `json:"epoch,omitempty"`
+	Version int64  `json:"version,omitempty"`
+	// Step is the sync step the push names (sync mode only).
+	Step     int64  `json:"step,omitempty"`
 	Attempts int    `json:"attempts"`
 	Err      string `json:"err,omitempty"`
 }
@@ -559,4 +567,341 @@ func RunSlotFault(ctx context.Context, kind string, job string, slots int32, hs 
 	h.Add(Record{Type: "fault", At: f.Start, Fault: &f})
 	h.Notef("nemesis: %s on %s healed", f.Type, f.Target)
 	return f
+}
+
+// syncTrainerTTL is the TTL (seconds) of the lease the sync workload's
+// trainers register under: longer than a phase, so that no fault ends
+// it (membership changes are not what the scenario tests).
+const syncTrainerTTL = 300
+
+// RunSyncSteps runs w.Clients sync trainers over w.Spec (a sync job) until
+// ctx ends, records every push in h and returns them. Each trainer t is
+// registered under /jobs/<job>/trainers/jepsen-t<t> (a lease of
+// syncTrainerTTL), and in each round pulls every slot, takes the lowest
+// version as the step s (as psclient does), and pushes to every slot at
+// once, with step s, the gradient −1 on the slot's element s·T+t (T =
+// w.Clients) and 0 elsewhere in its block. Slot steps average their
+// pushes, so element s·T+t of a slot ends at 1/k if trainer t was one of
+// the k pushes counted in step s, 0 if not. After ctx ends, a trainer
+// finishes its round, goes on while its slots are at different steps (20
+// s at most) and then leaves the steps (LeaveStep), so the other trainers
+// finish theirs alone.
+func RunSyncSteps(ctx context.Context, w SlotWorkload, sc *SlotClients, h *History) ([]SlotPush, error) {
+	elems, l, p, err := slotElements(w.Spec)
+	if err != nil {
+		return nil, err
+	}
+	job, slots, trainers := w.Spec.GetName(), w.Spec.GetNumPservers(), w.Clients
+	if err := sc.registerTrainers(ctx, job, trainers); err != nil {
+		return nil, err
+	}
+	capacity := len(elems[0]) // elements of the slot that holds the fewest
+	for _, e := range elems {
+		capacity = min(capacity, len(e))
+	}
+	var (
+		mu  sync.Mutex
+		out []SlotPush
+		wg  sync.WaitGroup
+	)
+	for t := 0; t < trainers; t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := syncTrainer(t)
+			var drainUntil time.Time
+			for {
+				versions, ok := sc.pullVersions(w, job, slots)
+				if ctx.Err() != nil {
+					if drainUntil.IsZero() {
+						drainUntil = time.Now().Add(20 * time.Second)
+					}
+					if (ok && slices.Min(versions) == slices.Max(versions)) || time.Now().After(drainUntil) {
+						break
+					}
+				}
+				if !ok {
+					sleepCtx(context.Background(), 100*time.Millisecond)
+					continue
+				}
+				step := slices.Min(versions)
+				if int(step+1)*trainers > capacity {
+					break // the elements are used up
+				}
+				ops := make([]SlotPush, slots)
+				var pw sync.WaitGroup
+				for s := int32(0); s < slots; s++ {
+					pw.Add(1)
+					go func() {
+						defer pw.Done()
+						j := int(step)*trainers + t
+						e := elems[s][j]
+						lo, hi := l.BlockRange(p, e.block)
+						ops[s] = pushSyncOne(w, sc, h, name, s, j, step, lo, hi, e)
+					}()
+				}
+				pw.Wait()
+				mu.Lock()
+				out = append(out, ops...)
+				mu.Unlock()
+				for i := range ops {
+					h.Add(Record{Type: "slot-push", At: ops[i].Call, SlotPush: &ops[i]})
+				}
+			}
+			sc.leaveSteps(job, name, slots)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].Call < out[j].Call })
+	return out, nil
+}
+
+func syncTrainer(t int) string { return fmt.Sprintf("jepsen-t%d", t) }
+
+// registerTrainers puts /jobs/<job>/trainers/jepsen-t<t> for each trainer
+// under one lease of syncTrainerTTL, through the first node that takes it.
+func (sc *SlotClients) registerTrainers(ctx context.Context, job string, trainers int) error {
+	var lastErr error
+	for attempt := 0; attempt < 3*len(sc.conns); attempt++ {
+		c := sc.conns[attempt%len(sc.conns)]
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		lease, err := c.Lease.LeaseGrant(cctx, &pb.LeaseGrantRequest{Ttl: syncTrainerTTL})
+		for t := 0; err == nil && t < trainers; t++ {
+			_, err = c.KV.Put(cctx, &pb.PutRequest{Key: []byte(schema.TrainerKey(job, syncTrainer(t))),
+				Value: schema.TrainerRecord{Node: "jepsen"}.Marshal(), Lease: lease.GetId()})
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	return fmt.Errorf("jepsen: register the trainers of %s: %w", job, lastErr)
+}
+
+// pullVersions pulls every slot (each retried on its current owner for
+// w.OpTimeout at most) and returns their versions; ok false if a slot did
+// not answer.
+func (sc *SlotClients) pullVersions(w SlotWorkload, job string, slots int32) ([]int64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.OpTimeout)
+	defer cancel()
+	out := make([]int64, slots)
+	for s := int32(0); s < slots; s++ {
+		for {
+			o, err := sc.Resolve(ctx, job, s, false)
+			if err == nil {
+				var c pb.PServerClient
+				if c, err = sc.pserver(o.Addr); err == nil {
+					actx, acancel := context.WithTimeout(ctx, w.OpTimeout/4)
+					var resp *pb.PullResponse
+					resp, err = c.Pull(actx, &pb.PullRequest{Job: job, Slot: s})
+					acancel()
+					if err == nil {
+						out[s] = resp.GetVersion()
+						break
+					}
+				}
+			}
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return nil, false
+			}
+		}
+	}
+	return out, true
+}
+
+// leaveSteps tells every slot that trainer leaves the sync steps (best
+// effort: a trainer that does not leave holds the others' last step up
+// until their pushes time out, which the checker accepts as
+// indeterminate).
+func (sc *SlotClients) leaveSteps(job, trainer string, slots int32) {
+	for s := int32(0); s < slots; s++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for ctx.Err() == nil {
+			o, err := sc.Resolve(ctx, job, s, false)
+			if err == nil {
+				var c pb.PServerClient
+				if c, err = sc.pserver(o.Addr); err == nil {
+					if _, err = c.LeaveStep(ctx, &pb.LeaveStepRequest{Job: job, Slot: s, Trainer: trainer}); err == nil {
+						break
+					}
+				}
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+		cancel()
+	}
+}
+
+// pushSyncOne is pushOne for sync step step: a push refused as stale by
+// every node that answered is a failure (its step went on without it),
+// any other error leaves it indeterminate.
+func pushSyncOne(w SlotWorkload, sc *SlotClients, h *History, name string, slot int32, j int, step, lo, hi int64, e slotElem) SlotPush {
+	op := SlotPush{Job: w.Spec.GetName(), Client: name, Slot: slot, Elem: j, Step: step, PushID: pushID(slot, j), Call: h.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), w.OpTimeout)
+	defer cancel()
+	g := make([]float32, hi-lo)
+	g[e.off] = -1
+	req := &pb.PushRequest{Job: op.Job, Slot: slot, Trainer: name, PushId: op.PushID, Examples: 1, Step: step, Version: step,
+		Grads: []*pb.Tensor{{Name: "w", Block: e.block, Data: wire.Float32Bytes(g)}}}
+	unknown := false // some attempt may have been counted
+	backoff := 20 * time.Millisecond
+	for ctx.Err() == nil {
+		op.Attempts++
+		o, err := sc.Resolve(ctx, op.Job, slot, false)
+		if err == nil {
+			var c pb.PServerClient
+			if c, err = sc.pserver(o.Addr); err == nil {
+				actx, acancel := context.WithTimeout(ctx, w.OpTimeout/4)
+				var resp *pb.PushResponse
+				resp, err = c.Push(actx, req)
+				acancel()
+				switch {
+				case err == nil:
+					op.Status, op.Node, op.Epoch, op.Version, op.Return = StatusOK, o.Node, o.Epoch, resp.GetVersion(), h.Now()
+					return op
+				case errors.Is(rpctypes.FromStatus(err), wire.ErrStale):
+					op.Err, op.Return = err.Error(), h.Now()
+					op.Status = StatusFail
+					if unknown {
+						op.Status = StatusInfo
+					}
+					return op
+				}
+				unknown = true
+			}
+		}
+		op.Err = err.Error()
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	op.Status, op.Return = StatusInfo, h.Now()
+	return op
+}
+
+// CheckSyncSteps checks a sync replicated-slot job (RunSyncSteps with
+// trainers trainers) against its final state: every slot ended at the
+// same step N, and each slot's parameters equal a fault-free replay of
+// its steps 0..N-1 from the history: step s averages the pushes counted
+// in it, which are its acknowledged pushes plus some of its
+// indeterminate ones (any subset; a failed push is counted nowhere), so
+// element s·T+t is 1/k for each of the k counted trainers t and 0 for the
+// others; elements of steps N and later are 0. An acknowledged push of a
+// step the slot never completed, or answered with a version other than
+// its step + 1, is a violation too. Stats: "ok", "info", "fail",
+// "steps" (slot steps replayed), "acked-by-deposed".
+func CheckSyncSteps(pushes []SlotPush, finals []SlotFinal, trainers int) Result {
+	r := newResult("sync-steps")
+	if len(finals) == 0 {
+		r.Verdict = VerdictUnknown
+		r.Notes = append(r.Notes, "no final state")
+		return r
+	}
+	for _, f := range finals[1:] {
+		if f.Version != finals[0].Version {
+			var desc []string
+			for _, g := range finals {
+				desc = append(desc, fmt.Sprintf("slot %d at step %d", g.Slot, g.Version))
+			}
+			r.violate("the slots ended at different steps: %s", strings.Join(desc, ", "))
+			break
+		}
+	}
+	type sk struct {
+		slot int32
+		step int64
+	}
+	acked, indet := map[sk][]int{}, map[sk][]int{}
+	bySlot := map[int32]SlotFinal{}
+	for _, f := range finals {
+		bySlot[f.Slot] = f
+	}
+	for _, p := range pushes {
+		t, step := p.Elem%trainers, int64(p.Elem/trainers)
+		if step != p.Step {
+			r.violate("push %d of %s: element %d is not step %d's", p.PushID, p.Client, p.Elem, p.Step)
+			continue
+		}
+		f, ok := bySlot[p.Slot]
+		if !ok {
+			r.violate("push %d of %s: slot %d has no final state", p.PushID, p.Client, p.Slot)
+			continue
+		}
+		k := sk{p.Slot, step}
+		switch p.Status {
+		case StatusOK:
+			r.Stats["ok"]++
+			if p.Node != f.Primary {
+				r.Stats["acked-by-deposed"]++
+			}
+			acked[k] = append(acked[k], t)
+			if step >= f.Version {
+				r.violate("slot %d: push %d of %s for step %d acknowledged by %s at epoch %d, but the slot ended at step %d", p.Slot, p.PushID, p.Client, step, p.Node, p.Epoch, f.Version)
+			} else if p.Version != step+1 {
+				r.violate("slot %d: push %d of %s for step %d acknowledged by %s with version %d, want %d", p.Slot, p.PushID, p.Client, step, p.Node, p.Version, step+1)
+			}
+		case StatusInfo:
+			r.Stats["info"]++
+			indet[k] = append(indet[k], t)
+		default:
+			r.Stats["fail"]++
+		}
+	}
+	for _, f := range finals {
+		for s := int64(0); s*int64(trainers) < int64(len(f.Values)); s++ {
+			got := f.Values[s*int64(trainers) : min((s+1)*int64(trainers), int64(len(f.Values)))]
+			if s >= f.Version {
+				for t, v := range got {
+					if v != 0 {
+						r.violate("slot %d at step %d: element of step %d trainer %d is %v, want 0 (a step beyond the slot's)", f.Slot, f.Version, s, t, v)
+					}
+				}
+				continue
+			}
+			r.Stats["steps"]++
+			k := sk{f.Slot, s}
+			if !replayMatches(got, acked[k], indet[k]) {
+				r.violate("slot %d step %d: parameters %v, but no replay of its acknowledged pushes (trainers %v) and indeterminate ones (trainers %v) gives them",
+					f.Slot, s, got, acked[k], indet[k])
+			}
+		}
+	}
+	if r.Stats["ok"] == 0 {
+		r.Verdict = VerdictUnknown
+		r.Notes = append(r.Notes, "no push acknowledged")
+	}
+	return r
+}
+
+// replayMatches reports whether got (one step's elements, one per
+// trainer) is the step's update when the trainers acked and some subset
+// of indet were counted: 1/k on each of the k counted, 0 elsewhere.
+func replayMatches(got []float32, acked, indet []int) bool {
+	for mask := 0; mask < 1<<len(indet); mask++ {
+		counted := map[int]bool{}
+		for _, t := range acked {
+			counted[t] = true
+		}
+		for i, t := range indet {
+			if mask&(1<<i) != 0 {
+				counted[t] = true
+			}
+		}
+		if len(counted) == 0 {
+			continue // a step completes with at least one push
+		}
+		want := float32(1 / float64(len(counted)))
+		ok := true
+		for t, v := range got {
+			if (counted[t] && v != want) || (!counted[t] && v != 0) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -95,3 +95,65 @@ func TestSlotElements(t *testing.T) {
 		t.Fatalf("%d elements in slots, want %d", len(seen), 1<<15)
 	}
 }
+
+// honestSync is a hand-made sync history of 2 trainers on 2 slots, each
+// ended at step 3 (elements s·2+t): step 0 counted both trainers (0.5
+// each); in step 1 trainer 1's push on slot 0 was refused as stale
+// (fail) and slot 0 counted trainer 0 alone (1), while slot 1 counted
+// both; in step 2 trainer 1's pushes are indeterminate: counted on slot
+// 0, not on slot 1; step 3 never completed (trainer 0's pushes of it are
+// indeterminate). Slot 0's primary changed from n1 to n2 after step 0.
+func honestSync() ([]SlotPush, []SlotFinal) {
+	ok := func(slot int32, step int64, t int, node string) SlotPush {
+		return SlotPush{Client: syncTrainer(t), Slot: slot, Step: step, Elem: int(step)*2 + t, PushID: pushID(slot, int(step)*2+t),
+			Status: StatusOK, Node: node, Epoch: 5, Version: step + 1}
+	}
+	with := func(p SlotPush, st Status) SlotPush { p.Status, p.Node, p.Version = st, "", 0; return p }
+	pushes := []SlotPush{
+		ok(0, 0, 0, "n1"), ok(0, 0, 1, "n1"), ok(1, 0, 0, "n3"), ok(1, 0, 1, "n3"),
+		ok(0, 1, 0, "n2"), with(ok(0, 1, 1, ""), StatusFail), ok(1, 1, 0, "n3"), ok(1, 1, 1, "n3"),
+		ok(0, 2, 0, "n2"), with(ok(0, 2, 1, ""), StatusInfo), ok(1, 2, 0, "n3"), with(ok(1, 2, 1, ""), StatusInfo),
+		with(ok(0, 3, 0, ""), StatusInfo), with(ok(1, 3, 0, ""), StatusInfo),
+	}
+	finals := []SlotFinal{
+		{Slot: 0, Primary: "n2", Epoch: 9, Version: 3, Values: []float32{0.5, 0.5, 1, 0, 0.5, 0.5, 0, 0, 0, 0}},
+		{Slot: 1, Primary: "n3", Epoch: 6, Version: 3, Values: []float32{0.5, 0.5, 0.5, 0.5, 1, 0, 0, 0, 0, 0}},
+	}
+	return pushes, finals
+}
+
+func TestCheckSyncSteps(t *testing.T) {
+	p, f := honestSync()
+	r := CheckSyncSteps(p, f, 2)
+	mustVerdict(t, r, VerdictOK)
+	if r.Stats["steps"] != 6 || r.Stats["ok"] != 9 || r.Stats["info"] != 4 || r.Stats["fail"] != 1 || r.Stats["acked-by-deposed"] != 2 {
+		t.Fatalf("stats %v, want steps 6, ok 9, info 4, fail 1, acked-by-deposed 2", r.Stats)
+	}
+	tests := []struct {
+		name string
+		f    func(p []SlotPush, f []SlotFinal)
+		want string
+	}{
+		{"unequal steps", func(_ []SlotPush, f []SlotFinal) { f[1].Version = 4; f[1].Values[6], f[1].Values[7] = 0.5, 0.5 }, "different steps"},
+		{"an acknowledged push not counted", func(_ []SlotPush, f []SlotFinal) { f[1].Values[2], f[1].Values[3] = 1, 0 }, "slot 1 step 1"},
+		{"a step applied twice", func(_ []SlotPush, f []SlotFinal) { f[0].Values[0], f[0].Values[1] = 1, 1 }, "slot 0 step 0"},
+		{"a failed push counted", func(_ []SlotPush, f []SlotFinal) { f[0].Values[2], f[0].Values[3] = 0.5, 0.5 }, "slot 0 step 1"},
+		{"a step beyond the slot's", func(_ []SlotPush, f []SlotFinal) { f[0].Values[6] = 1 }, "a step beyond"},
+		{"an acknowledged push of a step never completed", func(p []SlotPush, _ []SlotFinal) {
+			p[12].Status, p[12].Node, p[12].Version = StatusOK, "n2", 4
+		}, "ended at step 3"},
+		{"an acknowledgement with the wrong version", func(p []SlotPush, _ []SlotFinal) { p[0].Version = 7 }, "with version 7, want 1"},
+		{"a push whose element is another step's", func(p []SlotPush, _ []SlotFinal) { p[0].Step = 1 }, "not step 1's"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, f := honestSync()
+			tc.f(p, f)
+			r := CheckSyncSteps(p, f, 2)
+			mustVerdict(t, r, VerdictViolation)
+			if !strings.Contains(strings.Join(r.Violations, "; "), tc.want) {
+				t.Fatalf("violations %v do not say %q", r.Violations, tc.want)
+			}
+		})
+	}
+}
