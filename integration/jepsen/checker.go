@@ -423,7 +423,11 @@ func RestoresFromEvents(evs []*pb.JobEvent) []*pb.RestoreRecord {
 //     by pass); a pass that ended (PASS_ENDED, or any pass before the last
 //     seen when the job succeeded) has every task done or failed;
 //   - every restore that names a checkpoint version (not an initializer
-//     restore) names a committed pointer of that slot and version, with its MD5.
+//     restore) names a committed pointer of that slot and version, with its MD5;
+//   - a promoted backup's record (source PromotedSource, no MD5) restores
+//     nothing and needs no pointer, but a slot's promotions
+//     (PSERVER_PROMOTED events, and its record) never go back in version
+//     without a restore of the slot between them (checkPromotions).
 func CheckTraining(th TrainingHistory) Result {
 	res := newResult("training")
 	evs := append([]*pb.JobEvent(nil), th.Events...)
