@@ -233,6 +233,23 @@ func (sc *SlotClients) Resolve(ctx context.Context, job string, slot int32, lin 
 	return SlotOwner{}, lastErr
 }
 
+// call resolves slot of job (serializable) and calls fn on the claim's
+// pserver with a context bounded by timeout; it returns the resolution
+// fn was called on (zero if it was not).
+func (sc *SlotClients) call(ctx context.Context, job string, slot int32, timeout time.Duration, fn func(context.Context, pb.PServerClient) error) (SlotOwner, error) {
+	o, err := sc.Resolve(ctx, job, slot, false)
+	if err != nil {
+		return SlotOwner{}, err
+	}
+	c, err := sc.pserver(o.Addr)
+	if err != nil {
+		return SlotOwner{}, err
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return o, fn(actx, c)
+}
+
 // SlotWorkload is the async push workload of a replicated-slot job.
 type SlotWorkload struct {
 	Spec    *pb.JobSpec
@@ -296,38 +313,54 @@ func pushID(slot int32, j int) uint64 { return uint64(slot)<<32 | uint64(j+1) }
 // is always completed or left indeterminate).
 func pushOne(w SlotWorkload, sc *SlotClients, h *History, name string, slot int32, j int, lo, hi int64, e slotElem) SlotPush {
 	op := SlotPush{Job: w.Spec.GetName(), Client: name, Slot: slot, Elem: j, PushID: pushID(slot, j), Call: h.Now()}
+	retryPush(w, sc, h, &op, elemRequest(op, lo, hi, e), func(error) bool {
+		return false // any error may hide an applied push: retried, then left indeterminate
+	})
+	return op
+}
+
+// elemRequest is op's push: the gradient −1 on element e of w's block
+// [lo, hi) and 0 on the block's others (SGD, learning rate 1: w −= g adds
+// 1), with op's push id and, in sync mode, step.
+func elemRequest(op SlotPush, lo, hi int64, e slotElem) *pb.PushRequest {
+	g := make([]float32, hi-lo)
+	g[e.off] = -1
+	return &pb.PushRequest{Job: op.Job, Slot: op.Slot, Trainer: op.Client, PushId: op.PushID, Examples: 1, Step: op.Step, Version: op.Step,
+		Grads: []*pb.Tensor{{Name: "w", Block: e.block, Data: wire.Float32Bytes(g)}}}
+}
+
+// retryPush sends req as op (op.Status ok, with the node, epoch and
+// version of the answer) until it is acknowledged, w.OpTimeout has passed
+// (op.Status info) or final(err) says an answer is final (op.Status is
+// then whatever final set; InvalidArgument ends it as info). Each attempt
+// resolves the slot anew and is bounded by a quarter of w.OpTimeout.
+func retryPush(w SlotWorkload, sc *SlotClients, h *History, op *SlotPush, req *pb.PushRequest, final func(error) bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.OpTimeout)
 	defer cancel()
-	g := make([]float32, hi-lo) // e's block [lo, hi) of w
-	g[e.off] = -1               // SGD, lr 1: w -= g adds 1
-	req := &pb.PushRequest{Job: op.Job, Slot: slot, Trainer: name, PushId: op.PushID, Examples: 1,
-		Grads: []*pb.Tensor{{Name: "w", Block: e.block, Data: wire.Float32Bytes(g)}}}
 	backoff := 20 * time.Millisecond
 	for ctx.Err() == nil {
 		op.Attempts++
-		o, err := sc.Resolve(ctx, op.Job, slot, false)
+		var resp *pb.PushResponse
+		o, err := sc.call(ctx, op.Job, op.Slot, w.OpTimeout/4, func(ctx context.Context, c pb.PServerClient) (err error) {
+			resp, err = c.Push(ctx, req)
+			return err
+		})
 		if err == nil {
-			var c pb.PServerClient
-			if c, err = sc.pserver(o.Addr); err == nil {
-				actx, acancel := context.WithTimeout(ctx, w.OpTimeout/4)
-				var resp *pb.PushResponse
-				resp, err = c.Push(actx, req)
-				acancel()
-				if err == nil {
-					op.Status, op.Node, op.Epoch, op.Version, op.Return = StatusOK, o.Node, o.Epoch, resp.GetVersion(), h.Now()
-					return op
-				}
-				if status.Code(err) == codes.InvalidArgument {
-					break // a bad request: not retried
-				}
-			}
+			op.Status, op.Node, op.Epoch, op.Version, op.Return = StatusOK, o.Node, o.Epoch, resp.GetVersion(), h.Now()
+			return
 		}
 		op.Err = err.Error()
+		if final(err) {
+			op.Return = h.Now()
+			return
+		}
+		if status.Code(err) == codes.InvalidArgument {
+			break // a bad request: not retried
+		}
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 	op.Status, op.Return = StatusInfo, h.Now()
-	return op
 }
 
 // ReadSlotFinals reads every slot's final state: a linearizable
@@ -689,19 +722,13 @@ func (sc *SlotClients) pullVersions(w SlotWorkload, job string, slots int32) ([]
 	out := make([]int64, slots)
 	for s := int32(0); s < slots; s++ {
 		for {
-			o, err := sc.Resolve(ctx, job, s, false)
+			_, err := sc.call(ctx, job, s, w.OpTimeout/4, func(ctx context.Context, c pb.PServerClient) error {
+				resp, err := c.Pull(ctx, &pb.PullRequest{Job: job, Slot: s})
+				out[s] = resp.GetVersion()
+				return err
+			})
 			if err == nil {
-				var c pb.PServerClient
-				if c, err = sc.pserver(o.Addr); err == nil {
-					actx, acancel := context.WithTimeout(ctx, w.OpTimeout/4)
-					var resp *pb.PullResponse
-					resp, err = c.Pull(actx, &pb.PullRequest{Job: job, Slot: s})
-					acancel()
-					if err == nil {
-						out[s] = resp.GetVersion()
-						break
-					}
-				}
+				break
 			}
 			if !sleepCtx(ctx, 50*time.Millisecond) {
 				return nil, false
@@ -719,14 +746,12 @@ func (sc *SlotClients) leaveSteps(job, trainer string, slots int32) {
 	for s := int32(0); s < slots; s++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		for ctx.Err() == nil {
-			o, err := sc.Resolve(ctx, job, s, false)
+			_, err := sc.call(ctx, job, s, time.Second, func(ctx context.Context, c pb.PServerClient) error {
+				_, err := c.LeaveStep(ctx, &pb.LeaveStepRequest{Job: job, Slot: s, Trainer: trainer})
+				return err
+			})
 			if err == nil {
-				var c pb.PServerClient
-				if c, err = sc.pserver(o.Addr); err == nil {
-					if _, err = c.LeaveStep(ctx, &pb.LeaveStepRequest{Job: job, Slot: s, Trainer: trainer}); err == nil {
-						break
-					}
-				}
+				break
 			}
 			sleepCtx(ctx, 100*time.Millisecond)
 		}
@@ -739,44 +764,18 @@ func (sc *SlotClients) leaveSteps(job, trainer string, slots int32) {
 // any other error leaves it indeterminate.
 func pushSyncOne(w SlotWorkload, sc *SlotClients, h *History, name string, slot int32, j int, step, lo, hi int64, e slotElem) SlotPush {
 	op := SlotPush{Job: w.Spec.GetName(), Client: name, Slot: slot, Elem: j, Step: step, PushID: pushID(slot, j), Call: h.Now()}
-	ctx, cancel := context.WithTimeout(context.Background(), w.OpTimeout)
-	defer cancel()
-	g := make([]float32, hi-lo)
-	g[e.off] = -1
-	req := &pb.PushRequest{Job: op.Job, Slot: slot, Trainer: name, PushId: op.PushID, Examples: 1, Step: step, Version: step,
-		Grads: []*pb.Tensor{{Name: "w", Block: e.block, Data: wire.Float32Bytes(g)}}}
 	unknown := false // some attempt may have been counted
-	backoff := 20 * time.Millisecond
-	for ctx.Err() == nil {
-		op.Attempts++
-		o, err := sc.Resolve(ctx, op.Job, slot, false)
-		if err == nil {
-			var c pb.PServerClient
-			if c, err = sc.pserver(o.Addr); err == nil {
-				actx, acancel := context.WithTimeout(ctx, w.OpTimeout/4)
-				var resp *pb.PushResponse
-				resp, err = c.Push(actx, req)
-				acancel()
-				switch {
-				case err == nil:
-					op.Status, op.Node, op.Epoch, op.Version, op.Return = StatusOK, o.Node, o.Epoch, resp.GetVersion(), h.Now()
-					return op
-				case errors.Is(rpctypes.FromStatus(err), wire.ErrStale):
-					op.Err, op.Return = err.Error(), h.Now()
-					op.Status = StatusFail
-					if unknown {
-						op.Status = StatusInfo
-					}
-					return op
-				}
-				unknown = true
-			}
+	retryPush(w, sc, h, &op, elemRequest(op, lo, hi, e), func(err error) bool {
+		if !errors.Is(rpctypes.FromStatus(err), wire.ErrStale) {
+			unknown = true
+			return false
 		}
-		op.Err = err.Error()
-		sleepCtx(ctx, backoff)
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
-	op.Status, op.Return = StatusInfo, h.Now()
+		op.Status = StatusFail
+		if unknown {
+			op.Status = StatusInfo
+		}
+		return true
+	})
 	return op
 }
 
