@@ -106,7 +106,7 @@ func (sc *scenario) slotPhase(clients *SlotClients, job string, mode pb.UpdateMo
 		hold = 5 * time.Second // past gossip's detection (promotion 1.7-2.1 s after a kill)
 	}
 	ph.Fault = RunSlotFault(context.Background(), kind, spec.Name, 2, sc.hs, sc.conns, clients, sc.h, hold)
-	sc.fault(ph.Fault)
+	sc.countFault(ph.Fault) // RunSlotFault wrote it into the history
 	time.Sleep(4 * time.Second)
 	stop()
 	if err := <-done; err != nil {
