@@ -250,11 +250,13 @@ func (sc *SlotClients) call(ctx context.Context, job string, slot int32, timeout
 	return o, fn(actx, c)
 }
 
-// SlotWorkload is the async push workload of a replicated-slot job.
+// SlotWorkload is the push workload of a replicated-slot job (Spec, from
+// SlotJobSpec): RunSlotPushes (async) or RunSyncSteps (sync).
 type SlotWorkload struct {
-	Spec    *pb.JobSpec
+	Spec *pb.JobSpec
+	// Clients is the number of pushing clients (async) or trainers (sync).
 	Clients int
-	// Every is the pause of each client between its pushes.
+	// Every is the pause of each async client between its pushes.
 	Every time.Duration
 	// OpTimeout bounds one push, all its attempts included (each attempt
 	// is bounded by a quarter of it).
