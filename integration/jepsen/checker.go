@@ -423,7 +423,11 @@ func RestoresFromEvents(evs []*pb.JobEvent) []*pb.RestoreRecord {
 //     by pass); a pass that ended (PASS_ENDED, or any pass before the last
 //     seen when the job succeeded) has every task done or failed;
 //   - every restore that names a checkpoint version (not an initializer
-//     restore) names a committed pointer of that slot and version, with its MD5.
+//     restore) names a committed pointer of that slot and version, with its MD5;
+//   - a promoted backup's record (source PromotedSource, no MD5) restores
+//     nothing and needs no pointer, but a slot's promotions
+//     (PSERVER_PROMOTED events, and its record) never go back in version
+//     without a restore of the slot between them (checkPromotions).
 func CheckTraining(th TrainingHistory) Result {
 	res := newResult("training")
 	evs := append([]*pb.JobEvent(nil), th.Events...)
@@ -561,7 +565,9 @@ func checkPasses(res *Result, t taskTally, expected []int64) {
 
 // checkRestores reports restores (recorded, or from PSERVER_RESTORED
 // events) of a checkpoint version that no committed pointer of that slot
-// names, or names with another MD5.
+// names, or names with another MD5. A promoted backup's record
+// (isPromotion) restores nothing and names no checkpoint: it is checked by
+// checkPromotions instead.
 func checkRestores(res *Result, th TrainingHistory, evs []*pb.JobEvent) {
 	type sv struct {
 		slot    int32
@@ -572,8 +578,9 @@ func checkRestores(res *Result, th TrainingHistory, evs []*pb.JobEvent) {
 		ptr[sv{p.Slot, p.Version}] = p.MD5
 	}
 	restores := append(append([]*pb.RestoreRecord(nil), th.Restores...), RestoresFromEvents(evs)...)
+	checkPromotions(res, th.Restores, evs)
 	for _, r := range restores {
-		if strings.HasPrefix(r.GetReason(), "initializer") || r.GetVersion() == 0 {
+		if strings.HasPrefix(r.GetReason(), "initializer") || r.GetVersion() == 0 || isPromotion(r) {
 			continue
 		}
 		res.Stats["restores-checked"]++
@@ -600,6 +607,76 @@ func checkRestores(res *Result, th TrainingHistory, evs []*pb.JobEvent) {
 			case md5 != got:
 				res.violate("slot %d version %d restored with md5 %s, pointer of slot %d says %s", r.GetSlot(), r.GetVersion(), got, slot, md5)
 			}
+		}
+	}
+}
+
+// PromotedSource is the source of the restore record a promoted backup
+// writes (pserver/agent's claimPromoted): it serves the state it holds,
+// with no restore and no rollback.
+const PromotedSource = "promoted backup"
+
+// isPromotion reports whether r is a promoted backup's record: its
+// source, and no checkpoint named (a record naming a manifest MD5 is a
+// restore, whatever its source says, and is checked as one).
+func isPromotion(r *pb.RestoreRecord) bool {
+	return r.GetSource() == PromotedSource && r.GetMd5() == ""
+}
+
+// promotedMsg is the message of a PSERVER_PROMOTED event (pserver/agent):
+// "slot %d on %s: backup promoted at epoch %d, version %d, step %d, in %v ...".
+var promotedMsg = regexp.MustCompile(`^slot (\d+) on (\S+): backup promoted at epoch (\d+), version (\d+),`)
+
+// checkPromotions reports promotions that went back: a promoted backup
+// serves the state the deposed primary acknowledged, so a slot's version
+// never decreases from one promotion to the next unless the slot was
+// restored (PSERVER_RESTORED, a checkpoint restore or a rollback, the R = 1
+// fallback) in between; and the slot's promoted record (recs, the latest
+// per slot) names at least the version of the slot's last
+// PSERVER_PROMOTED event when no restore followed that event. Stats:
+// "promotions".
+func checkPromotions(res *Result, recs []*pb.RestoreRecord, evs []*pb.JobEvent) {
+	type last struct {
+		version int64
+		seq     int64
+		ok      bool
+	}
+	bySlot := map[int32]*last{}
+	for _, ev := range evs {
+		switch ev.GetType() {
+		case pb.JobEvent_PSERVER_RESTORED:
+			// A restore or a rollback of the slot (or, "rolled back ...",
+			// of every slot) starts over from a checkpoint.
+			if m := restoreMsg.FindStringSubmatch(ev.GetMessage()); m != nil {
+				slot, _ := strconv.Atoi(m[1])
+				delete(bySlot, int32(slot))
+			} else {
+				bySlot = map[int32]*last{}
+			}
+		case pb.JobEvent_PSERVER_PROMOTED:
+			m := promotedMsg.FindStringSubmatch(ev.GetMessage())
+			if m == nil {
+				res.violate("event %d: PSERVER_PROMOTED message %q does not parse", ev.GetSeq(), ev.GetMessage())
+				continue
+			}
+			res.Stats["promotions"]++
+			s, _ := strconv.Atoi(m[1])
+			slot := int32(s)
+			v, _ := strconv.ParseInt(m[4], 10, 64)
+			if l := bySlot[slot]; l != nil && v < l.version {
+				res.violate("slot %d promoted on %s at version %d (event %d), below version %d of its promotion at event %d with no restore between: a rollback",
+					slot, m[2], v, ev.GetSeq(), l.version, l.seq)
+			}
+			bySlot[slot] = &last{version: v, seq: ev.GetSeq(), ok: true}
+		}
+	}
+	for _, r := range recs {
+		if !isPromotion(r) {
+			continue
+		}
+		if l := bySlot[r.GetSlot()]; l != nil && r.GetVersion() < l.version {
+			res.violate("slot %d: promoted record at version %d, below version %d of its promotion event %d: a rollback",
+				r.GetSlot(), r.GetVersion(), l.version, l.seq)
 		}
 	}
 }

@@ -339,3 +339,74 @@ func TestCheckTraining(t *testing.T) {
 		})
 	}
 }
+
+// promotedTraining is honestTraining with slot 3 of a replicated job
+// failed over twice: promoted at version 57 (epoch 40), then at 80 (epoch
+// 52), its record naming the second promotion (no checkpoint, no md5).
+func promotedTraining() TrainingHistory {
+	th := honestTraining()
+	n := int64(len(th.Events))
+	th.Events = append(th.Events,
+		&pb.JobEvent{Seq: n + 1, Type: pb.JobEvent_PSERVER_PROMOTED, Version: 57,
+			Message: "slot 3 on n2: backup promoted at epoch 40, version 57, step 57, in 3ms (no restore, no rollback)"},
+		&pb.JobEvent{Seq: n + 2, Type: pb.JobEvent_PSERVER_PROMOTED, Version: 80,
+			Message: "slot 3 on n3: backup promoted at epoch 52, version 80, step 80, in 2ms (no restore, no rollback)"})
+	th.Restores = append(th.Restores, &pb.RestoreRecord{Slot: 3, Version: 80, Source: PromotedSource,
+		Reason: "backup promoted at epoch 52 with version 80, step 80 (no restore, no rollback)"})
+	return th
+}
+
+// TestCheckTrainingPromotion: a promoted backup's record names a version
+// no checkpoint pointer names (it restored nothing) and is valid; a
+// promotion that went back (a rollback) is not, nor a "promoted" record
+// that names a checkpoint no pointer has. Before checkPromotions, the
+// honest history was reported "slot 3 restored version 80 of slot 3 that
+// no committed pointer names".
+func TestCheckTrainingPromotion(t *testing.T) {
+	r := CheckTraining(promotedTraining())
+	mustVerdict(t, r, VerdictOK)
+	if r.Stats["promotions"] != 2 {
+		t.Fatalf("promotions = %d, want 2", r.Stats["promotions"])
+	}
+	t.Run("a restore between promotions allows going back", func(t *testing.T) {
+		th := promotedTraining()
+		last := th.Events[len(th.Events)-1]
+		last.Seq++
+		last.Message = "slot 3 on n3: backup promoted at epoch 52, version 20, step 20, in 2ms (no restore, no rollback)"
+		th.Restores[len(th.Restores)-1].Version = 20
+		th.Events = append(th.Events[:len(th.Events)-1],
+			&pb.JobEvent{Seq: last.Seq - 1, Type: pb.JobEvent_PSERVER_RESTORED, Message: "slot 3 on n1: version 0 md5  from : initializer: no checkpoint pointer for job j"},
+			last)
+		mustVerdict(t, CheckTraining(th), VerdictOK)
+	})
+	tests := []struct {
+		name string
+		f    func(th *TrainingHistory)
+		want string
+	}{
+		{"a promotion that went back", func(th *TrainingHistory) {
+			th.Events[len(th.Events)-1].Message = "slot 3 on n3: backup promoted at epoch 52, version 50, step 50, in 2ms (no restore, no rollback)"
+			th.Restores[len(th.Restores)-1].Version = 50
+		}, "below version 57"},
+		{"a promoted record behind its promotion", func(th *TrainingHistory) {
+			th.Restores[len(th.Restores)-1].Version = 79
+		}, "promoted record at version 79"},
+		{"a promoted record naming a checkpoint no pointer has", func(th *TrainingHistory) {
+			th.Restores[len(th.Restores)-1].Md5 = "dd"
+		}, "no committed pointer names"},
+		{"a promotion event that does not parse", func(th *TrainingHistory) {
+			th.Events[len(th.Events)-1].Message = "slot 3 promoted"
+		}, "does not parse"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			th := promotedTraining()
+			tc.f(&th)
+			r := CheckTraining(th)
+			mustVerdict(t, r, VerdictViolation)
+			if !strings.Contains(strings.Join(r.Violations, "; "), tc.want) {
+				t.Fatalf("violations %v do not say %q", r.Violations, tc.want)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@
 //	go test ./integration/jepsen -run TestJepsen -v -tags jepsen_long -jepsen.long -timeout 30m  # 5 nodes, every fault kind twice, training, ~10 min; also builds the long-only scenarios (scenarios_long_test.go)
 //	go test ./integration/jepsen -run 'Check|Hosts' -v               # checker tests (no root) and host tests (root)
 //	go test ./integration/jepsen -run 'LeaseLoss|SpecFuzz|ClockStep|KeepMax' -v -tags jepsen_long  # the scenarios (DESIGN.md, Scenarios)
+//	go test ./integration/jepsen -run TestJepsenReplicatedSlots -v  # replicated slots, ~1.5 min (in the short suite)
 //
 // Flags (after the package): -jepsen.bin PATH (default: go build -tags
 // raftps_testclock ./cmd/raftps into a temp dir; the test fails, saying why, if that fails or
@@ -33,6 +34,22 @@
 //
 // Missing iproute2 or nftables are installed with apt-get. `tc netem` is not
 // used: loss and partitions are nftables rules inside the nodes' namespaces.
+//
+// Replicated pserver slots (issue 34) have a scenario of their own,
+// TestJepsenReplicatedSlots (slots.go): jobs with replicas 2 on 3 nodes,
+// one fault per fresh job aimed at a slot's primary (SlotFaults: SIGKILL
+// and restart, SIGSTOP past gossip's detection and SIGCONT, a partition
+// from its in-sync backups, one from the Raft leader), clients that push
+// integer-valued gradients with unique push ids, each push to an element
+// of its own (SGD, learning rate 1, zeros: an element's final value is
+// the number of times its push was applied). CheckSlotPushes (async):
+// every acknowledged push applied exactly once, also those a deposed
+// primary acknowledged, indeterminate ones at most once. CheckSyncSteps
+// (sync): every slot at the same step, and its parameters equal to a
+// replay of the acknowledged pushes step by step. The pushes (invoke
+// time, ok/info/fail, push id, answering node and epoch) are
+// "slot-push" records of history.jsonl, the phases' final states in
+// slots.json.
 //
 // The design notes of this package ("Hosts", "Nemesis", "Workloads and
 // checkers", "Scenarios", "Results") are in DESIGN.md in this directory.

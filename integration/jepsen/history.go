@@ -27,12 +27,13 @@ const (
 // Record is one line of a run's history file (history.jsonl). Exactly one of
 // the pointer fields is set; Type names which.
 type Record struct {
-	Type     string       `json:"type"` // "register", "fault", "watch", "lease", "note"
+	Type     string       `json:"type"` // "register", "fault", "watch", "lease", "slot-push", "note"
 	At       int64        `json:"at"`   // ns since the run's start
 	Register *RegisterOp  `json:"register,omitempty"`
 	Fault    *Fault       `json:"fault,omitempty"`
 	Watch    *WatchEvent  `json:"watch,omitempty"`
 	Lease    *LeaseRecord `json:"lease,omitempty"`
+	SlotPush *SlotPush    `json:"slot_push,omitempty"`
 	Note     string       `json:"note,omitempty"`
 }
 

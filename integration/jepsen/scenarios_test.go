@@ -187,6 +187,11 @@ func (sc *scenario) cancelJob(name string) {
 // fault records f in the history and the summary.
 func (sc *scenario) fault(f Fault) {
 	sc.h.Add(Record{Type: "fault", At: f.Start, Fault: &f})
+	sc.countFault(f)
+}
+
+// countFault records f in the summary (a fault already in the history).
+func (sc *scenario) countFault(f Fault) {
 	sc.sum.Faults[f.Type]++
 	sc.sum.FaultList = append(sc.sum.FaultList, f)
 }

@@ -123,8 +123,9 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 			// this node, it serves its backup (whatever the fair share:
 			// no other node holds the slot's state); another node's, it is left
 			// to it (the master promotes or deletes the record when that
-			// node is gone); this node's but lost, the record goes and the
-			// slot is claimed the R = 1 way on a later round.
+			// node is gone); this node's but lost, a live in-sync backup
+			// is promoted (handOffLostSlot), or else the record goes and
+			// the slot is claimed the R = 1 way on a later round.
 			switch {
 			case r.Primary.Node != a.cfg.NodeID:
 			case a.holdsBackup(job, i):
@@ -136,7 +137,11 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 					mine++
 				}
 			default:
-				a.dropStaleRecord(ctx, job, i, r)
+				var own int64 // our claim, if we still hold one (not served)
+				if c, ok := claims[i]; ok && c.Node == a.cfg.NodeID {
+					own = c.Incarnation
+				}
+				a.handOffLostSlot(ctx, job, i, r, own)
 			}
 			continue
 		}

@@ -598,6 +598,55 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 	return nil
 }
 
+// handOffLostSlot handles slot i's record that names this node as
+// primary while it neither serves the slot nor holds a backup of it: it
+// lost the slot (its lease ended while it was cut off from the Raft
+// leader, say, and it fenced the slot), though gossip never reported it
+// gone, so the master promotes nobody. Every update this node
+// acknowledged is in each in-sync backup's state (the ack gate), so the
+// first backup that is a live pserver peer is promoted, as the master's
+// failover does (ReplicaRecord.Promote in a Txn that compares the epoch,
+// so a promotion or drop meanwhile wins), and this node's claim, if it
+// still holds one (own: its incarnation, 0 if none), is released so that
+// the promoted node can claim the slot and serve what it holds, with no
+// restore. With no such backup the record is deleted (dropStaleRecord)
+// and the slot goes the R = 1 way. (Deleting it even with a backup in
+// sync threw away every acknowledged update since the last checkpoint:
+// integration/jepsen's TestJepsenReplicatedSlots, partition-primary-lead.)
+func (a *Agent) handOffLostSlot(ctx context.Context, job string, i int32, rec schema.ReplicaRecord, own int64) {
+	live := map[string]bool{}
+	if pp, ok := a.members.(PServerPeers); ok {
+		for _, m := range pp.PServerPeers() {
+			live[m.Node] = true
+		}
+	}
+	for _, b := range rec.Backups {
+		if !live[b.Node] || b.Node == a.cfg.NodeID {
+			continue
+		}
+		next, err := rec.Promote(b.Node)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out, err := a.meta.Txn(cctx, &pb.TxnRequest{
+			Compare: []*pb.Compare{schema.EpochCompare(job, i, rec.Epoch)},
+			Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(job, i)), next.Marshal())},
+		})
+		cancel()
+		if err != nil || !out.GetSucceeded() {
+			return // the record changed (or is unknown): the next round reads it anew
+		}
+		if own != 0 {
+			a.releaseKey(ctx, job, i, own)
+		}
+		a.log.Warn("replicated slot this node lost: backup promoted", "job", job, "slot", i, "to", b.Node,
+			"epoch", out.GetHeader().GetRevision())
+		return
+	}
+	a.dropStaleRecord(ctx, job, i, rec)
+}
+
 // dropStaleRecord deletes slot i's record that names this node as
 // primary while it neither serves the slot nor holds a backup of it (it
 // lost the slot): with the epoch compared, so a promotion meanwhile wins.

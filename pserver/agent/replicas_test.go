@@ -307,3 +307,66 @@ func TestReplicatedBackupDropped(t *testing.T) {
 		t.Fatalf("push with an ISR of one: %v %v", resp, err)
 	}
 }
+
+// TestReplicatedLostPrimaryHandsOff (issue 34): a primary that loses its
+// lease while gossip still sees it alive (cut off from the Raft leader:
+// the master promotes nobody) fences the slot; when it gets a lease
+// again and finds the record naming it as primary of a slot it no longer
+// serves, it promotes its in-sync backup (epoch compared) instead of
+// deleting the record, and the backup serves every acknowledged update,
+// with no restore. Before handOffLostSlot the record was deleted and the
+// slot restored from the initializer: version 0, the 5 acknowledged
+// pushes lost (integration/jepsen's TestJepsenReplicatedSlots found it).
+func TestReplicatedLostPrimaryHandsOff(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("handoff")
+	spec.NumPservers = 1
+	meta.setJobs(running(spec))
+	agents, _ := startReplicaAgents(t, meta)
+	var prim, back *testAgent
+	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
+		for i, ta := range agents {
+			if _, ok := ta.served("handoff", 0); ok && agents[1-i].backupOf("handoff", 0) != nil {
+				prim, back = ta, agents[1-i]
+				return true
+			}
+		}
+		return false
+	})
+	ps, _ := prim.served("handoff", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for id := uint64(1); id <= 5; id++ {
+		if _, err := pushOne(ctx, ps, id); err != nil {
+			t.Fatalf("push %d: %v", id, err)
+		}
+	}
+	before, _ := replicaRecord(t, meta, "handoff", 0)
+	// The primary's lease ends at the leader (as it does when the node is
+	// cut off from it for a TTL); gossip still reports the node alive.
+	if _, err := meta.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: prim.a.session.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		ns    *pserver.Slot
+		where string
+	)
+	waitFor(t, "slot 0 served again", func() bool {
+		for _, ta := range agents {
+			if s, ok := ta.served("handoff", 0); ok && s != ps {
+				ns, where = s, ta.a.cfg.NodeID
+				return true
+			}
+		}
+		return false
+	})
+	rec, ok := replicaRecord(t, meta, "handoff", 0)
+	if v := ns.Version(); v != 5 || where != back.a.cfg.NodeID || !ok || rec.Primary.Node != back.a.cfg.NodeID || rec.Epoch <= before.Epoch {
+		t.Fatalf("slot 0 served by %s at version %d (want the backup %s at version 5: every acknowledged push); record %+v (ok %v), was %+v",
+			where, v, back.a.cfg.NodeID, rec, ok, before)
+	}
+	r, err := schema.ParseRestore(meta.get(schema.RestoreKey("handoff", 0)).GetValue())
+	if err != nil || r.GetSource() != "promoted backup" {
+		t.Fatalf("restore record after the hand-off: %v %v, want the promoted backup's", r, err)
+	}
+}
