@@ -74,10 +74,15 @@ from typing import Mapping, Sequence
 import grpc
 import numpy as np
 
-from raftps import errors
+from raftps import _malloc, errors
 from raftps import tls as _tls
 from raftps.client import CHANNEL_OPTIONS, Client
 from raftps.v1 import job_pb2, pserver_pb2
+
+# The data path moves model-sized messages: keep their buffers in the heap
+# (raftps._malloc). Done at import, before grpcio's threads take malloc
+# arenas of their own; RAFTPS_MALLOC_TUNING=0 opts out.
+_malloc.keep_message_buffers()
 
 DEFAULT_NUM_VIRTUAL_SHARDS = 64
 DEFAULT_DENSE_BLOCK_SIZE = 65536
