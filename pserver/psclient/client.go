@@ -47,6 +47,7 @@ type clientConfig struct {
 	maxRetries  int
 	backoff     time.Duration
 	streamBytes int
+	reporter    SuspectReporter
 }
 
 // ClientOption configures NewClient.
@@ -96,6 +97,7 @@ type Client struct {
 	blocks   [][]blockRef // dense blocks per slot
 
 	stopWatch context.CancelFunc
+	suspects  suspects
 	pushID    atomic.Uint64 // last push id used (starts at a random value)
 
 	mu       sync.Mutex
@@ -291,6 +293,9 @@ func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) e
 			err = fn(cl)
 			if err == nil {
 				return nil
+			}
+			if c.cfg.reporter != nil && Transport(err) {
+				c.suspects.report(c.cfg.reporter, slot, cl.Target(), err)
 			}
 			err = fromGRPC(err)
 			if !retryable(err) {
