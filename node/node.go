@@ -49,8 +49,8 @@ type Node struct {
 	// suspects confirms reports of suspect primaries of replicated slots
 	// (master.Suspects): the client port's and the trainer agent's.
 	suspects *master.Suspects
-	ckpt    *checkpoint.Manager
-	ps      *pserver.Server // nil without the pserver role
+	ckpt     *checkpoint.Manager
+	ps       *pserver.Server // nil without the pserver role
 	// tls is the node's TLS material (nil: plaintext, --insecure); dial
 	// are the options of every gRPC dial the node makes (its certificate).
 	tls  *security.Material
