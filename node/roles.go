@@ -125,6 +125,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		pb.RegisterPServerServer(n.pserver, srv)
 		// The backups this node holds of other nodes' slots (issue 34).
 		rs := replica.NewService()
+		rs.OnBroken = n.reportBrokenStream // a broken stream from a primary: probe it (issue 34)
 		pb.RegisterReplicaServer(n.pserver, rs)
 		// Slot records carry the data path's address: trainers dial it.
 		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), MemoryBudget: n.cfg.PServerMemoryBudget,
@@ -176,4 +177,14 @@ func (n *Node) probePServer(ctx context.Context, addr, job string, slot int32) e
 	}
 	defer cc.Close()
 	return psclient.Probe(ctx, cc, job, slot)
+}
+
+// reportBrokenStream reports the primary of (job, slot), whose
+// replication stream to this node's backup broke, to the node's
+// master.Suspects (which probes it before it fails it over).
+func (n *Node) reportBrokenStream(job string, slot int32) {
+	ctx, cancel := context.WithTimeout(context.Background(), psclient.ReportTimeout)
+	defer cancel()
+	out, err := n.suspects.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "the primary's replication stream to this backup broke"})
+	n.log.Info("replication stream from a primary broke: reported", "job", job, "slot", slot, "verdict", out.GetVerdict(), "err", err)
 }
