@@ -10,6 +10,10 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
 
+// maxReportedFailover bounds TestReplicatedSlotFailover's stall: from the
+// SIGKILL to the promoted backup's PSERVER_PROMOTED event.
+const maxReportedFailover = 1200 * time.Millisecond
+
 // TestReplicatedSlotFailover (issue 34) runs a sync job with replicas 2
 // (each pserver slot has a primary and a backup on another node) on three
 // TLS nodes, SIGKILLs the node serving a slot's primary (not the Raft
@@ -34,10 +38,6 @@ import (
 // slot holds every acknowledged update, answers a retried push id without
 // applying it again, applies a refused one once) is pserver/agent's
 // TestReplicatedSlotFailover.
-// maxReportedFailover bounds TestReplicatedSlotFailover's stall: from the
-// SIGKILL to the promoted backup's PSERVER_PROMOTED event.
-const maxReportedFailover = 1200 * time.Millisecond
-
 func TestReplicatedSlotFailover(t *testing.T) {
 	c := NewCluster(t, binPath, 3)
 	c.StartAll()
