@@ -97,7 +97,7 @@ func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*p
 	}
 	out := &pb.ReportSuspectResponse{Epoch: h.rec.Epoch, Primary: h.rec.Primary.Node}
 	if a := req.GetAddr(); a != "" && a != h.rec.Primary.Addr {
-		out.Verdict = VerdictMoved
+		out.Verdict, out.Moved = VerdictMoved, true
 		return out, nil
 	}
 	if !s.begin(slotRef{job, slot}) {
@@ -123,11 +123,11 @@ func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*p
 	if to == "" {
 		out.Verdict = VerdictNoBackup
 		if h2, ok, err := s.record(ctx, job, slot); err == nil && ok && h2.rec.Primary.Node != h.rec.Primary.Node {
-			out.Verdict, out.Epoch, out.Primary = VerdictMoved, h2.rec.Epoch, h2.rec.Primary.Node
+			out.Verdict, out.Epoch, out.Primary, out.Moved = VerdictMoved, h2.rec.Epoch, h2.rec.Primary.Node, true
 		}
 		return out, nil
 	}
-	out.Verdict, out.Epoch, out.Primary = VerdictPromoted, epoch, to
+	out.Verdict, out.Epoch, out.Primary, out.Moved = VerdictPromoted, epoch, to, true
 	return out, nil
 }
 

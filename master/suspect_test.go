@@ -139,7 +139,7 @@ func TestReportDeadPrimaryPromotes(t *testing.T) {
 			}
 			t.Logf("report of a %s primary: %s in %v (timeout %v)", tc.name, out.Verdict, took.Round(time.Millisecond), timeout)
 			r, ok := readReplica(t, s, "j", 0)
-			if out.Verdict != VerdictPromoted || out.Primary != "n3" || !ok || r.Primary.Node != "n3" || len(r.Backups) != 0 ||
+			if out.Verdict != VerdictPromoted || !out.Moved || out.Primary != "n3" || !ok || r.Primary.Node != "n3" || len(r.Backups) != 0 ||
 				r.Epoch <= before || r.Epoch != out.Epoch || r.Incarnation != 4 {
 				t.Fatalf("after the report: %+v, record %+v (present %v); want promoted to n3 at an epoch > %d, incarnation 4", out, r, ok, before)
 			}
@@ -179,7 +179,7 @@ func TestReportHealthyPrimaryNotPromoted(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	req := &pb.ReportSuspectRequest{Job: "j", Slot: 0, Trainer: "n1-1", Addr: addr, Reason: "hostile"}
 	out, err := sus.Report(ctx, req)
-	if err != nil || out.Verdict != VerdictHealthy || out.Primary != "n2" || out.Epoch != before {
+	if err != nil || out.Verdict != VerdictHealthy || out.Moved || out.Primary != "n2" || out.Epoch != before {
 		t.Fatalf("report of a healthy primary: %+v, %v; want healthy, primary n2, epoch %d", out, err, before)
 	}
 	for i := 0; i < 100; i++ {
@@ -187,7 +187,7 @@ func TestReportHealthyPrimaryNotPromoted(t *testing.T) {
 			t.Fatalf("report %d within the timeout: %+v, %v; want pending", i, out, err)
 		}
 	}
-	if out, err := sus.Report(ctx, &pb.ReportSuspectRequest{Job: "j", Slot: 0, Addr: "127.0.0.1:9"}); err != nil || out.Verdict != VerdictMoved {
+	if out, err := sus.Report(ctx, &pb.ReportSuspectRequest{Job: "j", Slot: 0, Addr: "127.0.0.1:9"}); err != nil || out.Verdict != VerdictMoved || !out.Moved {
 		t.Fatalf("report of another address: %+v, %v; want moved", out, err)
 	}
 	if out, err := sus.Report(ctx, &pb.ReportSuspectRequest{Job: "j", Slot: 1}); err != nil || out.Verdict != VerdictNotReplicated {

@@ -2944,7 +2944,10 @@ type ReportSuspectResponse struct {
 	// epoch is the slot's replica epoch after the report (0: no record).
 	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// primary is the node the record names as primary after the report.
-	Primary       string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Primary string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	// moved: the slot's primary is no longer the one reported (verdict
+	// "promoted" or "moved"): the reporter re-resolves the slot now.
+	Moved         bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2998,6 +3001,13 @@ func (x *ReportSuspectResponse) GetPrimary() string {
 		return x.Primary
 	}
 	return ""
+}
+
+func (x *ReportSuspectResponse) GetMoved() bool {
+	if x != nil {
+		return x.Moved
+	}
+	return false
 }
 
 type WatchJobRequest struct {
@@ -3288,11 +3298,12 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
 	"\atrainer\x18\x03 \x01(\tR\atrainer\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"a\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"w\n" +
 	"\x15ReportSuspectResponse\x12\x18\n" +
 	"\averdict\x18\x01 \x01(\tR\averdict\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +
-	"\aprimary\x18\x03 \x01(\tR\aprimary\"@\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\x12\x14\n" +
+	"\x05moved\x18\x04 \x01(\bR\x05moved\"@\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x03R\afromSeq*9\n" +

@@ -288,6 +288,7 @@ func retryable(err error) bool {
 func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) error) error {
 	backoff := c.cfg.backoff
 	for attempt := 0; ; attempt++ {
+		moved := c.suspects.movedCh(slot) // before a report can close it
 		cl, err := c.conn(ctx, slot)
 		if err == nil {
 			err = fn(cl)
@@ -311,6 +312,10 @@ func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) e
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("slot %d: %w (last error: %v)", slot, ctx.Err(), err)
+		case <-moved: // a backup was promoted: look for it with short waits again
+			t.Stop()
+			backoff = c.cfg.backoff
+			continue
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)

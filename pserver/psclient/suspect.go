@@ -20,8 +20,12 @@ import (
 // sentinel, a deadline. The trainer's reporter sends it to the master
 // (Master.ReportSuspect), which probes the primary before it promotes a
 // backup (pserver/DESIGN.md, "Replicated slots", "Detection"). addr is
-// the address the call went to; err the call's error.
-type SuspectReporter func(ctx context.Context, slot int32, addr string, err error)
+// the address the call went to; err the call's error. It returns true if
+// the slot moved (the master promoted a backup, or addr is not the
+// primary any more): the Client's retry of the slot then stops its
+// backoff wait and starts again from the first backoff, so it finds the
+// promoted node within a few short waits instead of after a long one.
+type SuspectReporter func(ctx context.Context, slot int32, addr string, err error) (moved bool)
 
 // WithSuspectReporter makes the Client report every slot whose call
 // failed at the transport to r, in the background (one report in flight
@@ -75,6 +79,23 @@ func Probe(ctx context.Context, cc grpc.ClientConnInterface, job string, slot in
 type suspects struct {
 	mu       sync.Mutex
 	inflight map[int32]bool
+	moved    map[int32]chan struct{} // closed when a report says the slot moved
+}
+
+// movedCh returns the channel closed when a report says slot moved
+// (the next report's, if none is in flight).
+func (s *suspects) movedCh(slot int32) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.moved == nil {
+		s.moved = map[int32]chan struct{}{}
+	}
+	ch := s.moved[slot]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.moved[slot] = ch
+	}
+	return ch
 }
 
 // report sends (slot, addr, err) to r in the background unless a report
@@ -98,6 +119,13 @@ func (s *suspects) report(r SuspectReporter, slot int32, addr string, err error)
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), ReportTimeout)
 		defer cancel()
-		r(ctx, slot, addr, err)
+		if r(ctx, slot, addr, err) {
+			s.mu.Lock()
+			if ch := s.moved[slot]; ch != nil {
+				close(ch)
+				delete(s.moved, slot)
+			}
+			s.mu.Unlock()
+		}
 	}()
 }

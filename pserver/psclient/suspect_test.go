@@ -2,7 +2,9 @@ package psclient
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,7 +62,10 @@ func TestFailedCallReports(t *testing.T) {
 	lis.Close() // connections refused
 
 	reports := make(chan report, 100)
-	reporter := WithSuspectReporter(func(_ context.Context, slot int32, addr string, err error) { reports <- report{slot, addr, err} })
+	reporter := WithSuspectReporter(func(_ context.Context, slot int32, addr string, err error) bool {
+		reports <- report{slot, addr, err}
+		return false
+	})
 	c, err := NewClient(spec(), "t1", StaticResolver{0: dead}, reporter, WithRetries(3, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +88,10 @@ func TestFailedCallReports(t *testing.T) {
 	for _, answer := range []error{wire.Errorf(wire.ErrNotHosted, "moved"), wire.Errorf(wire.ErrInvalid, "bad"), status.Error(codes.Internal, "boom")} {
 		addr := serve(t, answering{err: wire.ToGRPC(answer)})
 		reports := make(chan report, 100)
-		reporter := WithSuspectReporter(func(_ context.Context, slot int32, addr string, err error) { reports <- report{slot, addr, err} })
+		reporter := WithSuspectReporter(func(_ context.Context, slot int32, addr string, err error) bool {
+		reports <- report{slot, addr, err}
+		return false
+	})
 		c, err := NewClient(spec(), "t1", StaticResolver{0: addr}, reporter, WithRetries(2, time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -155,4 +163,54 @@ func TestProbe(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("probe of a silent pserver took %v, its deadline 200ms", took)
 	}
+}
+
+// movingResolver resolves slot 0 to addr, which the test changes.
+type movingResolver struct {
+	mu   sync.Mutex
+	addr string
+}
+
+func (r *movingResolver) Slots(context.Context, string) (map[int32]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return map[int32]string{0: r.addr}, nil
+}
+
+// TestReportMovedRetriesNow: when the reporter says the slot moved (the
+// master promoted its backup), the call waiting out its backoff retries
+// at once and reaches the new address: with a first backoff of 10 s, the
+// pull reaches the promoted pserver (which answers ErrInvalid here)
+// long before the 10 s are over.
+func TestReportMovedRetriesNow(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+	promoted := serve(t, answering{err: wire.ToGRPC(wire.Errorf(wire.ErrInvalid, "reached the promoted pserver"))})
+	r := &movingResolver{addr: dead}
+	c, err := NewClient(spec(), "t1", r, WithRetries(3, 10*time.Second), WithSuspectReporter(func(context.Context, int32, string, error) bool {
+		r.mu.Lock()
+		r.addr = promoted // the master promoted the backup; its claim is in
+		r.mu.Unlock()
+		return true
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = c.Pull(ctx, c.NewParams())
+	took := time.Since(start)
+	if !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("pull: %v, want the promoted pserver's ErrInvalid", err)
+	}
+	if took >= 5*time.Second {
+		t.Fatalf("the pull reached the promoted pserver after %v: it waited out its 10 s backoff", took)
+	}
+	t.Logf("reached the promoted pserver %v after the first call", took.Round(time.Millisecond))
 }

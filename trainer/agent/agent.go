@@ -239,9 +239,10 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 	opts := []psclient.ClientOption{psclient.WithDialOptions(a.cfg.DialOptions...)}
 	if r, ok := a.master.(SuspectReporter); ok {
 		// A failed call to a slot's primary is reported (issue 34: fast detection).
-		opts = append(opts, psclient.WithSuspectReporter(func(ctx context.Context, slot int32, addr string, err error) {
+		opts = append(opts, psclient.WithSuspectReporter(func(ctx context.Context, slot int32, addr string, err error) bool {
 			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error()})
 			a.log.Debug("suspect primary reported", "job", spec.Name, "slot", slot, "addr", addr, "verdict", out.GetVerdict(), "err", rerr)
+			return out.GetMoved()
 		}))
 	}
 	ps, err := psclient.NewClient(spec, id, &resolver{meta: a.meta}, opts...)
