@@ -224,3 +224,82 @@ func TestFalseFailoversUnderLoad(t *testing.T) {
 	t.Logf("%v of training beside stress-ng --cpu 4, no fault: %d failovers (all false) %q; reports probed: %d answered, %d failed; final steps %v, test accuracy %.2f%%",
 		trained.Round(time.Second), len(promoted), promoted, probedHealthy, probedFailed, last, 100*acc)
 }
+
+// TestSpuriousFailoverHarmless (issue 34: "a false suspicion costs a
+// spurious failover, never a split brain") SIGSTOPs the primary of a
+// replicated slot (not the Raft leader), reports it suspect
+// (Master.ReportSuspect, as an admin: a trainer's failed call does the
+// same), and resumes it as soon as the report is answered: the stopped
+// primary cannot answer its probe, so its backup is promoted while the
+// old primary is alive. The old primary then finds its claim gone and
+// fences the slot; the job must go on and succeed with no restore or
+// rollback after the report and every slot's final checkpoint at the same
+// step (no step lost or applied twice).
+func TestSpuriousFailoverHarmless(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	const job = "e2e-replicated-spurious"
+	var ev *jobEvents
+	defer logJobOnFailure(t, c, job, &ev, 12, 8)
+	submitReplicated(t, c, job, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ev = &jobEvents{}
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
+
+	leader := mustLeader(t, c, 10*time.Second)
+	var victim *Proc
+	slot := int32(-1)
+	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
+		if p := c.Proc(ps.Node); p != nil && p != leader {
+			victim, slot = p, ps.Index
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
+	}
+	var reportSeq int64
+	for _, e := range ev.snapshot() {
+		reportSeq = max(reportSeq, e.Seq)
+	}
+	cl := c.Client(leader)
+	c.Pause(victim)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := cl.Master.ReportSuspect(rctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "test: a false suspicion"})
+	rcancel()
+	c.Resume(victim)
+	if err != nil {
+		t.Fatalf("report of slot %d's stopped primary %s: %v", slot, victim.ID, err)
+	}
+	if out.Verdict != "promoted" || out.Primary == victim.ID {
+		t.Fatalf("report of slot %d's stopped primary %s: %+v, want its backup promoted", slot, victim.ID, out)
+	}
+	t.Logf("slot %d: primary %s stopped, reported and resumed: %+v", slot, victim.ID, out)
+	waitFor(t, 4*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
+	<-followDone
+	promoted := 0
+	for _, e := range ev.snapshot() {
+		if e.Seq <= reportSeq {
+			continue
+		}
+		switch e.Type {
+		case pb.JobEvent_PSERVER_RESTORED:
+			t.Errorf("a restore or rollback after the spurious failover: %d %s", e.Seq, e.Message)
+		case pb.JobEvent_PSERVER_PROMOTED:
+			promoted++
+			t.Logf("after the report: %s", e.Message)
+		}
+	}
+	if promoted == 0 {
+		t.Errorf("no PSERVER_PROMOTED event after the report: the promoted backup never served slot %d", slot)
+	}
+	if !victim.Running() {
+		t.Errorf("the falsely suspected node %s is not running", victim.ID)
+	}
+	last, acc := succeededInStep(t, c, job)
+	t.Logf("job succeeded after a spurious failover: final steps per slot %v, test accuracy %.2f%%", last, 100*acc)
+}
