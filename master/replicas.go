@@ -49,13 +49,19 @@ func (m *Master) failover(ctx context.Context, node string, slots []replicated) 
 	if len(slots) == 0 {
 		return
 	}
-	alive := map[string]bool{}
-	for _, mem := range m.members.Members() {
-		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
-	}
+	alive := aliveNodes(m.members)
 	for _, h := range slots {
 		m.failoverSlot(ctx, node, alive, h)
 	}
+}
+
+// aliveNodes maps each gossip member's id to whether it is alive.
+func aliveNodes(members Members) map[string]bool {
+	alive := map[string]bool{}
+	for _, mem := range members.Members() {
+		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
+	}
+	return alive
 }
 
 // failoverSlot promotes or deletes h's record (failover; promoteSlot

@@ -10,7 +10,6 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/fsm"
-	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -115,11 +114,7 @@ func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*p
 	}
 	s.log.Warn("suspect primary failed its probe: failing over", "job", job, "slot", slot, "primary", h.rec.Primary.Node,
 		"addr", h.rec.Primary.Addr, "probe", perr, "trainer", req.GetTrainer(), "reason", req.GetReason())
-	alive := map[string]bool{}
-	for _, m := range s.members.Members() {
-		alive[m.Meta.ID] = m.Status == gossip.StatusAlive
-	}
-	to, epoch := promoteSlot(ctx, s.store, s.log, h.rec.Primary.Node, alive, h, false, true)
+	to, epoch := promoteSlot(ctx, s.store, s.log, h.rec.Primary.Node, aliveNodes(s.members), h, false, true)
 	if to == "" {
 		out.Verdict = VerdictNoBackup
 		if h2, ok, err := s.record(ctx, job, slot); err == nil && ok && h2.rec.Primary.Node != h.rec.Primary.Node {
