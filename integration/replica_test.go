@@ -97,7 +97,7 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	}
 	// Fast detection: the trainers' failed calls and the backup's broken
 	// stream report the primary, which fails its probe; gossip's
-	// detection alone took 1.55-2.10 s. Measured 0.33-0.64 s over 6 runs
+	// detection alone took 1.55-2.10 s. Measured 0.33-0.64 s over 9 runs
 	// on the loaded 2-core machine (2026-11-28); the bound leaves about
 	// twice that.
 	if stall > maxReportedFailover {
