@@ -28,7 +28,9 @@ type answering struct {
 	err error
 }
 
-func (a answering) Pull(context.Context, *pb.PullRequest) (*pb.PullResponse, error) { return nil, a.err }
+func (a answering) Pull(context.Context, *pb.PullRequest) (*pb.PullResponse, error) {
+	return nil, a.err
+}
 
 func serve(t *testing.T, srv pb.PServerServer) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,9 +91,9 @@ func TestFailedCallReports(t *testing.T) {
 		addr := serve(t, answering{err: wire.ToGRPC(answer)})
 		reports := make(chan report, 100)
 		reporter := WithSuspectReporter(func(_ context.Context, slot int32, addr string, err error) bool {
-		reports <- report{slot, addr, err}
-		return false
-	})
+			reports <- report{slot, addr, err}
+			return false
+		})
 		c, err := NewClient(spec(), "t1", StaticResolver{0: addr}, reporter, WithRetries(2, time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
