@@ -3,12 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 )
+
+// maxReportedFailover bounds TestReplicatedSlotFailover's stall: from the
+// SIGKILL to the promoted backup's PSERVER_PROMOTED event.
+const maxReportedFailover = 1200 * time.Millisecond
 
 // TestReplicatedSlotFailover (issue 34) runs a sync job with replicas 2
 // (each pserver slot has a primary and a backup on another node) on three
@@ -19,7 +25,10 @@ import (
 // rollback) after the kill, and the job succeeds with every slot's final
 // checkpoint at the same step (a sync job's slots are one model). It logs
 // how long after the kill the promoted node served the slot (gossip's
-// detection, the master's promotion Txn, the claim) and the final steps.
+// detection, the master's promotion Txn, the claim) and the final steps,
+// and requires it within maxReportedFailover: the trainers' failed calls
+// and the backup's broken stream report the primary, whose probe fails
+// (issue 34, fast detection), sooner than gossip detects the node.
 //
 // The equal final steps once did not hold, with or without the kill and
 // with --slot-replicas 1 too (75/76, 99/98, 51/52): trainer membership
@@ -38,9 +47,7 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	const job = "e2e-replicated"
 	var ev *jobEvents
 	defer logJobOnFailure(t, c, job, &ev, 12, 8)
-	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
-		"--dataset", datasetDir(t), "--records", "9000", "--records-per-task", "300", "--passes", "1",
-		"--pservers", "2", "--slot-replicas", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "1000", "--keep-max", "3")
+	submitReplicated(t, c, job, 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -88,6 +95,14 @@ func TestReplicatedSlotFailover(t *testing.T) {
 				slot, stall.Round(time.Millisecond), e.Message)
 		}
 	}
+	// Fast detection: the trainers' failed calls and the backup's broken
+	// stream report the primary, which fails its probe; gossip's
+	// detection alone took 1.55-2.10 s. Measured 0.33-0.64 s over 9 runs
+	// on the loaded 2-core machine (2026-11-28); the bound leaves about
+	// twice that.
+	if stall > maxReportedFailover {
+		t.Errorf("slot %d served again %v after the SIGKILL, want <= %v (reported and probed, not waiting for gossip)", slot, stall.Round(time.Millisecond), maxReportedFailover)
+	}
 	waitFor(t, 3*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
 	<-followDone
 	for _, e := range ev.snapshot() {
@@ -95,6 +110,26 @@ func TestReplicatedSlotFailover(t *testing.T) {
 			t.Errorf("a restore or rollback after the kill (replicated slots fail over without one): %d %s", e.Seq, e.Message)
 		}
 	}
+	last, acc := succeededInStep(t, c, job)
+	t.Logf("job succeeded: final steps per slot %v, test accuracy %.2f%%, stall after the kill <= %v",
+		last, 100*acc, stall.Round(time.Millisecond))
+}
+
+// submitReplicated submits the sync job of the replicated-slot tests: 2
+// pserver slots with replicas 2, 9000 records in tasks of 300, passes
+// passes.
+func submitReplicated(t *testing.T, c *Cluster, job string, passes int) {
+	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
+		"--dataset", datasetDir(t), "--records", "9000", "--records-per-task", "300", "--passes", fmt.Sprint(passes),
+		"--pservers", "2", "--slot-replicas", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "1000", "--keep-max", "3")
+}
+
+// succeededInStep requires that the ended sync job succeeded with every
+// slot's final checkpoint at the same step (a sync job's slots are one
+// model: no step lost or applied twice on one of them) and returns the
+// steps and the last test accuracy.
+func succeededInStep(t *testing.T, c *Cluster, job string) (map[int32]int64, float32) {
+	t.Helper()
 	final := jobStatusOf(t, c, mustLeader(t, c, 30*time.Second), job)
 	if final.State != pb.JobState_JOB_SUCCEEDED {
 		t.Fatalf("job ended %v: %s", final.State, final.Message)
@@ -128,6 +163,143 @@ func TestReplicatedSlotFailover(t *testing.T) {
 	if n := len(final.Metrics); n > 0 {
 		acc = float32(final.Metrics[n-1].TestAccuracy)
 	}
-	t.Logf("job succeeded: final steps per slot %v, test accuracy %.2f%%, stall after the kill <= %v",
-		last, 100*acc, stall.Round(time.Millisecond))
+	return last, acc
+}
+
+// TestFalseFailoversUnderLoad (issue 34: "measure false failovers under
+// CPU load") trains the replicated sync job (4 passes) on three TLS nodes
+// beside `stress-ng --cpu 4` (Debian's stress-ng; `make tools` installs
+// it), with no fault, and counts the failovers (PSERVER_PROMOTED events)
+// and the suspect reports the nodes probed: with nothing failed, every
+// one is false. It requires any such failover to be harmless: the job
+// succeeds with no restore or rollback and every slot's final checkpoint
+// at the same step. It logs the counts (the figure).
+func TestFalseFailoversUnderLoad(t *testing.T) {
+	stress, err := exec.LookPath("stress-ng")
+	if err != nil {
+		t.Fatalf("stress-ng is not on PATH (make tools, or apt-get install stress-ng): %v", err)
+	}
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	const job = "e2e-replicated-load"
+	var ev *jobEvents
+	defer logJobOnFailure(t, c, job, &ev, 12, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	hogs := exec.CommandContext(ctx, stress, "--cpu", "4", "--timeout", "480s", "--quiet")
+	if err := hogs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hogs.Process.Kill(); _ = hogs.Wait() }()
+	start := time.Now()
+	submitReplicated(t, c, job, 4)
+	ev = &jobEvents{}
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	waitFor(t, 7*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
+	<-followDone
+	trained := time.Since(start)
+	var promoted []string
+	training := false // past the first task done: every slot was served
+	for _, e := range ev.snapshot() {
+		switch e.Type {
+		case pb.JobEvent_TASK_DONE:
+			training = true
+		case pb.JobEvent_PSERVER_PROMOTED:
+			promoted = append(promoted, e.Message)
+		case pb.JobEvent_PSERVER_RESTORED:
+			if training {
+				t.Errorf("a restore or rollback while training with no fault: %d %s", e.Seq, e.Message)
+			}
+		}
+	}
+	last, acc := succeededInStep(t, c, job)
+	var probedHealthy, probedFailed int
+	for _, p := range c.Procs {
+		raw, _ := os.ReadFile(p.LogPath)
+		probedHealthy += strings.Count(string(raw), "suspect primary answered its probe")
+		probedFailed += strings.Count(string(raw), "suspect primary failed its probe")
+	}
+	t.Logf("%v of training beside stress-ng --cpu 4, no fault: %d failovers (all false) %q; reports probed: %d answered, %d failed; final steps %v, test accuracy %.2f%%",
+		trained.Round(time.Second), len(promoted), promoted, probedHealthy, probedFailed, last, 100*acc)
+}
+
+// TestSpuriousFailoverHarmless (issue 34: "a false suspicion costs a
+// spurious failover, never a split brain") SIGSTOPs the primary of a
+// replicated slot (not the Raft leader), reports it suspect
+// (Master.ReportSuspect, as an admin: a trainer's failed call does the
+// same), and resumes it as soon as the report is answered: the stopped
+// primary cannot answer its probe, so its backup is promoted while the
+// old primary is alive. The old primary then finds its claim gone and
+// fences the slot; the job must go on and succeed with no restore or
+// rollback after the report and every slot's final checkpoint at the same
+// step (no step lost or applied twice).
+func TestSpuriousFailoverHarmless(t *testing.T) {
+	c := NewCluster(t, binPath, 3)
+	c.StartAll()
+	mustLeader(t, c, 20*time.Second)
+	const job = "e2e-replicated-spurious"
+	var ev *jobEvents
+	defer logJobOnFailure(t, c, job, &ev, 12, 8)
+	submitReplicated(t, c, job, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ev = &jobEvents{}
+	followDone := make(chan struct{})
+	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
+
+	leader := mustLeader(t, c, 10*time.Second)
+	var victim *Proc
+	slot := int32(-1)
+	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
+		if p := c.Proc(ps.Node); p != nil && p != leader {
+			victim, slot = p, ps.Index
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
+	}
+	var reportSeq int64
+	for _, e := range ev.snapshot() {
+		reportSeq = max(reportSeq, e.Seq)
+	}
+	cl := c.Client(leader)
+	c.Pause(victim)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := cl.Master.ReportSuspect(rctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "test: a false suspicion"})
+	rcancel()
+	c.Resume(victim)
+	if err != nil {
+		t.Fatalf("report of slot %d's stopped primary %s: %v", slot, victim.ID, err)
+	}
+	if out.Verdict != "promoted" || out.Primary == victim.ID {
+		t.Fatalf("report of slot %d's stopped primary %s: %+v, want its backup promoted", slot, victim.ID, out)
+	}
+	t.Logf("slot %d: primary %s stopped, reported and resumed: %+v", slot, victim.ID, out)
+	waitFor(t, 4*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
+	<-followDone
+	promoted := 0
+	for _, e := range ev.snapshot() {
+		if e.Seq <= reportSeq {
+			continue
+		}
+		switch e.Type {
+		case pb.JobEvent_PSERVER_RESTORED:
+			t.Errorf("a restore or rollback after the spurious failover: %d %s", e.Seq, e.Message)
+		case pb.JobEvent_PSERVER_PROMOTED:
+			promoted++
+			t.Logf("after the report: %s", e.Message)
+		}
+	}
+	if promoted == 0 {
+		t.Errorf("no PSERVER_PROMOTED event after the report: the promoted backup never served slot %d", slot)
+	}
+	if !victim.Running() {
+		t.Errorf("the falsely suspected node %s is not running", victim.ID)
+	}
+	last, acc := succeededInStep(t, c, job)
+	t.Logf("job succeeded after a spurious failover: final steps per slot %v, test accuracy %.2f%%", last, 100*acc)
 }

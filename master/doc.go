@@ -83,6 +83,16 @@
 // and gradients within the largest trainer budget; a kind of node that no
 // live member announces a budget for is not checked).
 //
+// ReportSuspect (suspect.go; issue 34) takes reports of a replicated
+// slot's suspect primary (a trainer's failed call, a backup's broken
+// replication stream) on any node: Suspects probes the primary's pserver
+// endpoint with a deadline of the failover timeout
+// (--pserver-failover-timeout) and, only if the probe fails, promotes an
+// alive in-sync backup with the epoch-compared Txn of a failover, which
+// also deletes the old primary's claim; at most one probe per slot per
+// timeout, so reports are cheap and cannot force a failover of a primary
+// that answers.
+//
 // The Cluster service's membership changes (members.go) run on the
 // leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the
 // leader): MemberAdd (etcd's member add; AlreadyExists for an id or

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
@@ -48,20 +49,41 @@ func (m *Master) failover(ctx context.Context, node string, slots []replicated) 
 	if len(slots) == 0 {
 		return
 	}
-	alive := map[string]bool{}
-	for _, mem := range m.members.Members() {
-		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
-	}
+	alive := aliveNodes(m.members)
 	for _, h := range slots {
 		m.failoverSlot(ctx, node, alive, h)
 	}
 }
 
-// failoverSlot promotes or deletes h's record (failover); a compare that
-// fails (the record changed since it was read: node dropped a backup
-// just before it died) is tried again on the record read anew, up to
-// three times, while node is still its primary.
+// aliveNodes maps each gossip member's id to whether it is alive.
+func aliveNodes(members Members) map[string]bool {
+	alive := map[string]bool{}
+	for _, mem := range members.Members() {
+		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
+	}
+	return alive
+}
+
+// failoverSlot promotes or deletes h's record (failover; promoteSlot
+// with dropLast: a record with no alive backup is deleted).
 func (m *Master) failoverSlot(ctx context.Context, node string, alive map[string]bool, h replicated) {
+	_, _ = promoteSlot(ctx, m.store, m.log, node, alive, h, true, false)
+}
+
+// promoteSlot moves h's record, whose primary is node, to an alive
+// in-sync backup (ReplicaRecord.Promote) in one Txn that compares its
+// epoch (schema.EpochCompare), and returns the promoted node and the
+// record's new epoch ("" and 0: nothing written). With no alive backup,
+// dropLast deletes the record (the slot then restores, R = 1) and
+// otherwise nothing is written. freeClaim also deletes node's claim of
+// the slot (schema.SlotKey) in the same Txn, its mod_revision compared:
+// the promoted node's agent claims the slot at once instead of waiting
+// for node's lease to end (a report confirmed by a probe: node may be
+// alive, its agent then finds the claim lost and fences the slot). A
+// compare that fails (the record changed since it was read: node dropped
+// a backup just before it died) is tried again on the record read anew,
+// up to three times, while node is still its primary.
+func promoteSlot(ctx context.Context, store Store, log *slog.Logger, node string, alive map[string]bool, h replicated, dropLast, freeClaim bool) (string, int64) {
 	key := []byte(schema.ReplicaKey(h.job, h.slot))
 	rec := h.rec
 	for attempt := 0; attempt < 3; attempt++ {
@@ -77,36 +99,70 @@ func (m *Master) failoverSlot(ctx context.Context, node string, alive map[string
 				break
 			}
 		}
+		if to == "" && !dropLast {
+			return "", 0
+		}
+		cmps := []*pb.Compare{schema.EpochCompare(h.job, h.slot, rec.Epoch)}
+		ops := []*pb.RequestOp{op}
+		if freeClaim {
+			c, o, err := claimOf(ctx, store, h.job, h.slot, node)
+			if err != nil {
+				log.Warn("replicated slot failover: read the claim", "job", h.job, "slot", h.slot, "err", err)
+				return "", 0
+			}
+			cmps, ops = append(cmps, c...), append(ops, o...)
+		}
 		actx, cancel := context.WithTimeout(ctx, applyTimeout)
-		out, err := m.store.Txn(actx, &pb.TxnRequest{
-			Compare: []*pb.Compare{schema.EpochCompare(h.job, h.slot, rec.Epoch)},
-			Success: []*pb.RequestOp{op},
+		out, err := store.Txn(actx, &pb.TxnRequest{
+			Compare: cmps,
+			Success: ops,
 			Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
 		})
 		cancel()
 		switch {
 		case err != nil:
-			m.log.Warn("replicated slot failover", "job", h.job, "slot", h.slot, "err", err)
-			return
+			log.Warn("replicated slot failover", "job", h.job, "slot", h.slot, "err", err)
+			return "", 0
 		case !out.GetSucceeded():
 			kvs := out.GetResponses()[0].GetResponseRange().GetKvs()
 			if len(kvs) == 0 {
-				return // deleted meanwhile
+				return "", 0 // deleted meanwhile
 			}
 			next, ok := primaryOf(h.job, fmt.Sprint(h.slot), kvs[0], node)
 			if !ok {
-				return // another primary now
+				return "", 0 // another primary now
 			}
-			m.log.Info("replicated slot failover: the record changed meanwhile; again", "job", h.job, "slot", h.slot, "epoch", next.rec.Epoch)
+			log.Info("replicated slot failover: the record changed meanwhile; again", "job", h.job, "slot", h.slot, "epoch", next.rec.Epoch)
 			rec = next.rec
 			continue
 		case to == "":
-			m.log.Warn("replicated slot: its primary is gone with no alive backup; record deleted, the slot restores from its checkpoint",
+			log.Warn("replicated slot: its primary is gone with no alive backup; record deleted, the slot restores from its checkpoint",
 				"job", h.job, "slot", h.slot, "node", node, "epoch", rec.Epoch)
+			return "", 0
 		default:
-			m.log.Info("replicated slot: backup promoted", "job", h.job, "slot", h.slot, "from", node, "to", to,
+			log.Info("replicated slot: backup promoted", "job", h.job, "slot", h.slot, "from", node, "to", to,
 				"epoch", out.GetHeader().GetRevision())
+			return to, out.GetHeader().GetRevision()
 		}
-		return
 	}
+	return "", 0
+}
+
+// claimOf returns the compare and the delete of node's claim of (job,
+// slot), if node holds it (none if the slot is unclaimed or another
+// node's).
+func claimOf(ctx context.Context, store Store, job string, slot int32, node string) ([]*pb.Compare, []*pb.RequestOp, error) {
+	key := []byte(schema.SlotKey(job, slot))
+	resp, err := store.Range(ctx, &pb.RangeRequest{Key: key})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, nil
+	}
+	if c, err := schema.ParseSlotRecord(resp.Kvs[0].Value); err != nil || c.Node != node {
+		return nil, nil, nil
+	}
+	return []*pb.Compare{{Key: key, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: resp.Kvs[0].ModRevision}}},
+		[]*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: key}}}}, nil
 }

@@ -37,6 +37,9 @@ type Service struct {
 	// raftstore/service.Forwarder); MemberPromote needs it. Nil: promote
 	// is refused.
 	Progress func(ctx context.Context, id string) (*pb.RaftProgressResponse, error)
+	// Suspects confirms reports of suspect primaries of replicated slots
+	// (ReportSuspect; suspect.go). Nil: reports are refused.
+	Suspects *Suspects
 	// Logger (nil: slog.Default).
 	Logger *slog.Logger
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/raftstore"
 	"github.com/raftps/raftps/security"
 )
@@ -134,6 +135,14 @@ type Config struct {
 	// serves the slot only once that fence has surely passed (DESIGN.md
 	// §6). Shorter fails over faster and fences sooner under load.
 	PServerLeaseTTL time.Duration
+	// PServerFailoverTimeout is the detection timeout of replicated slots
+	// (issue 34; --pserver-failover-timeout, default
+	// master.DefaultFailoverTimeout, 300 ms; 10 ms to 1 min): a primary
+	// reported suspect (a trainer's failed call, a broken replication
+	// stream) is probed with this deadline and failed over if it does not
+	// answer. Shorter fails over faster and more often by mistake under
+	// load (a spurious failover costs a promotion, never a split brain).
+	PServerFailoverTimeout time.Duration
 
 	// DiskReserve is the free space (bytes) the data dir's file system
 	// must keep: below it the node refuses writes with ResourceExhausted
@@ -183,20 +192,21 @@ type Config struct {
 // DataDir still have to be set.
 func DefaultConfig() Config {
 	c := Config{
-		GRPCAddr:          "127.0.0.1:7000",
-		RaftAddr:          "127.0.0.1:7001",
-		RaftLogStore:      raftstore.LogStoreBoltDB,
-		GossipAddr:        "127.0.0.1:7002",
-		HTTPAddr:          "127.0.0.1:7003",
-		Roles:             gossip.Roles(),
-		HeartbeatInterval: DefaultHeartbeatInterval,
-		ElectionTimeout:   DefaultElectionTimeout,
-		DeadServerTimeout: 30 * time.Second,
-		PServerLeaseTTL:   5 * time.Second,
-		DiskReserve:       raftstore.DefaultDiskReserve,
-		MaxTxnOps:         raftstore.DefaultMaxTxnOps,
-		QuotaBackendBytes: raftstore.DefaultQuotaBackendBytes,
-		KeepFinishedJobs:  1000,
+		GRPCAddr:               "127.0.0.1:7000",
+		RaftAddr:               "127.0.0.1:7001",
+		RaftLogStore:           raftstore.LogStoreBoltDB,
+		GossipAddr:             "127.0.0.1:7002",
+		HTTPAddr:               "127.0.0.1:7003",
+		Roles:                  gossip.Roles(),
+		HeartbeatInterval:      DefaultHeartbeatInterval,
+		ElectionTimeout:        DefaultElectionTimeout,
+		DeadServerTimeout:      30 * time.Second,
+		PServerLeaseTTL:        5 * time.Second,
+		PServerFailoverTimeout: master.DefaultFailoverTimeout,
+		DiskReserve:            raftstore.DefaultDiskReserve,
+		MaxTxnOps:              raftstore.DefaultMaxTxnOps,
+		QuotaBackendBytes:      raftstore.DefaultQuotaBackendBytes,
+		KeepFinishedJobs:       1000,
 	}
 	c.PServerMemoryBudget, c.TrainerMemoryBudget = defaultBudgets()
 	return c
@@ -267,6 +277,9 @@ func (c *Config) Validate() error {
 	if t := c.PServerLeaseTTL; t != 0 && (t%time.Second != 0 || t < MinPServerLeaseTTL || t > MaxPServerLeaseTTL) {
 		return bad("--pserver-lease-ttl %v: want whole seconds from %v to %v", t, MinPServerLeaseTTL, MaxPServerLeaseTTL)
 	}
+	if t := c.PServerFailoverTimeout; t != 0 && (t < MinPServerFailoverTimeout || t > MaxPServerFailoverTimeout) {
+		return bad("--pserver-failover-timeout %v: want %v to %v", t, MinPServerFailoverTimeout, MaxPServerFailoverTimeout)
+	}
 	return nil
 }
 
@@ -276,6 +289,10 @@ func (c *Config) Validate() error {
 const (
 	MinPServerLeaseTTL = 2 * time.Second
 	MaxPServerLeaseTTL = time.Hour
+	// Bounds of Config.PServerFailoverTimeout: below 10 ms a probe over
+	// TLS fails on a loaded node; above a minute gossip detects first.
+	MinPServerFailoverTimeout = 10 * time.Millisecond
+	MaxPServerFailoverTimeout = time.Minute
 )
 
 func (c *Config) hasRole(r string) bool { return gossip.HasRole(c.Roles, r) }

@@ -8,6 +8,7 @@ import (
 	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/master"
 )
 
 // TestPServerLeaseTTL: --pserver-lease-ttl reaches the pserver agent's
@@ -37,4 +38,22 @@ func TestPServerLeaseTTL(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("no lease granted with TTL 3 s within 30 s; granted TTLs: %v", granted)
+}
+
+// TestPServerFailoverTimeout: --pserver-failover-timeout reaches the
+// node's master.Suspects (the probe deadline of a reported primary), and
+// the default is master.DefaultFailoverTimeout.
+func TestPServerFailoverTimeout(t *testing.T) {
+	if d := DefaultConfig().PServerFailoverTimeout; d != master.DefaultFailoverTimeout {
+		t.Fatalf("default --pserver-failover-timeout %v, want %v", d, master.DefaultFailoverTimeout)
+	}
+	cfg := testConfig(t, "n1")
+	cfg.PServerFailoverTimeout = 700 * time.Millisecond
+	n := mustOpen(t, cfg)
+	if n.suspects == nil {
+		t.Fatal("the node takes no suspect reports")
+	}
+	if got := n.suspects.Timeout(); got != 700*time.Millisecond {
+		t.Fatalf("the node's suspect reports use timeout %v, want 700ms", got)
+	}
 }

@@ -46,8 +46,11 @@ type Node struct {
 	http    *http.Server
 	httpLis net.Listener
 	master  *master.Master
-	ckpt    *checkpoint.Manager
-	ps      *pserver.Server // nil without the pserver role
+	// suspects confirms reports of suspect primaries of replicated slots
+	// (master.Suspects): the client port's and the trainer agent's.
+	suspects *master.Suspects
+	ckpt     *checkpoint.Manager
+	ps       *pserver.Server // nil without the pserver role
 	// tls is the node's TLS material (nil: plaintext, --insecure); dial
 	// are the options of every gRPC dial the node makes (its certificate).
 	tls  *security.Material
@@ -324,6 +327,8 @@ func (n *Node) openServices(runCtx context.Context) error {
 	ms.CheckDataset = n.checkDataset // confined to the dataset roots (security.go)
 	ms.TLS = n.tls != nil            // status: tls on/off
 	ms.Progress = n.fwd.RaftProgress // member promote asks the learner
+	n.suspects = master.NewSuspects(n.store, n.gossip, n.probePServer, n.cfg.PServerFailoverTimeout, n.log.With("component", "suspects"))
+	ms.Suspects = n.suspects // replicated slots' fast detection (issue 34)
 	ms.Logger = n.log
 	ms.Register(n.client)
 	kr := &keyringService{n: n} // `raftps keyring`: admins on the client port, the fan-out on the peer port

@@ -85,6 +85,9 @@ func TestConfigValidate(t *testing.T) {
 		{"pserver lease ttl below 2s", with(func(c *Config) { c.PServerLeaseTTL = time.Second }), "--pserver-lease-ttl"},
 		{"pserver lease ttl not whole seconds", with(func(c *Config) { c.PServerLeaseTTL = 2500 * time.Millisecond }), "--pserver-lease-ttl"},
 		{"pserver lease ttl above an hour", with(func(c *Config) { c.PServerLeaseTTL = 2 * time.Hour }), "--pserver-lease-ttl"},
+		{"pserver failover timeout below 10ms", with(func(c *Config) { c.PServerFailoverTimeout = 9 * time.Millisecond }), "--pserver-failover-timeout"},
+		{"pserver failover timeout above a minute", with(func(c *Config) { c.PServerFailoverTimeout = 61 * time.Second }), "--pserver-failover-timeout"},
+		{"negative pserver failover timeout", with(func(c *Config) { c.PServerFailoverTimeout = -time.Second }), "--pserver-failover-timeout"},
 		{"election timeout below 5 heartbeats", with(func(c *Config) {
 			c.HeartbeatInterval, c.ElectionTimeout = 100*time.Millisecond, 499*time.Millisecond
 		}), "--election-timeout 499 ms should be at least 5 times --heartbeat-interval 100 ms"},

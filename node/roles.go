@@ -5,12 +5,16 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/pserver"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/pserver/psclient"
 	"github.com/raftps/raftps/pserver/replica"
+	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/schema"
 	tagent "github.com/raftps/raftps/trainer/agent"
 
@@ -121,6 +125,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		pb.RegisterPServerServer(n.pserver, srv)
 		// The backups this node holds of other nodes' slots (issue 34).
 		rs := replica.NewService()
+		rs.OnBroken = n.reportBrokenStream // a broken stream from a primary: probe it (issue 34)
 		pb.RegisterReplicaServer(n.pserver, rs)
 		// Slot records carry the data path's address: trainers dial it.
 		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), MemoryBudget: n.cfg.PServerMemoryBudget,
@@ -132,7 +137,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		a := tagent.New(tagent.Config{NodeID: n.cfg.ID, Addr: n.GRPCAddr(), DataDir: n.cfg.DatasetDir, DialOptions: n.dial,
 			MemoryBudget:   n.cfg.TrainerMemoryBudget,
 			ResolveDataset: n.resolveDataset, Logger: n.log},
-			local, master.NewService(n.store, n.gossip))
+			local, n.trainerMaster())
 		n.goAgent(ctx, a.Run)
 	}
 	return nil
@@ -152,4 +157,34 @@ func (n *Node) goAgent(ctx context.Context, run func(context.Context) error) {
 		<-done
 		return nil
 	})
+}
+
+// trainerMaster is the master service the node's trainer agent calls in
+// process: it takes the trainers' suspect reports (master.Suspects).
+func (n *Node) trainerMaster() *master.Service {
+	ms := master.NewService(n.store, n.gossip)
+	ms.Suspects = n.suspects
+	return ms
+}
+
+// probePServer is the node's master.Prober: a psclient.Probe of addr,
+// the pserver port of a suspect primary, over the node's dial (mutual
+// TLS with its certificate).
+func (n *Node) probePServer(ctx context.Context, addr, job string, slot int32) error {
+	cc, err := grpc.NewClient(addr, append(wire.DialOptions(), n.dial...)...)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	return psclient.Probe(ctx, cc, job, slot)
+}
+
+// reportBrokenStream reports the primary of (job, slot), whose
+// replication stream to this node's backup broke, to the node's
+// master.Suspects (which probes it before it fails it over).
+func (n *Node) reportBrokenStream(job string, slot int32) {
+	ctx, cancel := context.WithTimeout(context.Background(), psclient.ReportTimeout)
+	defer cancel()
+	out, err := n.suspects.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "the primary's replication stream to this backup broke"})
+	n.log.Info("replication stream from a primary broke: reported", "job", job, "slot", slot, "verdict", out.GetVerdict(), "err", err)
 }

@@ -6,6 +6,7 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 if [ "${1:-}" != protoc ]; then
   command -v ip >/dev/null || need+=(iproute2)
   command -v nft >/dev/null || need+=(nftables)
+  command -v stress-ng >/dev/null || need+=(stress-ng)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

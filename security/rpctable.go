@@ -104,6 +104,11 @@ var rpcs = map[string]Rule{
 	pb.Master_GetTask_FullMethodName:      trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.Master_TaskFinished_FullMethodName: trainerWrite(limitAsTrainer, checkAsTrainer),
 	pb.Master_TaskFailed_FullMethodName:   trainerWrite(limitAsTrainer, checkAsTrainer),
+	// A trainer reports a slot's primary its call could not reach; the
+	// master probes it before it acts, at most once per failover timeout
+	// per slot (master.Suspects): a report cannot fail over a primary
+	// that answers.
+	pb.Master_ReportSuspect_FullMethodName: trainerWrite(limitAsTrainer, checkAsTrainer),
 
 	// The pserver port is the training data path: trainers (and admin);
 	// a reader reads parameters from checkpoints.

@@ -315,6 +315,12 @@ func TestAuthorizer(t *testing.T) {
 		{"trainer task finished as ci-x", trainer, "/raftps.v1.Master/TaskFinished", &pb.TaskFinishedRequest{Job: "mnist", Trainer: "ci-x"}, false, false},
 		{"trainer task failed as another", trainer, "/raftps.v1.Master/TaskFailed", &pb.TaskFailedRequest{Job: "mnist", Trainer: "other"}, false, false},
 		{"trainer task other job", trainer, "/raftps.v1.Master/GetTask", &pb.GetTaskRequest{Job: "cifar"}, false, false},
+		// issue 34: a trainer reports a suspect primary of its own jobs' slots only, as itself.
+		{"trainer report suspect own job", trainer, "/raftps.v1.Master/ReportSuspect", &pb.ReportSuspectRequest{Job: "mnist", Slot: 1, Trainer: "ci"}, false, true},
+		{"trainer report suspect other job", trainer, "/raftps.v1.Master/ReportSuspect", &pb.ReportSuspectRequest{Job: "cifar", Slot: 1, Trainer: "ci"}, false, false},
+		{"trainer report suspect as another", trainer, "/raftps.v1.Master/ReportSuspect", &pb.ReportSuspectRequest{Job: "mnist", Slot: 1, Trainer: "n1-1"}, false, false},
+		{"reader report suspect", reader, "/raftps.v1.Master/ReportSuspect", &pb.ReportSuspectRequest{Job: "mnist", Slot: 1}, false, false},
+		{"node report suspect", node, "/raftps.v1.Master/ReportSuspect", &pb.ReportSuspectRequest{Job: "mnist", Slot: 1}, false, true},
 		{"trainer get own job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "mnist"}, false, true},
 		{"trainer get other job", trainer, "/raftps.v1.Master/GetJob", &pb.GetJobRequest{Name: "cifar"}, false, false},
 		{"trainer watch other job", trainer, "/raftps.v1.Master/WatchJob", &pb.WatchJobRequest{Name: "cifar"}, false, false},

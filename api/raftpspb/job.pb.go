@@ -2844,6 +2844,172 @@ func (x *TaskFailedResponse) GetAccepted() bool {
 	return false
 }
 
+// ReportSuspectRequest: a caller suspects the primary of a replicated
+// slot (issue 34; pserver/DESIGN.md, "Replicated slots", "Detection"): a
+// trainer whose pull or push to it failed (connection refused,
+// Unavailable, deadline), or a backup whose primary's replication stream
+// broke. The master confirms before it acts: it probes the primary's
+// pserver endpoint and promotes a backup only if the probe fails.
+type ReportSuspectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Slot  int32                  `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// trainer is the reporting trainer (a trainer certificate: its own
+	// name); "" from a node.
+	Trainer string `protobuf:"bytes,3,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	// addr is the address the failed call went to ("" unknown): a report
+	// naming an address that is no longer the primary's is answered
+	// without a probe.
+	Addr string `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	// reason is the failed call's error, for the log.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSuspectRequest) Reset() {
+	*x = ReportSuspectRequest{}
+	mi := &file_raftps_v1_job_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSuspectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSuspectRequest) ProtoMessage() {}
+
+func (x *ReportSuspectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_job_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSuspectRequest.ProtoReflect.Descriptor instead.
+func (*ReportSuspectRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReportSuspectRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReportSuspectRequest) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *ReportSuspectRequest) GetTrainer() string {
+	if x != nil {
+		return x.Trainer
+	}
+	return ""
+}
+
+func (x *ReportSuspectRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *ReportSuspectRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReportSuspectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// verdict: "promoted" (the probe failed and a backup is the primary
+	// now), "healthy" (the primary answered the probe), "moved" (addr is
+	// not the record's primary any more), "pending" (a probe of this slot
+	// is running or was made within the failover timeout: its verdict
+	// stands), "not replicated" (no replica record: gossip and the lease
+	// handle the slot).
+	Verdict string `protobuf:"bytes,1,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// epoch is the slot's replica epoch after the report (0: no record).
+	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// primary is the node the record names as primary after the report.
+	Primary string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	// moved: the slot's primary is no longer the one reported (verdict
+	// "promoted" or "moved"): the reporter re-resolves the slot now.
+	Moved         bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSuspectResponse) Reset() {
+	*x = ReportSuspectResponse{}
+	mi := &file_raftps_v1_job_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSuspectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSuspectResponse) ProtoMessage() {}
+
+func (x *ReportSuspectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_job_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSuspectResponse.ProtoReflect.Descriptor instead.
+func (*ReportSuspectResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReportSuspectResponse) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ReportSuspectResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReportSuspectResponse) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *ReportSuspectResponse) GetMoved() bool {
+	if x != nil {
+		return x.Moved
+	}
+	return false
+}
+
 type WatchJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2855,7 +3021,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_raftps_v1_job_proto_msgTypes[30]
+	mi := &file_raftps_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3033,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_job_proto_msgTypes[30]
+	mi := &file_raftps_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3046,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_raftps_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -3126,7 +3292,18 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\atrainer\x18\x04 \x01(\tR\atrainer\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"0\n" +
 	"\x12TaskFailedResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\"@\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"\x82\x01\n" +
+	"\x14ReportSuspectRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
+	"\atrainer\x18\x03 \x01(\tR\atrainer\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"w\n" +
+	"\x15ReportSuspectResponse\x12\x18\n" +
+	"\averdict\x18\x01 \x01(\tR\averdict\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\x12\x14\n" +
+	"\x05moved\x18\x04 \x01(\bR\x05moved\"@\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x03R\afromSeq*9\n" +
@@ -3154,7 +3331,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\vTASK_FAILED\x10\x03*3\n" +
 	"\bTaskKind\x12\x13\n" +
 	"\x0fTASK_KIND_TRAIN\x10\x00\x12\x12\n" +
-	"\x0eTASK_KIND_EVAL\x10\x012\x81\x05\n" +
+	"\x0eTASK_KIND_EVAL\x10\x012\xd5\x05\n" +
 	"\x06Master\x12F\n" +
 	"\tSubmitJob\x12\x1b.raftps.v1.SubmitJobRequest\x1a\x1c.raftps.v1.SubmitJobResponse\x12=\n" +
 	"\x06GetJob\x12\x18.raftps.v1.GetJobRequest\x1a\x19.raftps.v1.GetJobResponse\x12C\n" +
@@ -3165,7 +3342,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\fTaskFinished\x12\x1e.raftps.v1.TaskFinishedRequest\x1a\x1f.raftps.v1.TaskFinishedResponse\x12I\n" +
 	"\n" +
 	"TaskFailed\x12\x1c.raftps.v1.TaskFailedRequest\x1a\x1d.raftps.v1.TaskFailedResponse\x12=\n" +
-	"\bWatchJob\x12\x1a.raftps.v1.WatchJobRequest\x1a\x13.raftps.v1.JobEvent0\x01B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
+	"\bWatchJob\x12\x1a.raftps.v1.WatchJobRequest\x1a\x13.raftps.v1.JobEvent0\x01\x12R\n" +
+	"\rReportSuspect\x12\x1f.raftps.v1.ReportSuspectRequest\x1a .raftps.v1.ReportSuspectResponseB'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
 	file_raftps_v1_job_proto_rawDescOnce sync.Once
@@ -3180,46 +3358,48 @@ func file_raftps_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_raftps_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_raftps_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_raftps_v1_job_proto_goTypes = []any{
-	(UpdateMode)(0),              // 0: raftps.v1.UpdateMode
-	(Initializer)(0),             // 1: raftps.v1.Initializer
-	(JobState)(0),                // 2: raftps.v1.JobState
-	(TaskState)(0),               // 3: raftps.v1.TaskState
-	(TaskKind)(0),                // 4: raftps.v1.TaskKind
-	(JobEvent_Type)(0),           // 5: raftps.v1.JobEvent.Type
-	(GetTaskResponse_Result)(0),  // 6: raftps.v1.GetTaskResponse.Result
-	(*ModelSpec)(nil),            // 7: raftps.v1.ModelSpec
-	(*DatasetSpec)(nil),          // 8: raftps.v1.DatasetSpec
-	(*OptimizerSpec)(nil),        // 9: raftps.v1.OptimizerSpec
-	(*CheckpointPolicy)(nil),     // 10: raftps.v1.CheckpointPolicy
-	(*ParamSpec)(nil),            // 11: raftps.v1.ParamSpec
-	(*JobSpec)(nil),              // 12: raftps.v1.JobSpec
-	(*Task)(nil),                 // 13: raftps.v1.Task
-	(*PassMetric)(nil),           // 14: raftps.v1.PassMetric
-	(*PServerSlot)(nil),          // 15: raftps.v1.PServerSlot
-	(*CheckpointPointer)(nil),    // 16: raftps.v1.CheckpointPointer
-	(*RestoreRecord)(nil),        // 17: raftps.v1.RestoreRecord
-	(*JobStatus)(nil),            // 18: raftps.v1.JobStatus
-	(*JobEvent)(nil),             // 19: raftps.v1.JobEvent
-	(*SubmitJobRequest)(nil),     // 20: raftps.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),    // 21: raftps.v1.SubmitJobResponse
-	(*GetJobRequest)(nil),        // 22: raftps.v1.GetJobRequest
-	(*GetJobResponse)(nil),       // 23: raftps.v1.GetJobResponse
-	(*ListJobsRequest)(nil),      // 24: raftps.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),     // 25: raftps.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),     // 26: raftps.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),    // 27: raftps.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),     // 28: raftps.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),    // 29: raftps.v1.DeleteJobResponse
-	(*GetTaskRequest)(nil),       // 30: raftps.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),      // 31: raftps.v1.GetTaskResponse
-	(*TaskMetrics)(nil),          // 32: raftps.v1.TaskMetrics
-	(*TaskFinishedRequest)(nil),  // 33: raftps.v1.TaskFinishedRequest
-	(*TaskFinishedResponse)(nil), // 34: raftps.v1.TaskFinishedResponse
-	(*TaskFailedRequest)(nil),    // 35: raftps.v1.TaskFailedRequest
-	(*TaskFailedResponse)(nil),   // 36: raftps.v1.TaskFailedResponse
-	(*WatchJobRequest)(nil),      // 37: raftps.v1.WatchJobRequest
+	(UpdateMode)(0),               // 0: raftps.v1.UpdateMode
+	(Initializer)(0),              // 1: raftps.v1.Initializer
+	(JobState)(0),                 // 2: raftps.v1.JobState
+	(TaskState)(0),                // 3: raftps.v1.TaskState
+	(TaskKind)(0),                 // 4: raftps.v1.TaskKind
+	(JobEvent_Type)(0),            // 5: raftps.v1.JobEvent.Type
+	(GetTaskResponse_Result)(0),   // 6: raftps.v1.GetTaskResponse.Result
+	(*ModelSpec)(nil),             // 7: raftps.v1.ModelSpec
+	(*DatasetSpec)(nil),           // 8: raftps.v1.DatasetSpec
+	(*OptimizerSpec)(nil),         // 9: raftps.v1.OptimizerSpec
+	(*CheckpointPolicy)(nil),      // 10: raftps.v1.CheckpointPolicy
+	(*ParamSpec)(nil),             // 11: raftps.v1.ParamSpec
+	(*JobSpec)(nil),               // 12: raftps.v1.JobSpec
+	(*Task)(nil),                  // 13: raftps.v1.Task
+	(*PassMetric)(nil),            // 14: raftps.v1.PassMetric
+	(*PServerSlot)(nil),           // 15: raftps.v1.PServerSlot
+	(*CheckpointPointer)(nil),     // 16: raftps.v1.CheckpointPointer
+	(*RestoreRecord)(nil),         // 17: raftps.v1.RestoreRecord
+	(*JobStatus)(nil),             // 18: raftps.v1.JobStatus
+	(*JobEvent)(nil),              // 19: raftps.v1.JobEvent
+	(*SubmitJobRequest)(nil),      // 20: raftps.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 21: raftps.v1.SubmitJobResponse
+	(*GetJobRequest)(nil),         // 22: raftps.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 23: raftps.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 24: raftps.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 25: raftps.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 26: raftps.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 27: raftps.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),      // 28: raftps.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 29: raftps.v1.DeleteJobResponse
+	(*GetTaskRequest)(nil),        // 30: raftps.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 31: raftps.v1.GetTaskResponse
+	(*TaskMetrics)(nil),           // 32: raftps.v1.TaskMetrics
+	(*TaskFinishedRequest)(nil),   // 33: raftps.v1.TaskFinishedRequest
+	(*TaskFinishedResponse)(nil),  // 34: raftps.v1.TaskFinishedResponse
+	(*TaskFailedRequest)(nil),     // 35: raftps.v1.TaskFailedRequest
+	(*TaskFailedResponse)(nil),    // 36: raftps.v1.TaskFailedResponse
+	(*ReportSuspectRequest)(nil),  // 37: raftps.v1.ReportSuspectRequest
+	(*ReportSuspectResponse)(nil), // 38: raftps.v1.ReportSuspectResponse
+	(*WatchJobRequest)(nil),       // 39: raftps.v1.WatchJobRequest
 }
 var file_raftps_v1_job_proto_depIdxs = []int32{
 	1,  // 0: raftps.v1.ParamSpec.init:type_name -> raftps.v1.Initializer
@@ -3256,18 +3436,20 @@ var file_raftps_v1_job_proto_depIdxs = []int32{
 	30, // 31: raftps.v1.Master.GetTask:input_type -> raftps.v1.GetTaskRequest
 	33, // 32: raftps.v1.Master.TaskFinished:input_type -> raftps.v1.TaskFinishedRequest
 	35, // 33: raftps.v1.Master.TaskFailed:input_type -> raftps.v1.TaskFailedRequest
-	37, // 34: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
-	21, // 35: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
-	23, // 36: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
-	25, // 37: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
-	27, // 38: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
-	29, // 39: raftps.v1.Master.DeleteJob:output_type -> raftps.v1.DeleteJobResponse
-	31, // 40: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
-	34, // 41: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
-	36, // 42: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
-	19, // 43: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
+	39, // 34: raftps.v1.Master.WatchJob:input_type -> raftps.v1.WatchJobRequest
+	37, // 35: raftps.v1.Master.ReportSuspect:input_type -> raftps.v1.ReportSuspectRequest
+	21, // 36: raftps.v1.Master.SubmitJob:output_type -> raftps.v1.SubmitJobResponse
+	23, // 37: raftps.v1.Master.GetJob:output_type -> raftps.v1.GetJobResponse
+	25, // 38: raftps.v1.Master.ListJobs:output_type -> raftps.v1.ListJobsResponse
+	27, // 39: raftps.v1.Master.CancelJob:output_type -> raftps.v1.CancelJobResponse
+	29, // 40: raftps.v1.Master.DeleteJob:output_type -> raftps.v1.DeleteJobResponse
+	31, // 41: raftps.v1.Master.GetTask:output_type -> raftps.v1.GetTaskResponse
+	34, // 42: raftps.v1.Master.TaskFinished:output_type -> raftps.v1.TaskFinishedResponse
+	36, // 43: raftps.v1.Master.TaskFailed:output_type -> raftps.v1.TaskFailedResponse
+	19, // 44: raftps.v1.Master.WatchJob:output_type -> raftps.v1.JobEvent
+	38, // 45: raftps.v1.Master.ReportSuspect:output_type -> raftps.v1.ReportSuspectResponse
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -3284,7 +3466,7 @@ func file_raftps_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_job_proto_rawDesc), len(file_raftps_v1_job_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

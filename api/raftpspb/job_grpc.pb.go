@@ -23,15 +23,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_SubmitJob_FullMethodName    = "/raftps.v1.Master/SubmitJob"
-	Master_GetJob_FullMethodName       = "/raftps.v1.Master/GetJob"
-	Master_ListJobs_FullMethodName     = "/raftps.v1.Master/ListJobs"
-	Master_CancelJob_FullMethodName    = "/raftps.v1.Master/CancelJob"
-	Master_DeleteJob_FullMethodName    = "/raftps.v1.Master/DeleteJob"
-	Master_GetTask_FullMethodName      = "/raftps.v1.Master/GetTask"
-	Master_TaskFinished_FullMethodName = "/raftps.v1.Master/TaskFinished"
-	Master_TaskFailed_FullMethodName   = "/raftps.v1.Master/TaskFailed"
-	Master_WatchJob_FullMethodName     = "/raftps.v1.Master/WatchJob"
+	Master_SubmitJob_FullMethodName     = "/raftps.v1.Master/SubmitJob"
+	Master_GetJob_FullMethodName        = "/raftps.v1.Master/GetJob"
+	Master_ListJobs_FullMethodName      = "/raftps.v1.Master/ListJobs"
+	Master_CancelJob_FullMethodName     = "/raftps.v1.Master/CancelJob"
+	Master_DeleteJob_FullMethodName     = "/raftps.v1.Master/DeleteJob"
+	Master_GetTask_FullMethodName       = "/raftps.v1.Master/GetTask"
+	Master_TaskFinished_FullMethodName  = "/raftps.v1.Master/TaskFinished"
+	Master_TaskFailed_FullMethodName    = "/raftps.v1.Master/TaskFailed"
+	Master_WatchJob_FullMethodName      = "/raftps.v1.Master/WatchJob"
+	Master_ReportSuspect_FullMethodName = "/raftps.v1.Master/ReportSuspect"
 )
 
 // MasterClient is the client API for Master service.
@@ -49,6 +50,9 @@ type MasterClient interface {
 	TaskFinished(ctx context.Context, in *TaskFinishedRequest, opts ...grpc.CallOption) (*TaskFinishedResponse, error)
 	TaskFailed(ctx context.Context, in *TaskFailedRequest, opts ...grpc.CallOption) (*TaskFailedResponse, error)
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEvent], error)
+	// ReportSuspect reports a replicated slot's primary as suspect; the
+	// master probes it and promotes a backup only if the probe fails.
+	ReportSuspect(ctx context.Context, in *ReportSuspectRequest, opts ...grpc.CallOption) (*ReportSuspectResponse, error)
 }
 
 type masterClient struct {
@@ -158,6 +162,16 @@ func (c *masterClient) WatchJob(ctx context.Context, in *WatchJobRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_WatchJobClient = grpc.ServerStreamingClient[JobEvent]
 
+func (c *masterClient) ReportSuspect(ctx context.Context, in *ReportSuspectRequest, opts ...grpc.CallOption) (*ReportSuspectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportSuspectResponse)
+	err := c.cc.Invoke(ctx, Master_ReportSuspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -173,6 +187,9 @@ type MasterServer interface {
 	TaskFinished(context.Context, *TaskFinishedRequest) (*TaskFinishedResponse, error)
 	TaskFailed(context.Context, *TaskFailedRequest) (*TaskFailedResponse, error)
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[JobEvent]) error
+	// ReportSuspect reports a replicated slot's primary as suspect; the
+	// master probes it and promotes a backup only if the probe fails.
+	ReportSuspect(context.Context, *ReportSuspectRequest) (*ReportSuspectResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -209,6 +226,9 @@ func (UnimplementedMasterServer) TaskFailed(context.Context, *TaskFailedRequest)
 }
 func (UnimplementedMasterServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[JobEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
+}
+func (UnimplementedMasterServer) ReportSuspect(context.Context, *ReportSuspectRequest) (*ReportSuspectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportSuspect not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -386,6 +406,24 @@ func _Master_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_WatchJobServer = grpc.ServerStreamingServer[JobEvent]
 
+func _Master_ReportSuspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportSuspectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReportSuspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReportSuspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReportSuspect(ctx, req.(*ReportSuspectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -424,6 +462,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TaskFailed",
 			Handler:    _Master_TaskFailed_Handler,
+		},
+		{
+			MethodName: "ReportSuspect",
+			Handler:    _Master_ReportSuspect_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -95,6 +95,7 @@ gossip.keyring beside the CA) unless --insecure-gossip is given (unsafe).`,
 	f.DurationVar(&cfg.FinishedJobMaxAge, "finished-job-max-age", 0, "delete finished jobs (and their keys) this long after they finished (0: no age limit)")
 	f.DurationVar(&cfg.DeadServerTimeout, "dead-server-timeout", cfg.DeadServerTimeout, "remove a failed server from Raft after this long (never below quorum)")
 	f.DurationVar(&cfg.PServerLeaseTTL, "pserver-lease-ttl", cfg.PServerLeaseTTL, "TTL of the lease under this node's pserver slots (whole seconds, 2s to 1h): a dead node's slots are served elsewhere about 2/3 of it after its last keepalive")
+	f.DurationVar(&cfg.PServerFailoverTimeout, "pserver-failover-timeout", cfg.PServerFailoverTimeout, "detection timeout of replicated slots: a primary a trainer or a backup reports unreachable is probed with this deadline and its backup promoted if it does not answer (10ms to 1m; shorter fails over faster, and more often by mistake under load)")
 	envUsage(f, nodeEnvFlags...)
 	return c
 }

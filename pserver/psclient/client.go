@@ -47,6 +47,7 @@ type clientConfig struct {
 	maxRetries  int
 	backoff     time.Duration
 	streamBytes int
+	reporter    SuspectReporter
 }
 
 // ClientOption configures NewClient.
@@ -96,6 +97,7 @@ type Client struct {
 	blocks   [][]blockRef // dense blocks per slot
 
 	stopWatch context.CancelFunc
+	suspects  suspects
 	pushID    atomic.Uint64 // last push id used (starts at a random value)
 
 	mu       sync.Mutex
@@ -286,11 +288,15 @@ func retryable(err error) bool {
 func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) error) error {
 	backoff := c.cfg.backoff
 	for attempt := 0; ; attempt++ {
+		moved := c.suspects.movedCh(slot) // before a report can close it
 		cl, err := c.conn(ctx, slot)
 		if err == nil {
 			err = fn(cl)
 			if err == nil {
 				return nil
+			}
+			if c.cfg.reporter != nil && Transport(err) {
+				c.suspects.report(c.cfg.reporter, slot, cl.Target(), err)
 			}
 			err = fromGRPC(err)
 			if !retryable(err) {
@@ -306,6 +312,10 @@ func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) e
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("slot %d: %w (last error: %v)", slot, ctx.Err(), err)
+		case <-moved: // a backup was promoted: look for it with short waits again
+			t.Stop()
+			backoff = c.cfg.backoff
+			continue
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)

@@ -30,6 +30,12 @@
 // followed as slots move. The Client refuses pull responses carrying
 // blocks of another slot.
 //
+// Detection (issue 34): with WithSuspectReporter, a call that fails at the
+// transport (Transport: refused, Unavailable naming no slot sentinel, a
+// deadline) is reported with its slot and address, one report in flight
+// per slot; the trainer agent sends it to Master.ReportSuspect. Probe is
+// the master's confirmation: a pull any live pserver answers at once.
+//
 // A Client is safe for concurrent use, but a trainer normally alternates
 // Pull and Push. Errors wrap wire's sentinels (ErrStale, ErrInvalid,
 // ErrNotHosted, ErrFenced) and keep their gRPC codes.

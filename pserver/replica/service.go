@@ -15,6 +15,13 @@ import (
 type Service struct {
 	pb.UnimplementedReplicaServer
 
+	// OnBroken, if set (before serving), is called in its own goroutine
+	// with the slot of a stream that ended without its primary closing it
+	// (its connection broke or was cancelled: the primary may be dead)
+	// while this node still backs the slot up; the node reports the
+	// primary to the master (master.Suspects), which probes it.
+	OnBroken func(job string, slot int32)
+
 	mu      sync.RWMutex
 	backups map[slotID]*Backup
 }
@@ -68,14 +75,19 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	recvDone := make(chan struct{})
 	go func() {
 		defer close(recvDone)
+		var last *pb.ReplicateRequest
 		for {
 			req, err := stream.Recv()
 			if err != nil {
 				if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 					fail(err)
 				}
+				if !errors.Is(err, io.EOF) && stream.Context().Err() != nil {
+					s.broken(last)
+				}
 				return
 			}
+			last = req
 			b := s.backup(req.GetJob(), req.GetSlot())
 			if b == nil {
 				fail(errorf(ErrWrongSlot, "this node holds no backup of job %q slot %d", req.GetJob(), req.GetSlot()))
@@ -117,6 +129,15 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	mu.Unlock()
 	wg.Wait()
 	return first
+}
+
+// broken calls OnBroken for the slot of req, the last request of a
+// stream that broke, if this node still backs it up.
+func (s *Service) broken(req *pb.ReplicateRequest) {
+	if s.OnBroken == nil || req == nil || s.backup(req.GetJob(), req.GetSlot()) == nil {
+		return
+	}
+	go s.OnBroken(req.GetJob(), req.GetSlot())
 }
 
 // Stream is a Peer over one Replicate stream of a backup: requests are

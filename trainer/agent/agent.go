@@ -43,6 +43,13 @@ type MasterAPI interface {
 	GetJob(ctx context.Context, req *pb.GetJobRequest) (*pb.GetJobResponse, error)
 }
 
+// SuspectReporter is a MasterAPI that also takes reports of a slot's
+// primary a trainer could not reach (master.Service.ReportSuspect): the
+// agent's trainers then report every such call (psclient.WithSuspectReporter).
+type SuspectReporter interface {
+	ReportSuspect(ctx context.Context, req *pb.ReportSuspectRequest) (*pb.ReportSuspectResponse, error)
+}
+
 // Config of the agent.
 type Config struct {
 	NodeID string
@@ -229,7 +236,16 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 		a.log.Warn("dataset not on this node: no trainer here", "job", spec.Name, "dir", dir, "err", err)
 		return
 	}
-	ps, err := psclient.NewClient(spec, id, &resolver{meta: a.meta}, psclient.WithDialOptions(a.cfg.DialOptions...))
+	opts := []psclient.ClientOption{psclient.WithDialOptions(a.cfg.DialOptions...)}
+	if r, ok := a.master.(SuspectReporter); ok {
+		// A failed call to a slot's primary is reported (issue 34: fast detection).
+		opts = append(opts, psclient.WithSuspectReporter(func(ctx context.Context, slot int32, addr string, err error) bool {
+			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error()})
+			a.log.Debug("suspect primary reported", "job", spec.Name, "slot", slot, "addr", addr, "verdict", out.GetVerdict(), "err", rerr)
+			return out.GetMoved()
+		}))
+	}
+	ps, err := psclient.NewClient(spec, id, &resolver{meta: a.meta}, opts...)
 	if err != nil {
 		a.log.Error("pserver client", "job", spec.Name, "err", err)
 		return

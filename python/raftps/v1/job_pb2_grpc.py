@@ -59,6 +59,11 @@ class MasterStub(object):
                 request_serializer=raftps_dot_v1_dot_job__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_job__pb2.JobEvent.FromString,
                 )
+        self.ReportSuspect = channel.unary_unary(
+                '/raftps.v1.Master/ReportSuspect',
+                request_serializer=raftps_dot_v1_dot_job__pb2.ReportSuspectRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_job__pb2.ReportSuspectResponse.FromString,
+                )
 
 
 class MasterServicer(object):
@@ -120,6 +125,14 @@ class MasterServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportSuspect(self, request, context):
+        """ReportSuspect reports a replicated slot's primary as suspect; the
+        master probes it and promotes a backup only if the probe fails.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -167,6 +180,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=raftps_dot_v1_dot_job__pb2.WatchJobRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_job__pb2.JobEvent.SerializeToString,
+            ),
+            'ReportSuspect': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSuspect,
+                    request_deserializer=raftps_dot_v1_dot_job__pb2.ReportSuspectRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_job__pb2.ReportSuspectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -328,5 +346,22 @@ class Master(object):
         return grpc.experimental.unary_stream(request, target, '/raftps.v1.Master/WatchJob',
             raftps_dot_v1_dot_job__pb2.WatchJobRequest.SerializeToString,
             raftps_dot_v1_dot_job__pb2.JobEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReportSuspect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/raftps.v1.Master/ReportSuspect',
+            raftps_dot_v1_dot_job__pb2.ReportSuspectRequest.SerializeToString,
+            raftps_dot_v1_dot_job__pb2.ReportSuspectResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
