@@ -83,9 +83,9 @@
 // a fitted axis, examples/s, the task queue, examples/s per trainer, the
 // fault timeline) share one time axis on one clock, the wall clock: job
 // events carry their proposer's wall time (package fsm/jobq), node and
-// leader changes this node's. Its replicas table shows each replicated
-// slot's primary, in-sync backups, epoch and lag, the copies per slot
-// with the master's reason when it chose them, and the slot's latest
-// PSERVER_PROMOTED event with how long the promotion took. While the cursor is off a chart its legend
-// shows the newest point.
+// leader changes this node's. While the cursor is off a chart its legend
+// shows the newest point. The job view's replicas table shows each
+// replicated slot's primary, in-sync backups, epoch and lag, the copies
+// per slot with the master's reason when it chose them, and the slot's
+// latest PSERVER_PROMOTED event with how long the promotion took.
 package dashboard
