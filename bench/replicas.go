@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,8 +35,10 @@ const (
 //     replicas 2 is served and pushed twice, beside the primary's;
 //   - push+pull throughput with replicas 2 against replicas 1, two jobs
 //     up at once driven by one psclient.Client each (a trainer's data
-//     path), interleaved in Pairs pairs, and the same per CPU-second of
-//     the three node processes (utime+stime from /proc);
+//     path, back to back), interleaved in Pairs pairs, and the same per
+//     CPU-second of the three node processes (utime+stime from /proc);
+//   - real trainers' throughput with replicas 2 against replicas 1, short
+//     sync jobs in Pairs pairs (replicaTraining), and per CPU-second;
 //   - slot 0's node SIGKILLed under a training job with replicas 2,
 //     timed to the PSERVER_PROMOTED of slot 0 (training resumes: the
 //     slot serves again with no restore), a fresh job per trial, the
@@ -68,6 +71,7 @@ func (r *runner) replicasSection(ctx context.Context, tmp string) {
 	defer admin.Close()
 	r.replicaMemory(ctx, c, admin)
 	r.replicaThroughput(ctx, c, admin)
+	r.replicaTraining(ctx, c, admin)
 	r.replicaFailover(ctx, c, admin)
 }
 
@@ -135,7 +139,9 @@ func (r *runner) replicaMemory(ctx context.Context, c *raftpsCluster, admin *cli
 		return
 	}
 	defer j.close()
-	if _, err := j.rounds(ctx, 2); err != nil {
+	slot := st.GetPservers()[0]
+	primary, backup := slot.GetNode(), slot.GetBackups()[0]
+	if _, err := j.rounds(ctx, 4); err != nil {
 		r.note(fmt.Sprintf("replicas memory: push+pull: %v", err))
 		return
 	}
@@ -144,11 +150,9 @@ func (r *runner) replicaMemory(ctx context.Context, c *raftpsCluster, admin *cli
 		r.note(fmt.Sprintf("replicas memory: %v", err))
 		return
 	}
-	slot := st.GetPservers()[0]
-	primary, backup := slot.GetNode(), slot.GetBackups()[0]
 	row.Ours = (after[backup] - before[backup]) / ReplicaMemParams
 	row.Base = (after[primary] - before[primary]) / ReplicaMemParams
-	row.Note = fmt.Sprintf("RSS growth of the backup's node process (%s) and the primary's (%s) from before the submit to after 2 push+pull rounds; the float32 values alone are 4 B/param; the primary's includes the client's pull responses",
+	row.Note = fmt.Sprintf("RSS growth of the backup's node process (%s) and the primary's (%s) from before the submit to after 4 push+pull rounds (Go heap: includes the received 4 B/param gradient messages and garbage not yet collected, up to GOGC's 2x of the live heap; the primary's, the client's pull responses); the float32 values alone are 4 B/param",
 		backup, primary)
 	r.logf("replicas memory: backup %s %+.0f MB, primary %s %+.0f MB", backup, (after[backup]-before[backup])/1e6, primary, (after[primary]-before[primary])/1e6)
 }
@@ -230,24 +234,31 @@ func (r *runner) replicaFailover(ctx context.Context, c *raftpsCluster, admin *c
 		trials, budget = 3, 4*time.Minute
 	}
 	s := promotedScenario()
-	var res []float64
+	// res[0]: slot 0's node not the leader (the promotion alone); res[1]:
+	// it was the leader too (an election first).
+	var res [2][]float64
 	notes := map[string]int{}
 	defer func() {
 		r.raw["replicas/failover"] = res
-		note := fmt.Sprintf("median of %d (wanted %d) %s; a fresh job per trial (a promotion leaves the slot no backup until re-replication)", len(res), trials, fmtSeconds(res))
-		if len(res) > 0 {
-			note += fmt.Sprintf("; spread %s-%s s", FormatValue(slices.Min(res)), FormatValue(slices.Max(res)))
+		for i, m := range []string{s.metric, strings.Replace(s.metric, "(R=2)", "(R=2, slot 0's node the leader)", 1)} {
+			note := fmt.Sprintf("median of %d %s", len(res[i]), fmtSeconds(res[i]))
+			if len(res[i]) > 0 {
+				note += fmt.Sprintf(", spread %s-%s s", FormatValue(slices.Min(res[i])), FormatValue(slices.Max(res[i])))
+			}
+			if i == 0 {
+				note += fmt.Sprintf(" (wanted %d); a fresh job per trial (a promotion leaves the slot no backup until re-replication)", trials)
+				for n, k := range notes {
+					note += fmt.Sprintf("; %s in %d", n, k)
+				}
+			}
+			r.add(Row{Section: "recovery in training", Metric: m, Unit: "s", Ours: Median(res[i]), Base: NA, Note: note})
 		}
-		for n, k := range notes {
-			note += fmt.Sprintf("; %s in %d", n, k)
-		}
-		r.add(Row{Section: "recovery in training", Metric: s.metric, Unit: "s", Ours: Median(res), Base: NA, Note: note})
 	}()
 	fctx, fcancel := context.WithCancel(ctx)
 	jobs := &recoveryJobs{r: r, c: c, ctx: ctx, fctx: fctx, fwg: new(sync.WaitGroup), slotReplicas: 2}
 	defer func() { fcancel(); jobs.fwg.Wait() }()
 	deadline := time.Now().Add(budget)
-	for attempt := 0; len(res) < trials && attempt < 2*trials && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
+	for attempt := 0; len(res[0]) < trials && attempt < 3*trials && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
 		if jobs.job != "" {
 			endJob(ctx, admin, jobs.job)
 		}
@@ -264,16 +275,104 @@ func (r *runner) replicaFailover(ctx context.Context, c *raftpsCluster, admin *c
 			notes["slot 0 had no backup yet, no kill"]++
 			continue
 		}
-		d, note, err := r.recoveryTrial(ctx, c, jobs.events, s, leader, st)
+		onLeader := 0
+		if !s.clean(leader, st, c) {
+			onLeader = 1
+		}
+		d, _, err := r.recoveryTrial(ctx, c, jobs.events, s, leader, st)
 		if err != nil {
 			r.logf("replicas failover trial: %v", err)
 			notes["failed: "+trimErr(err)]++
 			continue
 		}
-		r.logf("replicas failover trial %d: %.3f s %s", len(res)+1, d, note)
-		res = append(res, d)
-		if note != "" {
-			notes[note]++
+		r.logf("replicas failover trial %d (slot 0 on the leader: %v): %.3f s", attempt+1, onLeader == 1, d)
+		res[onLeader] = append(res[onLeader], d)
+	}
+}
+
+// ReplicaTrainRecords is the size of each job of the training throughput
+// pairs (one pass, tasks of 300 records, 2 slots, sync).
+const ReplicaTrainRecords = 60000
+
+// replicaTraining measures real trainers' throughput with replicas 2
+// against replicas 1: Pairs pairs of short sync mlp jobs (one pass of
+// ReplicaTrainRecords), the R = 2 job then the R = 1 job, each timed
+// from its first TASK_DONE to its last (the examples of the tasks after
+// the first, over that time), and per CPU-second of the node processes
+// from the first TASK_DONE to JOB_ENDED.
+func (r *runner) replicaTraining(ctx context.Context, c *raftpsCluster, admin *client.Client) {
+	var eps, perCPU [2][]float64 // 0: replicas 2 (ours), 1: replicas 1 (base)
+	defer func() {
+		r.raw["replicas/training"] = eps
+		r.raw["replicas/training_per_cpu"] = perCPU
+		note := fmt.Sprintf("3 trainers (one per node), mlp hidden 64, sync, 2 slots, %d records in tasks of 300, one job per side and pair", ReplicaTrainRecords)
+		r.add(pairRow(Row{Section: "replicas", Metric: "trainer throughput R=2 vs R=1", Unit: "examples/s", BaseName: "R=1", Note: note}, eps[0], eps[1]))
+		r.add(pairRow(Row{Section: "replicas", Metric: "trainer examples per CPU-second of the node processes R=2 vs R=1", Unit: "examples/CPU-s", BaseName: "R=1",
+			Note: "CPU: utime+stime of the 3 node processes (trainers, pservers, Raft) from the first TASK_DONE to JOB_ENDED (/proc)"}, perCPU[0], perCPU[1]))
+	}()
+	fctx, fcancel := context.WithCancel(ctx)
+	var fwg sync.WaitGroup
+	defer func() { fcancel(); fwg.Wait() }()
+	for p := 0; p < Pairs && ctx.Err() == nil; p++ {
+		for i, rep := range []int32{2, 1} {
+			tp, eff, err := r.trainingRun(ctx, fctx, &fwg, c, admin, fmt.Sprintf("bench-replica-train-r%d-%d", rep, p+1), rep)
+			if err != nil {
+				r.logf("replicas training R=%d pair %d: %v", rep, p+1, err)
+				tp, eff = NA, NA
+			}
+			r.logf("replicas training R=%d pair %d %8.1f examples/s %8.1f examples/CPU-s", rep, p+1, tp, eff)
+			eps[i] = append(eps[i], tp)
+			perCPU[i] = append(perCPU[i], eff)
 		}
 	}
+}
+
+// trainingRun runs one job of replicaTraining to its end and returns its
+// examples/s and examples per CPU-second.
+func (r *runner) trainingRun(ctx, fctx context.Context, fwg *sync.WaitGroup, c *raftpsCluster, admin *client.Client, job string, replicas int32) (float64, float64, error) {
+	defer endJob(ctx, admin, job)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := exec.CommandContext(sctx, r.cfg.Bin, "--endpoints", strings.Join(c.Endpoints(), ","), "job", "submit", "--name", job,
+		"--model", "mlp", "--hidden", "64", "--records", fmt.Sprint(ReplicaTrainRecords), "--records-per-task", "300", "--passes", "1",
+		"--pservers", "2", "--slot-replicas", fmt.Sprint(replicas), "--mode", "sync", "--checkpoint-steps", "1000", "--dataset", r.cfg.Dataset).CombinedOutput()
+	cancel()
+	if err != nil {
+		return NA, NA, fmt.Errorf("job submit: %v: %s", err, out)
+	}
+	l := newEventLog()
+	jctx, jcancel := context.WithCancel(fctx)
+	defer jcancel()
+	fwg.Add(1)
+	go func() { defer fwg.Done(); l.follow(jctx, c, job) }()
+	isDone := func(e *pb.JobEvent) bool { return e.Type == pb.JobEvent_TASK_DONE }
+	first := l.wait(ctx, 2*time.Minute, isDone)
+	if first == nil {
+		return NA, NA, fmt.Errorf("job %s: no task done within 2 min", job)
+	}
+	_, cpu0, err := procStats(c)
+	if err != nil {
+		return NA, NA, err
+	}
+	if l.wait(ctx, 5*time.Minute, func(e *pb.JobEvent) bool { return e.Type == pb.JobEvent_JOB_ENDED }) == nil {
+		return NA, NA, fmt.Errorf("job %s did not end within 5 min", job)
+	}
+	_, cpu1, err := procStats(c)
+	if err != nil {
+		return NA, NA, err
+	}
+	l.mu.Lock()
+	var examples int64
+	last := first
+	for _, e := range l.events {
+		if isDone(e) && e.Seq > first.Seq {
+			examples += e.Examples
+			last = e
+		}
+	}
+	l.mu.Unlock()
+	secs := time.Duration(last.UnixNano - first.UnixNano).Seconds()
+	if examples == 0 || secs <= 0 || cpu1 <= cpu0 {
+		return NA, NA, fmt.Errorf("job %s: %d examples after the first task in %.3f s", job, examples, secs)
+	}
+	return float64(examples) / secs, float64(examples) / (cpu1 - cpu0), nil
 }

@@ -103,8 +103,8 @@ const CapacitySlotReplicas = 2
 // admission: CapacitySlotReplicas ("capacity for 2") when at least that
 // many live (alive or suspect) pserver nodes exist and admit accepts the
 // job with that many copies of each slot, else jobspec.DefaultSlotReplicas
-// with the reason ("only 1 pserver node", "pserver budgets hold 1 copy of
-// each slot"). The decision is stored in the job's spec by the FSM, so
+// with the reason ("only 1 pserver node", "pserver budgets hold fewer
+// than 2 copies of each slot"). The decision is stored in the job's spec by the FSM, so
 // status, snapshots and restarts see the same choice; nothing recomputes it.
 func (s *Service) defaultReplicas(spec *pb.JobSpec) *pb.JobSpec {
 	if spec.GetReplicas() != 0 {
