@@ -258,7 +258,7 @@ func (r *runner) replicaFailover(ctx context.Context, c *raftpsCluster, admin *c
 	jobs := &recoveryJobs{r: r, c: c, ctx: ctx, fctx: fctx, fwg: new(sync.WaitGroup), slotReplicas: 2}
 	defer func() { fcancel(); jobs.fwg.Wait() }()
 	deadline := time.Now().Add(budget)
-	for attempt := 0; len(res[0]) < trials && attempt < 3*trials && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
+	for attempt := 0; len(res[0]) < trials && attempt < 6*trials && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
 		if jobs.job != "" {
 			endJob(ctx, admin, jobs.job)
 		}
@@ -278,6 +278,9 @@ func (r *runner) replicaFailover(ctx context.Context, c *raftpsCluster, admin *c
 		onLeader := 0
 		if !s.clean(leader, st, c) {
 			onLeader = 1
+			if len(res[1]) >= trials {
+				continue // enough of those: a new job, no kill
+			}
 		}
 		d, _, err := r.recoveryTrial(ctx, c, jobs.events, s, leader, st)
 		if err != nil {
