@@ -34,7 +34,16 @@
 //     interleaved in pairs; the ratio is TLS/plaintext;
 //   - recovery in training (raftps only): a trainer, the node of pserver
 //     slot 0 and the leader SIGKILLed under a running job, timed from the
-//     kill to the job's TASK_REQUEUED, PSERVER_RESTORED and TASK_DONE events;
+//     kill to the job's TASK_REQUEUED, PSERVER_RESTORED and TASK_DONE events
+//     (the jobs run with replicas 1: that row times the restore path);
+//   - replicas (issue 34, replicas.go; raftps only, a fresh 3-node
+//     cluster): memory per backup replica (RSS growth of the backup's
+//     node process per parameter, beside the primary's); push+pull with
+//     replicas 2 against replicas 1, two jobs up at once interleaved in
+//     pairs, and per CPU-second of the node processes (/proc); slot 0's
+//     node SIGKILLed under a replicas-2 training job, timed to its
+//     PSERVER_PROMOTED (median of 5 with the spread; a row of the
+//     recovery in training section, beside the R = 1 PSERVER_RESTORED one);
 //   - the Go benchmarks of pserver, pserver/checkpoint and trainer, run as
 //     `go test -bench` subprocesses and parsed (ParseGoBench);
 //   - where raftps' puts are behind etcd's, a CPU profile of raftstore's

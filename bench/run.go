@@ -26,7 +26,7 @@ type Config struct {
 	Dataset string
 	// Quick shortens the run (2 s per workload, 3 recovery trials, 1x Go benchmarks).
 	Quick bool
-	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "gobench", "profile", "scaling".
+	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "replicas", "gobench", "profile", "scaling".
 	Skip []string
 	// KeepData keeps the temp dir of the clusters' data and logs (its
 	// path is logged) instead of removing it.
@@ -114,6 +114,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if !r.skipped("training") {
 		r.trainingSection(ctx, tmp)
+	}
+	if !r.skipped("replicas") {
+		r.replicasSection(ctx, tmp) // replicas.go
 	}
 	if !r.skipped("gobench") {
 		r.goBenchSection(ctx)

@@ -31,16 +31,12 @@ type tlsCluster struct {
 	opts  []grpc.DialOption // the admin's (plaintext for --insecure)
 	eps   []string
 	pool  []Store
-	ps    *psclient.Client
-	spec  *pb.JobSpec
-	slots psclient.StaticResolver
-	grads map[string][]float32
-	dst   map[string][]float32
+	pp    *pushPullJob
 }
 
 func (c *tlsCluster) close() {
-	if c.ps != nil {
-		c.ps.Close()
+	if c.pp != nil {
+		c.pp.close()
 	}
 	for _, s := range c.pool {
 		s.Close()
@@ -169,35 +165,68 @@ func (r *runner) startTLSCluster(ctx context.Context, dir, name string) (*tlsClu
 // openPushPull submits an external-model job of PushPullTensors dense
 // tensors over 2 slots and opens a pserver client once both are served.
 func (c *tlsCluster) openPushPull(ctx context.Context, admin *client.Client, dataset string) error {
-	job := "bench-tls-" + c.name
+	j, _, err := openPushPullJob(ctx, admin, pushPullSpec("bench-tls-"+c.name, dataset, PushPullTensors, PushPullSize, 1), "bench-tls", c.opts...)
+	c.pp = j
+	return err
+}
+
+func (c *tlsCluster) pushPull(ctx context.Context, rounds int) (float64, error) {
+	if c.pp == nil {
+		return NA, fmt.Errorf("no pserver client")
+	}
+	return c.pp.rounds(ctx, rounds)
+}
+
+// pushPullSpec is an async external-model job of tensors dense tensors of
+// size float32 each (uniform in +-0.01, so every page is written) over 2
+// slots, with replicas copies of each slot (the security section: 1).
+func pushPullSpec(job, dataset string, tensors int, size int64, replicas int32) *pb.JobSpec {
 	spec := &pb.JobSpec{Name: job, Model: &pb.ModelSpec{Name: "external"},
 		Dataset:        &pb.DatasetSpec{Path: dataset, Records: 60000},
 		RecordsPerTask: 1000, BatchSize: 64, Passes: 1, NumPservers: 2, Mode: pb.UpdateMode_UPDATE_MODE_ASYNC,
-		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.01}}
-	for i := range PushPullTensors {
-		spec.Params = append(spec.Params, &pb.ParamSpec{Name: fmt.Sprintf("p%d", i), Shape: []int64{PushPullSize}, Init: pb.Initializer_INIT_ZEROS})
+		Optimizer: &pb.OptimizerSpec{Name: "sgd", LearningRate: 0.01}, Replicas: replicas}
+	for i := range tensors {
+		spec.Params = append(spec.Params, &pb.ParamSpec{Name: fmt.Sprintf("p%d", i), Shape: []int64{size}, Init: pb.Initializer_INIT_UNIFORM, Scale: 0.01})
 	}
+	return spec
+}
+
+// pushPullJob is a job driven by one psclient.Client, as a trainer drives
+// it: a round pushes a gradient (zeros) of every tensor and pulls every
+// tensor back.
+type pushPullJob struct {
+	ps    *psclient.Client
+	grads map[string][]float32
+	dst   map[string][]float32
+}
+
+// openPushPullJob submits spec and opens a pserver client (as trainer)
+// once every slot is served and, for replicas >= 2, every slot's replica
+// record names replicas-1 in-sync backups; it returns the job's status
+// then.
+func openPushPullJob(ctx context.Context, admin *client.Client, spec *pb.JobSpec, trainer string, opts ...grpc.DialOption) (*pushPullJob, *pb.JobStatus, error) {
+	job := spec.GetName()
 	if _, err := admin.Master.SubmitJob(ctx, &pb.SubmitJobRequest{Spec: spec}); err != nil {
-		return fmt.Errorf("submit %s: %w", job, err)
+		return nil, nil, fmt.Errorf("submit %s: %w", job, err)
 	}
 	var st *pb.GetJobResponse
 	for {
 		var err error
 		st, err = admin.Master.GetJob(ctx, &pb.GetJobRequest{Name: job})
-		served := 0
+		ready := 0
 		if err == nil {
 			for _, p := range st.GetStatus().GetPservers() {
-				if p.GetAddr() != "" {
-					served++
+				if p.GetAddr() != "" && len(p.GetBackups()) >= int(st.GetStatus().GetSpec().GetReplicas())-1 {
+					ready++
 				}
 			}
 		}
-		if served == 2 {
+		if ready == int(spec.GetNumPservers()) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("job %s: slots not served: %v: %w", job, err, ctx.Err())
+			return nil, nil, fmt.Errorf("job %s: slots not served (with their backups): %v: %w", job, err, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -205,36 +234,34 @@ func (c *tlsCluster) openPushPull(ctx context.Context, admin *client.Client, dat
 	for _, p := range st.GetStatus().GetPservers() {
 		slots[p.GetIndex()] = p.GetAddr()
 	}
-	ps, err := psclient.NewClient(st.GetStatus().GetSpec(), "bench-tls", slots, psclient.WithDialOptions(c.opts...))
+	ps, err := psclient.NewClient(st.GetStatus().GetSpec(), trainer, slots, psclient.WithDialOptions(opts...))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	c.ps, c.dst, c.spec, c.slots = ps, ps.NewParams(), st.GetStatus().GetSpec(), slots
-	c.grads = map[string][]float32{}
-	for k, v := range c.dst {
-		c.grads[k] = make([]float32, len(v))
+	j := &pushPullJob{ps: ps, dst: ps.NewParams(), grads: map[string][]float32{}}
+	for k, v := range j.dst {
+		j.grads[k] = make([]float32, len(v))
 	}
-	return nil
+	return j, st.GetStatus(), nil
 }
 
-// pushPull times rounds of Push (zeros) + Pull and returns MB/s of
+func (j *pushPullJob) close() { j.ps.Close() }
+
+// rounds times n rounds of Push (zeros) + Pull and returns MB/s of
 // float32 bytes moved (2 x 4 x params per round).
-func (c *tlsCluster) pushPull(ctx context.Context, rounds int) (float64, error) {
-	if c.ps == nil {
-		return NA, fmt.Errorf("no pserver client")
-	}
+func (j *pushPullJob) rounds(ctx context.Context, n int) (float64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var n int
-	for _, v := range c.grads {
-		n += len(v)
+	var params int
+	for _, v := range j.grads {
+		params += len(v)
 	}
 	start := time.Now()
-	for range rounds {
-		if err := c.ps.Push(cctx, &psclient.Grads{Dense: c.grads, Examples: 1}); err != nil {
+	for range n {
+		if err := j.ps.Push(cctx, &psclient.Grads{Dense: j.grads, Examples: 1}); err != nil {
 			return NA, err
 		}
-		if err := c.ps.Pull(cctx, c.dst); err != nil {
+		if err := j.ps.Pull(cctx, j.dst); err != nil {
 			return NA, err
 		}
 	}
@@ -242,5 +269,5 @@ func (c *tlsCluster) pushPull(ctx context.Context, rounds int) (float64, error) 
 	if s <= 0 {
 		return math.NaN(), nil
 	}
-	return float64(2*4*n*rounds) / 1e6 / s, nil
+	return float64(2*4*params*n) / 1e6 / s, nil
 }

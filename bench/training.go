@@ -327,6 +327,9 @@ type recoveryJobs struct {
 	n      int
 	job    string
 	events *eventLog // job's events
+	// slotReplicas is the jobs' JobSpec.replicas (0: 1, the restore path
+	// the pserver scenario times; replicas.go sets 2).
+	slotReplicas int32
 }
 
 // submit submits a new job, follows its events, and waits (90 s at most)
@@ -334,6 +337,9 @@ type recoveryJobs struct {
 func (j *recoveryJobs) submit() error {
 	j.n++
 	j.job = fmt.Sprintf("bench-recovery-%d", j.n)
+	if j.slotReplicas > 1 {
+		j.job = fmt.Sprintf("bench-recovery-r%d-%d", j.slotReplicas, j.n)
+	}
 	ctx, c, r, job := j.ctx, j.c, j.r, j.job
 	leader, err := c.Leader(ctx)
 	if err != nil {
@@ -343,7 +349,7 @@ func (j *recoveryJobs) submit() error {
 	defer cancel()
 	out, err := exec.CommandContext(sctx, r.cfg.Bin, "--endpoints", c.grpc[leader], "job", "submit", "--name", job,
 		"--model", "mlp", "--hidden", "64", "--records", "60000", "--records-per-task", "500", "--passes", "10",
-		"--pservers", "2", "--mode", "sync", "--checkpoint-steps", "20", "--dataset", r.cfg.Dataset).CombinedOutput()
+		"--pservers", "2", "--slot-replicas", fmt.Sprint(max(j.slotReplicas, 1)), "--mode", "sync", "--checkpoint-steps", "20", "--dataset", r.cfg.Dataset).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("job submit: %v: %s", err, out)
 	}

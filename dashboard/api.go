@@ -240,9 +240,15 @@ type jobView struct {
 	Metrics     []passView       `json:"metrics"`
 	Checkpoints []checkpointView `json:"checkpoints"`
 	Restores    []restoreView    `json:"restores"`
-	EventsSeq   int64            `json:"events_seq"`
-	Submitted   int64            `json:"submitted"`
-	Finished    int64            `json:"finished,omitempty"`
+	// Replicas is the spec's copies per slot and ReplicasDefault the
+	// master's reason when it chose them; ReplicaSlots the slots with a
+	// replica record (replicas.go).
+	Replicas        int32         `json:"replicas"`
+	ReplicasDefault string        `json:"replicas_default,omitempty"`
+	ReplicaSlots    []replicaView `json:"replica_slots"`
+	EventsSeq       int64         `json:"events_seq"`
+	Submitted       int64         `json:"submitted"`
+	Finished        int64         `json:"finished,omitempty"`
 }
 
 // modelText describes a job's model for people: "mlp, hidden 128-64",
@@ -295,7 +301,9 @@ func newJobView(j *pb.JobStatus) jobView {
 	if s := j.Spec; s != nil {
 		v.Passes, v.Target, v.Mode, v.NumPservers = s.Passes, s.TargetAccuracy, lowerEnum(s.Mode.String(), "UPDATE_MODE_"), s.NumPservers
 		v.Model = modelText(s)
+		v.Replicas, v.ReplicasDefault = s.Replicas, s.ReplicasDefault
 	}
+	v.ReplicaSlots = replicaViews(j)
 	if all := j.TotalTasks * int64(max(v.Passes, 1)); all > 0 {
 		done := int64(j.Pass)*j.TotalTasks + j.Done // pass is 0-based
 		if j.State == pb.JobState_JOB_SUCCEEDED {
@@ -420,6 +428,7 @@ func (d *Dashboard) getJob(ctx context.Context, name string) (*jobView, error) {
 		return nil, err
 	}
 	v := newJobView(resp.Status)
+	d.fillLag(ctx, &v)
 	return &v, nil
 }
 

@@ -233,7 +233,8 @@ func TestBrowserDashboard(t *testing.T) {
 		"job", "submit", "--name", browserJob,
 		"--records", fmt.Sprint(browserRecords), "--records-per-task", fmt.Sprint(browserPerTask),
 		"--passes", fmt.Sprint(browserPasses), "--pservers", fmt.Sprint(browserPservers), "--hidden", "32",
-		"--checkpoint-steps", "20", "--replicas", "2", "--target-accuracy", "0")
+		"--checkpoint-steps", "20", "--replicas", "2", "--target-accuracy", "0",
+		"--slot-replicas", "1") // restores after the kill, not promotions (TestBrowserReplicaView has those)
 	submit.Dir = root
 	if out, err := submit.CombinedOutput(); err != nil {
 		t.Fatalf("job submit: %v\n%s", err, out)
@@ -254,26 +255,7 @@ func TestBrowserDashboard(t *testing.T) {
 	// certificate from its NSS database, picked by a managed policy.
 	autoSelectClientCert(t, admin.CA)
 	browserOpts := func(name string, files security.Files) []chromedp.ExecAllocatorOption {
-		dir := filepath.Join(tmp, name)
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		return []chromedp.ExecAllocatorOption{
-			chromedp.ExecPath(chrome),
-			chromedp.Env("HOME=" + browserHome(t, dir, files)),
-			chromedp.Flag("headless", true),
-			chromedp.NoSandbox,
-			chromedp.DisableGPU,
-			chromedp.Flag("disable-quic", true),
-			chromedp.NoFirstRun,
-			chromedp.NoDefaultBrowserCheck,
-			chromedp.Flag("disable-background-networking", true),
-			chromedp.Flag("disable-component-update", true),
-			chromedp.Flag("disable-sync", true),
-			chromedp.Flag("disable-dev-shm-usage", true),
-			chromedp.UserDataDir(filepath.Join(dir, "chromium-profile")),
-			chromedp.WindowSize(1400, 1000),
-		}
+		return browserOptions(t, chrome, filepath.Join(tmp, name), files)
 	}
 	opts := browserOpts("browser-admin", admin)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
@@ -871,5 +853,30 @@ func checkShownTimes(t *testing.T, p page, arrived map[int64]time.Time, resumed,
 	t.Logf("%d events arrived more than 3 s after the leaderless period (and not within 5 s after the kill); the farthest shown time was %.0f ms from its arrival", checked, worst)
 	if checked < 10 {
 		t.Errorf("only %d events arrived after the leaderless period", checked)
+	}
+}
+
+// browserOptions are headless Chromium's options for a browser whose
+// profile and home are under dir (made here), presenting files' client
+// certificate.
+func browserOptions(t *testing.T, chrome, dir string, files security.Files) []chromedp.ExecAllocatorOption {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chrome),
+		chromedp.Env("HOME=" + browserHome(t, dir, files)),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(filepath.Join(dir, "chromium-profile")),
+		chromedp.WindowSize(1400, 1000),
 	}
 }

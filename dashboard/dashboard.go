@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,10 @@ type Config struct {
 	Logger *slog.Logger
 	// DialOptions are added to the client's (TLS credentials).
 	DialOptions []grpc.DialOption
+	// MetricsTLS, if set, is the TLS client configuration for a member's
+	// /metrics at host serverName (the replicated slots' lag): the members
+	// serve their HTTP port over mutual TLS (--http-tls). Nil reads http.
+	MetricsTLS func(serverName string) *tls.Config
 }
 
 // Request timeouts: an API call; one member's Status and the slot read of
@@ -72,6 +77,9 @@ type Dashboard struct {
 
 	mu      sync.Mutex
 	members map[string]*client.Client // gRPC address -> client, for Status per member
+
+	metrics       *http.Client // members' /metrics (replicas.go)
+	metricsScheme string
 }
 
 // New returns a dashboard reading the cluster through cfg.Endpoints. It
@@ -90,6 +98,7 @@ func New(cfg Config) (*Dashboard, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dashboard{cfg: cfg, log: cfg.Logger, cl: cl, assets: Assets(), events: newClusterLog(512),
 		ctx: ctx, cancel: cancel, members: map[string]*client.Client{}}
+	d.metrics, d.metricsScheme = newMetricsClient(cfg.MetricsTLS)
 	d.routes()
 	d.wg.Add(1)
 	go func() {

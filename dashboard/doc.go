@@ -15,7 +15,11 @@
 // slot keys and Lease.LeaseTimeToLive. Any node answers: those RPCs follow
 // the leader on the server side (linearizable reads, forwarded writes).
 // The Raft state of every member is asked of that member (Cluster.Status
-// on its gRPC address, failing fast, 300 ms bound). Node deaths and leader changes are
+// on its gRPC address, failing fast, 300 ms bound). A replicated slot's
+// replication lag (raftps_pserver_replication_lag_updates, issue 34) is
+// read from its primary node's /metrics (HTTP address from Members; over
+// mutual TLS with the node's certificate when it serves --http-tls,
+// Config.MetricsTLS; 300 ms bound, unknown if it does not answer). Node deaths and leader changes are
 // not job events: a cluster watcher polls Members and Status every 250 ms
 // and keeps the last 512 changes in memory (lost when the node restarts).
 //
@@ -26,7 +30,8 @@
 //	GET  /api/cluster                          members, Raft state per member, slot placement with leases
 //	GET  /api/cluster/events                   server-sent events: "cluster" (a node or leader change)
 //	GET  /api/jobs                             every job
-//	GET  /api/jobs/{job}                       one job with its checkpoints and restores
+//	GET  /api/jobs/{job}                       one job with its checkpoints, restores and replicated
+//	                                           slots (primary, in-sync backups, epoch, lag)
 //	GET  /api/jobs/{job}/events                server-sent events: "job" (a JobEvent), "status"
 //	                                           (the job, at most once a second when it changed),
 //	                                           "cluster" (a node or leader change)
@@ -79,5 +84,8 @@
 // fault timeline) share one time axis on one clock, the wall clock: job
 // events carry their proposer's wall time (package fsm/jobq), node and
 // leader changes this node's. While the cursor is off a chart its legend
-// shows the newest point.
+// shows the newest point. The job view's replicas table shows each
+// replicated slot's primary, in-sync backups, epoch and lag, the copies
+// per slot with the master's reason when it chose them, and the slot's
+// latest PSERVER_PROMOTED event with how long the promotion took.
 package dashboard

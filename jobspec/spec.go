@@ -35,12 +35,16 @@ const (
 	DefaultNumVirtualShards   = 64
 	DefaultDenseBlockSize     = 65536
 	DefaultCheckpointReplicas = 2
-	// DefaultSlotReplicas is JobSpec.replicas when unset: one copy of each
-	// pserver slot (the lease handover and checkpoint restore of
-	// pserver/DESIGN.md).
+	// DefaultSlotReplicas is JobSpec.replicas when unset and the master
+	// did not choose (it picks 2 when the live pserver nodes have the
+	// capacity, master/admission.go): one copy of each pserver slot (the
+	// lease handover and checkpoint restore of pserver/DESIGN.md).
 	DefaultSlotReplicas = 1
 	// MaxSlotReplicas bounds JobSpec.replicas (a primary and two backups).
 	MaxSlotReplicas = 3
+	// MaxReplicasDefault bounds JobSpec.replicas_default, the master's
+	// reason for the replicas it chose (bytes).
+	MaxReplicasDefault = 128
 
 	// MaxRecords bounds dataset.records and records_per_task. With it the
 	// record range of every task, [id*records_per_task, ...), fits an int64.
@@ -279,10 +283,16 @@ func ValidateSpec(in *pb.JobSpec) (*pb.JobSpec, error) {
 		return nil, invalid("num_pservers", "must be in [1, %d], got %d", MaxPservers, p)
 	}
 	if s.Replicas == 0 {
-		s.Replicas = DefaultSlotReplicas
+		// The master fills replicas and replicas_default at admission
+		// (master/admission.go); a spec that reaches here without it gets
+		// DefaultSlotReplicas and no reason.
+		s.Replicas, s.ReplicasDefault = DefaultSlotReplicas, ""
 	}
 	if r := s.Replicas; r < 1 || r > MaxSlotReplicas {
 		return nil, invalid("replicas", "must be in [1, %d], got %d", MaxSlotReplicas, r)
+	}
+	if n := len(s.ReplicasDefault); n > MaxReplicasDefault {
+		return nil, invalid("replicas_default", "must be at most %d bytes, got %d", MaxReplicasDefault, n)
 	}
 	if _, ok := pb.UpdateMode_name[int32(s.Mode)]; !ok {
 		return nil, invalid("mode", "unknown value %d", s.Mode)

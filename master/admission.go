@@ -7,6 +7,7 @@ import (
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/jobspec"
+	"google.golang.org/protobuf/proto"
 )
 
 // ErrNoCapacity: a job does not fit in the memory the cluster's live
@@ -89,4 +90,62 @@ func (s *Service) admit(spec *pb.JobSpec) error {
 			ErrNoCapacity, spec.GetName(), need.Trainer, trNodes, trMax)
 	}
 	return nil
+}
+
+// CapacitySlotReplicas is JobSpec.replicas for a submission that leaves it
+// 0 when the live pserver nodes have the capacity for it (defaultReplicas);
+// jobspec.DefaultSlotReplicas (1) otherwise.
+const CapacitySlotReplicas = 2
+
+// defaultReplicas returns spec unchanged when it sets replicas (with
+// replicas_default cleared: it is the master's to write), else a copy with
+// replicas and replicas_default decided from the live members, once, at
+// admission: CapacitySlotReplicas ("capacity for 2") when at least that
+// many live (alive or suspect) pserver nodes exist and admit accepts the
+// job with that many copies of each slot, else jobspec.DefaultSlotReplicas
+// with the reason ("only 1 pserver node", "pserver budgets hold fewer
+// than 2 copies of each slot"). The decision is stored in the job's spec by the FSM, so
+// status, snapshots and restarts see the same choice; nothing recomputes it.
+func (s *Service) defaultReplicas(spec *pb.JobSpec) *pb.JobSpec {
+	if spec.GetReplicas() != 0 {
+		if spec.GetReplicasDefault() == "" {
+			return spec
+		}
+		out := proto.Clone(spec).(*pb.JobSpec)
+		out.ReplicasDefault = ""
+		return out
+	}
+	out := proto.Clone(spec).(*pb.JobSpec)
+	out.Replicas, out.ReplicasDefault = jobspec.DefaultSlotReplicas, s.replicasShortfall(out)
+	if out.ReplicasDefault == "" {
+		out.Replicas, out.ReplicasDefault = CapacitySlotReplicas, fmt.Sprintf("capacity for %d", CapacitySlotReplicas)
+	}
+	return out
+}
+
+// replicasShortfall says why spec cannot get CapacitySlotReplicas copies of
+// each slot, or "" when it can.
+func (s *Service) replicasShortfall(spec *pb.JobSpec) string {
+	var n int
+	if s.members != nil {
+		for _, m := range s.members.Members() {
+			if (m.Status == gossip.StatusAlive || m.Status == gossip.StatusSuspect) && m.Meta.HasRole(gossip.RolePServer) {
+				n++
+			}
+		}
+	}
+	switch {
+	case n == 0:
+		return "no live pserver node"
+	case n == 1:
+		return "only 1 pserver node"
+	case n < CapacitySlotReplicas:
+		return fmt.Sprintf("only %d pserver nodes", n)
+	}
+	try := proto.Clone(spec).(*pb.JobSpec)
+	try.Replicas = CapacitySlotReplicas
+	if err := s.admit(try); err != nil {
+		return fmt.Sprintf("pserver budgets hold fewer than %d copies of each slot", CapacitySlotReplicas)
+	}
+	return ""
 }

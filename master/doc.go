@@ -81,7 +81,12 @@
 // the need and the capacity (admission.go: the slots packing whole into the
 // pserver budgets, Σ floor(budget / slot share) >= slots; the dense model
 // and gradients within the largest trainer budget; a kind of node that no
-// live member announces a budget for is not checked).
+// live member announces a budget for is not checked). A spec that leaves
+// replicas 0 gets 2 when at least two live pserver nodes exist and the
+// job passes admission with two copies of each slot, else 1; the choice
+// and its reason (JobSpec.replicas_default, "capacity for 2", "only 1
+// pserver node") are written into the spec before the Raft command, so
+// they are decided once and kept through snapshots and restarts.
 //
 // ReportSuspect (suspect.go; issue 34) takes reports of a replicated
 // slot's suspect primary (a trainer's failed call, a backup's broken

@@ -97,6 +97,9 @@ func (s *Service) SubmitJob(ctx context.Context, req *pb.SubmitJobRequest) (*pb.
 			return nil, rpctypes.ToStatus(fmt.Errorf("%w: %w", fsm.ErrInvalid, err))
 		}
 	}
+	if spec := s.defaultReplicas(req.Spec); spec != req.Spec { // admission.go
+		req = &pb.SubmitJobRequest{Spec: spec}
+	}
 	if err := s.admit(req.Spec); err != nil { // admission.go
 		return nil, rpctypes.ToStatus(err) // wraps ErrNoCapacity: ResourceExhausted
 	}

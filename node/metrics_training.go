@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"sync"
 
@@ -52,8 +53,12 @@ func (n *Node) dashboardHandler() http.Handler {
 	// certificate. Over --http-tls (mutual TLS) it authorises each request
 	// by the role of the user's certificate; a request without one (the
 	// HTTP port in plaintext) may read only.
-	d, err := dashboard.New(dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: dashboardVerify(n.ckpt.Verify),
-		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")})
+	dcfg := dashboard.Config{Endpoints: []string{n.advertised(n.GRPCAddr())}, Verify: dashboardVerify(n.ckpt.Verify),
+		ReadOnly: n.tls != nil, DialOptions: n.dial, Logger: n.log.With("component", "dashboard")}
+	if n.cfg.HTTPTLS { // the members' /metrics are mutual TLS too: ask with this node's certificate
+		dcfg.MetricsTLS = func(host string) *tls.Config { return n.tls.ClientConfig(host) }
+	}
+	d, err := dashboard.New(dcfg)
 	if err != nil {
 		n.log.Error("dashboard", "err", err)
 		return http.NotFoundHandler()

@@ -856,12 +856,21 @@ type JobSpec struct {
 	TargetAccuracy float64 `protobuf:"fixed64,21,opt,name=target_accuracy,json=targetAccuracy,proto3" json:"target_accuracy,omitempty"`
 	// replicas is the number of nodes holding each pserver slot, the
 	// primary included (pserver/DESIGN.md, "Replicated slots"): 1 to 3,
-	// at most the number of live pserver nodes (default 1). With 2 or more,
+	// at most the number of live pserver nodes (0: the master picks 2 when
+	// the live pserver nodes have the capacity, else 1; see
+	// replicas_default). With 2 or more,
 	// a slot's backups apply every update before the trainer is answered,
 	// and the death of the primary's node costs a promotion, not a restore.
-	Replicas      int32 `protobuf:"varint,22,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicas int32 `protobuf:"varint,22,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// replicas_default says why the master chose replicas for a submission
+	// that left it 0 (master/admission.go): "capacity for 2" (the live
+	// pserver nodes could take two copies of every slot on distinct nodes)
+	// or why not, e.g. "only 1 pserver node". Decided once, at admission,
+	// and kept in the job's spec; empty when the submitter set replicas.
+	// Output only: the master overwrites what a submission carries.
+	ReplicasDefault string `protobuf:"bytes,23,opt,name=replicas_default,json=replicasDefault,proto3" json:"replicas_default,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1046,6 +1055,13 @@ func (x *JobSpec) GetReplicas() int32 {
 		return x.Replicas
 	}
 	return 0
+}
+
+func (x *JobSpec) GetReplicasDefault() string {
+	if x != nil {
+		return x.ReplicasDefault
+	}
+	return ""
 }
 
 type Task struct {
@@ -3098,7 +3114,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x1c\n" +
 	"\tembedding\x18\x03 \x01(\bR\tembedding\x12*\n" +
 	"\x04init\x18\x04 \x01(\x0e2\x16.raftps.v1.InitializerR\x04init\x12\x14\n" +
-	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\xf3\x06\n" +
+	"\x05scale\x18\x05 \x01(\x01R\x05scale\"\x9e\a\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x05model\x18\x02 \x01(\v2\x14.raftps.v1.ModelSpecR\x05model\x120\n" +
@@ -3125,7 +3141,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x06params\x18\x13 \x03(\v2\x14.raftps.v1.ParamSpecR\x06params\x12(\n" +
 	"\x10dense_block_size\x18\x14 \x01(\x03R\x0edenseBlockSize\x12'\n" +
 	"\x0ftarget_accuracy\x18\x15 \x01(\x01R\x0etargetAccuracy\x12\x1a\n" +
-	"\breplicas\x18\x16 \x01(\x05R\breplicas\"\xb3\x03\n" +
+	"\breplicas\x18\x16 \x01(\x05R\breplicas\x12)\n" +
+	"\x10replicas_default\x18\x17 \x01(\tR\x0freplicasDefault\"\xb3\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
 	"\x05begin\x18\x02 \x01(\x03R\x05begin\x12\x10\n" +

@@ -28,6 +28,9 @@
 //   - tls: mutual TLS against plaintext (puts, pserver push+pull);
 //   - training: trainer, pserver-node and leader SIGKILLs in a running job
 //     (time to requeue, restore, next finished task);
+//   - replicas: replicated pserver slots (issue 34): memory per backup
+//     replica, push+pull with 2 replicas against 1 (and per CPU-second),
+//     slot-node SIGKILL to the promotion of its backup;
 //   - gobench: the Go benchmarks of pserver, checkpoint and trainer turned
 //     into ratios (push+pull vs gRPC echo and raw TCP, checkpoint write vs
 //     a plain write+fsync, trainer+pserver vs in-process);

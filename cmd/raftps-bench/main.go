@@ -88,7 +88,7 @@ shortens every measurement.`,
 	f.BoolVar(&quick, "quick", false, "shorter run: 2 s per workload, 3 recovery trials, 1x Go benchmarks")
 	f.StringVar(&root, "root", "", "module root, where the Go benchmarks run (default: the go.mod above the working directory)")
 	f.StringVar(&out, "out", "", "results directory (default <root>/bench/results)")
-	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, etcdclient, failover, tls, training, gobench, profile, scaling")
+	f.StringSliceVar(&skip, "skip", nil, "sections to skip: kv, etcdclient, failover, tls, training, replicas, gobench, profile, scaling")
 	f.StringVar(&dataset, "dataset", "", "Fashion-MNIST directory of the training job (default <root>/datasets/fashion-mnist)")
 	f.BoolVar(&keep, "keep-data", false, "keep the clusters' data dirs and logs (the temp dir is printed)")
 	f.StringVar(&binaryPath, "bin", "", "raftps binary started as the nodes (default <root>/bin/raftps, built by make build)")

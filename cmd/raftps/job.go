@@ -65,7 +65,7 @@ func (s *specFlags) register(c *cobra.Command) {
 	f.Int64Var(&s.ckptSeconds, "checkpoint-seconds", 0, "checkpoint every T seconds (0: off)")
 	f.Int32Var(&s.keepMax, "keep-max", 3, "checkpoint versions kept (0: all)")
 	f.Int32Var(&s.replicas, "replicas", 2, "nodes holding each checkpoint blob")
-	f.Int32Var(&s.slotReplicas, "slot-replicas", 0, "nodes holding each pserver slot, its primary included: 2 or 3 survive a pserver node's death without a restore (0: the server's default, 1)")
+	f.Int32Var(&s.slotReplicas, "slot-replicas", 0, "nodes holding each pserver slot, its primary included: 2 or 3 survive a pserver node's death without a restore (0: the master's default, 2 when the live pserver nodes have the capacity, else 1)")
 	f.Int64Var(&s.seed, "seed", 1, "seed of initializers and shuffling")
 	f.Float64Var(&s.target, "target-accuracy", 0.85, "test accuracy the job is expected to reach")
 }
@@ -424,13 +424,22 @@ func jobState(s pb.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_"))
 }
 
+// replicasDefault is " (default: <reason>)" when the master chose the
+// job's replicas (JobSpec.replicas_default), else "".
+func replicasDefault(s *pb.JobSpec) string {
+	if d := s.GetReplicasDefault(); d != "" {
+		return " (default: " + d + ")"
+	}
+	return ""
+}
+
 func printJobStatus(w io.Writer, j *pb.JobStatus) {
 	fmt.Fprintf(w, "job %s: %s, pass %d\n", j.Name, jobState(j.State), j.Pass)
 	fmt.Fprintf(w, "tasks: todo %d, pending %d, done %d, failed %d (total %d; requeued %d, timeouts %d)\n",
 		j.Todo, j.Pending, j.Done, j.Failed, j.TotalTasks, j.Requeued, j.Timeouts)
 	fmt.Fprintf(w, "trainers: %s\n", strings.Join(j.Trainers, ", "))
 	if r := j.GetSpec().GetReplicas(); r > 0 {
-		fmt.Fprintf(w, "replicas: %d per pserver slot\n", r)
+		fmt.Fprintf(w, "replicas: %d per pserver slot%s\n", r, replicasDefault(j.GetSpec()))
 	}
 	for _, p := range j.Pservers {
 		fmt.Fprintf(w, "pserver slot %d: node %s at %s (incarnation %d)", p.Index, p.Node, p.Addr, p.Incarnation)

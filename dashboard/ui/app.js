@@ -195,6 +195,7 @@ function newJobState(name) {
     clusterTL: [], // node and leader changes: {wall (ms), cat, label}
     recent: [], // examples in the rate window: {t, n}
     log: [], // notable events, newest last
+    promotions: {}, // slot -> its latest pserver_promoted: {t (s), node, took, message}
     status: null,
     pending: [], // live events waiting for a render, for latency
     dirty: false,
@@ -221,6 +222,7 @@ function jobView(name) {
       <section><h2>pservers</h2><table id="pservers"></table><h2 style="margin-top:10px">trainers</h2><div id="trainers"></div></section>
       <section><h2>Restores</h2><table id="restores"></table></section>
     </div>
+    <section><h2>Replicas</h2><div id="replicas-note"></div><table id="replicas"></table></section>
     <section><h2>Checkpoints</h2><table id="checkpoints"></table></section>
     <section><h2>Events</h2><table id="log"></table></section>`;
   makeJobCharts(st);
@@ -381,6 +383,13 @@ function onJobEvent(st, e) {
       if (/rolled back/.test(e.message)) addTimeline(st, t, 4, `rollback: ${e.message}`);
       else addTimeline(st, t, 3, `restore: ${e.message}`);
       break;
+    case "pserver_promoted": {
+      // "slot 0 on n2: backup promoted at epoch 9, version 120, step 60, in 35ms (no restore, no rollback)"
+      const m = /^slot (\d+) on ([^:]+):.* in (\S+) \(/.exec(e.message || "");
+      if (m) st.promotions[m[1]] = { t, node: m[2], took: m[3], message: e.message };
+      st.log.push({ t, label: `promotion: ${e.message}` });
+      break;
+    }
     case "checkpoint_committed":
       st.timeline.push({ t, cat: 5, label: e.message });
       break;
@@ -473,6 +482,7 @@ function renderJobTables(st) {
     (s.message ? `<div class="card"><div class="k">message</div><div class="v" style="font-size:13px">${esc(s.message)}</div></div>` : "");
   $("#pservers").innerHTML = `<tr><th>slot</th><th>node</th><th>address</th><th>incarnation</th></tr>` +
     s.pservers.map((p) => `<tr><td>${p.slot}</td><td>${esc(p.node)}</td><td>${esc(p.addr)}</td><td>${p.incarnation}</td></tr>`).join("");
+  renderReplicas(st);
   $("#trainers").textContent = s.trainers.length ? s.trainers.join(", ") : "none";
   $("#restores").innerHTML = `<tr><th>time</th><th>slot</th><th>version</th><th>md5</th><th>source</th><th>reason</th></tr>` +
     s.restores.map((r) => `<tr><td>${fmtTime(r.time)}</td><td>${r.slot}</td><td>${fmtVersion(r.version)}</td><td class="md5">${esc(r.md5)}</td><td>${esc(r.source)}</td><td class="wrap">${esc(r.reason)}</td></tr>`).join("");
@@ -495,6 +505,21 @@ function renderJobTables(st) {
   });
   $("#log").innerHTML = `<tr><th>time</th><th>event</th></tr>` +
     st.log.slice().sort((a, b) => logTime(st, a) - logTime(st, b)).slice(-40).reverse().map((l) => `<tr><td>${fmtTime(logTime(st, l))}</td><td class="wrap">${esc(l.label)}</td></tr>`).join("");
+}
+
+// renderReplicas shows each replicated slot's primary, in-sync backups,
+// epoch and replication lag (from the status), and its latest promotion
+// with how long it took (from the job's events).
+function renderReplicas(st) {
+  const s = st.status;
+  $("#replicas-note").textContent = `${s.replicas || 1} per pserver slot` + (s.replicas_default ? ` (default: ${s.replicas_default})` : "");
+  $("#replicas").innerHTML = `<tr><th>slot</th><th>primary</th><th>backups (in sync)</th><th>epoch</th><th>lag (updates)</th><th>latest promotion</th></tr>` +
+    s.replica_slots.map((r) => {
+      const p = st.promotions[r.slot];
+      const promo = p ? `${fmtTime(p.t * 1000)} to ${esc(p.node)}, took ${esc(p.took)}` : "none";
+      return `<tr data-slot="${r.slot}"><td>${r.slot}</td><td class="primary">${esc(r.primary)}</td><td class="backups">${esc(r.backups.join(", ") || "none")}</td>` +
+        `<td class="epoch">${r.epoch}</td><td class="lag">${r.lag === null || r.lag === undefined ? "?" : r.lag}</td><td class="promotion">${promo}</td></tr>`;
+    }).join("");
 }
 
 // The identity is asked once: a certificate does not change within a page.
