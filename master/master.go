@@ -113,6 +113,7 @@ type Master struct {
 	mu          sync.Mutex
 	deadSince   map[string]time.Time  // server id -> when gossip declared it dead
 	gone        map[string]bool       // node id -> its trainers and slots were released
+	lapsed      map[string]lapse      // replica key -> since when its alive primary holds no claim (failoverUnclaimed)
 	checks      map[string]*peerCheck // node id -> its latest identity check (verified)
 	verifying   int                   // checks in flight
 	leaderSince time.Time
@@ -123,7 +124,8 @@ type Master struct {
 func New(cfg Config, store Store, members Members) *Master {
 	cfg = cfg.withDefaults()
 	return &Master{cfg: cfg, store: store, members: members, log: cfg.Logger,
-		deadSince: map[string]time.Time{}, gone: map[string]bool{}, checks: map[string]*peerCheck{}}
+		deadSince: map[string]time.Time{}, gone: map[string]bool{}, checks: map[string]*peerCheck{},
+		lapsed: map[string]lapse{}}
 }
 
 // Run follows leadership changes until ctx ends: on gaining leadership it

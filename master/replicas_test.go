@@ -121,3 +121,47 @@ func TestSweepFailsOverUnclaimedUnknownPrimary(t *testing.T) {
 		t.Fatalf("slot 3 (unknown primary, its only backup dead) kept its record %+v: the slot could never restore", r3)
 	}
 }
+
+// TestSweepPromotesWhenAliveLapsedPrimary: a primary alive in gossip that
+// holds no claim (its lease lapsed while it was cut off from the Raft
+// leader; it fenced the slot itself) is replaced by its alive in-sync
+// backup once the claim has been missing for ClaimLapseGrace at one epoch,
+// not before; a slot whose backups are all dead keeps its record (no
+// restore while the primary may come back).
+func TestSweepPromotesWhenAliveLapsedPrimary(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	n2, n3, n4 := schema.ReplicaMember{Node: "n2", Addr: "n2:1"}, schema.ReplicaMember{Node: "n3", Addr: "n3:1"}, schema.ReplicaMember{Node: "n4", Addr: "n4:1"}
+	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: n2, Backups: []schema.ReplicaMember{n3}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: n2, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
+	read := func(slot int32) (schema.ReplicaRecord, bool) {
+		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
+		if err != nil || len(resp.Kvs) == 0 {
+			return schema.ReplicaRecord{}, false
+		}
+		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, true
+	}
+	before, _ := read(0)
+	mem := &fakeMembers{members: []gossip.Member{member("n2", gossip.StatusAlive, "", gossip.RolePServer),
+		member("n3", gossip.StatusAlive, "", gossip.RolePServer), member("n4", gossip.StatusDead, "", gossip.RolePServer)}}
+	m := newMaster(s, mem)
+	start := time.Now()
+	m.sweep(ctx)
+	m.sweep(ctx)
+	if r0, _ := read(0); time.Since(start) < ClaimLapseGrace && r0.Primary != n2 {
+		t.Fatalf("slot 0 failed over %v after its alive primary's claim went missing, before the grace %v: %+v", time.Since(start), ClaimLapseGrace, r0)
+	}
+	time.Sleep(ClaimLapseGrace)
+	m.sweep(ctx)
+	if r0, _ := read(0); r0.Primary != n3 || r0.Epoch <= before.Epoch {
+		t.Fatalf("slot 0 after %v without a claim: %+v, want promoted to n3 at an epoch above %d", time.Since(start), r0, before.Epoch)
+	}
+	if r1, ok := read(1); !ok || r1.Primary != n2 {
+		t.Fatalf("slot 1 (alive primary, its only backup dead): %+v (present %v), want the record kept", r1, ok)
+	}
+}
