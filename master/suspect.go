@@ -123,7 +123,48 @@ func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*p
 		return out, nil
 	}
 	out.Verdict, out.Epoch, out.Primary, out.Moved = VerdictPromoted, epoch, to, true
+	s.releaseTrainers(ctx, job, h.rec.Primary.Node)
 	return out, nil
+}
+
+// releaseTrainers requeues the tasks of job's trainers registered from
+// node (schema.TrainerRecord.Node), whose pserver just failed its probe,
+// and revokes their leases, as nodeGone does when gossip declares node
+// dead. A sync step waits for every registered trainer, so without this
+// a dead node's trainer held the job's step until gossip's detection
+// (about 1.1 s) after the slot was already served again. A trainer's
+// lease is its agent's own session (never a slot claim's), so the revoke
+// touches nothing else; a trainer that lives after all (a false
+// suspicion) finds its lease lost and registers again, and its task is
+// retaken by epoch (fsm/jobq). Failures are logged: gossip's nodeGone
+// remains the backstop.
+func (s *Suspects) releaseTrainers(ctx context.Context, job, node string) {
+	key, end := schema.PrefixRange(schema.TrainerPrefix(job))
+	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
+	if err != nil {
+		s.log.Warn("release a failed primary's trainers: read", "job", job, "node", node, "err", err)
+		return
+	}
+	revoked := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		if holder, ok := schema.NodeOf(kv.Value); !ok || holder != node {
+			continue
+		}
+		_, _, id, _ := schema.ParseJobKey(string(kv.Key))
+		actx, cancel := context.WithTimeout(ctx, applyTimeout)
+		out, err := s.store.RequeueTrainer(actx, &pb.RequeueTrainerRequest{Job: job, Trainer: id, Reason: "its node " + node + " failed a pserver probe"})
+		if err == nil && kv.Lease != 0 && !revoked[kv.Lease] {
+			revoked[kv.Lease] = true
+			_, err = s.store.LeaseRevoke(actx, &pb.LeaseRevokeRequest{Id: kv.Lease})
+		}
+		cancel()
+		if err != nil {
+			s.log.Warn("release a failed primary's trainer", "job", job, "trainer", id, "node", node, "err", err)
+			continue
+		}
+		s.log.Info("trainer of a failed primary's node released: tasks requeued, lease revoked", "job", job, "trainer", id,
+			"node", node, "requeued", out.Requeued)
+	}
 }
 
 // begin starts a probe of r unless one started within Timeout.

@@ -108,7 +108,9 @@ func allAlive() *fakeMembers {
 // epoch-compared Txn (a newer epoch, the incarnation kept) and frees the
 // old primary's claim, so the promoted node can claim the slot at once.
 // A primary whose port refuses connections (a SIGKILLed process) is
-// failed over the same way.
+// failed over the same way. The failed node's trainers are released
+// (tasks requeued, leases revoked) so a sync step stops waiting for them;
+// another node's trainer is left alone.
 func TestReportDeadPrimaryPromotes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -128,6 +130,8 @@ func TestReportDeadPrimaryPromotes(t *testing.T) {
 			s := openStore(t)
 			addr := tc.addr(t)
 			before := replicatedSlot(t, s, addr)
+			put(t, s, schema.TrainerKey("j", "n2-1"), schema.TrainerRecord{Node: "n2"}.Marshal(), grant(t, s))
+			put(t, s, schema.TrainerKey("j", "n1-1"), schema.TrainerRecord{Node: "n1"}.Marshal(), grant(t, s))
 			var probes atomic.Int64
 			const timeout = 300 * time.Millisecond
 			sus := NewSuspects(s, allAlive(), probeOver(&probes), timeout, slogDiscard())
@@ -148,6 +152,11 @@ func TestReportDeadPrimaryPromotes(t *testing.T) {
 			}
 			if probes.Load() != 1 {
 				t.Fatalf("%d probes, want 1", probes.Load())
+			}
+			// The failed node's trainer no longer holds the job's sync step.
+			if exists(t, s, schema.TrainerKey("j", "n2-1")) || !exists(t, s, schema.TrainerKey("j", "n1-1")) {
+				t.Fatalf("trainers after the promotion: n2-1 (on the failed node) present %v, want false; n1-1 present %v, want true",
+					exists(t, s, schema.TrainerKey("j", "n2-1")), exists(t, s, schema.TrainerKey("j", "n1-1")))
 			}
 			// The probe is bounded by the failover timeout; the rest is one
 			// read and one Txn of a local store (generous: CI is busy).
