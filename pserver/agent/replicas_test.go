@@ -73,7 +73,7 @@ func (n *replicaNode) kill(mem *replicaMembers) {
 // and Replica services on its own loopback gRPC server (the address its
 // slot records carry), all in the live members; the agents of the first
 // started of them are started (the others by their start).
-func startReplicaNodes(t *testing.T, meta *fakeMeta, started int, ids ...string) ([]*replicaNode, *replicaMembers) {
+func startReplicaNodes(t testing.TB, meta *fakeMeta, started int, ids ...string) ([]*replicaNode, *replicaMembers) {
 	t.Helper()
 	var lis []net.Listener
 	mem := &replicaMembers{}
@@ -97,7 +97,7 @@ func startReplicaNodes(t *testing.T, meta *fakeMeta, started int, ids ...string)
 			t.Fatal(err)
 		}
 		srv, rs := pserver.NewServer(), replica.NewService()
-		gs := grpc.NewServer()
+		gs := grpc.NewServer(wire.ServerOptions()...)
 		pb.RegisterPServerServer(gs, srv)
 		pb.RegisterReplicaServer(gs, rs)
 		go gs.Serve(lis[i])
@@ -145,7 +145,7 @@ func (ta *testAgent) backupOf(job string, slot int32) *replica.Backup {
 	return nil
 }
 
-func replicaRecord(t *testing.T, meta *fakeMeta, job string, slot int32) (schema.ReplicaRecord, bool) {
+func replicaRecord(t testing.TB, meta *fakeMeta, job string, slot int32) (schema.ReplicaRecord, bool) {
 	t.Helper()
 	kv := meta.get(schema.ReplicaKey(job, slot))
 	if kv == nil {
