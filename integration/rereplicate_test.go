@@ -15,7 +15,8 @@ import (
 // twice: first the node serving it (not the Raft leader), which is
 // restarted once its backup was promoted; then, once the promoted
 // primary built a new backup from its snapshot (a PSERVER_REREPLICATED
-// event for the slot), the promoted node itself. The rebuilt backup is
+// event for the slot) and two more tasks were done, the promoted node
+// itself. The rebuilt backup is
 // promoted in turn: the job loses no step to either fault (no
 // PSERVER_RESTORED, restore or rollback, after the first kill), succeeds,
 // and every slot's final checkpoint is at the same step. Before
@@ -97,6 +98,9 @@ func TestReplicatedSlotSecondFailover(t *testing.T) {
 		return re != nil
 	})
 	t.Logf("re-replicated: %s", re.Message)
+	// Training goes on with the new backup in the ISR before the second kill.
+	tasks := ev.count(pb.JobEvent_TASK_DONE, nil)
+	waitFor(t, 60*time.Second, "2 more tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= tasks+2 })
 	if ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 {
 		t.Fatal("the job ended before the second kill: make it longer")
 	}

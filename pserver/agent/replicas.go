@@ -44,11 +44,13 @@ import (
 // backup's slot at once: no restore, no handover wait (the backups' epoch
 // is the fence), no rollback.
 //
-// Not wired: backups of a slot restored from a checkpoint (they would need
-// the same version, or a state transfer; such a slot runs with R = 1),
-// re-replication after a drop or a promotion, bringing the other backups
-// to the new primary's sequence (a backup behind it is dropped after
-// replicateTimeout), zones.
+// A slot restored from a checkpoint writes a record with no backup; it
+// and a primary left with fewer backups than replicas-1 build new ones by
+// state transfer (rereplicate.go).
+//
+// Not wired: bringing the other backups to the new primary's sequence (a
+// backup behind it is dropped after replicateTimeout, then rebuilt),
+// zones.
 
 // PServerPeers is what the agent needs to place backups: the other live
 // pserver nodes, with their data path addresses. The node's gossip view

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/pserver"
+	"github.com/raftps/raftps/pserver/replica"
 	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/schema"
 )
@@ -368,5 +369,27 @@ func TestRereplicationOfRestoredSlot(t *testing.T) {
 	if nb.Applied() < resp.Version || !bytes.Equal(pullBytes(t, rs), pullBytes(t, nb.Slot())) {
 		t.Fatalf("push acknowledged at version %d; backup applied %d, bytes equal %v", resp.Version, nb.Applied(),
 			bytes.Equal(pullBytes(t, rs), pullBytes(t, nb.Slot())))
+	}
+}
+
+// TestLearnerBufferBounded: a learner buffers at most learnerMaxUpdates
+// updates while its install is sent; the next one abandons the build
+// with an error wrapping ErrTooFarAhead (ResourceExhausted) that says so,
+// and frees the buffer.
+func TestLearnerBufferBounded(t *testing.T) {
+	l := &learner{node: "n3", more: make(chan struct{}, 1)}
+	u := &pb.ReplicateRequest{Grads: []*pb.Tensor{{Data: make([]byte, 8)}}}
+	for range learnerMaxUpdates {
+		l.add(u)
+	}
+	if buf, err := l.take(); err != nil || len(buf) != learnerMaxUpdates {
+		t.Fatalf("take after %d updates: %d buffered, %v", learnerMaxUpdates, len(buf), err)
+	}
+	for range learnerMaxUpdates + 1 {
+		l.add(u)
+	}
+	buf, err := l.take()
+	if !errors.Is(err, replica.ErrTooFarAhead) || !strings.Contains(err.Error(), "build abandoned") || len(buf) != 0 || l.bytes != 0 {
+		t.Fatalf("take after %d updates: %d buffered (%d bytes), %v; want ErrTooFarAhead, nothing held", learnerMaxUpdates+1, len(buf), l.bytes, err)
 	}
 }
