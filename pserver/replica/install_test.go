@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftps/raftps/api/errs"
-	"github.com/raftps/raftps/api/rpctypes"
 	pb "github.com/raftps/raftps/api/raftpspb"
+	"github.com/raftps/raftps/api/rpctypes"
 	"github.com/raftps/raftps/pserver"
 	"github.com/raftps/raftps/pserver/replica"
 )
@@ -105,7 +105,6 @@ func TestInstallThenReplicate(t *testing.T) {
 		})
 	}
 }
-
 
 // TestInstallRefused: an Install stream without a header first is
 // InvalidArgument, one announcing fewer bytes than it sends too, and one
