@@ -408,7 +408,9 @@ type InstallHeader struct {
 	Incarnation int64        `protobuf:"varint,7,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	PushIds     *PushIDState `protobuf:"bytes,8,opt,name=push_ids,json=pushIds,proto3" json:"push_ids,omitempty"`
 	// bytes is the total size of the vshard blobs that follow.
-	Bytes         int64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Bytes int64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// vshard_bytes is each blob's size (the receiver allocates it once).
+	VshardBytes   map[int32]int64 `protobuf:"bytes,10,rep,name=vshard_bytes,json=vshardBytes,proto3" json:"vshard_bytes,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -504,6 +506,13 @@ func (x *InstallHeader) GetBytes() int64 {
 		return x.Bytes
 	}
 	return 0
+}
+
+func (x *InstallHeader) GetVshardBytes() map[int32]int64 {
+	if x != nil {
+		return x.VshardBytes
+	}
+	return nil
 }
 
 // InstallChunk is one piece of an Install stream: the first carries the
@@ -654,7 +663,7 @@ const file_raftps_v1_replica_proto_rawDesc = "" +
 	"\x04used\x18\x05 \x01(\x03R\x04used\"P\n" +
 	"\vPushIDState\x12\x14\n" +
 	"\x05clock\x18\x01 \x01(\x03R\x05clock\x12+\n" +
-	"\x05rings\x18\x02 \x03(\v2\x15.raftps.v1.PushIDRingR\x05rings\"\xfe\x01\n" +
+	"\x05rings\x18\x02 \x03(\v2\x15.raftps.v1.PushIDRingR\x05rings\"\x8c\x03\n" +
 	"\rInstallHeader\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x14\n" +
@@ -664,7 +673,12 @@ const file_raftps_v1_replica_proto_rawDesc = "" +
 	"\x04step\x18\x06 \x01(\x03R\x04step\x12 \n" +
 	"\vincarnation\x18\a \x01(\x03R\vincarnation\x121\n" +
 	"\bpush_ids\x18\b \x01(\v2\x16.raftps.v1.PushIDStateR\apushIds\x12\x14\n" +
-	"\x05bytes\x18\t \x01(\x03R\x05bytes\"l\n" +
+	"\x05bytes\x18\t \x01(\x03R\x05bytes\x12L\n" +
+	"\fvshard_bytes\x18\n" +
+	" \x03(\v2).raftps.v1.InstallHeader.VshardBytesEntryR\vvshardBytes\x1a>\n" +
+	"\x10VshardBytesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"l\n" +
 	"\fInstallChunk\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.raftps.v1.InstallHeaderR\x06header\x12\x16\n" +
 	"\x06vshard\x18\x02 \x01(\x05R\x06vshard\x12\x12\n" +
@@ -688,7 +702,7 @@ func file_raftps_v1_replica_proto_rawDescGZIP() []byte {
 	return file_raftps_v1_replica_proto_rawDescData
 }
 
-var file_raftps_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_raftps_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_raftps_v1_replica_proto_goTypes = []any{
 	(*PushID)(nil),           // 0: raftps.v1.PushID
 	(*ReplicateRequest)(nil), // 1: raftps.v1.ReplicateRequest
@@ -698,23 +712,25 @@ var file_raftps_v1_replica_proto_goTypes = []any{
 	(*InstallHeader)(nil),    // 5: raftps.v1.InstallHeader
 	(*InstallChunk)(nil),     // 6: raftps.v1.InstallChunk
 	(*InstallResponse)(nil),  // 7: raftps.v1.InstallResponse
-	(*Tensor)(nil),           // 8: raftps.v1.Tensor
+	nil,                      // 8: raftps.v1.InstallHeader.VshardBytesEntry
+	(*Tensor)(nil),           // 9: raftps.v1.Tensor
 }
 var file_raftps_v1_replica_proto_depIdxs = []int32{
-	8, // 0: raftps.v1.ReplicateRequest.grads:type_name -> raftps.v1.Tensor
+	9, // 0: raftps.v1.ReplicateRequest.grads:type_name -> raftps.v1.Tensor
 	0, // 1: raftps.v1.ReplicateRequest.push_ids:type_name -> raftps.v1.PushID
 	3, // 2: raftps.v1.PushIDState.rings:type_name -> raftps.v1.PushIDRing
 	4, // 3: raftps.v1.InstallHeader.push_ids:type_name -> raftps.v1.PushIDState
-	5, // 4: raftps.v1.InstallChunk.header:type_name -> raftps.v1.InstallHeader
-	6, // 5: raftps.v1.Replica.Install:input_type -> raftps.v1.InstallChunk
-	1, // 6: raftps.v1.Replica.Replicate:input_type -> raftps.v1.ReplicateRequest
-	7, // 7: raftps.v1.Replica.Install:output_type -> raftps.v1.InstallResponse
-	2, // 8: raftps.v1.Replica.Replicate:output_type -> raftps.v1.ReplicateAck
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	8, // 4: raftps.v1.InstallHeader.vshard_bytes:type_name -> raftps.v1.InstallHeader.VshardBytesEntry
+	5, // 5: raftps.v1.InstallChunk.header:type_name -> raftps.v1.InstallHeader
+	6, // 6: raftps.v1.Replica.Install:input_type -> raftps.v1.InstallChunk
+	1, // 7: raftps.v1.Replica.Replicate:input_type -> raftps.v1.ReplicateRequest
+	7, // 8: raftps.v1.Replica.Install:output_type -> raftps.v1.InstallResponse
+	2, // 9: raftps.v1.Replica.Replicate:output_type -> raftps.v1.ReplicateAck
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_replica_proto_init() }
@@ -729,7 +745,7 @@ func file_raftps_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_replica_proto_rawDesc), len(file_raftps_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

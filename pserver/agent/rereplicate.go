@@ -222,8 +222,9 @@ func (rp *replication) build(cand schema.ReplicaMember) (err error) {
 	}()
 
 	snap, ids, inc := rp.s.ReplicaSnapshot()
-	v := snap.Version
+	v, step := snap.Version, snap.Step
 	blobs, err := pserver.EncodeSnapshot(snap)
+	snap = nil // the blobs hold the state now: one copy, not two
 	if err != nil {
 		return err
 	}
@@ -237,11 +238,11 @@ func (rp *replication) build(cand schema.ReplicaMember) (err error) {
 		return p.dialErr
 	}
 	hdr := &pb.InstallHeader{Job: rp.job, Slot: rp.slot, Epoch: rp.r.Epoch(), Primary: rp.a.cfg.NodeID,
-		Version: v, Step: snap.Step, Incarnation: inc, PushIds: ids}
+		Version: v, Step: step, Incarnation: inc, PushIds: ids}
 	ictx, cancel := context.WithTimeout(rp.ctx, installTimeout)
 	_, err = replica.Install(ictx, pb.NewReplicaClient(p.cc), hdr, blobs)
 	cancel()
-	blobs, snap = nil, nil
+	blobs = nil
 	if err != nil {
 		return fmt.Errorf("install: %w", err)
 	}

@@ -58,6 +58,12 @@ func (s *Service) Install(stream pb.Replica_InstallServer) error {
 		return errorf(ErrWrongSlot, "install of job %q slot %d: this node builds no backups", hdr.GetJob(), hdr.GetSlot())
 	}
 	blobs := map[int32][]byte{}
+	for v, n := range hdr.GetVshardBytes() {
+		if n < 0 || n > hdr.GetBytes() {
+			return errorf(errs.ErrInvalid, "install of job %q slot %d: vshard %d of %d bytes, %d in all", hdr.GetJob(), hdr.GetSlot(), v, n, hdr.GetBytes())
+		}
+		blobs[v] = make([]byte, 0, n)
+	}
 	var total int64
 	for {
 		c, err := stream.Recv()
@@ -85,14 +91,16 @@ func (s *Service) Install(stream pb.Replica_InstallServer) error {
 }
 
 // Install sends a slot's state to c's node on one Install stream: hdr
-// (its bytes set here), then each vshard blob in vshard order in chunks
+// (its bytes and vshard_bytes set here), then each vshard blob in vshard order in chunks
 // of at most InstallChunkSize. It returns the new backup's answer, or the
 // stream's error (statuses mapped back to the sentinels).
 func Install(ctx context.Context, c pb.ReplicaClient, hdr *pb.InstallHeader, blobs map[int32][]byte) (*pb.InstallResponse, error) {
 	vs := make([]int32, 0, len(blobs))
+	sizes := make(map[int32]int64, len(blobs))
 	var total int64
 	for v, b := range blobs {
 		vs = append(vs, v)
+		sizes[v] = int64(len(b))
 		total += int64(len(b))
 	}
 	slices.Sort(vs)
@@ -111,7 +119,7 @@ func Install(ctx context.Context, c pb.ReplicaClient, hdr *pb.InstallHeader, blo
 		return nil
 	}
 	h := proto.CloneOf(hdr)
-	h.Bytes = total
+	h.Bytes, h.VshardBytes = total, sizes
 	if err := send(&pb.InstallChunk{Header: h}); err != nil {
 		return nil, mapErr(err)
 	}
