@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +16,12 @@ import (
 )
 
 var rereplicateParams = flag.Int64("rereplicate.params", 0,
-	"BenchmarkRereplicate: parameters of the slot (0: 1M and 10M)")
+	"BenchmarkRereplicate: parameters of the slot (0: $"+RereplicateParamsEnv+", else 1M and 10M)")
+
+// RereplicateParamsEnv names the environment variable that sets
+// BenchmarkRereplicate's slot size when -rereplicate.params does not
+// (raftps-bench's row: go test's own flags come before the package there).
+const RereplicateParamsEnv = "RAFTPS_BENCH_REREPLICATE_PARAMS"
 
 // BenchmarkRereplicate measures re-replication (issue 34) of one
 // momentum slot of N float32 parameters (values and momentum: 8N bytes)
@@ -25,11 +32,19 @@ var rereplicateParams = flag.Int64("rereplicate.params", 0,
 // snapshot while the trainer keeps pushing. It reports build_s (from the
 // third node's arrival to the record naming it), and the trainer's
 // pushes per second before the kill (R = 2), during the build, and after
-// the join. -rereplicate.params=N runs one size.
+// the join. -rereplicate.params=N (or $RAFTPS_BENCH_REREPLICATE_PARAMS)
+// runs one size.
 func BenchmarkRereplicate(b *testing.B) {
 	sizes := []int64{1 << 20, 10 << 20}
-	if *rereplicateParams > 0 {
-		sizes = []int64{*rereplicateParams}
+	n := *rereplicateParams
+	if v := os.Getenv(RereplicateParamsEnv); n == 0 && v != "" {
+		var err error
+		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want a positive number of parameters", RereplicateParamsEnv, v)
+		}
+	}
+	if n > 0 {
+		sizes = []int64{n}
 	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("params=%d", n), func(b *testing.B) {

@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// rereplicateSection (issue 34, "time to re-replicate a slot while
+// training") runs pserver/agent's BenchmarkRereplicate once: three
+// loopback nodes, one momentum slot of RereplicateParams parameters
+// (1M in Quick runs) with replicas 2, a trainer pushing full gradients;
+// the backup's node dies and a new backup is built on a third node from
+// the primary's snapshot while the trainer goes on. Rows: the build time,
+// and the trainer's pushes per second during the build vs before it.
+// Skipped with "rereplicate" in Config.Skip.
+func (r *runner) rereplicateSection(ctx context.Context) {
+	if r.skipped("rereplicate") {
+		return
+	}
+	params := int64(RereplicateParams)
+	if r.cfg.Quick {
+		params = 1 << 20
+	}
+	r.logf("go test -bench BenchmarkRereplicate ./pserver/agent (%d params)", params)
+	// The size goes by the environment (RunGoBench's flags come before
+	// the package, where go test refuses the benchmark's own flag).
+	os.Setenv(rereplicateParamsEnv, strconv.FormatInt(params, 10))
+	res, out, err := RunGoBench(ctx, r.cfg.Root, "./pserver/agent", "^BenchmarkRereplicate$", "1x")
+	os.Unsetenv(rereplicateParamsEnv)
+	if err != nil || len(res) == 0 {
+		r.note(fmt.Sprintf("pserver/agent BenchmarkRereplicate: no result (%v)", err))
+		r.logf("%s", out)
+	}
+	r.raw["go/rereplicate"] = res
+	name := fmt.Sprintf("Rereplicate/params=%d", params)
+	what := fmt.Sprintf("%dM-param momentum slot (%d MiB)", params>>20, 8*params>>20)
+	r.add(Row{Section: "replicated slots (go bench)", Metric: "re-replicate a " + what + " while training: build time", Unit: "s",
+		Ours: Find(res, name, "build_s"), Base: NA,
+		Note: "snapshot, Install, catch-up and join, from the new node's arrival to the record naming it"})
+	r.add(Row{Section: "replicated slots (go bench)", Metric: "trainer throughput during the re-replication of a " + what + " vs before",
+		Unit: "push/s", Ours: Find(res, name, "push/s_during"), BaseName: "before (R = 2)", Base: Find(res, name, "push/s_before"),
+		Note: fmt.Sprintf("full-gradient pushes; after the join: %.2f push/s", Find(res, name, "push/s_after"))})
+}
+
+// RereplicateParams is the slot size of the re-replication rows (100M
+// parameters: 400 MB of values, 800 MB with momentum; issue 34's figure).
+const RereplicateParams = 100 << 20
+
+// rereplicateParamsEnv is pserver/agent's RereplicateParamsEnv.
+const rereplicateParamsEnv = "RAFTPS_BENCH_REREPLICATE_PARAMS"
