@@ -10,7 +10,8 @@ import (
 // rereplicateSection (issue 34, "time to re-replicate a slot while
 // training") runs pserver/agent's BenchmarkRereplicate once: three
 // loopback nodes, one momentum slot of RereplicateParams parameters
-// (1M in Quick runs) with replicas 2, a trainer pushing full gradients;
+// (1M in Quick runs) with replicas 2, a trainer pushing gradients (of at
+// most 8M parameters);
 // the backup's node dies and a new backup is built on a third node from
 // the primary's snapshot while the trainer goes on. Rows: the build time,
 // and the trainer's pushes per second during the build vs before it.
@@ -41,7 +42,7 @@ func (r *runner) rereplicateSection(ctx context.Context) {
 		Note: "snapshot, Install, catch-up and join, from the new node's arrival to the record naming it"})
 	r.add(Row{Section: "replicated slots (go bench)", Metric: "trainer throughput during the re-replication of a " + what + " vs before",
 		Unit: "push/s", Ours: Find(res, name, "push/s_during"), BaseName: "before (R = 2)", Base: Find(res, name, "push/s_before"),
-		Note: fmt.Sprintf("full-gradient pushes; after the join: %.2f push/s", Find(res, name, "push/s_after"))})
+		Note: fmt.Sprintf("pushes of min(slot, 8M params), back to back; above 16M params, of 1M params every 200 ms (see BenchmarkRereplicate); after the join: %.2f push/s", Find(res, name, "push/s_after"))})
 }
 
 // RereplicateParams is the slot size of the re-replication rows (100M

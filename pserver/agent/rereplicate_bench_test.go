@@ -25,8 +25,9 @@ const RereplicateParamsEnv = "RAFTPS_BENCH_REREPLICATE_PARAMS"
 
 // BenchmarkRereplicate measures re-replication (issue 34) of one
 // momentum slot of N float32 parameters (values and momentum: 8N bytes)
-// on three loopback nodes: a trainer pushes full gradients to the
-// primary (replicas 2, its backup built from the initializer), the
+// on three loopback nodes: a trainer pushes gradients (of the whole
+// slot, at most benchPushParams parameters; paced above bigSlotParams)
+// to the primary (replicas 2, its backup built from the initializer), the
 // backup's node dies (dropped at the next push), and a third node joins
 // the live members: the primary builds a new backup there from its
 // snapshot while the trainer keeps pushing. It reports build_s (from the
@@ -88,7 +89,11 @@ func benchRereplicate(b *testing.B, n int64) {
 		return serving && back.ta.backupOf("bench", 0) != nil
 	})
 	s, _ := prim.ta.served("bench", 0)
-	req := fullGradient(s)
+	maxParams, every := int64(benchPushParams), time.Duration(0)
+	if n > bigSlotParams {
+		maxParams, every = bigSlotPushParams, bigSlotPushEvery
+	}
+	req := fullGradient(s, maxParams)
 	var pushes atomic.Int64
 	stop, done := make(chan struct{}), make(chan struct{})
 	var pushErr atomic.Pointer[error]
@@ -106,6 +111,7 @@ func benchRereplicate(b *testing.B, n int64) {
 				return
 			}
 			pushes.Add(1)
+			time.Sleep(every)
 		}
 	}()
 	rate := func(d time.Duration) float64 {
@@ -138,18 +144,38 @@ func benchRereplicate(b *testing.B, n int64) {
 		n, 8*n>>20, build.Round(time.Millisecond), before, during, after)
 }
 
-// fullGradient is a gradient for every block of slot s (a trainer's full
-// push), every element 1e-3.
-func fullGradient(s *pserver.Slot) []*pb.Tensor {
+// benchPushParams caps the parameters one push of BenchmarkRereplicate
+// covers: a full push of a 100M-parameter slot holds the slot's lock for
+// seconds on a 2-core machine and the figures would be of the optimizer.
+const benchPushParams = 8 << 20
+
+// Slots above bigSlotParams are pushed at most every bigSlotPushEvery
+// with gradients of at most bigSlotPushParams parameters (5 MiB/s of
+// updates): back-to-back pushes of 8M parameters (hundreds of MiB/s)
+// arrive faster than a 100M-parameter install completes on this machine,
+// so the learner's bounded buffer (learnerMaxBytes) overflows and every
+// build is abandoned (measured: 60 attempts in 5 minutes).
+const (
+	bigSlotParams     = 16 << 20
+	bigSlotPushParams = 1 << 20
+	bigSlotPushEvery  = 200 * time.Millisecond
+)
+
+// fullGradient is a gradient for the blocks of slot s, in order, up to
+// maxParams parameters (all of a slot up to that size), every element
+// 1e-3.
+func fullGradient(s *pserver.Slot, maxParams int64) []*pb.Tensor {
 	l := s.Layout()
 	var ts []*pb.Tensor
+	var n int64
 	for _, p := range l.Params {
-		for blk := int64(0); blk < p.Blocks; blk++ {
+		for blk := int64(0); blk < p.Blocks && n < maxParams; blk++ {
 			if l.SlotOfBlock(p, blk) != s.Index() {
 				continue
 			}
 			lo, hi := l.BlockRange(p, blk)
 			g := make([]float32, hi-lo)
+			n += hi - lo
 			for i := range g {
 				g[i] = 1e-3
 			}
