@@ -109,7 +109,7 @@ func TestInstallThenReplicate(t *testing.T) {
 // TestInstallRefused: an Install stream without a header first is
 // InvalidArgument, one announcing fewer bytes than it sends too, and one
 // to a node with no Installer is ErrWrongSlot (FailedPrecondition); no
-// backup is served.
+// backup is served. A push-id ring of the wrong size is ErrInvalid.
 func TestInstallRefused(t *testing.T) {
 	spec := testSpec(pb.UpdateMode_UPDATE_MODE_ASYNC, optimizers[0])
 	p, _ := primaryAndUpdates(t, spec, 2)
@@ -145,6 +145,10 @@ func TestInstallRefused(t *testing.T) {
 	hdr := &pb.InstallHeader{Job: "rep", Version: snap.Version, Step: snap.Step, Incarnation: inc, PushIds: ids}
 	if _, err := replica.Install(ctx, none, hdr, blobs); !errors.Is(err, replica.ErrWrongSlot) {
 		t.Fatalf("install on a node with no installer: %v, want ErrWrongSlot", err)
+	}
+	bad := &pb.PushIDState{Rings: []*pb.PushIDRing{{Trainer: "t", Ids: []uint64{1}, Versions: []int64{1}}}}
+	if err := mustSlot(t, spec).InstallState(bad, 1); !errors.Is(err, errs.ErrInvalid) {
+		t.Fatalf("push-id ring of 1 entry: %v, want ErrInvalid", err)
 	}
 }
 
