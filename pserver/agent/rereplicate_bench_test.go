@@ -140,7 +140,7 @@ func benchRereplicate(b *testing.B, n int64) {
 	b.ReportMetric(before, "push/s_before")
 	b.ReportMetric(during, "push/s_during")
 	b.ReportMetric(after, "push/s_after")
-	b.Logf("params %d (%d MiB values + momentum): build %v; trainer pushes/s: %.1f before (R=2), %.1f during the build, %.1f after the join",
+	b.Logf("params %d (%d MiB of values and momentum): build %v; trainer pushes/s: %.1f before (R=2), %.1f during the build, %.1f after the join",
 		n, 8*n>>20, build.Round(time.Millisecond), before, during, after)
 }
 
