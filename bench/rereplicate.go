@@ -35,14 +35,24 @@ func (r *runner) rereplicateSection(ctx context.Context) {
 		r.logf("%s", out)
 	}
 	r.raw["go/rereplicate"] = res
+	for _, row := range rereplicateRows(res, params) {
+		r.add(row)
+	}
+}
+
+// rereplicateRows are the section's rows from BenchmarkRereplicate's
+// results for a slot of params parameters (n/a where missing).
+func rereplicateRows(res []GoBench, params int64) []Row {
 	name := fmt.Sprintf("Rereplicate/params=%d", params)
 	what := fmt.Sprintf("%dM-param momentum slot (%d MiB)", params>>20, 8*params>>20)
-	r.add(Row{Section: "replicated slots (go bench)", Metric: "re-replicate a " + what + " while training: build time", Unit: "s",
-		Ours: Find(res, name, "build_s"), Base: NA,
-		Note: "snapshot, Install, catch-up and join, from the new node's arrival to the record naming it"})
-	r.add(Row{Section: "replicated slots (go bench)", Metric: "trainer throughput during the re-replication of a " + what + " vs before",
-		Unit: "push/s", Ours: Find(res, name, "push/s_during"), BaseName: "before (R = 2)", Base: Find(res, name, "push/s_before"),
-		Note: fmt.Sprintf("pushes of min(slot, 8M params), back to back; above 16M params, of 1M params every 200 ms (see BenchmarkRereplicate); after the join: %.2f push/s", Find(res, name, "push/s_after"))})
+	return []Row{
+		{Section: "replicated slots (go bench)", Metric: "re-replicate a " + what + " while training: build time", Unit: "s",
+			Ours: Find(res, name, "build_s"), Base: NA,
+			Note: "snapshot, Install, catch-up and join, from the new node's arrival to the record naming it"},
+		{Section: "replicated slots (go bench)", Metric: "trainer throughput during the re-replication of a " + what + " vs before",
+			Unit: "push/s", Ours: Find(res, name, "push/s_during"), BaseName: "before (R = 2)", Base: Find(res, name, "push/s_before"),
+			Note: fmt.Sprintf("pushes of min(slot, 8M params), back to back; above 16M params, of 1M params every 200 ms (see BenchmarkRereplicate); after the join: %.2f push/s", Find(res, name, "push/s_after"))},
+	}
 }
 
 // RereplicateParams is the slot size of the re-replication rows (100M
