@@ -127,6 +127,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if !r.skipped("scaling") {
 		r.scalingSection(ctx, tmp)
 	}
+	r.rereplicateSection(ctx) // skipped inside for "rereplicate" (rereplicate.go)
 	r.rep.Took = time.Since(start).Round(time.Second).String()
 	return r.rep, ctx.Err()
 }

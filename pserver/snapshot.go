@@ -38,18 +38,28 @@ type SlotSnapshot struct {
 // belong to no version yet; after a restore their trainers get ErrStale
 // and re-pull). While a SnapshotEvery snapshot is still being copied away
 // it falls back to copying under the read lock.
-func (s *Slot) Snapshot() *SlotSnapshot {
+func (s *Slot) Snapshot() *SlotSnapshot { return s.snapshot(nil) }
+
+// snapshot is Snapshot, calling also (if not nil) under the same lock as
+// the freeze or copy, so what it reads is of the snapshot's version.
+func (s *Slot) snapshot(also func()) *SlotSnapshot {
 	snap := s.newSnapshot()
 	s.mu.Lock()
 	if s.hold != nil {
 		s.mu.Unlock()
 		s.mu.RLock()
 		s.copyLocked(snap)
+		if also != nil {
+			also()
+		}
 		s.mu.RUnlock()
 		s.finishSnapshot(snap)
 		return snap
 	}
 	h := s.freezeLocked(snap)
+	if also != nil {
+		also()
+	}
 	s.mu.Unlock()
 	s.copyAway(h)
 	s.finishSnapshot(snap)

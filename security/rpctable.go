@@ -120,6 +120,7 @@ var rpcs = map[string]Rule{
 	// A slot's primary streams its updates to its backups (pserver/replica):
 	// node to node only, on the pserver port (its message sizes).
 	pb.Replica_Replicate_FullMethodName: internalRPC,
+	pb.Replica_Install_FullMethodName:   internalRPC,
 
 	// Checkpoints: blobs are named by content (md5), not by job, so a
 	// trainer reads its parameters from its pservers (Pull), not here.

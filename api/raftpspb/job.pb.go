@@ -300,6 +300,10 @@ const (
 	// A backup of a replicated pserver slot was promoted and serves the
 	// slot (no restore, no rollback; message: epoch, version, how long).
 	JobEvent_PSERVER_PROMOTED JobEvent_Type = 13
+	// A new backup of a replicated pserver slot was built from the
+	// primary's snapshot and joined the in-sync set (message: slot, node,
+	// epoch, version, how long the build took).
+	JobEvent_PSERVER_REREPLICATED JobEvent_Type = 14
 )
 
 // Enum value maps for JobEvent_Type.
@@ -319,6 +323,7 @@ var (
 		11: "SLOT_NOT_CLAIMED",
 		12: "TRAINER_NOT_STARTED",
 		13: "PSERVER_PROMOTED",
+		14: "PSERVER_REREPLICATED",
 	}
 	JobEvent_Type_value = map[string]int32{
 		"TASK_DONE":            0,
@@ -335,6 +340,7 @@ var (
 		"SLOT_NOT_CLAIMED":     11,
 		"TRAINER_NOT_STARTED":  12,
 		"PSERVER_PROMOTED":     13,
+		"PSERVER_REREPLICATED": 14,
 	}
 )
 
@@ -3222,7 +3228,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\brestores\x18\x13 \x03(\v2\x18.raftps.v1.RestoreRecordR\brestores\x12\x1d\n" +
 	"\n" +
 	"events_seq\x18\x14 \x01(\x03R\teventsSeq\x124\n" +
-	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\xf2\x04\n" +
+	"\rpending_tasks\x18\x15 \x03(\v2\x0f.raftps.v1.TaskR\fpendingTasks\"\x8c\x05\n" +
 	"\bJobEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12,\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x18.raftps.v1.JobEvent.TypeR\x04type\x12\x10\n" +
@@ -3237,7 +3243,7 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	" \x01(\x01R\x04loss\x12\x1a\n" +
 	"\baccuracy\x18\v \x01(\x01R\baccuracy\x12\x1a\n" +
 	"\bexamples\x18\f \x01(\x03R\bexamples\x12\x18\n" +
-	"\aversion\x18\r \x01(\x03R\aversion\"\x99\x02\n" +
+	"\aversion\x18\r \x01(\x03R\aversion\"\xb3\x02\n" +
 	"\x04Type\x12\r\n" +
 	"\tTASK_DONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3254,7 +3260,8 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\x12\x14\n" +
 	"\x10SLOT_NOT_CLAIMED\x10\v\x12\x17\n" +
 	"\x13TRAINER_NOT_STARTED\x10\f\x12\x14\n" +
-	"\x10PSERVER_PROMOTED\x10\r\":\n" +
+	"\x10PSERVER_PROMOTED\x10\r\x12\x18\n" +
+	"\x14PSERVER_REREPLICATED\x10\x0e\":\n" +
 	"\x10SubmitJobRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.raftps.v1.JobSpecR\x04spec\"A\n" +
 	"\x11SubmitJobResponse\x12,\n" +

@@ -259,6 +259,380 @@ func (x *ReplicateAck) GetApplied() int64 {
 	return 0
 }
 
+// PushIDRing is one trainer's memory of applied push ids, as the slot
+// keeps it (pserver/pushid.go): a ring of (push id, version) pairs, the
+// next index it writes and the slot clock of its last record (which ring
+// is forgotten first when too many trainers push).
+type PushIDRing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trainer       string                 `protobuf:"bytes,1,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	Ids           []uint64               `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Versions      []int64                `protobuf:"varint,3,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	Next          int32                  `protobuf:"varint,4,opt,name=next,proto3" json:"next,omitempty"`
+	Used          int64                  `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushIDRing) Reset() {
+	*x = PushIDRing{}
+	mi := &file_raftps_v1_replica_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushIDRing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushIDRing) ProtoMessage() {}
+
+func (x *PushIDRing) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_replica_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushIDRing.ProtoReflect.Descriptor instead.
+func (*PushIDRing) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_replica_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PushIDRing) GetTrainer() string {
+	if x != nil {
+		return x.Trainer
+	}
+	return ""
+}
+
+func (x *PushIDRing) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PushIDRing) GetVersions() []int64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *PushIDRing) GetNext() int32 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *PushIDRing) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+// PushIDState is a slot's whole push-id memory (the dedup state).
+type PushIDState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clock         int64                  `protobuf:"varint,1,opt,name=clock,proto3" json:"clock,omitempty"`
+	Rings         []*PushIDRing          `protobuf:"bytes,2,rep,name=rings,proto3" json:"rings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushIDState) Reset() {
+	*x = PushIDState{}
+	mi := &file_raftps_v1_replica_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushIDState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushIDState) ProtoMessage() {}
+
+func (x *PushIDState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_replica_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushIDState.ProtoReflect.Descriptor instead.
+func (*PushIDState) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_replica_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PushIDState) GetClock() int64 {
+	if x != nil {
+		return x.Clock
+	}
+	return 0
+}
+
+func (x *PushIDState) GetRings() []*PushIDRing {
+	if x != nil {
+		return x.Rings
+	}
+	return nil
+}
+
+// InstallHeader opens an Install stream: which slot, at which epoch, from
+// which primary, and the slot's state other than its vshard blobs.
+type InstallHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Slot  int32                  `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// epoch is the primary's replica epoch when it froze the snapshot.
+	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// primary is the node sending the slot (the record's primary).
+	Primary string `protobuf:"bytes,4,opt,name=primary,proto3" json:"primary,omitempty"`
+	// version, step and incarnation are the slot's at the snapshot.
+	Version     int64        `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Step        int64        `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
+	Incarnation int64        `protobuf:"varint,7,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	PushIds     *PushIDState `protobuf:"bytes,8,opt,name=push_ids,json=pushIds,proto3" json:"push_ids,omitempty"`
+	// bytes is the total size of the vshard blobs that follow.
+	Bytes int64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// vshard_bytes is each blob's size (the receiver allocates it once).
+	VshardBytes   map[int32]int64 `protobuf:"bytes,10,rep,name=vshard_bytes,json=vshardBytes,proto3" json:"vshard_bytes,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallHeader) Reset() {
+	*x = InstallHeader{}
+	mi := &file_raftps_v1_replica_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallHeader) ProtoMessage() {}
+
+func (x *InstallHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_replica_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallHeader.ProtoReflect.Descriptor instead.
+func (*InstallHeader) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_replica_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *InstallHeader) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *InstallHeader) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *InstallHeader) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetPushIds() *PushIDState {
+	if x != nil {
+		return x.PushIds
+	}
+	return nil
+}
+
+func (x *InstallHeader) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *InstallHeader) GetVshardBytes() map[int32]int64 {
+	if x != nil {
+		return x.VshardBytes
+	}
+	return nil
+}
+
+// InstallChunk is one piece of an Install stream: the first carries the
+// header only; the others a piece (at most 4 MiB) of one vshard's blob
+// (pserver/vshard's encoding: values, optimizer state, update counts), in
+// order.
+type InstallChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *InstallHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Vshard        int32                  `protobuf:"varint,2,opt,name=vshard,proto3" json:"vshard,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallChunk) Reset() {
+	*x = InstallChunk{}
+	mi := &file_raftps_v1_replica_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallChunk) ProtoMessage() {}
+
+func (x *InstallChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_replica_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallChunk.ProtoReflect.Descriptor instead.
+func (*InstallChunk) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_replica_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *InstallChunk) GetHeader() *InstallHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *InstallChunk) GetVshard() int32 {
+	if x != nil {
+		return x.Vshard
+	}
+	return 0
+}
+
+func (x *InstallChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// InstallResponse answers an Install: the backup's epoch and applied seq
+// (the snapshot's version).
+type InstallResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Applied       int64                  `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallResponse) Reset() {
+	*x = InstallResponse{}
+	mi := &file_raftps_v1_replica_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallResponse) ProtoMessage() {}
+
+func (x *InstallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_replica_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallResponse.ProtoReflect.Descriptor instead.
+func (*InstallResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_replica_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *InstallResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *InstallResponse) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
 var File_raftps_v1_replica_proto protoreflect.FileDescriptor
 
 const file_raftps_v1_replica_proto_rawDesc = "" +
@@ -279,8 +653,41 @@ const file_raftps_v1_replica_proto_rawDesc = "" +
 	"\bpush_ids\x18\t \x03(\v2\x11.raftps.v1.PushIDR\apushIds\">\n" +
 	"\fReplicateAck\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x18\n" +
-	"\aapplied\x18\x02 \x01(\x03R\aapplied2P\n" +
-	"\aReplica\x12E\n" +
+	"\aapplied\x18\x02 \x01(\x03R\aapplied\"|\n" +
+	"\n" +
+	"PushIDRing\x12\x18\n" +
+	"\atrainer\x18\x01 \x01(\tR\atrainer\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x1a\n" +
+	"\bversions\x18\x03 \x03(\x03R\bversions\x12\x12\n" +
+	"\x04next\x18\x04 \x01(\x05R\x04next\x12\x12\n" +
+	"\x04used\x18\x05 \x01(\x03R\x04used\"P\n" +
+	"\vPushIDState\x12\x14\n" +
+	"\x05clock\x18\x01 \x01(\x03R\x05clock\x12+\n" +
+	"\x05rings\x18\x02 \x03(\v2\x15.raftps.v1.PushIDRingR\x05rings\"\x8c\x03\n" +
+	"\rInstallHeader\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\aprimary\x18\x04 \x01(\tR\aprimary\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x03R\aversion\x12\x12\n" +
+	"\x04step\x18\x06 \x01(\x03R\x04step\x12 \n" +
+	"\vincarnation\x18\a \x01(\x03R\vincarnation\x121\n" +
+	"\bpush_ids\x18\b \x01(\v2\x16.raftps.v1.PushIDStateR\apushIds\x12\x14\n" +
+	"\x05bytes\x18\t \x01(\x03R\x05bytes\x12L\n" +
+	"\fvshard_bytes\x18\n" +
+	" \x03(\v2).raftps.v1.InstallHeader.VshardBytesEntryR\vvshardBytes\x1a>\n" +
+	"\x10VshardBytesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"l\n" +
+	"\fInstallChunk\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.raftps.v1.InstallHeaderR\x06header\x12\x16\n" +
+	"\x06vshard\x18\x02 \x01(\x05R\x06vshard\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"A\n" +
+	"\x0fInstallResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\x03R\aapplied2\x92\x01\n" +
+	"\aReplica\x12@\n" +
+	"\aInstall\x12\x17.raftps.v1.InstallChunk\x1a\x1a.raftps.v1.InstallResponse(\x01\x12E\n" +
 	"\tReplicate\x12\x1b.raftps.v1.ReplicateRequest\x1a\x17.raftps.v1.ReplicateAck(\x010\x01B'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3"
 
 var (
@@ -295,23 +702,35 @@ func file_raftps_v1_replica_proto_rawDescGZIP() []byte {
 	return file_raftps_v1_replica_proto_rawDescData
 }
 
-var file_raftps_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_raftps_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_raftps_v1_replica_proto_goTypes = []any{
 	(*PushID)(nil),           // 0: raftps.v1.PushID
 	(*ReplicateRequest)(nil), // 1: raftps.v1.ReplicateRequest
 	(*ReplicateAck)(nil),     // 2: raftps.v1.ReplicateAck
-	(*Tensor)(nil),           // 3: raftps.v1.Tensor
+	(*PushIDRing)(nil),       // 3: raftps.v1.PushIDRing
+	(*PushIDState)(nil),      // 4: raftps.v1.PushIDState
+	(*InstallHeader)(nil),    // 5: raftps.v1.InstallHeader
+	(*InstallChunk)(nil),     // 6: raftps.v1.InstallChunk
+	(*InstallResponse)(nil),  // 7: raftps.v1.InstallResponse
+	nil,                      // 8: raftps.v1.InstallHeader.VshardBytesEntry
+	(*Tensor)(nil),           // 9: raftps.v1.Tensor
 }
 var file_raftps_v1_replica_proto_depIdxs = []int32{
-	3, // 0: raftps.v1.ReplicateRequest.grads:type_name -> raftps.v1.Tensor
+	9, // 0: raftps.v1.ReplicateRequest.grads:type_name -> raftps.v1.Tensor
 	0, // 1: raftps.v1.ReplicateRequest.push_ids:type_name -> raftps.v1.PushID
-	1, // 2: raftps.v1.Replica.Replicate:input_type -> raftps.v1.ReplicateRequest
-	2, // 3: raftps.v1.Replica.Replicate:output_type -> raftps.v1.ReplicateAck
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 2: raftps.v1.PushIDState.rings:type_name -> raftps.v1.PushIDRing
+	4, // 3: raftps.v1.InstallHeader.push_ids:type_name -> raftps.v1.PushIDState
+	8, // 4: raftps.v1.InstallHeader.vshard_bytes:type_name -> raftps.v1.InstallHeader.VshardBytesEntry
+	5, // 5: raftps.v1.InstallChunk.header:type_name -> raftps.v1.InstallHeader
+	6, // 6: raftps.v1.Replica.Install:input_type -> raftps.v1.InstallChunk
+	1, // 7: raftps.v1.Replica.Replicate:input_type -> raftps.v1.ReplicateRequest
+	7, // 8: raftps.v1.Replica.Install:output_type -> raftps.v1.InstallResponse
+	2, // 9: raftps.v1.Replica.Replicate:output_type -> raftps.v1.ReplicateAck
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_replica_proto_init() }
@@ -326,7 +745,7 @@ func file_raftps_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_replica_proto_rawDesc), len(file_raftps_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
+	Replica_Install_FullMethodName   = "/raftps.v1.Replica/Install"
 	Replica_Replicate_FullMethodName = "/raftps.v1.Replica/Replicate"
 )
 
@@ -33,6 +34,14 @@ const (
 //
 // Replica is served by every pserver node that holds backups.
 type ReplicaClient interface {
+	// Install builds a new backup of a slot from its primary's snapshot
+	// (re-replication, pserver/DESIGN.md "Re-replication"); the updates
+	// after the snapshot's version then come on Replicate. The backup is
+	// not in the slot's in-sync set until the primary's epoch-compared join
+	// commits. Errors: InvalidArgument (a malformed stream or blob),
+	// FailedPrecondition (the node does not run the job), ResourceExhausted
+	// (over the node's memory budget, or more bytes than announced).
+	Install(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallChunk, InstallResponse], error)
 	// Replicate streams a slot's updates from its primary; each request is
 	// acknowledged once applied (acks may come out of order when requests
 	// were buffered). Errors: FailedPrecondition (stale epoch: the sender
@@ -50,9 +59,22 @@ func NewReplicaClient(cc grpc.ClientConnInterface) ReplicaClient {
 	return &replicaClient{cc}
 }
 
+func (c *replicaClient) Install(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallChunk, InstallResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[0], Replica_Install_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[InstallChunk, InstallResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_InstallClient = grpc.ClientStreamingClient[InstallChunk, InstallResponse]
+
 func (c *replicaClient) Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[0], Replica_Replicate_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[1], Replica_Replicate_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +91,14 @@ type Replica_ReplicateClient = grpc.BidiStreamingClient[ReplicateRequest, Replic
 //
 // Replica is served by every pserver node that holds backups.
 type ReplicaServer interface {
+	// Install builds a new backup of a slot from its primary's snapshot
+	// (re-replication, pserver/DESIGN.md "Re-replication"); the updates
+	// after the snapshot's version then come on Replicate. The backup is
+	// not in the slot's in-sync set until the primary's epoch-compared join
+	// commits. Errors: InvalidArgument (a malformed stream or blob),
+	// FailedPrecondition (the node does not run the job), ResourceExhausted
+	// (over the node's memory budget, or more bytes than announced).
+	Install(grpc.ClientStreamingServer[InstallChunk, InstallResponse]) error
 	// Replicate streams a slot's updates from its primary; each request is
 	// acknowledged once applied (acks may come out of order when requests
 	// were buffered). Errors: FailedPrecondition (stale epoch: the sender
@@ -86,6 +116,9 @@ type ReplicaServer interface {
 // pointer dereference when methods are called.
 type UnimplementedReplicaServer struct{}
 
+func (UnimplementedReplicaServer) Install(grpc.ClientStreamingServer[InstallChunk, InstallResponse]) error {
+	return status.Error(codes.Unimplemented, "method Install not implemented")
+}
 func (UnimplementedReplicaServer) Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateAck]) error {
 	return status.Error(codes.Unimplemented, "method Replicate not implemented")
 }
@@ -110,6 +143,13 @@ func RegisterReplicaServer(s grpc.ServiceRegistrar, srv ReplicaServer) {
 	s.RegisterService(&Replica_ServiceDesc, srv)
 }
 
+func _Replica_Install_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicaServer).Install(&grpc.GenericServerStream[InstallChunk, InstallResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_InstallServer = grpc.ClientStreamingServer[InstallChunk, InstallResponse]
+
 func _Replica_Replicate_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(ReplicaServer).Replicate(&grpc.GenericServerStream[ReplicateRequest, ReplicateAck]{ServerStream: stream})
 }
@@ -125,6 +165,11 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*ReplicaServer)(nil),
 	Methods:     []grpc.MethodDesc{},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Install",
+			Handler:       _Replica_Install_Handler,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Replicate",
 			Handler:       _Replica_Replicate_Handler,

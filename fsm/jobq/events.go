@@ -73,6 +73,7 @@ var externalEvents = map[pb.JobEvent_Type]bool{
 	pb.JobEvent_SLOT_NOT_CLAIMED:     true,
 	pb.JobEvent_TRAINER_NOT_STARTED:  true,
 	pb.JobEvent_PSERVER_PROMOTED:     true, // a replicated slot's backup serves it (pserver/agent)
+	pb.JobEvent_PSERVER_REREPLICATED: true, // a new backup joined a replicated slot (pserver/agent)
 }
 
 // RecordEvent appends an event reported from outside the queue (a trainer

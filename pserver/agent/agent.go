@@ -92,7 +92,10 @@ type Agent struct {
 	// backups are the backups this node holds of other nodes' replicated
 	// slots (replicas.go).
 	backups map[slotKey]*heldBackup
-	wg      sync.WaitGroup
+	// specs are the replicated jobs' specs as last reconciled (a new
+	// backup's Install needs them; rereplicate.go).
+	specs map[string]*pb.JobSpec
+	wg    sync.WaitGroup
 }
 
 type slotKey struct {
@@ -157,10 +160,14 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
+	a := &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
-		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}}
+		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}, specs: map[string]*pb.JobSpec{}}
+	if cfg.Replicas != nil {
+		cfg.Replicas.SetInstaller(a.installBackup)
+	}
+	return a
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx

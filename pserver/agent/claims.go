@@ -285,14 +285,14 @@ func (a *Agent) claim(ctx context.Context, spec *pb.JobSpec, i int32, lease int6
 		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
 	}
 	if spec.GetReplicas() >= 2 {
-		// Backups build the same initializer; a slot restored from a
-		// checkpoint would need a state transfer (not wired): R = 1.
-		if blobs != nil {
-			a.log.Warn("replicated slot restored from a checkpoint: no backups (state transfer not wired); serving with R = 1",
-				"job", spec.Name, "slot", i, "version", rec.Version)
-		} else if rr, ok := a.placeBackups(ctx, spec, i, inc); ok {
-			h.repl = a.startReplication(ctx, spec.Name, s, inc, rr)
-			a.log.Info("replicated slot: backups placed", "job", spec.Name, "slot", i, "epoch", rr.Epoch, "backups", rr.Backups)
+		// A slot built from the initializer places backups that build the
+		// same; one restored from a checkpoint writes a record with no
+		// backup, and re-replication (rereplicate.go) builds them from its
+		// snapshot.
+		if rr, ok := a.placeBackups(ctx, spec, i, inc, blobs == nil); ok {
+			h.repl = a.startReplication(ctx, spec, s, inc, rr)
+			a.log.Info("replicated slot: replica record written", "job", spec.Name, "slot", i, "epoch", rr.Epoch, "backups", rr.Backups,
+				"restored_version", rec.Version)
 		}
 	}
 	a.mu.Lock()

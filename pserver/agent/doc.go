@@ -80,13 +80,17 @@
 // backup is dropped by a Txn that compares the record's epoch, and an
 // agent whose backup the master promoted claims the slot and serves it at
 // once: no restore, no handover wait, no rollback (the epoch fences the
-// old primary). A slot not replicated this way (R = 1, restored from a
-// checkpoint, rolled back) keeps the lease handover above. See
-// replicas.go for what is not wired.
+// old primary). A primary whose record names fewer backups than the job
+// asks for (after a promotion, a drop, or a restore from a checkpoint)
+// builds a new one from its snapshot while training goes on and joins it
+// by an epoch-compared Txn (rereplicate.go). A slot not replicated (R = 1,
+// rolled back) keeps the lease handover above. See replicas.go for what
+// is not wired.
 //
 // Files by concern: agent.go (the agent, its lease and fencing), claims.go
 // (reconciliation, claiming, restoring and releasing slots), replicas.go
-// (replicated slots: placement, backups, replication, promotion), rollback.go
+// (replicated slots: placement, backups, replication, promotion),
+// rereplicate.go (new backups by state transfer), rollback.go
 // (the sync rollback protocol), trainers.go (the trainer feed),
 // checkpoints.go (checkpoint scheduling and writing), budget.go (the
 // memory budget).

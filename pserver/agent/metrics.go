@@ -20,6 +20,10 @@ var (
 		Name: "raftps_pserver_replication_lag_updates",
 		Help: "Updates a replicated primary slot applied that its in-sync backups have not all acknowledged yet (pushes waiting for their replication).",
 	}, []string{"job", "slot"})
+	metricRereplications = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "raftps_pserver_rereplications_total",
+		Help: "New backups of replicated pserver slots this process's agents built from a primary's snapshot and joined to the in-sync set (issue 34).",
+	})
 	checkpointBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "raftps_checkpoint_written_bytes_total",
 		Help: "Bytes of the checkpoints this process's pserver slots committed (blobs, before replication).",
@@ -28,5 +32,5 @@ var (
 
 // Collectors returns the agents' Prometheus collectors (process-wide).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{checkpointSeconds, checkpointBytes, metricFailovers, metricReplicationLag}
+	return []prometheus.Collector{checkpointSeconds, checkpointBytes, metricFailovers, metricReplicationLag, metricRereplications}
 }

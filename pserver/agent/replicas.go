@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -45,11 +44,13 @@ import (
 // backup's slot at once: no restore, no handover wait (the backups' epoch
 // is the fence), no rollback.
 //
-// Not wired: backups of a slot restored from a checkpoint (they would need
-// the same version, or a state transfer; such a slot runs with R = 1),
-// re-replication after a drop or a promotion, bringing the other backups
-// to the new primary's sequence (a backup behind it is dropped after
-// replicateTimeout), zones.
+// A slot restored from a checkpoint writes a record with no backup; it
+// and a primary left with fewer backups than replicas-1 build new ones by
+// state transfer (rereplicate.go).
+//
+// Not wired: bringing the other backups to the new primary's sequence (a
+// backup behind it is dropped after replicateTimeout, then rebuilt),
+// zones.
 
 // PServerPeers is what the agent needs to place backups: the other live
 // pserver nodes, with their data path addresses. The node's gossip view
@@ -73,6 +74,10 @@ const (
 type heldBackup struct {
 	spec *pb.JobSpec
 	b    *replica.Backup
+	// learnerOf is the primary that installed the backup (re-replication,
+	// rereplicate.go) until a record names it; since is when.
+	learnerOf string
+	since     time.Time
 }
 
 // replication is a primary's side of one replicated slot. Safe for
@@ -83,6 +88,8 @@ type replication struct {
 	slot   int32
 	inc    int64 // the claim's incarnation: drops require it
 	r      *replica.Replicator
+	s      *pserver.Slot
+	want   int // backups the job asks for (replicas - 1)
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -98,14 +105,23 @@ type replication struct {
 	done    map[int64]bool // acknowledged seqs above acked
 	err     error          // set once deposed or stopped: nothing more is acknowledged
 	changed chan struct{}
+	// learner is the backup being built (rereplicate.go), fed every
+	// update; while joining, the gate acknowledges no version in
+	// (capApplied, capUntil] (capUntil 0: above capApplied), which the
+	// learner has not applied yet.
+	learner    *learner
+	joining    bool
+	capApplied int64
+	capUntil   int64
 }
 
 // startReplication makes s, served under claim inc at record rec, a
 // replicated primary: its updates go to rec's backups and its pushes are
 // acknowledged only once they acknowledged them.
-func (a *Agent) startReplication(ctx context.Context, job string, s *pserver.Slot, inc int64, rec schema.ReplicaRecord) *replication {
+func (a *Agent) startReplication(ctx context.Context, spec *pb.JobSpec, s *pserver.Slot, inc int64, rec schema.ReplicaRecord) *replication {
 	rctx, cancel := context.WithCancel(ctx)
-	rp := &replication{a: a, job: job, slot: s.Index(), inc: inc, ctx: rctx, cancel: cancel, rec: rec,
+	job := spec.Name
+	rp := &replication{a: a, job: job, slot: s.Index(), inc: inc, ctx: rctx, cancel: cancel, rec: rec, s: s, want: int(spec.GetReplicas()) - 1,
 		acked: s.Version(), emitted: s.Version(), done: map[int64]bool{}, changed: make(chan struct{}), peers: map[string]*peer{},
 		lag: metricReplicationLag.WithLabelValues(job, strconv.Itoa(int(s.Index())))}
 	rp.lag.Set(0)
@@ -117,10 +133,14 @@ func (a *Agent) startReplication(ctx context.Context, job string, s *pserver.Slo
 		rp.mu.Lock()
 		rp.emitted = max(rp.emitted, u.GetSeq())
 		rp.lag.Set(float64(rp.emitted - rp.acked))
+		if rp.learner != nil {
+			rp.learner.add(u)
+		}
 		rp.mu.Unlock()
 		go rp.replicate(u)
 	})
 	s.SetAckGate(rp.wait)
+	go rp.rereplicate()
 	return rp
 }
 
@@ -160,11 +180,11 @@ func (rp *replication) wait(ctx context.Context, version int64) error {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	for {
-		if version <= rp.acked {
-			return nil
-		}
-		if rp.err != nil {
+		if rp.err != nil { // deposed: not even an ISR of none acknowledges
 			return rp.err
+		}
+		if version <= rp.acked && rp.ackCapLocked(version) {
+			return nil
 		}
 		ch := rp.changed
 		rp.mu.Unlock()
@@ -410,24 +430,18 @@ func (a *Agent) readReplicas(ctx context.Context, job string) (map[int32]schema.
 // backups, while claim inc holds. It returns the record (with its epoch),
 // or ok false if the job is not replicated, no backup could be placed or
 // the Txn did not commit (the slot then runs with R = 1).
-func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc int64) (rec schema.ReplicaRecord, ok bool) {
-	pp, has := a.members.(PServerPeers)
+func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc int64, initialized bool) (rec schema.ReplicaRecord, ok bool) {
+	_, has := a.members.(PServerPeers)
 	if spec.GetReplicas() < 2 || a.cfg.Replicas == nil || !has {
 		return rec, false
 	}
-	var cands []schema.ReplicaMember
-	for _, m := range pp.PServerPeers() {
-		if m.Node != a.cfg.NodeID && m.Addr != "" {
-			cands = append(cands, m)
-		}
-	}
+	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr}, Incarnation: inc}
+	cands := a.backupCandidates(rec)
 	if len(cands) == 0 {
 		a.log.Warn("replicated slot: no other live pserver node for a backup; serving with R = 1", "job", spec.Name, "slot", i)
 		return rec, false
 	}
-	sort.Slice(cands, func(x, y int) bool { return cands[x].Node < cands[y].Node })
-	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr}, Incarnation: inc}
-	for k := 0; k < len(cands) && len(rec.Backups) < int(spec.GetReplicas())-1; k++ {
+	for k := 0; initialized && k < len(cands) && len(rec.Backups) < int(spec.GetReplicas())-1; k++ {
 		rec.Backups = append(rec.Backups, cands[(int(i)+k)%len(cands)]) // spread the slots' backups
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -457,6 +471,7 @@ func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.Replica
 	job := spec.Name
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.specs[job] = spec // for installBackup
 	for k, hb := range a.backups {
 		if k.job != job {
 			continue
@@ -466,7 +481,9 @@ func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.Replica
 		case ok && r.Primary.Node == a.cfg.NodeID:
 			hb.b.SetEpoch(r.Epoch) // promoted: claimPromoted serves it
 		case ok && isBackup(r, a.cfg.NodeID):
+			hb.learnerOf = "" // joined
 			hb.b.SetEpoch(r.Epoch)
+		case keepLearner(hb, r, ok): // being built by r's primary
 		default:
 			a.cfg.Replicas.Remove(job, k.slot)
 			hb.b.Slot().Close()
@@ -500,6 +517,11 @@ func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.Replica
 // dropEndedBackupsLocked removes the backups of jobs not running (a.mu
 // held).
 func (a *Agent) dropEndedBackupsLocked(running map[string]*pb.JobStatus) {
+	for job := range a.specs {
+		if running[job] == nil {
+			delete(a.specs, job)
+		}
+	}
 	for k, hb := range a.backups {
 		if running[k.job] == nil {
 			if a.cfg.Replicas != nil {
@@ -574,7 +596,7 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 		a.releaseKey(ctx, spec.Name, i, inc)
 		return fmt.Errorf("slot %d: restore record not written, not serving: %w", i, err)
 	}
-	h.repl = a.startReplication(ctx, spec.Name, s, inc, rec)
+	h.repl = a.startReplication(ctx, spec, s, inc, rec)
 	a.mu.Lock()
 	a.written[k] = b
 	if a.lease != lease {

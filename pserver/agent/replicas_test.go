@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,30 +24,69 @@ import (
 	"github.com/raftps/raftps/schema"
 )
 
-// replicaMembers is two pserver nodes, each with its Replica address.
-type replicaMembers []schema.ReplicaMember
+// replicaMembers is the live pserver nodes, each with its Replica
+// address; a test removes a node it kills.
+type replicaMembers struct {
+	mu  sync.Mutex
+	mem []schema.ReplicaMember
+}
 
-func (m replicaMembers) PServerNodes() int                    { return len(m) }
-func (m replicaMembers) PServerPeers() []schema.ReplicaMember { return m }
+func (m *replicaMembers) PServerNodes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.mem)
+}
 
-// startReplicaAgents starts agents n1 and n2 over meta, each serving its
-// Replica service on its own loopback gRPC server (the address its slot
-// records carry; returned in the same order).
-func startReplicaAgents(t *testing.T, meta *fakeMeta) ([]*testAgent, []*grpc.Server) {
+func (m *replicaMembers) PServerPeers() []schema.ReplicaMember {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mem)
+}
+
+func (m *replicaMembers) remove(node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mem = slices.DeleteFunc(m.mem, func(x schema.ReplicaMember) bool { return x.Node == node })
+}
+
+// replicaNode is one node of startReplicaNodes: its agent (started by
+// start) and its gRPC server (PServer and Replica services).
+type replicaNode struct {
+	id    string
+	ta    *testAgent
+	gs    *grpc.Server
+	start func() *testAgent
+}
+
+// kill stops the node as a crash would look to the others: its gRPC
+// server stops, it leaves the live members, its agent stops (its lease
+// is revoked: the master's nodeGone).
+func (n *replicaNode) kill(mem *replicaMembers) {
+	n.gs.Stop()
+	mem.remove(n.id)
+	if n.ta != nil {
+		n.ta.stop()
+	}
+}
+
+// startReplicaNodes makes nodes ids over meta, each serving its PServer
+// and Replica services on its own loopback gRPC server (the address its
+// slot records carry), all in the live members; the agents of the first
+// started of them are started (the others by their start).
+func startReplicaNodes(t testing.TB, meta *fakeMeta, started int, ids ...string) ([]*replicaNode, *replicaMembers) {
 	t.Helper()
 	var lis []net.Listener
-	var mem replicaMembers
-	for _, id := range []string{"n1", "n2"} {
+	mem := &replicaMembers{}
+	for _, id := range ids {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		lis = append(lis, l)
-		mem = append(mem, schema.ReplicaMember{Node: id, Addr: l.Addr().String()})
+		mem.mem = append(mem.mem, schema.ReplicaMember{Node: id, Addr: l.Addr().String()})
 	}
-	var out []*testAgent
-	var servers []*grpc.Server
-	for i, m := range mem {
+	var out []*replicaNode
+	for i, m := range mem.PServerPeers() {
 		log := testutil.LoggerLevel(t, slog.LevelInfo).With("node", m.Node)
 		st, err := checkpoint.Open(t.TempDir(), log)
 		if err != nil {
@@ -56,24 +97,42 @@ func startReplicaAgents(t *testing.T, meta *fakeMeta) ([]*testAgent, []*grpc.Ser
 			t.Fatal(err)
 		}
 		srv, rs := pserver.NewServer(), replica.NewService()
-		gs := grpc.NewServer()
+		gs := grpc.NewServer(wire.ServerOptions()...)
 		pb.RegisterPServerServer(gs, srv)
 		pb.RegisterReplicaServer(gs, rs)
 		go gs.Serve(lis[i])
-		cfg := Config{NodeID: m.Node, Addr: m.Addr, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
-			Replicas: rs, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
-		a := New(cfg, meta, srv, mgr, mem)
-		ctx, cancel := context.WithCancel(context.Background())
-		ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
-		go func() { defer close(ta.done); _ = a.Run(ctx) }()
+		n := &replicaNode{id: m.Node, gs: gs}
+		n.start = func() *testAgent {
+			cfg := Config{NodeID: m.Node, Addr: m.Addr, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
+				Replicas: rs, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
+			a := New(cfg, meta, srv, mgr, mem)
+			ctx, cancel := context.WithCancel(context.Background())
+			ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
+			go func() { defer close(ta.done); _ = a.Run(ctx) }()
+			n.ta = ta
+			return ta
+		}
+		if i < started {
+			n.start()
+		}
 		t.Cleanup(func() {
-			ta.stop()
+			if n.ta != nil {
+				n.ta.stop()
+			}
 			gs.Stop()
 			st.Close()
 		})
-		out, servers = append(out, ta), append(servers, gs)
+		out = append(out, n)
 	}
-	return out, servers
+	return out, mem
+}
+
+// startReplicaAgents starts agents n1 and n2 over meta (startReplicaNodes),
+// returned with their gRPC servers in the same order.
+func startReplicaAgents(t *testing.T, meta *fakeMeta) ([]*testAgent, []*grpc.Server) {
+	t.Helper()
+	nodes, _ := startReplicaNodes(t, meta, 2, "n1", "n2")
+	return []*testAgent{nodes[0].ta, nodes[1].ta}, []*grpc.Server{nodes[0].gs, nodes[1].gs}
 }
 
 // backupOf returns the backup agent ta holds of (job, slot), if any.
@@ -86,7 +145,7 @@ func (ta *testAgent) backupOf(job string, slot int32) *replica.Backup {
 	return nil
 }
 
-func replicaRecord(t *testing.T, meta *fakeMeta, job string, slot int32) (schema.ReplicaRecord, bool) {
+func replicaRecord(t testing.TB, meta *fakeMeta, job string, slot int32) (schema.ReplicaRecord, bool) {
 	t.Helper()
 	kv := meta.get(schema.ReplicaKey(job, slot))
 	if kv == nil {

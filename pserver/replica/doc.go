@@ -42,7 +42,9 @@
 // (/raftps.v1.Replica/Replicate: role node only); pserver/agent places
 // backups, holds them, runs a Replicator per replicated primary and makes
 // pushes wait for it (pserver.Slot.SetAckGate); the master promotes a
-// backup when the primary's node is gone. Not wired: trainers' epoch
-// handling (a deposed primary answers ErrFenced instead) and
-// re-replication (pserver/DESIGN.md, "Replicated slots", Status).
+// backup when the primary's node is gone; re-replication builds a new
+// backup from the primary's snapshot (Install, Service.Install with the
+// node's Installer; then Stream.Send/Wait for the updates after it).
+// Not wired: trainers' epoch handling (a deposed primary answers
+// ErrFenced instead; pserver/DESIGN.md, "Replicated slots", Status).
 package replica

@@ -22,8 +22,9 @@ type Service struct {
 	// primary to the master (master.Suspects), which probes it.
 	OnBroken func(job string, slot int32)
 
-	mu      sync.RWMutex
-	backups map[slotID]*Backup
+	mu        sync.RWMutex
+	backups   map[slotID]*Backup
+	installer Installer
 }
 
 type slotID struct {
@@ -187,9 +188,23 @@ func (s *Stream) recv() {
 
 // Replicate sends req and waits for an ack covering req.seq.
 func (s *Stream) Replicate(ctx context.Context, req *pb.ReplicateRequest) (*pb.ReplicateAck, error) {
+	return s.Wait(ctx, req.GetSeq(), s.Send(req))
+}
+
+// Send sends req without waiting for its ack (requests are sent in the
+// order of the calls): a learner's pipeline (re-replication) sends many,
+// then Waits for the last.
+func (s *Stream) Send(req *pb.ReplicateRequest) error {
 	s.sendMu.Lock()
-	err := s.stream.Send(req)
-	s.sendMu.Unlock()
+	defer s.sendMu.Unlock()
+	return s.stream.Send(req)
+}
+
+// Wait waits until the backup acknowledged seq (applied >= seq), or the
+// stream fails, or ctx ends; err is Send's, if any (an io.EOF from Send
+// waits for the stream's own error).
+func (s *Stream) Wait(ctx context.Context, seq int64, err error) (*pb.ReplicateAck, error) {
+	req := &pb.ReplicateRequest{Seq: seq}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from raftps.v1 import pserver_pb2 as raftps_dot_v1_dot_pserver__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/replica.proto\x12\traftps.v1\x1a\x17raftps/v1/pserver.proto\"*\n\x06PushID\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07push_id\x18\x02 \x01(\x04\"\xc5\x01\n\x10ReplicateRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0b\n\x03seq\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12 \n\x05grads\x18\x07 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x10\n\x08lr_scale\x18\x08 \x01(\x01\x12#\n\x08push_ids\x18\t \x03(\x0b\x32\x11.raftps.v1.PushID\".\n\x0cReplicateAck\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x03\x32P\n\x07Replica\x12\x45\n\tReplicate\x12\x1b.raftps.v1.ReplicateRequest\x1a\x17.raftps.v1.ReplicateAck(\x01\x30\x01\x42\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/replica.proto\x12\traftps.v1\x1a\x17raftps/v1/pserver.proto\"*\n\x06PushID\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07push_id\x18\x02 \x01(\x04\"\xc5\x01\n\x10ReplicateRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0b\n\x03seq\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x03\x12 \n\x05grads\x18\x07 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x10\n\x08lr_scale\x18\x08 \x01(\x01\x12#\n\x08push_ids\x18\t \x03(\x0b\x32\x11.raftps.v1.PushID\".\n\x0cReplicateAck\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x03\"X\n\nPushIDRing\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x04\x12\x10\n\x08versions\x18\x03 \x03(\x03\x12\x0c\n\x04next\x18\x04 \x01(\x05\x12\x0c\n\x04used\x18\x05 \x01(\x03\"B\n\x0bPushIDState\x12\r\n\x05\x63lock\x18\x01 \x01(\x03\x12$\n\x05rings\x18\x02 \x03(\x0b\x32\x15.raftps.v1.PushIDRing\"\xac\x02\n\rInstallHeader\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0f\n\x07primary\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\x0c\n\x04step\x18\x06 \x01(\x03\x12\x13\n\x0bincarnation\x18\x07 \x01(\x03\x12(\n\x08push_ids\x18\x08 \x01(\x0b\x32\x16.raftps.v1.PushIDState\x12\r\n\x05\x62ytes\x18\t \x01(\x03\x12?\n\x0cvshard_bytes\x18\n \x03(\x0b\x32).raftps.v1.InstallHeader.VshardBytesEntry\x1a\x32\n\x10VshardBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"V\n\x0cInstallChunk\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.raftps.v1.InstallHeader\x12\x0e\n\x06vshard\x18\x02 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"1\n\x0fInstallResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x03\x32\x92\x01\n\x07Replica\x12@\n\x07Install\x12\x17.raftps.v1.InstallChunk\x1a\x1a.raftps.v1.InstallResponse(\x01\x12\x45\n\tReplicate\x12\x1b.raftps.v1.ReplicateRequest\x1a\x17.raftps.v1.ReplicateAck(\x01\x30\x01\x42\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftps.v1.replica_pb2', globals())
@@ -22,12 +22,26 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z%github.com/raftps/raftps/api/raftpspb'
+  _INSTALLHEADER_VSHARDBYTESENTRY._options = None
+  _INSTALLHEADER_VSHARDBYTESENTRY._serialized_options = b'8\001'
   _PUSHID._serialized_start=63
   _PUSHID._serialized_end=105
   _REPLICATEREQUEST._serialized_start=108
   _REPLICATEREQUEST._serialized_end=305
   _REPLICATEACK._serialized_start=307
   _REPLICATEACK._serialized_end=353
-  _REPLICA._serialized_start=355
-  _REPLICA._serialized_end=435
+  _PUSHIDRING._serialized_start=355
+  _PUSHIDRING._serialized_end=443
+  _PUSHIDSTATE._serialized_start=445
+  _PUSHIDSTATE._serialized_end=511
+  _INSTALLHEADER._serialized_start=514
+  _INSTALLHEADER._serialized_end=814
+  _INSTALLHEADER_VSHARDBYTESENTRY._serialized_start=764
+  _INSTALLHEADER_VSHARDBYTESENTRY._serialized_end=814
+  _INSTALLCHUNK._serialized_start=816
+  _INSTALLCHUNK._serialized_end=902
+  _INSTALLRESPONSE._serialized_start=904
+  _INSTALLRESPONSE._serialized_end=953
+  _REPLICA._serialized_start=956
+  _REPLICA._serialized_end=1102
 # @@protoc_insertion_point(module_scope)

@@ -15,6 +15,11 @@ class ReplicaStub(object):
         Args:
             channel: A grpc.Channel.
         """
+        self.Install = channel.stream_unary(
+                '/raftps.v1.Replica/Install',
+                request_serializer=raftps_dot_v1_dot_replica__pb2.InstallChunk.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_replica__pb2.InstallResponse.FromString,
+                )
         self.Replicate = channel.stream_stream(
                 '/raftps.v1.Replica/Replicate',
                 request_serializer=raftps_dot_v1_dot_replica__pb2.ReplicateRequest.SerializeToString,
@@ -25,6 +30,19 @@ class ReplicaStub(object):
 class ReplicaServicer(object):
     """Replica is served by every pserver node that holds backups.
     """
+
+    def Install(self, request_iterator, context):
+        """Install builds a new backup of a slot from its primary's snapshot
+        (re-replication, pserver/DESIGN.md "Re-replication"); the updates
+        after the snapshot's version then come on Replicate. The backup is
+        not in the slot's in-sync set until the primary's epoch-compared join
+        commits. Errors: InvalidArgument (a malformed stream or blob),
+        FailedPrecondition (the node does not run the job), ResourceExhausted
+        (over the node's memory budget, or more bytes than announced).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Replicate(self, request_iterator, context):
         """Replicate streams a slot's updates from its primary; each request is
@@ -41,6 +59,11 @@ class ReplicaServicer(object):
 
 def add_ReplicaServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Install': grpc.stream_unary_rpc_method_handler(
+                    servicer.Install,
+                    request_deserializer=raftps_dot_v1_dot_replica__pb2.InstallChunk.FromString,
+                    response_serializer=raftps_dot_v1_dot_replica__pb2.InstallResponse.SerializeToString,
+            ),
             'Replicate': grpc.stream_stream_rpc_method_handler(
                     servicer.Replicate,
                     request_deserializer=raftps_dot_v1_dot_replica__pb2.ReplicateRequest.FromString,
@@ -56,6 +79,23 @@ def add_ReplicaServicer_to_server(servicer, server):
 class Replica(object):
     """Replica is served by every pserver node that holds backups.
     """
+
+    @staticmethod
+    def Install(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/raftps.v1.Replica/Install',
+            raftps_dot_v1_dot_replica__pb2.InstallChunk.SerializeToString,
+            raftps_dot_v1_dot_replica__pb2.InstallResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
     @staticmethod
     def Replicate(request_iterator,
