@@ -75,6 +75,7 @@ type Agent struct {
 	log     *slog.Logger
 
 	session *concurrency.Session
+	kick    chan struct{} // a reconciliation round now (watchPromotions), not at the next Poll
 	untilMu sync.Mutex
 	untilID int64             // the session's lease that until belongs to
 	until   *pserver.Deadline // untilID's serve-until (renewed)
@@ -161,7 +162,7 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
-		session: concurrency.NewSession(meta, cfg.LeaseTTL),
+		session: concurrency.NewSession(meta, cfg.LeaseTTL), kick: make(chan struct{}, 1),
 		log:     cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
 		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}, specs: map[string]*pb.JobSpec{}}
 	if cfg.Replicas != nil {
@@ -181,6 +182,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	kctx, kcancel := context.WithCancel(ctx)
 	kdone := make(chan struct{})
 	go func() { defer close(kdone); a.keepAlive(kctx) }()
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); a.watchPromotions(kctx) }()
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
 	for {
@@ -188,9 +191,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			kcancel()
 			<-kdone
+			<-wdone
 			a.release()
 			return nil
 		case <-t.C:
+		case <-a.kick:
 		}
 		if a.currentLease() != 0 {
 			a.reconcile(ctx)

@@ -75,6 +75,13 @@ func (n *replicaNode) kill(mem *replicaMembers) {
 // started of them are started (the others by their start).
 func startReplicaNodes(t testing.TB, meta *fakeMeta, started int, ids ...string) ([]*replicaNode, *replicaMembers) {
 	t.Helper()
+	return startReplicaNodesWith(t, meta, started, nil, ids...)
+}
+
+// startReplicaNodesWith is startReplicaNodes with each agent's Config
+// changed by tune (nil: none).
+func startReplicaNodesWith(t testing.TB, meta *fakeMeta, started int, tune func(*Config), ids ...string) ([]*replicaNode, *replicaMembers) {
+	t.Helper()
 	var lis []net.Listener
 	mem := &replicaMembers{}
 	for _, id := range ids {
@@ -105,6 +112,9 @@ func startReplicaNodes(t testing.TB, meta *fakeMeta, started int, ids ...string)
 		n.start = func() *testAgent {
 			cfg := Config{NodeID: m.Node, Addr: m.Addr, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
 				Replicas: rs, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
+			if tune != nil {
+				tune(&cfg)
+			}
 			a := New(cfg, meta, srv, mgr, mem)
 			ctx, cancel := context.WithCancel(context.Background())
 			ta := &testAgent{a: a, meta: meta, server: srv, ckpt: mgr, cancel: cancel, done: make(chan struct{})}
@@ -428,4 +438,60 @@ func TestReplicatedLostPrimaryHandsOff(t *testing.T) {
 	if err != nil || r.GetSource() != "promoted backup" {
 		t.Fatalf("restore record after the hand-off: %v %v, want the promoted backup's", r, err)
 	}
+}
+
+// TestPromotionServedWithoutPoll: a promoted node serves the slot as soon
+// as the record naming it primary is written (and the old claim freed, as
+// a confirmed report's Txn does), not at its next Poll. The agents here
+// poll once an hour: the test drives their rounds itself until the slot
+// is replicated, then only the promotion's watch event can start the
+// round that claims and serves it.
+func TestPromotionServedWithoutPoll(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("kick")
+	meta.setJobs(running(spec))
+	nodes, _ := startReplicaNodesWith(t, meta, 2, func(c *Config) { c.Poll, c.LeaseTTL = time.Hour, 3600 }, "n1", "n2")
+	agents := []*testAgent{nodes[0].ta, nodes[1].ta}
+	round := func() {
+		for _, ta := range agents {
+			select {
+			case ta.a.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	var back *testAgent
+	waitFor(t, "a primary serving slot 0 and a backup on the other node (rounds driven by the test)", func() bool {
+		round()
+		for i, ta := range agents {
+			if _, ok := ta.served("kick", 0); ok && agents[1-i].backupOf("kick", 0) != nil {
+				back = agents[1-i]
+				return true
+			}
+		}
+		return false
+	})
+	// The rounds the test asked for are taken and run (a round on this
+	// in-process store takes milliseconds) before the promotion.
+	waitFor(t, "the test's last rounds taken", func() bool { return len(agents[0].a.kick)+len(agents[1].a.kick) == 0 })
+	time.Sleep(300 * time.Millisecond)
+	rec, _ := replicaRecord(t, meta, "kick", 0)
+	promoted, err := rec.Promote(back.a.cfg.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// The promotion and the old primary's claim freed in one Txn (as
+	// master.Suspects does), then no more rounds from the test.
+	out, err := meta.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{schema.EpochCompare("kick", 0, rec.Epoch)},
+		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey("kick", 0)), promoted.Marshal()),
+			{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(schema.SlotKey("kick", 0))}}}}})
+	if err != nil || !out.GetSucceeded() {
+		t.Fatalf("promotion Txn: %v %v", out, err)
+	}
+	waitFor(t, "the promoted node to serve slot 0 with no poll round due for an hour", func() bool {
+		_, ok := back.served("kick", 0)
+		return ok
+	})
 }
