@@ -50,6 +50,9 @@ type Meta struct {
 	// admits a job against them. 0: not announced (not counted).
 	PServerBudget uint64
 	TrainerBudget uint64
+	// Zone is the node's failure domain (`raftps node --zone`); empty:
+	// none. Replicated slots place their backups across zones.
+	Zone string
 }
 
 // Peer is the address of m's node-to-node services: PeerAddr, or GRPCAddr
@@ -86,6 +89,7 @@ type wireMeta struct {
 	PServerAddr string   `json:"ps,omitempty"`
 	PSBudget    uint64   `json:"pb,omitempty"`
 	TBudget     uint64   `json:"tb,omitempty"`
+	Zone        string   `json:"z,omitempty"`
 	Incarnation uint32   `json:"i,omitempty"`
 }
 
@@ -93,7 +97,7 @@ func encodeMeta(m Meta, incarnation uint32) ([]byte, error) {
 	b, err := json.Marshal(wireMeta{
 		ID: m.ID, Roles: m.Roles, GRPCAddr: m.GRPCAddr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, PSBudget: m.PServerBudget, TBudget: m.TrainerBudget,
-		Incarnation: incarnation,
+		Zone: m.Zone, Incarnation: incarnation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
@@ -112,7 +116,8 @@ func decodeMeta(b []byte) (Meta, uint32, error) {
 		return Meta{}, 0, fmt.Errorf("decode meta: %w", err)
 	}
 	return Meta{ID: w.ID, Roles: w.Roles, GRPCAddr: w.GRPCAddr, RaftAddr: w.RaftAddr, HTTPAddr: w.HTTPAddr,
-		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr, PServerBudget: w.PSBudget, TrainerBudget: w.TBudget}, w.Incarnation, nil
+		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr, PServerBudget: w.PSBudget, TrainerBudget: w.TBudget,
+		Zone: w.Zone}, w.Incarnation, nil
 }
 
 // Status is a member's state as seen by this member.

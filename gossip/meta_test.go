@@ -12,7 +12,7 @@ import (
 // no PeerAddr (one that serves everything on one port).
 func TestMetaAddressesRoundTrip(t *testing.T) {
 	m := Meta{ID: "n1", Roles: Roles(), GRPCAddr: "10.0.0.1:7000", RaftAddr: "10.0.0.1:7001",
-		HTTPAddr: "10.0.0.1:7003", PeerAddr: "10.0.0.1:40001", PServerAddr: "10.0.0.1:40002"}
+		HTTPAddr: "10.0.0.1:7003", PeerAddr: "10.0.0.1:40001", PServerAddr: "10.0.0.1:40002", Zone: "rack-2"}
 	b, err := encodeMeta(m, 7)
 	if err != nil {
 		t.Fatal(err)

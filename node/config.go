@@ -184,6 +184,12 @@ type Config struct {
 	PServerMemoryBudget uint64
 	TrainerMemoryBudget uint64
 
+	// Zone is this node's failure domain (--zone: a rack, a room, an
+	// availability zone; at most MaxZoneLen bytes), announced in gossip:
+	// a replicated slot's backups go to nodes of other zones first
+	// (pserver/DESIGN.md, "Replicated slots"). Empty: none.
+	Zone string
+
 	// Logger receives every component's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -221,9 +227,16 @@ var ErrNoGossipKeyring = errors.New("no gossip keyring")
 
 // Validate checks the configuration; its errors wrap ErrInvalidConfig and
 // name the `raftps node` flag at fault.
+// MaxZoneLen bounds --zone: it rides in every gossip message's metadata
+// (gossip.MaxMetaSize).
+const MaxZoneLen = 64
+
 func (c *Config) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	if len(c.Zone) > MaxZoneLen {
+		return bad("--zone %q: at most %d bytes", c.Zone, MaxZoneLen)
 	}
 	if c.ID == "" {
 		return bad("--id is required")

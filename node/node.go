@@ -253,7 +253,7 @@ func (n *Node) openGossip() (err error) {
 	gcfg := gossip.DefaultConfig()
 	gcfg.Meta = gossip.Meta{ID: n.cfg.ID, Roles: n.cfg.Roles, GRPCAddr: n.advertised(n.GRPCAddr()),
 		RaftAddr: n.advertised(n.cfg.RaftAddr), HTTPAddr: n.advertised(n.HTTPAddr()),
-		PeerAddr: n.advertised(n.PeerAddr())}
+		PeerAddr: n.advertised(n.PeerAddr()), Zone: n.cfg.Zone}
 	if n.cfg.hasRole(gossip.RolePServer) {
 		gcfg.Meta.PServerAddr = n.advertised(n.PServerAddr())
 		gcfg.Meta.PServerBudget = n.cfg.PServerMemoryBudget // budget.go

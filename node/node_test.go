@@ -76,6 +76,7 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"no id", with(func(c *Config) { c.ID = "" }), "--id"},
+		{"zone too long", with(func(c *Config) { c.Zone = strings.Repeat("z", MaxZoneLen+1) }), "--zone"},
 		{"no data dir", with(func(c *Config) { c.DataDir = "" }), "--data-dir"},
 		{"unknown role", with(func(c *Config) { c.Roles = []string{"server", "cook"} }), "cook"},
 		{"no server role and nothing to join", with(func(c *Config) { c.Roles = []string{gossip.RoleTrainer} }), "--join"},

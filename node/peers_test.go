@@ -8,19 +8,23 @@ import (
 
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/pserver/checkpoint"
+	"github.com/raftps/raftps/schema"
 )
 
 var _ checkpoint.Membership = gossipPeers{}
 
 // TestGossipPeersIsMember: a node gossip lists is a member for the
 // checkpoint restore (its replicas are waited for); once it left, or if
-// gossip never knew it, it is not (its replicas count as missing).
+// gossip never knew it, it is not (its replicas count as missing). An
+// alive pserver node is a backup candidate with its data path address and
+// its zone (--zone), which backup placement spreads over.
 func TestGossipPeersIsMember(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := func(id string, join ...string) *gossip.Gossip {
 		cfg := gossip.DefaultConfig()
-		cfg.Meta = gossip.Meta{ID: id, GRPCAddr: "127.0.0.1:7000"}
+		cfg.Meta = gossip.Meta{ID: id, GRPCAddr: "127.0.0.1:7000", Roles: []string{gossip.RolePServer},
+			PServerAddr: "127.0.0.1:7" + id[1:] + "02", Zone: "zone-" + id}
 		cfg.BindAddr = "127.0.0.1:0"
 		cfg.Join = join
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -58,6 +62,15 @@ func TestGossipPeersIsMember(t *testing.T) {
 	p := gossipPeers{g: n1, self: "n1"}
 	if !p.IsMember("n2") || p.IsMember("n9") {
 		t.Fatalf("alive n2 member %v, unknown n9 member %v", p.IsMember("n2"), p.IsMember("n9"))
+	}
+	var n2peer schema.ReplicaMember
+	for _, m := range p.PServerPeers() {
+		if m.Node == "n2" {
+			n2peer = m
+		}
+	}
+	if n2peer != (schema.ReplicaMember{Node: "n2", Addr: "127.0.0.1:7202", Zone: "zone-n2"}) {
+		t.Fatalf("n2 as a backup candidate: %+v, want its pserver address and zone", n2peer)
 	}
 	if err := n2.Leave(time.Second); err != nil {
 		t.Fatal(err)

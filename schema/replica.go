@@ -26,6 +26,11 @@ func ReplicaKey(job string, slot int32) string {
 type ReplicaMember struct {
 	Node string `json:"node"`
 	Addr string `json:"addr"`
+	// Zone is the node's failure domain (`raftps node --zone`: a rack, a
+	// room, an availability zone); empty when the node has none. Backups
+	// are placed in zones no other member of the slot is in, when there
+	// are such nodes (pserver/agent's pickBackups).
+	Zone string `json:"zone,omitempty"`
 }
 
 // ReplicaRecord is the JSON value of ReplicaKey: the slot's primary and

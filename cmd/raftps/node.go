@@ -89,6 +89,7 @@ gossip.keyring beside the CA) unless --insecure-gossip is given (unsafe).`,
 	f.BoolVar(&insecure, "insecure", false, "run without TLS and without authorisation: any process that reaches a port may do anything (for a throw-away local cluster only)")
 	f.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve the HTTP port (dashboard, /metrics, /healthz, /readyz) over mutual TLS too: every client needs a certificate of the cluster CA, and the dashboard's cancel and delete need the admin role")
 	f.Int32Var(&cfg.KeepFinishedJobs, "keep-finished-jobs", cfg.KeepFinishedJobs, "finished jobs kept (the oldest beyond are deleted with their keys; 0: no count limit)")
+	f.StringVar(&cfg.Zone, "zone", "", "this node's failure domain (a rack, a room, an availability zone; at most 64 bytes): a replicated pserver slot's backups go to nodes of other zones first")
 	f.Var(byteSize{&cfg.PServerMemoryBudget}, "pserver-memory-budget", "bytes this node's pserver slots may hold together (512MiB, 8GiB; default half the machine's memory); jobs are admitted against it")
 	f.Var(byteSize{&cfg.TrainerMemoryBudget}, "trainer-memory-budget", "bytes this node's trainers may hold together, each the model and its gradients (default a quarter of the machine's memory); jobs are admitted against it")
 	f.Var(byteSize{&gcHeap}, "gc-heap-threshold", "heap size (bytes) up to which the Go GC runs less often than GOGC=100 would (GOGC tuned between 100 and 500 after each cycle; default 512MiB, at most an eighth of the machine's memory); an explicit GOGC in the environment turns the tuning off")

@@ -41,6 +41,9 @@ type Config struct {
 	NodeID string
 	// Addr is this node's gRPC address, where its PServer service listens.
 	Addr string
+	// Zone is this node's failure domain (node.Config.Zone; empty: none),
+	// written into the replica records it is primary of (pickBackups).
+	Zone string
 	// LeaseTTL of the node's pserver lease in seconds (default 5).
 	LeaseTTL int64
 	// Poll is the interval between reconciliations and between lease

@@ -48,9 +48,11 @@ import (
 // and a primary left with fewer backups than replicas-1 build new ones by
 // state transfer (rereplicate.go).
 //
+// Backups go to nodes of zones no member of the slot holds when there are
+// such live nodes (pickBackups; `raftps node --zone`).
+//
 // Not wired: bringing the other backups to the new primary's sequence (a
-// backup behind it is dropped after replicateTimeout, then rebuilt),
-// zones.
+// backup behind it is dropped after replicateTimeout, then rebuilt).
 
 // PServerPeers is what the agent needs to place backups: the other live
 // pserver nodes, with their data path addresses. The node's gossip view
@@ -435,14 +437,14 @@ func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc
 	if spec.GetReplicas() < 2 || a.cfg.Replicas == nil || !has {
 		return rec, false
 	}
-	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr}, Incarnation: inc}
+	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr, Zone: a.cfg.Zone}, Incarnation: inc}
 	cands := a.backupCandidates(rec)
 	if len(cands) == 0 {
 		a.log.Warn("replicated slot: no other live pserver node for a backup; serving with R = 1", "job", spec.Name, "slot", i)
 		return rec, false
 	}
-	for k := 0; initialized && k < len(cands) && len(rec.Backups) < int(spec.GetReplicas())-1; k++ {
-		rec.Backups = append(rec.Backups, cands[(int(i)+k)%len(cands)]) // spread the slots' backups
+	if initialized {
+		rec.Backups = pickBackups(cands, rec, int(i), int(spec.GetReplicas())-1) // spread the slots' backups
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	out, err := a.meta.Txn(cctx, &pb.TxnRequest{
@@ -732,4 +734,48 @@ func (a *Agent) primaryHere(kv *pb.KeyValue) bool {
 	}
 	rec, err := schema.ParseReplicaRecord(kv.GetValue(), kv.GetModRevision())
 	return err == nil && rec.Primary.Node == a.cfg.NodeID && a.holdsBackup(job, slot)
+}
+
+// pickBackups chooses up to n of cands (sorted by node, none of them a
+// member of rec) as new backups of rec's slot. The candidates are taken
+// in order from the one at rot (the slot index: the slots' backups spread
+// over the nodes), except that a candidate in a zone no member holds yet
+// (rec's primary and backups, and the picks before it) comes before one
+// in a zone already held: with nodes in two zones, a slot's primary and
+// its backup end in different zones whenever a live node allows it
+// (HDFS's and Ceph's rule: replicas across failure domains). Nodes
+// without a zone never count as sharing one. Without zones the picks are
+// cands[rot], cands[rot+1], ... (mod len).
+func pickBackups(cands []schema.ReplicaMember, rec schema.ReplicaRecord, rot, n int) []schema.ReplicaMember {
+	if len(cands) == 0 || n <= 0 {
+		return nil
+	}
+	held := map[string]bool{}
+	hold := func(m schema.ReplicaMember) {
+		if m.Zone != "" {
+			held[m.Zone] = true
+		}
+	}
+	hold(rec.Primary)
+	for _, b := range rec.Backups {
+		hold(b)
+	}
+	order := make([]schema.ReplicaMember, 0, len(cands))
+	for k := range cands {
+		order = append(order, cands[(rot+k)%len(cands)])
+	}
+	var picks []schema.ReplicaMember
+	for len(picks) < n && len(order) > 0 {
+		at := 0
+		for k, m := range order {
+			if m.Zone != "" && !held[m.Zone] {
+				at = k
+				break
+			}
+		}
+		picks = append(picks, order[at])
+		hold(order[at])
+		order = append(order[:at], order[at+1:]...)
+	}
+	return picks
 }

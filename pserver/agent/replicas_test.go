@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -494,4 +495,44 @@ func TestPromotionServedWithoutPoll(t *testing.T) {
 		_, ok := back.served("kick", 0)
 		return ok
 	})
+}
+
+// TestPickBackups: backups go to zones no member of the slot holds yet
+// (the primary's, the backups', the earlier picks'), then in the slot's
+// rotation; nodes without a zone never share one, and without zones the
+// picks are the rotation itself (the slots' backups spread over nodes).
+func TestPickBackups(t *testing.T) {
+	m := func(node, zone string) schema.ReplicaMember {
+		return schema.ReplicaMember{Node: node, Addr: node + ":1", Zone: zone}
+	}
+	nodes := func(ms []schema.ReplicaMember) string {
+		var out []string
+		for _, x := range ms {
+			out = append(out, x.Node)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		name  string
+		cands []schema.ReplicaMember
+		rec   schema.ReplicaRecord
+		rot   int
+		n     int
+		want  string
+	}{
+		{"no zones: the rotation", []schema.ReplicaMember{m("n2", ""), m("n3", ""), m("n4", "")}, schema.ReplicaRecord{Primary: m("n1", "")}, 1, 2, "n3,n4"},
+		{"another zone first", []schema.ReplicaMember{m("n2", "a"), m("n3", "b"), m("n4", "a")}, schema.ReplicaRecord{Primary: m("n1", "a")}, 0, 1, "n3"},
+		{"rotation among the other zones", []schema.ReplicaMember{m("n2", "b"), m("n3", "b"), m("n4", "a")}, schema.ReplicaRecord{Primary: m("n1", "a")}, 1, 1, "n3"},
+		{"two backups, three zones", []schema.ReplicaMember{m("n2", "a"), m("n3", "b"), m("n4", "b"), m("n5", "c")}, schema.ReplicaRecord{Primary: m("n1", "a")}, 2, 2, "n4,n5"},
+		{"a held zone when no other is left", []schema.ReplicaMember{m("n2", "a"), m("n3", "b")}, schema.ReplicaRecord{Primary: m("n1", "a")}, 0, 2, "n3,n2"},
+		{"the backups' zones count (re-replication)", []schema.ReplicaMember{m("n4", "b"), m("n5", "c")},
+			schema.ReplicaRecord{Primary: m("n1", "a"), Backups: []schema.ReplicaMember{m("n2", "b")}}, 0, 1, "n5"},
+		{"a zoneless node never shares a zone", []schema.ReplicaMember{m("n2", ""), m("n3", "a")}, schema.ReplicaRecord{Primary: m("n1", "a")}, 0, 1, "n2"},
+		{"fewer candidates than wanted", []schema.ReplicaMember{m("n2", "")}, schema.ReplicaRecord{Primary: m("n1", "")}, 5, 2, "n2"},
+		{"none", nil, schema.ReplicaRecord{Primary: m("n1", "")}, 0, 1, ""},
+	} {
+		if got := nodes(pickBackups(tc.cands, tc.rec, tc.rot, tc.n)); got != tc.want {
+			t.Errorf("%s: picked %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -180,7 +180,7 @@ func (rp *replication) rereplicate() {
 		if len(cands) == 0 {
 			continue
 		}
-		cand := cands[(int(rp.slot)+tries)%len(cands)]
+		cand := pickBackups(cands, rec, int(rp.slot)+tries, 1)[0]
 		err := rp.build(cand)
 		if err == nil {
 			tries = 0
