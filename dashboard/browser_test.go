@@ -187,44 +187,10 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	// Mutual TLS everywhere, the HTTP port included (--http-tls): the
 	// browser presents the admin's certificate.
-	nodes, err := localcluster.New(bin, clusterDir, 3, "--http-tls")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, admin, eps, cl := startTLSCluster(t, bin, clusterDir)
 	// New made the cluster's CA (and the admin's certificate) in
 	// <clusterDir>/pki; the reader's certificate is issued there later.
 	pkiDir := filepath.Join(clusterDir, "pki")
-	admin := nodes[0].Admin
-	adminTLS, err := security.Load(admin, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			if n.Running() {
-				_ = n.Stop(10 * time.Second)
-			}
-		}
-		if t.Failed() {
-			for _, n := range nodes {
-				t.Logf("node log: %s", n.LogPath)
-			}
-		}
-	})
-	var eps []string
-	for _, n := range nodes {
-		eps = append(eps, n.GRPC)
-	}
-	cl, err := client.New(eps, adminTLS.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	leader := waitLeader(t, ctx, cl, "")
@@ -879,4 +845,49 @@ func browserOptions(t *testing.T, chrome, dir string, files security.Files) []ch
 		chromedp.UserDataDir(filepath.Join(dir, "chromium-profile")),
 		chromedp.WindowSize(1400, 1000),
 	}
+}
+
+// startTLSCluster starts 3 nodes in clusterDir with mutual TLS everywhere,
+// the HTTP port included (--http-tls: the browser presents the admin's
+// certificate), and returns them, the admin's certificate files, the
+// client endpoints and an admin client. The client is closed and the
+// nodes stopped at the test's end; a failed test names the nodes' logs.
+func startTLSCluster(t *testing.T, bin, clusterDir string) ([]*localcluster.Node, security.Files, []string, *client.Client) {
+	t.Helper()
+	nodes, err := localcluster.New(bin, clusterDir, 3, "--http-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := nodes[0].Admin
+	adminTLS, err := security.Load(admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if n.Running() {
+				_ = n.Stop(10 * time.Second)
+			}
+		}
+		if t.Failed() {
+			for _, n := range nodes {
+				t.Logf("node log: %s", n.LogPath)
+			}
+		}
+	})
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.GRPC)
+	}
+	cl, err := client.New(eps, adminTLS.DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return nodes, admin, eps, cl
 }

@@ -14,10 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	pb "github.com/raftps/raftps/api/raftpspb"
-	"github.com/raftps/raftps/internal/testing/localcluster"
 	"github.com/raftps/raftps/internal/testing/testutil"
-	"github.com/raftps/raftps/raftstore/client"
-	"github.com/raftps/raftps/security"
 )
 
 // shownReplica is one row of the job page's replicas table.
@@ -61,41 +58,7 @@ func TestBrowserReplicaView(t *testing.T) {
 	if err := os.RemoveAll(clusterDir); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := localcluster.New(bin, clusterDir, 3, "--http-tls")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := nodes[0].Admin
-	adminTLS, err := security.Load(admin, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			if n.Running() {
-				_ = n.Stop(10 * time.Second)
-			}
-		}
-		if t.Failed() {
-			for _, n := range nodes {
-				t.Logf("node log: %s", n.LogPath)
-			}
-		}
-	})
-	var eps []string
-	for _, n := range nodes {
-		eps = append(eps, n.GRPC)
-	}
-	cl, err := client.New(eps, adminTLS.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	nodes, admin, eps, cl := startTLSCluster(t, bin, clusterDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	leader := waitLeader(t, ctx, cl, "")

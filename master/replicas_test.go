@@ -34,17 +34,7 @@ func TestNodeGonePromotesBackup(t *testing.T) {
 	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m4}}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 2), schema.ReplicaRecord{Primary: m3, Backups: []schema.ReplicaMember{m2}}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 3), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m3}}.Marshal(), 0) // no claim
-	read := func(slot int32) (schema.ReplicaRecord, bool) {
-		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
-		if err != nil || len(resp.Kvs) == 0 {
-			return schema.ReplicaRecord{}, false
-		}
-		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r, true
-	}
+	read := func(slot int32) (schema.ReplicaRecord, bool) { return readReplica(t, s, "j", slot) }
 	before, _ := read(0)
 	other, _ := read(2)
 	mem := &fakeMembers{members: []gossip.Member{member("n3", gossip.StatusAlive, "", gossip.RolePServer),
@@ -91,17 +81,7 @@ func TestSweepFailsOverUnclaimedUnknownPrimary(t *testing.T) {
 	put(t, s, schema.SlotKey("j", 1), schema.SlotRecord{Node: "ghost", Addr: "g:1"}.Marshal(), lease.Id)
 	put(t, s, schema.ReplicaKey("j", 2), schema.ReplicaRecord{Primary: n3, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 3), schema.ReplicaRecord{Primary: ghost, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
-	read := func(slot int32) (schema.ReplicaRecord, bool) {
-		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
-		if err != nil || len(resp.Kvs) == 0 {
-			return schema.ReplicaRecord{}, false
-		}
-		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r, true
-	}
+	read := func(slot int32) (schema.ReplicaRecord, bool) { return readReplica(t, s, "j", slot) }
 	claimedBefore, _ := read(1)
 	aliveBefore, _ := read(2)
 	mem := &fakeMembers{members: []gossip.Member{member("n3", gossip.StatusAlive, "", gossip.RolePServer),
@@ -135,17 +115,7 @@ func TestSweepPromotesWhenAliveLapsedPrimary(t *testing.T) {
 	n2, n3, n4 := schema.ReplicaMember{Node: "n2", Addr: "n2:1"}, schema.ReplicaMember{Node: "n3", Addr: "n3:1"}, schema.ReplicaMember{Node: "n4", Addr: "n4:1"}
 	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: n2, Backups: []schema.ReplicaMember{n3}}.Marshal(), 0)
 	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: n2, Backups: []schema.ReplicaMember{n4}}.Marshal(), 0)
-	read := func(slot int32) (schema.ReplicaRecord, bool) {
-		resp, err := s.FSM().Range(&pb.RangeRequest{Key: []byte(schema.ReplicaKey("j", slot))})
-		if err != nil || len(resp.Kvs) == 0 {
-			return schema.ReplicaRecord{}, false
-		}
-		r, err := schema.ParseReplicaRecord(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r, true
-	}
+	read := func(slot int32) (schema.ReplicaRecord, bool) { return readReplica(t, s, "j", slot) }
 	before, _ := read(0)
 	mem := &fakeMembers{members: []gossip.Member{member("n2", gossip.StatusAlive, "", gossip.RolePServer),
 		member("n3", gossip.StatusAlive, "", gossip.RolePServer), member("n4", gossip.StatusDead, "", gossip.RolePServer)}}
