@@ -54,7 +54,11 @@
 //     alive backup is deleted, and the slot restores as with R = 1;
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of
-//     trainers whose registration key vanished.
+//     trainers whose registration key vanished; and fails over replicated
+//     slots whose primary holds no claim (orphans.go): at once when the
+//     primary is not alive in gossip (a survivor of --force-new-cluster
+//     never hears of the dead), after ClaimLapseGrace when it is (its
+//     lease lapsed while cut off from the leader), by promotion only.
 //   - prunes finished jobs past Config.KeepFinishedJobs and
 //     Config.FinishedJobMaxAge (COMMAND_PRUNE_JOBS), and their keys; ages
 //     are cluster time, and it proposes a prune only when the FSM's rule
@@ -94,9 +98,11 @@
 // endpoint with a deadline of the failover timeout
 // (--pserver-failover-timeout) and, only if the probe fails, promotes an
 // alive in-sync backup with the epoch-compared Txn of a failover, which
-// also deletes the old primary's claim; at most one probe per slot per
-// timeout, so reports are cheap and cannot force a failover of a primary
-// that answers.
+// also deletes the old primary's claim, and releases the failed node's
+// trainers of the job (tasks requeued, leases revoked) so that a sync
+// step stops waiting for them; at most one probe per slot per timeout, so
+// reports are cheap and cannot force a failover of a primary that
+// answers.
 //
 // The Cluster service's membership changes (members.go) run on the
 // leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the

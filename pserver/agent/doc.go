@@ -79,8 +79,10 @@
 // acknowledged only once every in-sync backup applied them, a failed
 // backup is dropped by a Txn that compares the record's epoch, and an
 // agent whose backup the master promoted claims the slot and serves it at
-// once: no restore, no handover wait, no rollback (the epoch fences the
-// old primary). A primary whose record names fewer backups than the job
+// once, woken by its watch of the records (watchPromotions): no restore,
+// no handover wait, no rollback (the epoch fences the old primary).
+// Backups go to zones no member of the slot holds first (Config.Zone,
+// PServerPeers' zones; pickBackups). A primary whose record names fewer backups than the job
 // asks for (after a promotion, a drop, or a restore from a checkpoint)
 // builds a new one from its snapshot while training goes on and joins it
 // by an epoch-compared Txn (rereplicate.go). A slot not replicated (R = 1,
