@@ -26,7 +26,7 @@ type Config struct {
 	Dataset string
 	// Quick shortens the run (2 s per workload, 3 recovery trials, 1x Go benchmarks).
 	Quick bool
-	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "replicas", "gobench", "profile", "scaling".
+	// Skip names sections not to run: "kv", "etcdclient", "failover", "tls", "training", "replicas", "gobench", "profile", "scaling", "rereplicate".
 	Skip []string
 	// KeepData keeps the temp dir of the clusters' data and logs (its
 	// path is logged) instead of removing it.
