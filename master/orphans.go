@@ -12,7 +12,8 @@ import (
 // ClaimLapseGrace is how long a replicated slot's primary, alive in gossip,
 // may hold no claim before the sweep promotes an alive in-sync backup
 // (failoverUnclaimed). A claim is missing for a moment in normal work (a
-// promoted node claims on its agent's next poll, a few hundred ms); for
+// promoted node claims in its agent's next round, woken by its watch of
+// the record; a loaded machine may delay it a few hundred ms); for
 // longer, the primary lost its lease: it is cut off from the Raft leader,
 // or paused, and has fenced the slot itself, so nobody serves it.
 const ClaimLapseGrace = 2 * time.Second
