@@ -36,7 +36,7 @@
 // used: loss and partitions are nftables rules inside the nodes' namespaces.
 //
 // Replicated pserver slots (issue 34) have a scenario of their own,
-// TestJepsenReplicatedSlots (slots.go): jobs with replicas 2 on 3 nodes,
+// TestJepsenReplicatedSlots (slots*.go): jobs with replicas 2 on 3 nodes,
 // one fault per fresh job aimed at a slot's primary (SlotFaults: SIGKILL
 // and restart, SIGSTOP past gossip's detection and SIGCONT, a partition
 // from its in-sync backups, one from the Raft leader), clients that push
