@@ -51,34 +51,19 @@ func TestReplicatedSlotFailover(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	ev = &jobEvents{}
-	followDone := make(chan struct{})
-	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	var followDone chan struct{}
+	ev, followDone = followJob(ctx, c, job)
 	// Past the trainers' start, when each slot's membership changes.
 	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
 
-	leader := mustLeader(t, c, 10*time.Second)
-	var victim *Proc
-	slot := int32(-1)
-	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
-		if p := c.Proc(ps.Node); p != nil && p != leader {
-			victim, slot = p, ps.Index
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
-	}
+	leader, victim, slot := slotOffLeader(t, c, job)
 	// `raftps job status` shows the replication: the job's replicas and
 	// each slot's backups and replica epoch.
 	if out := mustCLI(t, c, leader, "job", "status", job); !strings.Contains(out, "replicas: 2 per pserver slot") ||
 		strings.Count(out, "replica epoch") != 2 {
 		t.Errorf("job status does not show 2 replicated slots:\n%s", out)
 	}
-	var killSeq int64
-	for _, e := range ev.snapshot() {
-		killSeq = max(killSeq, e.Seq)
-	}
+	killSeq := ev.lastSeq()
 	killedAt := time.Now()
 	c.Kill(victim)
 	t.Logf("SIGKILLed %s, primary of slot %d, with %d tasks done", victim.ID, slot, ev.count(pb.JobEvent_TASK_DONE, nil))
@@ -194,9 +179,8 @@ func TestFalseFailoversUnderLoad(t *testing.T) {
 	defer func() { _ = hogs.Process.Kill(); _ = hogs.Wait() }()
 	start := time.Now()
 	submitReplicated(t, c, job, 4)
-	ev = &jobEvents{}
-	followDone := make(chan struct{})
-	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	var followDone chan struct{}
+	ev, followDone = followJob(ctx, c, job)
 	waitFor(t, 7*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
 	<-followDone
 	trained := time.Since(start)
@@ -245,27 +229,12 @@ func TestSpuriousFailoverHarmless(t *testing.T) {
 	submitReplicated(t, c, job, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ev = &jobEvents{}
-	followDone := make(chan struct{})
-	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	var followDone chan struct{}
+	ev, followDone = followJob(ctx, c, job)
 	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
 
-	leader := mustLeader(t, c, 10*time.Second)
-	var victim *Proc
-	slot := int32(-1)
-	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
-		if p := c.Proc(ps.Node); p != nil && p != leader {
-			victim, slot = p, ps.Index
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
-	}
-	var reportSeq int64
-	for _, e := range ev.snapshot() {
-		reportSeq = max(reportSeq, e.Seq)
-	}
+	leader, victim, slot := slotOffLeader(t, c, job)
+	reportSeq := ev.lastSeq()
 	cl := c.Client(leader)
 	c.Pause(victim)
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -302,4 +271,19 @@ func TestSpuriousFailoverHarmless(t *testing.T) {
 	}
 	last, acc := succeededInStep(t, c, job)
 	t.Logf("job succeeded after a spurious failover: final steps per slot %v, test accuracy %.2f%%", last, 100*acc)
+}
+
+// slotOffLeader returns the Raft leader and a node other than it that
+// serves a slot of job, with that slot; it fails t if every slot is on
+// the leader.
+func slotOffLeader(t *testing.T, c *Cluster, job string) (leader, victim *Proc, slot int32) {
+	t.Helper()
+	leader = mustLeader(t, c, 10*time.Second)
+	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
+		if p := c.Proc(ps.Node); p != nil && p != leader {
+			return leader, p, ps.Index
+		}
+	}
+	t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
+	return nil, nil, 0
 }

@@ -30,34 +30,16 @@ func TestReplicatedSlotSecondFailover(t *testing.T) {
 	var ev *jobEvents
 	defer logJobOnFailure(t, c, job, &ev, 16, 8)
 	mustCLI(t, c, c.Procs[0], "job", "submit", "--name", job, "--model", "mlp", "--hidden", "64",
-		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "300", "--passes", "1",
+		"--dataset", datasetDir(t), "--records", "18000", "--records-per-task", "300", "--passes", "3",
 		"--pservers", "2", "--slot-replicas", "2", "--mode", "sync", "--lr", "0.05", "--checkpoint-steps", "1000", "--keep-max", "3")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	ev = &jobEvents{}
-	followDone := make(chan struct{})
-	go func() { defer close(followDone); ev.follow(ctx, c, job) }()
+	var followDone chan struct{}
+	ev, followDone = followJob(ctx, c, job)
 	waitFor(t, 2*time.Minute, "10 tasks done", func() bool { return ev.count(pb.JobEvent_TASK_DONE, nil) >= 10 })
 
-	leader := mustLeader(t, c, 10*time.Second)
-	var victim *Proc
-	slot := int32(-1)
-	for _, ps := range jobStatusOf(t, c, leader, job).Pservers {
-		if p := c.Proc(ps.Node); p != nil && p != leader {
-			victim, slot = p, ps.Index
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no slot served by a node other than the leader %s: %s", leader.ID, jobSummary(c, job))
-	}
-	lastSeq := func() (seq int64) {
-		for _, e := range ev.snapshot() {
-			seq = max(seq, e.Seq)
-		}
-		return seq
-	}
+	_, victim, slot := slotOffLeader(t, c, job)
 	ofSlot := func(after int64, typ pb.JobEvent_Type) *pb.JobEvent {
 		for _, e := range ev.snapshot() {
 			if e.Type == typ && e.Seq > after && strings.HasPrefix(e.Message, fmt.Sprintf("slot %d", slot)) {
@@ -70,7 +52,7 @@ func TestReplicatedSlotSecondFailover(t *testing.T) {
 	// returns the promoted node and the seq of the last event before
 	// the kill.
 	kill := func(p *Proc, what string) (*Proc, int64) {
-		seq := lastSeq()
+		seq := ev.lastSeq()
 		killedAt := time.Now()
 		c.Kill(p)
 		var e *pb.JobEvent
@@ -109,7 +91,7 @@ func TestReplicatedSlotSecondFailover(t *testing.T) {
 		t.Fatalf("second promotion to %v", second)
 	}
 	c.Start(promoted)
-	waitFor(t, 3*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
+	waitFor(t, 5*time.Minute, "the job to end", func() bool { return ev.count(pb.JobEvent_JOB_ENDED, nil) > 0 })
 	<-followDone
 	for _, e := range ev.snapshot() {
 		if e.Type == pb.JobEvent_PSERVER_RESTORED && e.Seq > firstKill {

@@ -69,6 +69,22 @@ func (j *jobEvents) follow(ctx context.Context, c *Cluster, job string) {
 	}
 }
 
+// followJob follows job's events into a new jobEvents until ctx ends;
+// done closes when following ends.
+func followJob(ctx context.Context, c *Cluster, job string) (ev *jobEvents, done chan struct{}) {
+	ev, done = &jobEvents{}, make(chan struct{})
+	go func() { defer close(done); ev.follow(ctx, c, job) }()
+	return ev, done
+}
+
+// lastSeq is the highest seq among the events seen so far (0: none).
+func (j *jobEvents) lastSeq() (seq int64) {
+	for _, e := range j.snapshot() {
+		seq = max(seq, e.Seq)
+	}
+	return seq
+}
+
 func (j *jobEvents) count(typ pb.JobEvent_Type, pred func(*pb.JobEvent) bool) int {
 	n := 0
 	for _, ev := range j.snapshot() {
