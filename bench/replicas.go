@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -46,19 +45,10 @@ const (
 //     training section's PSERVER_RESTORED one.
 func (r *runner) replicasSection(ctx context.Context, tmp string) {
 	dir := filepath.Join(tmp, "replicas")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		r.note(fmt.Sprintf("replicas: %v", err))
-		return
+	c, err := r.startRaftps(ctx, dir, "")
+	if c != nil {
+		defer c.Close()
 	}
-	c, err := newRaftpsCluster(r.cfg.Bin, dir, 3, "")
-	if err != nil {
-		r.note(fmt.Sprintf("replicas: %v", err))
-		return
-	}
-	defer c.Close()
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = c.Start(sctx)
-	cancel()
 	if err != nil {
 		r.note(fmt.Sprintf("replicas: cluster did not start: %v (logs in %s)", err, dir))
 		return

@@ -3,13 +3,9 @@ package bench
 import (
 	"context"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 // TestReplicasSection runs the replicas section (quick) with a fresh
@@ -18,18 +14,7 @@ import (
 // measured, the two failover rows with at least one promotion timed
 // between them, and no note of a failure.
 func TestReplicasSection(t *testing.T) {
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "raftps")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/raftps")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	r := &runner{cfg: Config{Bin: bin, Root: root, Quick: true, Dataset: filepath.Join(root, "datasets", "fashion-mnist")},
-		rep: &Report{}, raw: map[string]any{}}
+	r := quickRunner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	r.replicasSection(ctx, t.TempDir())

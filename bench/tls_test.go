@@ -15,18 +15,7 @@ import (
 // binary: two rows, TLS against plaintext, each from Pairs interleaved
 // pairs with both sides measured, and no note of a failure.
 func TestTLSSection(t *testing.T) {
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "raftps")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/raftps")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	r := &runner{cfg: Config{Bin: bin, Root: root, Quick: true, Dataset: filepath.Join(root, "datasets", "fashion-mnist")},
-		rep: &Report{}, raw: map[string]any{}}
+	r := quickRunner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	r.tlsSection(ctx, t.TempDir())
@@ -43,4 +32,23 @@ func TestTLSSection(t *testing.T) {
 			t.Fatalf("row %+v", row)
 		}
 	}
+}
+
+// quickRunner is a runner of the quick sections over a raftps binary
+// freshly built from this tree.
+func quickRunner(t *testing.T) *runner {
+	t.Helper()
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "raftps")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/raftps")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r := &runner{cfg: Config{Bin: bin, Root: root, Quick: true, Dataset: filepath.Join(root, "datasets", "fashion-mnist")},
+		rep: &Report{}, raw: map[string]any{}}
+	return r
 }

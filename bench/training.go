@@ -228,19 +228,10 @@ func (r *runner) trainingSection(ctx context.Context, tmp string) {
 		return
 	}
 	dir := filepath.Join(tmp, "training")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		r.note(fmt.Sprintf("training: %v", err))
-		return
+	c, err := r.startRaftps(ctx, dir, "")
+	if c != nil {
+		defer c.Close()
 	}
-	c, err := newRaftpsCluster(r.cfg.Bin, dir, 3, "")
-	if err != nil {
-		r.note(fmt.Sprintf("training: %v", err))
-		return
-	}
-	defer c.Close()
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = c.Start(sctx)
-	cancel()
 	if err != nil {
 		r.note(fmt.Sprintf("training: cluster did not start: %v (logs in %s)", err, dir))
 		return
