@@ -297,12 +297,7 @@ func (rp *replication) drop(be *replica.BackupError) error {
 		}
 		next = d
 	}
-	cctx, cancel := context.WithTimeout(rp.ctx, 2*time.Second)
-	resp, err := rp.a.meta.Txn(cctx, &pb.TxnRequest{
-		Compare: []*pb.Compare{schema.EpochCompare(rp.job, rp.slot, rp.rec.Epoch), pserver.FenceCompare(rp.job, rp.slot, rp.inc)},
-		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(rp.job, rp.slot)), next.Marshal())},
-	})
-	cancel()
+	resp, err := rp.writeRecord(next)
 	if err != nil {
 		return err
 	}
@@ -778,4 +773,17 @@ func pickBackups(cands []schema.ReplicaMember, rec schema.ReplicaRecord, rot, n 
 		order = append(order[:at], order[at+1:]...)
 	}
 	return picks
+}
+
+// writeRecord writes next as the slot's replica record in a Txn that
+// compares the epoch rp knows and rp's claim (the writes of a primary: a
+// drop, a re-replicated backup's join); resp.Succeeded is false when
+// either changed (rp is deposed). The caller holds what guards rp.rec.
+func (rp *replication) writeRecord(next schema.ReplicaRecord) (*pb.TxnResponse, error) {
+	cctx, cancel := context.WithTimeout(rp.ctx, 2*time.Second)
+	defer cancel()
+	return rp.a.meta.Txn(cctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{schema.EpochCompare(rp.job, rp.slot, rp.rec.Epoch), pserver.FenceCompare(rp.job, rp.slot, rp.inc)},
+		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(rp.job, rp.slot)), next.Marshal())},
+	})
 }

@@ -369,12 +369,7 @@ func (rp *replication) join(cand schema.ReplicaMember, p *peer) (int64, error) {
 	if err := next.Validate(); err != nil {
 		return 0, err
 	}
-	cctx, cancel := context.WithTimeout(rp.ctx, 2*time.Second)
-	resp, err := rp.a.meta.Txn(cctx, &pb.TxnRequest{
-		Compare: []*pb.Compare{schema.EpochCompare(rp.job, rp.slot, rp.rec.Epoch), pserver.FenceCompare(rp.job, rp.slot, rp.inc)},
-		Success: []*pb.RequestOp{putOp([]byte(schema.ReplicaKey(rp.job, rp.slot)), next.Marshal())},
-	})
-	cancel()
+	resp, err := rp.writeRecord(next)
 	if err != nil {
 		return 0, err
 	}

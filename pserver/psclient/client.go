@@ -288,7 +288,10 @@ func retryable(err error) bool {
 func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) error) error {
 	backoff := c.cfg.backoff
 	for attempt := 0; ; attempt++ {
-		moved := c.suspects.movedCh(slot) // before a report can close it
+		var moved <-chan struct{} // nil (never ready) without a reporter: nothing closes it
+		if c.cfg.reporter != nil {
+			moved = c.suspects.movedCh(slot) // before a report can close it
+		}
 		cl, err := c.conn(ctx, slot)
 		if err == nil {
 			err = fn(cl)
