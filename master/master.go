@@ -664,6 +664,7 @@ func (m *Master) sweep(ctx context.Context) {
 	jobs := m.store.JobQueue().Jobs()
 	now := m.clusterNow()
 	m.prune(ctx, now)
+	seen := map[string]bool{}
 	for _, j := range jobs {
 		if j.State != pb.JobState_JOB_RUNNING {
 			continue
@@ -677,8 +678,9 @@ func (m *Master) sweep(ctx context.Context) {
 			}
 		}
 		m.requeueUnregistered(ctx, j.Name)
-		m.failoverUnclaimed(ctx, j.Name)
+		m.failoverUnclaimed(ctx, j.Name, seen)
 	}
+	m.forgetLapses(seen)
 }
 
 // prune deletes finished jobs past the retention limits, and their keys.

@@ -41,7 +41,8 @@ type lapse struct {
 // in-sync backup, never by a restore: the record is kept when no backup
 // is alive. Safety does not rest on the grace: the backups refuse the old
 // epoch, so a primary that was only slow acknowledges nothing after it.
-func (m *Master) failoverUnclaimed(ctx context.Context, job string) {
+// Every replica key it looks at is marked in seen (see forgetLapses).
+func (m *Master) failoverUnclaimed(ctx context.Context, job string, seen map[string]bool) {
 	key, end := schema.PrefixRange(schema.ReplicaPrefix(job))
 	recs, err := m.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
 	if err != nil || len(recs.Kvs) == 0 {
@@ -69,6 +70,7 @@ func (m *Master) failoverUnclaimed(ctx context.Context, job string) {
 		}
 		slot, err := schema.ParseSlot(id)
 		key := string(kv.Key)
+		seen[key] = true
 		if err != nil || claimed[schema.SlotKey(job, slot)] {
 			delete(m.lapsed, key)
 			continue
@@ -94,6 +96,18 @@ func (m *Master) failoverUnclaimed(ctx context.Context, job string) {
 		if to, _ := promoteSlot(ctx, m.store, m.log, rec.Primary.Node, alive, h, false, false); to != "" {
 			m.log.Info("replicated slot: its alive primary held no claim for the grace; backup promoted",
 				"job", job, "slot", slot, "from", rec.Primary.Node, "to", to, "grace", ClaimLapseGrace)
+			delete(m.lapsed, key)
+		}
+	}
+}
+
+// forgetLapses drops the lapse of every replica key the last sweep did not
+// look at: its job ended or was deleted, or its record is gone. Without it
+// m.lapsed grows by a key for every slot whose job ended while its primary
+// held no claim. Forgetting a lapse only restarts its grace.
+func (m *Master) forgetLapses(seen map[string]bool) {
+	for key := range m.lapsed {
+		if !seen[key] {
 			delete(m.lapsed, key)
 		}
 	}

@@ -135,3 +135,29 @@ func TestSweepPromotesWhenAliveLapsedPrimary(t *testing.T) {
 		t.Fatalf("slot 1 (alive primary, its only backup dead): %+v (present %v), want the record kept", r1, ok)
 	}
 }
+
+// TestSweepForgetsLapsesOfGoneRecords: a lapse (an alive primary seen
+// without its claim) is forgotten once its replica record is gone, so the
+// master's memory does not grow with every slot of every ended job.
+func TestSweepForgetsLapsesOfGoneRecords(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	n2, n3 := schema.ReplicaMember{Node: "n2", Addr: "n2:1"}, schema.ReplicaMember{Node: "n3", Addr: "n3:1"}
+	key := schema.ReplicaKey("j", 0)
+	put(t, s, key, schema.ReplicaRecord{Primary: n2, Backups: []schema.ReplicaMember{n3}}.Marshal(), 0)
+	mem := &fakeMembers{members: []gossip.Member{member("n2", gossip.StatusAlive, "", gossip.RolePServer),
+		member("n3", gossip.StatusAlive, "", gossip.RolePServer)}}
+	m := newMaster(s, mem)
+	m.sweep(ctx)
+	if _, ok := m.lapsed[key]; !ok || len(m.lapsed) != 1 {
+		t.Fatalf("after a sweep that saw %s's alive primary without a claim: lapsed %v, want that key alone", key, m.lapsed)
+	}
+	if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(key)}); err != nil {
+		t.Fatal(err)
+	}
+	m.sweep(ctx)
+	if len(m.lapsed) != 0 {
+		t.Fatalf("after %s was deleted and swept: lapsed %v, want empty", key, m.lapsed)
+	}
+}
