@@ -14,7 +14,9 @@ interleaved, so that the load of a shared machine hits them alike):
    async SGD) from Python (raftps.ps.ParamClient) and from the Go client
    (psclient.Client, bench/pypushpull) against the same pservers, one after
    the other, repeated (--reps): the median ratio and its spread. MB
-   counts the float32 bytes pushed and pulled.
+   counts the float32 bytes pushed and pulled. Also each client's CPU
+   time per round (user+system, all its threads; Python's process_time,
+   Go's getrusage), which a loaded machine moves less than MB/s.
 3. 2 trainers on the same CNN (bench/python_trainer.py; batches of 64
    each, momentum SGD lr 0.05/0.9, one torch thread each): raftps PS mode
    (a sync job, 1 pserver), raftps allreduce mode (DistributedOptimizer
@@ -120,7 +122,8 @@ def bench_cnn(c, batches, warmup, chunk=10):
 
 def bench_pushpull(c, eps, iters, gobin, reps):
     """Python's and Go's push+pull MB/s, ``reps`` times interleaved (Python
-    then Go) on the same pservers: lists of both."""
+    then Go) on the same pservers, and each client's CPU milliseconds per
+    round: four lists (py, go, py_cpu_ms, go_cpu_ms)."""
     n_tensors, size = 10, 1_000_000
     params = [{"name": f"p{i}", "shape": [size], "init": "INIT_ZEROS"} for i in range(n_tensors)]
     job = f"bench-pp-{int(time.time())}"
@@ -131,19 +134,22 @@ def bench_pushpull(c, eps, iters, gobin, reps):
     grads = {k: np.zeros_like(v) for k, v in dst.items()}
     ps.push(grads)
     ps.pull(dst)
-    py, go = [], []
+    py, go, py_cpu, go_cpu = [], [], [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(iters):
             ps.push(grads)
             ps.pull(dst)
         py.append(2 * 4 * n_tensors * size * iters / 1e6 / (time.perf_counter() - t0))
+        py_cpu.append((time.process_time() - c0) * 1e3 / iters)
         r = subprocess.run([gobin, "--endpoints", eps.split(",")[0], "--job", job, "--iters", str(iters)],
                            capture_output=True, text=True, check=True)
-        go.append(json.loads(r.stdout)["mb_per_s"])
+        out = json.loads(r.stdout)
+        go.append(out["mb_per_s"])
+        go_cpu.append(out["cpu_seconds"] * 1e3 / iters)
     ps.close()
     raftps.jobs.cancel(c, job)
-    return py, go
+    return py, go, py_cpu, go_cpu
 
 
 TRAINER = os.path.join(HERE, "python_trainer.py")
@@ -348,12 +354,14 @@ def main():
                          f"{remote:.0f} vs {local:.0f} examples/s: {remote / local:.3f}x",
                          f"{batches} batches of 64, sync, momentum; interleaved in chunks of 10"))
         if 2 in rows_wanted:
-            py, go = bench_pushpull(c, eps, iters, gobin, max(reps, 3))
+            py, go, py_cpu, go_cpu = bench_pushpull(c, eps, iters, gobin, max(reps, 3))
             ratios = [p / g for p, g in zip(py, go)]
             res.update(pushpull_python_mb_per_s=py, pushpull_go_mb_per_s=go, pushpull_ratios=ratios,
-                       pushpull_ratio=statistics.median(ratios))
+                       pushpull_ratio=statistics.median(ratios), pushpull_python_cpu_ms_per_round=py_cpu,
+                       pushpull_go_cpu_ms_per_round=go_cpu)
             rows.append(("push+pull of 10M float32 params, Python vs Go client",
-                         f"{spread(py)} vs {spread(go)} MB/s: {spread(ratios, '{:.2f}')}x",
+                         f"{spread(py)} vs {spread(go)} MB/s: {spread(ratios, '{:.2f}')}x; "
+                         f"client CPU {spread(py_cpu)} vs {spread(go_cpu)} ms/round",
                          f"median [min-max] of {len(py)} interleaved runs of {iters} rounds; 2 slots, async sgd, same pservers"))
         if 3 in rows_wanted:
             tr = bench_trainers(c, eps, work, tbatches, warmup, reps)

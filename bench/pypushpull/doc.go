@@ -10,9 +10,12 @@
 // status), pulls once, then times --iters rounds of Push (a zero gradient
 // for every dense parameter) followed by Pull, and prints one JSON line:
 //
-//	{"mb_per_s": 1462.3, "params": 10000000, "iters": 5, "seconds": 0.27}
+//	{"mb_per_s": 1462.3, "params": 10000000, "iters": 5, "seconds": 0.27, "cpu_seconds": 0.21}
 //
 // MB counts the float32 bytes pushed and pulled: 2 × 4 × params per round.
+// cpu_seconds is the user+system CPU time of this process (all threads)
+// over the timed rounds: bench/python.py sets it against the Python
+// client's, a figure the load of a shared machine moves less than MB/s.
 //
 // Flags: --endpoints (a node's client gRPC address), --job (a running job
 // with dense parameters), --iters (timed rounds, default 5). It dials in

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -58,6 +59,10 @@ func run(endpoint, job string, iters int) error {
 		grads[k] = make([]float32, len(v))
 		n += len(v)
 	}
+	cpu0, err := cpuSeconds()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for range iters {
 		if err := c.Push(ctx, &psclient.Grads{Dense: grads, Examples: 1}); err != nil {
@@ -68,6 +73,21 @@ func run(endpoint, job string, iters int) error {
 		}
 	}
 	s := time.Since(start).Seconds()
+	cpu1, err := cpuSeconds()
+	if err != nil {
+		return err
+	}
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"mb_per_s": float64(2*4*n*iters) / 1e6 / s, "params": n, "iters": iters, "seconds": s})
+		"mb_per_s": float64(2*4*n*iters) / 1e6 / s, "params": n, "iters": iters, "seconds": s,
+		"cpu_seconds": cpu1 - cpu0})
+}
+
+// cpuSeconds is the user+system CPU time this process has used (all its
+// threads), in seconds.
+func cpuSeconds() (float64, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), nil
 }
