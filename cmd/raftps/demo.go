@@ -122,8 +122,14 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	}
 	for _, f := range faults {
 		if f.Stall == 0 {
-			return &exitError{code: codeDemoFault, err: fmt.Errorf("training did not resume after %s", f.What)}
+			return &exitError{code: codeDemoFault, err: fmt.Errorf("training did not resume after the kill of %s (%s)", f.Node, f.What)}
 		}
+		if f.StepsLost > 0 {
+			return &exitError{code: codeDemoFault, err: fmt.Errorf("the kill of %s lost %d steps", f.Node, f.StepsLost)}
+		}
+	}
+	if err := demo.CheckSteps(res.Status).Err(); err != nil {
+		return &exitError{code: codeDemoFault, err: err}
 	}
 	return reportResult(io.Discard, res, spec.TargetAccuracy)
 }
@@ -179,6 +185,35 @@ func submitDemoJob(ctx context.Context, w io.Writer, cl *client.Client, spec *pb
 	return resp.Status.TotalTasks * int64(spec.Passes), nil
 }
 
+// printFault prints fault n: what was killed, whether it was the Raft
+// leader, its timeline, the stall against its aim, the steps lost.
+func printFault(w io.Writer, n int, f *demo.Fault) {
+	leader := "not the Raft leader"
+	if f.Leader {
+		leader = "the Raft leader"
+	}
+	fmt.Fprintf(w, "fault %d:          SIGKILL %s at %s: %s; it was %s and held %s\n", n, f.Node, f.At.UTC().Format("15:04:05.000"), f.What, leader, f.Role)
+	verdict := "met"
+	if !f.Met() {
+		verdict = fmt.Sprintf("MISSED by %.2fs", (f.Stall - f.Aim()).Seconds())
+	}
+	fmt.Fprintf(w, "  stall:          %.2fs (longest gap between finished tasks), aim <= %.1fs: %s\n", f.Stall.Seconds(), f.Aim().Seconds(), verdict)
+	ms := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("+%dms", d.Milliseconds())
+	}
+	fmt.Fprintf(w, "  timeline:       leader %s answering %s, first promotion %s, first task done %s\n", f.NewLeader, ms(f.LeaderAt), ms(f.PromotedAt), ms(f.DoneAt))
+	if f.Restored != "" {
+		fmt.Fprintf(w, "  restored:       %s\n", f.Restored)
+	}
+	for _, p := range f.Promoted {
+		fmt.Fprintf(w, "  promoted:       %s\n", p)
+	}
+	fmt.Fprintf(w, "  steps lost:     %d\n", f.StepsLost)
+}
+
 // printDemoSummary prints the demo's result: accuracy, throughput, tasks,
 // each fault's stall and restore, the last checkpoint.
 func printDemoSummary(w io.Writer, res *followResult, faults []*demo.Fault, spec *pb.JobSpec) {
@@ -194,15 +229,14 @@ func printDemoSummary(w io.Writer, res *followResult, faults []*demo.Fault, spec
 	}
 	fmt.Fprintf(w, "wall time:        %v, %.0f examples/s\n", res.Elapsed.Round(time.Second), float64(res.Examples)/res.Elapsed.Seconds())
 	fmt.Fprintf(w, "tasks:            %d done, %d failed, %d requeued, %d timeouts\n", st.Done, st.Failed, st.Requeued, st.Timeouts)
-	for _, f := range faults {
-		fmt.Fprintf(w, "fault:            SIGKILL %s (%s): training stood still %.2fs (longest gap between finished tasks)\n", f.Node, f.What, f.Stall.Seconds())
-		if f.Restored != "" {
-			fmt.Fprintf(w, "  restored:       %s\n", f.Restored)
-		}
-		if f.Promoted != "" {
-			fmt.Fprintf(w, "  promoted:       %s\n", f.Promoted)
-		}
-		fmt.Fprintf(w, "  steps lost:     %d\n", f.StepsLost)
+	for i, f := range faults {
+		printFault(w, i+1, f)
+	}
+	c := demo.CheckSteps(st)
+	if err := c.Err(); err != nil {
+		fmt.Fprintf(w, "final steps:      MISMATCH: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "final steps:      every slot (%d) at step %d = the last step trainers were released on: no step lost or applied twice\n", len(c.Slots), c.Released)
 	}
 	v, md5s := res.LastCheckpoint()
 	if len(md5s) == 0 {

@@ -2,6 +2,9 @@ package demo
 
 import (
 	"testing"
+	"time"
+
+	pb "github.com/raftps/raftps/api/raftpspb"
 
 	"github.com/raftps/raftps/schema"
 )
@@ -25,5 +28,123 @@ func TestRolledBackSteps(t *testing.T) {
 	}
 	if schema.EpochStride != 1_000_000_000 {
 		t.Fatalf("schema.EpochStride is %d: the cases above assume 1e9", schema.EpochStride)
+	}
+}
+
+// TestPickPrimaryOffLeader: the first fault kills the primary of the
+// lowest slot whose primary is not the Raft leader; the leader only if
+// it holds every primary; nothing if no slot is served.
+func TestPickPrimaryOffLeader(t *testing.T) {
+	slots := func(nodes ...string) []*pb.PServerSlot {
+		var s []*pb.PServerSlot
+		for i := len(nodes) - 1; i >= 0; i-- { // out of order on purpose
+			s = append(s, &pb.PServerSlot{Index: int32(i), Node: nodes[i]})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		slots  []*pb.PServerSlot
+		leader string
+		want   string
+		ok     bool
+	}{
+		{slots("n1", "n2"), "n3", "n1", true},
+		{slots("n1", "n2"), "n1", "n2", true},
+		{slots("n1", "n1"), "n1", "n1", true},
+		{slots("", "n2"), "n2", "n2", true},
+		{nil, "n1", "", false},
+	} {
+		got, ok := PickPrimaryOffLeader(tc.slots, tc.leader)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("PickPrimaryOffLeader(%v, %q) = %q, %v; want %q, %v", tc.slots, tc.leader, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestRole: what a node holds of the job's slots.
+func TestRole(t *testing.T) {
+	slots := []*pb.PServerSlot{{Index: 0, Node: "n1", Backups: []string{"n2"}}, {Index: 1, Node: "n2", Backups: []string{"n3"}}}
+	for node, want := range map[string]string{
+		"n1": "primary of slot 0",
+		"n2": "backup of slot 0, primary of slot 1",
+		"n3": "backup of slot 1",
+		"n4": "no slot",
+	} {
+		if got := Role(slots, node); got != want {
+			t.Errorf("Role(%s) = %q, want %q", node, got, want)
+		}
+	}
+}
+
+// TestFaultAim: a fault is checked against 0.5 s unless the killed node
+// was the Raft leader (1.5 s); a stall of 0 (training never resumed) is
+// never met.
+func TestFaultAim(t *testing.T) {
+	for _, tc := range []struct {
+		leader bool
+		stall  time.Duration
+		met    bool
+	}{
+		{false, 400 * time.Millisecond, true},
+		{false, 600 * time.Millisecond, false},
+		{true, 600 * time.Millisecond, true},
+		{true, 1600 * time.Millisecond, false},
+		{true, 0, false},
+	} {
+		f := &Fault{Leader: tc.leader, Stall: tc.stall}
+		if f.Met() != tc.met {
+			t.Errorf("leader %v stall %v (aim %v): met %v, want %v", tc.leader, tc.stall, f.Aim(), f.Met(), tc.met)
+		}
+	}
+}
+
+// TestStallFromCommitTimes: the stall is measured on the events' commit
+// times, not on when the demo received them (a follower's watch catching
+// up after an election delivers a burst at once), from the kill, and a
+// task done before the kill does not count.
+func TestStallFromCommitTimes(t *testing.T) {
+	at := time.Now().Add(-time.Minute)
+	f := &Fault{At: at}
+	s := &Schedule{total: 100, faults: []*Fault{f}, pending: f}
+	done := func(d time.Duration) {
+		s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_TASK_DONE, UnixNano: at.Add(d).UnixNano()})
+	}
+	done(-100 * time.Millisecond)
+	done(300 * time.Millisecond)
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(200 * time.Millisecond).UnixNano(), Message: "slot 0 promoted"})
+	done(400 * time.Millisecond)
+	done(900 * time.Millisecond)
+	done(1000 * time.Millisecond)
+	if f.Stall != 500*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
+		t.Fatalf("stall %v, first done +%v, promoted +%v; want 500ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
+	}
+	if len(f.Promoted) != 1 {
+		t.Fatalf("promotions %q, want one", f.Promoted)
+	}
+}
+
+// TestCheckSteps: every slot must end at the step the trainers were
+// released on; a slot missing from the final version (it ended at
+// another step) or at another step fails.
+func TestCheckSteps(t *testing.T) {
+	st := func(released int64, ptrs ...[2]int64) *pb.JobStatus {
+		s := &pb.JobStatus{Spec: &pb.JobSpec{NumPservers: 2}, Metrics: []*pb.PassMetric{{Pass: 0, Step: 10}, {Pass: 1, Step: released}}}
+		for _, p := range ptrs {
+			s.Checkpoints = append(s.Checkpoints, &pb.CheckpointPointer{Version: p[0], Step: p[1]})
+		}
+		return s
+	}
+	ok := st(1650, [2]int64{1600, 1600}, [2]int64{1600, 1600}, [2]int64{1650, 1650}, [2]int64{1650, 1650})
+	if err := CheckSteps(ok).Err(); err != nil {
+		t.Errorf("equal steps: %v", err)
+	}
+	for name, s := range map[string]*pb.JobStatus{
+		"a slot ended a step ahead": st(1650, [2]int64{1650, 1650}, [2]int64{1651, 1651}),
+		"slots short of released":   st(1651, [2]int64{1650, 1650}, [2]int64{1650, 1650}),
+		"no checkpoint":             st(1650),
+	} {
+		if err := CheckSteps(s).Err(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }
