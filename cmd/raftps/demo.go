@@ -110,6 +110,7 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	if err != nil {
 		return err
 	}
+	awaitSlotsFinished(ctx, cl, res, 20*time.Second)
 	faults := sched.Faults()
 	printDemoSummary(g.out, res, faults, spec)
 	if keep {
@@ -132,6 +133,23 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 		return &exitError{code: codeDemoFault, err: err}
 	}
 	return reportResult(io.Discard, res, spec.TargetAccuracy)
+}
+
+// awaitSlotsFinished re-reads res.Status until no slot of the job is
+// claimed, for up to wait: each slot writes its final checkpoint, then
+// releases its claim, after the job ended (pserver/agent's finish), and
+// the final steps check reads those checkpoints.
+func awaitSlotsFinished(ctx context.Context, cl *client.Client, res *followResult, wait time.Duration) {
+	end := time.Now().Add(wait)
+	for len(res.Status.GetPservers()) > 0 && time.Now().Before(end) && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cl.Master.GetJob(cctx, &pb.GetJobRequest{Name: res.Status.GetName()})
+		cancel()
+		if err == nil {
+			res.Status = resp.Status
+		}
+	}
 }
 
 // demoDataDir is dataDir, made if missing, or a new temporary directory

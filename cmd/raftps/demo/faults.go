@@ -23,6 +23,9 @@ const (
 	AimLeader   = 1500 * time.Millisecond
 )
 
+// RestartAfter is how long after its kill a node is restarted.
+const RestartAfter = 5 * time.Second
+
 // Fault is one injected fault and how training took it.
 type Fault struct {
 	What string // what was killed ("primary of slot 0", ...)
@@ -33,10 +36,13 @@ type Fault struct {
 	// slot 0, backup of slot 1"; "no slot").
 	Role string
 	At   time.Time
-	// Stall is the longest time without a finished task (by the events'
-	// commit times) in the 20 s after the kill or until the next fault,
-	// whichever is first (the kill itself counts as the start of the
-	// first gap).
+	// Stall is the longest time without progress (a finished task, or a
+	// pass's end or evaluation: the pause between passes is the job's, not
+	// the fault's), by the events' commit times, from the kill until the
+	// node's restart (RestartAfter) or the next fault, whichever is first
+	// (the kill itself counts as the start of the first gap). The restart
+	// is a fault of its own kind (a node joins: its trainer, a new
+	// backup), not counted here.
 	Stall time.Duration
 	// Restored is the message of the first PSERVER_RESTORED event within a
 	// minute of the kill ("" if none).
@@ -75,7 +81,7 @@ func (f *Fault) Met() bool { return f.Stall > 0 && f.Stall <= f.Aim() }
 // Schedule injects the demo's faults as a job trains: at 35% of the tasks
 // it kills a node that holds a slot's primary and is not the Raft leader
 // (the leader survives: AimSurvivor), at 65% the Raft leader (AimLeader);
-// each is restarted 5 s later with the same command line.
+// each is restarted RestartAfter later with the same command line.
 type Schedule struct {
 	ctx     context.Context // bounds the fault injection (the demo's run)
 	cluster *Cluster
@@ -116,9 +122,12 @@ func eventTime(ev *pb.JobEvent) time.Time {
 func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 	s.mu.Lock()
 	at := eventTime(ev)
-	if ev.Type == pb.JobEvent_TASK_DONE {
+	switch ev.Type {
+	case pb.JobEvent_TASK_DONE:
 		s.done++
-		s.taskDoneLocked(at)
+		s.progressLocked(at, true)
+	case pb.JobEvent_PASS_ENDED, pb.JobEvent_EVAL_REPORTED:
+		s.progressLocked(at, false)
 	}
 	if f := s.pending; f != nil && at.Sub(f.At) < time.Minute && at.After(f.At) {
 		switch ev.Type {
@@ -149,17 +158,19 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 	}
 }
 
-// taskDoneLocked counts a task finished at at in the stall of every
-// fault whose window holds at.
-func (s *Schedule) taskDoneLocked(at time.Time) {
+// progressLocked counts progress at at (a finished task if task) in the
+// stall of every fault whose window holds at.
+func (s *Schedule) progressLocked(at time.Time, task bool) {
 	for i, f := range s.faults {
-		// A fault's window: 20 s, cut short by the next fault
-		// (whose stall is its own).
-		if !at.After(f.At) || at.Sub(f.At) > 20*time.Second || i+1 < len(s.faults) && at.After(s.faults[i+1].At) {
+		// A fault's window: until its restart, cut short by the next
+		// fault (whose stall is its own).
+		if !at.After(f.At) || at.Sub(f.At) > RestartAfter || i+1 < len(s.faults) && at.After(s.faults[i+1].At) {
 			continue
 		}
 		if f.lastDone.IsZero() {
 			f.lastDone = f.At
+		}
+		if task && f.DoneAt == 0 {
 			f.DoneAt = at.Sub(f.At)
 		}
 		if gap := at.Sub(f.lastDone); gap > f.Stall {
@@ -180,7 +191,7 @@ func (s *Schedule) Faults() []*Fault {
 }
 
 // kill SIGKILLs the node pick chooses, times the election if it was the
-// leader, and restarts it 5 s later.
+// leader, and restarts it RestartAfter later.
 func (s *Schedule) kill(pick func(context.Context) (*Fault, error)) {
 	cctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	f, err := pick(cctx)
@@ -204,7 +215,7 @@ func (s *Schedule) kill(pick func(context.Context) (*Fault, error)) {
 	go func() {
 		defer s.restarts.Done()
 		s.timeLeader(f)
-		time.Sleep(time.Until(f.At.Add(5 * time.Second)))
+		time.Sleep(time.Until(f.At.Add(RestartAfter)))
 		if err := d.Start(); err == nil {
 			fmt.Fprintf(s.w, "\nrestarted %s with the same command line\n", f.Node)
 		}

@@ -101,7 +101,8 @@ func TestFaultAim(t *testing.T) {
 // TestStallFromCommitTimes: the stall is measured on the events' commit
 // times, not on when the demo received them (a follower's watch catching
 // up after an election delivers a burst at once), from the kill, and a
-// task done before the kill does not count.
+// task done before the kill does not count; a pass's end and
+// evaluation are progress, and the window ends at the restart.
 func TestStallFromCommitTimes(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
 	f := &Fault{At: at}
@@ -115,6 +116,12 @@ func TestStallFromCommitTimes(t *testing.T) {
 	done(400 * time.Millisecond)
 	done(900 * time.Millisecond)
 	done(1000 * time.Millisecond)
+	// The pause between passes is progress (the end, the evaluation)...
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PASS_ENDED, UnixNano: at.Add(1400 * time.Millisecond).UnixNano()})
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_EVAL_REPORTED, UnixNano: at.Add(1800 * time.Millisecond).UnixNano()})
+	done(2200 * time.Millisecond)
+	// ... and the restart ends the window.
+	done(RestartAfter + time.Second)
 	if f.Stall != 500*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
 		t.Fatalf("stall %v, first done +%v, promoted +%v; want 500ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
 	}
