@@ -36,14 +36,17 @@ type Fault struct {
 	// slot 0, backup of slot 1"; "no slot").
 	Role string
 	At   time.Time
-	// Stall is the longest time without progress (a finished task, or a
-	// pass's end or evaluation: the pause between passes is the job's, not
-	// the fault's), by the events' commit times, from the kill until the
-	// node's restart (RestartAfter) or the next fault, whichever is first
-	// (the kill itself counts as the start of the first gap). The restart
-	// is a fault of its own kind (a node joins: its trainer, a new
-	// backup), not counted here.
+	// Stall is how long training stood still: from the kill to the first
+	// progress after it (a finished task, a pass's end or evaluation), by
+	// the events' commit times (the demo's watch may be on the killed node
+	// and catch up in a burst).
 	Stall time.Duration
+	// After is the longest gap between progress events after the first
+	// one, until the node's restart (RestartAfter) or the next fault, and
+	// Before the longest in the RestartAfter before the kill: the job's
+	// own pace on this machine (a task is 1000 examples; the pause
+	// between passes), shown beside Stall, not checked.
+	After, Before time.Duration
 	// Restored is the message of the first PSERVER_RESTORED event within a
 	// minute of the kill ("" if none).
 	Restored string
@@ -95,6 +98,7 @@ type Schedule struct {
 	done     int64
 	faults   []*Fault
 	pending  *Fault
+	recent   []time.Time // progress in the last RestartAfter, oldest first
 	restarts sync.WaitGroup
 	injected [2]bool // only OnEvent's goroutine reads and writes it
 }
@@ -159,25 +163,42 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 }
 
 // progressLocked counts progress at at (a finished task if task) in the
-// stall of every fault whose window holds at.
+// stall of every fault whose window holds at, and keeps the progress of
+// the last RestartAfter for the next fault's Before.
 func (s *Schedule) progressLocked(at time.Time, task bool) {
+	s.recent = append(s.recent, at)
+	for len(s.recent) > 0 && at.Sub(s.recent[0]) > RestartAfter {
+		s.recent = s.recent[1:]
+	}
 	for i, f := range s.faults {
 		// A fault's window: until its restart, cut short by the next
 		// fault (whose stall is its own).
 		if !at.After(f.At) || at.Sub(f.At) > RestartAfter || i+1 < len(s.faults) && at.After(s.faults[i+1].At) {
 			continue
 		}
-		if f.lastDone.IsZero() {
-			f.lastDone = f.At
-		}
 		if task && f.DoneAt == 0 {
 			f.DoneAt = at.Sub(f.At)
 		}
-		if gap := at.Sub(f.lastDone); gap > f.Stall {
-			f.Stall = gap
+		if f.lastDone.IsZero() {
+			f.Stall = at.Sub(f.At)
+		} else if gap := at.Sub(f.lastDone); gap > f.After {
+			f.After = gap
 		}
 		f.lastDone = at
 	}
+}
+
+// longestGap is the longest gap between consecutive times of ts (sorted)
+// and until end.
+func longestGap(ts []time.Time, end time.Time) time.Duration {
+	var g time.Duration
+	for i := 1; i < len(ts); i++ {
+		g = max(g, ts[i].Sub(ts[i-1]))
+	}
+	if len(ts) > 0 {
+		g = max(g, end.Sub(ts[len(ts)-1]))
+	}
+	return g
 }
 
 // Wait waits for the restarts of the killed nodes.
@@ -207,6 +228,7 @@ func (s *Schedule) kill(pick func(context.Context) (*Fault, error)) {
 	f.At = time.Now()
 	d.Kill()
 	s.mu.Lock()
+	f.Before = longestGap(s.recent, f.At)
 	s.faults = append(s.faults, f)
 	s.pending = f
 	s.mu.Unlock()

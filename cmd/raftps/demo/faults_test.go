@@ -100,30 +100,37 @@ func TestFaultAim(t *testing.T) {
 
 // TestStallFromCommitTimes: the stall is measured on the events' commit
 // times, not on when the demo received them (a follower's watch catching
-// up after an election delivers a burst at once), from the kill, and a
-// task done before the kill does not count; a pass's end and
-// evaluation are progress, and the window ends at the restart.
+// up after an election delivers a burst at once), from the kill to the
+// first progress after it; a task done before the kill does not count
+// in it but in Before; the later gaps are After, which ends at the
+// restart, and a pass's end and evaluation are progress.
 func TestStallFromCommitTimes(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
-	f := &Fault{At: at}
-	s := &Schedule{total: 100, faults: []*Fault{f}, pending: f}
+	s := &Schedule{total: 100}
 	done := func(d time.Duration) {
 		s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_TASK_DONE, UnixNano: at.Add(d).UnixNano()})
 	}
+	done(-RestartAfter - time.Second) // too old for Before
+	done(-900 * time.Millisecond)
 	done(-100 * time.Millisecond)
-	done(300 * time.Millisecond)
+	// The kill, as kill records it.
+	f := &Fault{At: at, Before: longestGap(s.recent, at)}
+	s.faults, s.pending = []*Fault{f}, f
 	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(200 * time.Millisecond).UnixNano(), Message: "slot 0 promoted"})
+	done(300 * time.Millisecond)
 	done(400 * time.Millisecond)
-	done(900 * time.Millisecond)
 	done(1000 * time.Millisecond)
 	// The pause between passes is progress (the end, the evaluation)...
-	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PASS_ENDED, UnixNano: at.Add(1400 * time.Millisecond).UnixNano()})
-	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_EVAL_REPORTED, UnixNano: at.Add(1800 * time.Millisecond).UnixNano()})
-	done(2200 * time.Millisecond)
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PASS_ENDED, UnixNano: at.Add(1500 * time.Millisecond).UnixNano()})
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_EVAL_REPORTED, UnixNano: at.Add(2100 * time.Millisecond).UnixNano()})
+	done(2700 * time.Millisecond)
 	// ... and the restart ends the window.
 	done(RestartAfter + time.Second)
-	if f.Stall != 500*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
-		t.Fatalf("stall %v, first done +%v, promoted +%v; want 500ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
+	if f.Stall != 300*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
+		t.Fatalf("stall %v, first done +%v, promoted +%v; want 300ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
+	}
+	if f.After != 600*time.Millisecond || f.Before != 800*time.Millisecond {
+		t.Fatalf("after %v, before %v; want 600ms, 800ms", f.After, f.Before)
 	}
 	if len(f.Promoted) != 1 {
 		t.Fatalf("promotions %q, want one", f.Promoted)
