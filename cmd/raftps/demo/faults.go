@@ -50,9 +50,9 @@ type Fault struct {
 	// Restored is the message of the first PSERVER_RESTORED event within a
 	// minute of the kill ("" if none).
 	Restored string
-	// Promoted is the messages of the PSERVER_PROMOTED events within a
-	// minute of the kill: a replicated slot's backup took over, with no
-	// restore (none if none).
+	// Promoted is the messages of the PSERVER_PROMOTED events committed
+	// between the kill and the restart (RestartAfter): a replicated
+	// slot's backup took over, with no restore (none if none).
 	Promoted []string
 	// StepsLost is the most steps a slot was rolled back by a
 	// PSERVER_RESTORED event within a minute of the kill (the "rolled back
@@ -141,6 +141,9 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 			}
 			f.StepsLost = max(f.StepsLost, RolledBackSteps(ev.Message))
 		case pb.JobEvent_PSERVER_PROMOTED:
+			if at.Sub(f.At) > RestartAfter {
+				break // not this fault's (a later failover)
+			}
 			if f.PromotedAt == 0 {
 				f.PromotedAt = at.Sub(f.At)
 			}

@@ -124,8 +124,9 @@ func TestStallFromCommitTimes(t *testing.T) {
 	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PASS_ENDED, UnixNano: at.Add(1500 * time.Millisecond).UnixNano()})
 	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_EVAL_REPORTED, UnixNano: at.Add(2100 * time.Millisecond).UnixNano()})
 	done(2700 * time.Millisecond)
-	// ... and the restart ends the window.
+	// ... and the restart ends the window, for promotions too.
 	done(RestartAfter + time.Second)
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(RestartAfter + 2*time.Second).UnixNano(), Message: "a later failover"})
 	if f.Stall != 300*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
 		t.Fatalf("stall %v, first done +%v, promoted +%v; want 300ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
 	}
