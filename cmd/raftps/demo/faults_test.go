@@ -143,11 +143,16 @@ func TestStallFromCommitTimes(t *testing.T) {
 // another step) or at another step fails.
 func TestCheckSteps(t *testing.T) {
 	st := func(released int64, ptrs ...[2]int64) *pb.JobStatus {
-		s := &pb.JobStatus{Spec: &pb.JobSpec{NumPservers: 2}, Metrics: []*pb.PassMetric{{Pass: 0, Step: 10}, {Pass: 1, Step: released}}}
+		s := &pb.JobStatus{Spec: &pb.JobSpec{NumPservers: 2, Checkpoint: &pb.CheckpointPolicy{EverySteps: 50}}, Metrics: []*pb.PassMetric{{Pass: 0, Step: 10}, {Pass: 1, Step: released}}}
 		for _, p := range ptrs {
 			s.Checkpoints = append(s.Checkpoints, &pb.CheckpointPointer{Version: p[0], Step: p[1]})
 		}
 		return s
+	}
+	unchecked := st(1650)
+	unchecked.Spec.Checkpoint = nil
+	if c := CheckSteps(unchecked); !c.Unchecked || c.Err() != nil {
+		t.Errorf("a job without checkpoints: %+v, %v; want unchecked, no error", c, c.Err())
 	}
 	ok := st(1650, [2]int64{1600, 1600}, [2]int64{1600, 1600}, [2]int64{1650, 1650}, [2]int64{1650, 1650})
 	if err := CheckSteps(ok).Err(); err != nil {
