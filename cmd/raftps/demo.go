@@ -119,7 +119,9 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	}
 	awaitSlotsFinished(ctx, cl, res, 20*time.Second)
 	faults := sched.Faults()
+	restores := sched.Restores()
 	printDemoSummary(g.out, res, faults, spec)
+	printRestores(g.out, restores, spec)
 	if keep {
 		// Leave the cluster up so a person can look at the dashboard.
 		fmt.Fprintf(w, "\n--keep: the cluster stays up; dashboard at http://%s/ ; Ctrl-C stops it (data in %s)\n", cluster.Nodes[0].HTTP, dataDir)
@@ -138,6 +140,9 @@ func runDemo(ctx context.Context, g *globals, spec *pb.JobSpec, dataDir string, 
 	}
 	if err := demo.CheckSteps(res.Status).Err(); err != nil {
 		return &exitError{code: codeDemoFault, err: err}
+	}
+	if len(restores) > 0 && spec.Replicas >= 2 {
+		return &exitError{code: codeDemoFault, err: fmt.Errorf("%d restores or rollbacks with replicated slots (first: %s)", len(restores), restores[0])}
 	}
 	return reportResult(io.Discard, res, spec.TargetAccuracy)
 }
@@ -239,6 +244,23 @@ func printFault(w io.Writer, n int, f *demo.Fault) {
 		fmt.Fprintf(w, "  promoted:       %s\n", p)
 	}
 	fmt.Fprintf(w, "  steps lost:     %d\n", f.StepsLost)
+}
+
+// printRestores prints the run's restores from a checkpoint and
+// rollbacks: none expected with replicated slots (spec.Replicas >= 2).
+func printRestores(w io.Writer, restores []string, spec *pb.JobSpec) {
+	if len(restores) == 0 {
+		fmt.Fprintf(w, "restores:         none (no slot restored from a checkpoint, no rollback)\n")
+		return
+	}
+	verdict := ""
+	if spec.Replicas >= 2 {
+		verdict = ": MISSED, replicated slots should never restore in this demo"
+	}
+	fmt.Fprintf(w, "restores:         %d restores from a checkpoint or rollbacks%s\n", len(restores), verdict)
+	for _, m := range restores {
+		fmt.Fprintf(w, "  restored:       %s\n", m)
+	}
 }
 
 // printDemoSummary prints the demo's result: accuracy, throughput, tasks,

@@ -99,6 +99,7 @@ type Schedule struct {
 	faults   []*Fault
 	pending  *Fault
 	recent   []time.Time // progress in the last RestartAfter, oldest first
+	restores []string    // every restore from a checkpoint and rollback of the run
 	restarts sync.WaitGroup
 	injected [2]bool // only OnEvent's goroutine reads and writes it
 }
@@ -132,6 +133,9 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 		s.progressLocked(at, true)
 	case pb.JobEvent_PASS_ENDED, pb.JobEvent_EVAL_REPORTED:
 		s.progressLocked(at, false)
+	}
+	if ev.Type == pb.JobEvent_PSERVER_RESTORED && (ev.Version > 0 || RolledBackSteps(ev.Message) > 0) {
+		s.restores = append(s.restores, ev.Message)
 	}
 	if f := s.pending; f != nil && at.Sub(f.At) < time.Minute && at.After(f.At) {
 		switch ev.Type {
@@ -202,6 +206,17 @@ func longestGap(ts []time.Time, end time.Time) time.Duration {
 		g = max(g, end.Sub(ts[len(ts)-1]))
 	}
 	return g
+}
+
+// Restores returns the messages of every restore from a checkpoint
+// (a PSERVER_RESTORED event of a version > 0: a slot's first claim
+// restores version 0, the initializer) and every rollback of the run so
+// far, in order, within a fault's window or not: with replicated slots
+// there should be none (issue 34's "no rollback event").
+func (s *Schedule) Restores() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.restores)
 }
 
 // Wait waits for the restarts of the killed nodes.

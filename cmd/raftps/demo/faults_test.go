@@ -168,3 +168,25 @@ func TestCheckSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoresCounted: every restore from a checkpoint and every
+// rollback of the run is kept, in a fault's window or not (a restore 16 s
+// after a fault, once its node was back, lost steps in a loaded run and
+// the fault's "steps lost" said 0); a slot's first claim (version 0, the
+// initializer) is not a restore.
+func TestRestoresCounted(t *testing.T) {
+	s := &Schedule{total: 100}
+	for _, ev := range []*pb.JobEvent{
+		{Type: pb.JobEvent_PSERVER_RESTORED, Message: "slot 0 on n1: version 0 md5  from : initializer"},
+		{Type: pb.JobEvent_PSERVER_RESTORED, Version: 1200, Message: "slot 1 on n3: version 1200 md5 c4 from n1: newest"},
+		{Type: pb.JobEvent_PSERVER_RESTORED, Version: 1000001200, Message: "slot 0 on n1: rolled back from step 1247 to version 1000001200 (epoch 1, step 1200; slot 1 was restored)"},
+		{Type: pb.JobEvent_PSERVER_PROMOTED, Message: "slot 0 on n2: backup promoted"},
+	} {
+		ev.UnixNano = time.Now().UnixNano()
+		s.OnEvent(ev)
+	}
+	if got := s.Restores(); len(got) != 2 {
+		t.Fatalf("restores %q, want the two after the first claims", got)
+	}
+}
+
