@@ -189,4 +189,3 @@ func TestRestoresCounted(t *testing.T) {
 		t.Fatalf("restores %q, want the two after the first claims", got)
 	}
 }
-
