@@ -13,9 +13,10 @@
 // RestartAfter (5 s) later, and records per fault whether the node was the
 // leader, what it held (Role), a timeline (a new leader answering, the
 // first promotion, the first finished task) and how long training stood
-// still (Fault.Stall: from the kill to the first finished task, by the
-// events' commit times, a pass's end and evaluation counting as progress;
-// After and Before give the job's own pace around it). CheckSteps is the check that no sync step was
+// still (Fault.Stall: from the kill to the commit of the first finished
+// task whose trainer reached a step past every step made before the kill,
+// the TASK_DONE event's version; After and Before give the job's own pace
+// around it). CheckSteps is the check that no sync step was
 // lost or applied twice: every slot's final checkpoint is at the same
 // step, the last step the trainers were released on (StepCheck says why
 // a fault-free run's count is not a constant to compare with).

@@ -36,16 +36,18 @@ type Fault struct {
 	// slot 0, backup of slot 1"; "no slot").
 	Role string
 	At   time.Time
-	// Stall is how long training stood still: from the kill to the first
-	// progress after it (a finished task, a pass's end or evaluation), by
-	// the events' commit times (the demo's watch may be on the killed node
-	// and catch up in a burst).
+	// Stall is how long training stood still: from the kill to the commit
+	// of the first finished task whose trainer reached a step past every
+	// step made before the kill (a TASK_DONE event's version is the
+	// trainer's step): past the steps of the tasks finished before the
+	// kill and the step each slot's backup was promoted at (a promoted
+	// backup holds every step acknowledged before the kill). A task that
+	// merely finishes after the kill, its last step released before it,
+	// does not count.
 	Stall time.Duration
-	// After is the longest gap between progress events after the first
-	// one, until the node's restart (RestartAfter) or the next fault, and
-	// Before the longest in the RestartAfter before the kill: the job's
-	// own pace on this machine (a task is 1000 examples; the pause
-	// between passes), shown beside Stall, not checked.
+	// After is the longest gap between progress events (a finished task,
+	// a pass's end or evaluation) after the one that ended Stall, until
+	// the node's restart (RestartAfter) or the next fault, and
 	After, Before time.Duration
 	// Restored is the message of the first PSERVER_RESTORED event within a
 	// minute of the kill ("" if none).
@@ -66,7 +68,37 @@ type Fault struct {
 	// task.
 	LeaderAt, PromotedAt, DoneAt time.Duration
 	NewLeader                    string
-	lastDone                     time.Time
+	// StepBefore is the highest step known made before the kill (see
+	// Stall).
+	StepBefore int64
+	progress   []progress // the window's progress events, in commit order
+}
+
+// progress is a progress event: its commit time and, for a finished
+// task, the trainer's step.
+type progress struct {
+	at   time.Time
+	task bool
+	step int64
+}
+
+// measure sets f's Stall, DoneAt and After from its window's progress.
+func (f *Fault) measure() {
+	f.Stall, f.DoneAt, f.After = 0, 0, 0
+	var last time.Time
+	for _, p := range f.progress {
+		if p.task && f.DoneAt == 0 {
+			f.DoneAt = p.at.Sub(f.At)
+		}
+		if f.Stall == 0 {
+			if p.task && p.step > f.StepBefore {
+				f.Stall, last = p.at.Sub(f.At), p.at
+			}
+			continue
+		}
+		f.After = max(f.After, p.at.Sub(last))
+		last = p.at
+	}
 }
 
 // Aim is the stall the fault is checked against: AimLeader if the
@@ -99,6 +131,7 @@ type Schedule struct {
 	faults   []*Fault
 	pending  *Fault
 	recent   []time.Time // progress in the last RestartAfter, oldest first
+	maxStep  int64       // the highest step of a finished task so far
 	restores []string    // every restore from a checkpoint and rollback of the run
 	restarts sync.WaitGroup
 	injected [2]bool // only OnEvent's goroutine reads and writes it
@@ -130,9 +163,9 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 	switch ev.Type {
 	case pb.JobEvent_TASK_DONE:
 		s.done++
-		s.progressLocked(at, true)
+		s.progressLocked(at, true, ev.Version)
 	case pb.JobEvent_PASS_ENDED, pb.JobEvent_EVAL_REPORTED:
-		s.progressLocked(at, false)
+		s.progressLocked(at, false, 0)
 	}
 	if ev.Type == pb.JobEvent_PSERVER_RESTORED && (ev.Version > 0 || RolledBackSteps(ev.Message) > 0) {
 		s.restores = append(s.restores, ev.Message)
@@ -147,6 +180,10 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 		case pb.JobEvent_PSERVER_PROMOTED:
 			if at.Sub(f.At) > RestartAfter {
 				break // not this fault's (a later failover)
+			}
+			if step, ok := PromotedStep(ev.Message); ok && step > f.StepBefore {
+				f.StepBefore = step
+				f.measure()
 			}
 			if f.PromotedAt == 0 {
 				f.PromotedAt = at.Sub(f.At)
@@ -169,29 +206,32 @@ func (s *Schedule) OnEvent(ev *pb.JobEvent) {
 	}
 }
 
-// progressLocked counts progress at at (a finished task if task) in the
-// stall of every fault whose window holds at, and keeps the progress of
-// the last RestartAfter for the next fault's Before.
-func (s *Schedule) progressLocked(at time.Time, task bool) {
+// progressLocked records progress at at (a finished task at step if
+// task) in the window of every fault that holds at, or in StepBefore of
+// a fault killed after at, and keeps the progress of the last
+// RestartAfter for the next fault's Before.
+func (s *Schedule) progressLocked(at time.Time, task bool, step int64) {
 	s.recent = append(s.recent, at)
 	for len(s.recent) > 0 && at.Sub(s.recent[0]) > RestartAfter {
 		s.recent = s.recent[1:]
 	}
+	if task {
+		s.maxStep = max(s.maxStep, step)
+	}
 	for i, f := range s.faults {
-		// A fault's window: until its restart, cut short by the next
-		// fault (whose stall is its own).
-		if !at.After(f.At) || at.Sub(f.At) > RestartAfter || i+1 < len(s.faults) && at.After(s.faults[i+1].At) {
+		if !at.After(f.At) {
+			if task {
+				f.StepBefore = max(f.StepBefore, step) // committed before the kill, seen after
+			}
 			continue
 		}
-		if task && f.DoneAt == 0 {
-			f.DoneAt = at.Sub(f.At)
+		// A fault's window: until its restart, cut short by the next
+		// fault (whose stall is its own).
+		if at.Sub(f.At) > RestartAfter || i+1 < len(s.faults) && at.After(s.faults[i+1].At) {
+			continue
 		}
-		if f.lastDone.IsZero() {
-			f.Stall = at.Sub(f.At)
-		} else if gap := at.Sub(f.lastDone); gap > f.After {
-			f.After = gap
-		}
-		f.lastDone = at
+		f.progress = append(f.progress, progress{at: at, task: task, step: step})
+		f.measure()
 	}
 }
 
@@ -247,6 +287,7 @@ func (s *Schedule) kill(pick func(context.Context) (*Fault, error)) {
 	d.Kill()
 	s.mu.Lock()
 	f.Before = longestGap(s.recent, f.At)
+	f.StepBefore = s.maxStep
 	s.faults = append(s.faults, f)
 	s.pending = f
 	s.mu.Unlock()
@@ -362,6 +403,24 @@ func Role(slots []*pb.PServerSlot, node string) string {
 		return "no slot"
 	}
 	return strings.Join(r, ", ")
+}
+
+// PromotedStep is the step of a promotion event's message ("slot S on
+// N: backup promoted at epoch E, version V, step T, in D (...)",
+// pserver/agent); false for any other message.
+func PromotedStep(msg string) (int64, bool) {
+	if !strings.Contains(msg, "backup promoted") {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(msg, ", step ")
+	if !ok {
+		return 0, false
+	}
+	var step int64
+	if n, _ := fmt.Sscanf(rest, "%d", &step); n != 1 {
+		return 0, false
+	}
+	return step, true
 }
 
 // RolledBackSteps is the number of steps a rollback event's message

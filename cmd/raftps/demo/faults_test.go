@@ -101,40 +101,58 @@ func TestFaultAim(t *testing.T) {
 // TestStallFromCommitTimes: the stall is measured on the events' commit
 // times, not on when the demo received them (a follower's watch catching
 // up after an election delivers a burst at once), from the kill to the
-// first progress after it; a task done before the kill does not count
-// in it but in Before; the later gaps are After, which ends at the
-// restart, and a pass's end and evaluation are progress.
+// first finished task past every step made before it: a task that only
+// finishes after the kill (its step no higher than the steps of the
+// tasks finished before or than the promoted backup's step) is not
+// progress. A task done before the kill counts in Before; the later gaps
+// are After, which ends at the restart, and a pass's end and evaluation
+// are progress in it; a promotion after the restart is not the fault's.
 func TestStallFromCommitTimes(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
-	s := &Schedule{total: 100}
-	done := func(d time.Duration) {
-		s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_TASK_DONE, UnixNano: at.Add(d).UnixNano()})
+	s := &Schedule{total: 1000}
+	done := func(d time.Duration, step int64) {
+		s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_TASK_DONE, UnixNano: at.Add(d).UnixNano(), Version: step})
 	}
-	done(-RestartAfter - time.Second) // too old for Before
-	done(-900 * time.Millisecond)
-	done(-100 * time.Millisecond)
+	done(-RestartAfter-time.Second, 10) // too old for Before
+	done(-900*time.Millisecond, 40)
+	done(-100*time.Millisecond, 50)
 	// The kill, as kill records it.
-	f := &Fault{At: at, Before: longestGap(s.recent, at)}
+	f := &Fault{At: at, Before: longestGap(s.recent, at), StepBefore: s.maxStep}
 	s.faults, s.pending = []*Fault{f}, f
-	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(200 * time.Millisecond).UnixNano(), Message: "slot 0 promoted"})
-	done(300 * time.Millisecond)
-	done(400 * time.Millisecond)
-	done(1000 * time.Millisecond)
+	done(time.Millisecond, 54)     // released before the kill: the promotion says so
+	done(-50*time.Millisecond, 51) // committed before the kill, seen after it
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(200 * time.Millisecond).UnixNano(),
+		Message: "slot 0 on n2: backup promoted at epoch 42, version 55, step 55, in 10ms (no restore, no rollback)"})
+	done(250*time.Millisecond, 55) // no step past the promoted one
+	done(300*time.Millisecond, 56)
+	done(400*time.Millisecond, 60)
+	done(1000*time.Millisecond, 70)
 	// The pause between passes is progress (the end, the evaluation)...
 	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PASS_ENDED, UnixNano: at.Add(1500 * time.Millisecond).UnixNano()})
 	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_EVAL_REPORTED, UnixNano: at.Add(2100 * time.Millisecond).UnixNano()})
-	done(2700 * time.Millisecond)
+	done(2700*time.Millisecond, 80)
 	// ... and the restart ends the window, for promotions too.
-	done(RestartAfter + time.Second)
-	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(RestartAfter + 2*time.Second).UnixNano(), Message: "a later failover"})
-	if f.Stall != 300*time.Millisecond || f.DoneAt != 300*time.Millisecond || f.PromotedAt != 200*time.Millisecond {
-		t.Fatalf("stall %v, first done +%v, promoted +%v; want 300ms, +300ms, +200ms", f.Stall, f.DoneAt, f.PromotedAt)
+	done(RestartAfter+time.Second, 200)
+	s.OnEvent(&pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, UnixNano: at.Add(RestartAfter + 2*time.Second).UnixNano(),
+		Message: "slot 1 on n3: backup promoted at epoch 50, version 190, step 190, in 10ms (no restore, no rollback)"})
+	if f.Stall != 300*time.Millisecond || f.DoneAt != time.Millisecond || f.PromotedAt != 200*time.Millisecond || f.StepBefore != 55 {
+		t.Fatalf("stall %v, first done +%v, promoted +%v, step before %d; want 300ms, +1ms, +200ms, 55", f.Stall, f.DoneAt, f.PromotedAt, f.StepBefore)
 	}
 	if f.After != 600*time.Millisecond || f.Before != 800*time.Millisecond {
 		t.Fatalf("after %v, before %v; want 600ms, 800ms", f.After, f.Before)
 	}
 	if len(f.Promoted) != 1 {
-		t.Fatalf("promotions %q, want one", f.Promoted)
+		t.Fatalf("promotions %q, want the one before the restart", f.Promoted)
+	}
+}
+
+// TestPromotedStep: the step of a promotion event's message.
+func TestPromotedStep(t *testing.T) {
+	if step, ok := PromotedStep("slot 1 on n2: backup promoted at epoch 42, version 592, step 592, in 10ms (no restore, no rollback)"); !ok || step != 592 {
+		t.Errorf("PromotedStep = %d, %v; want 592, true", step, ok)
+	}
+	if _, ok := PromotedStep("slot 0 on n1: version 1200 md5 c4 from n1: newest"); ok {
+		t.Error("PromotedStep of a restore: ok")
 	}
 }
 
