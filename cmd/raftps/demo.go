@@ -227,7 +227,7 @@ func printFault(w io.Writer, n int, f *demo.Fault) {
 	if !f.Met() {
 		verdict = fmt.Sprintf("MISSED by %.2fs", (f.Stall - f.Aim()).Seconds())
 	}
-	fmt.Fprintf(w, "  stall:          %.2fs (from the kill to the first finished task), aim <= %.1fs: %s\n", f.Stall.Seconds(), f.Aim().Seconds(), verdict)
+	fmt.Fprintf(w, "  stall:          %.2fs (from the kill to the first task finished past the steps made before it), aim <= %.1fs: %s\n", f.Stall.Seconds(), f.Aim().Seconds(), verdict)
 	fmt.Fprintf(w, "  pace:           longest gap between finished tasks %.2fs in the %v after it (until the restart), %.2fs in the %v before the kill\n",
 		f.After.Seconds(), demo.RestartAfter, f.Before.Seconds(), demo.RestartAfter)
 	ms := func(d time.Duration) string {
