@@ -102,7 +102,10 @@
 // trainers of the job (tasks requeued, leases revoked) so that a sync
 // step stops waiting for them; at most one probe per slot per timeout, so
 // reports are cheap and cannot force a failover of a primary that
-// answers.
+// answers. Suspects.CheckAll checks every replicated slot's primary so;
+// the node runs it as its leader loop starts (Config.OnLeader), so a
+// primary that died with the old leader, or while there was none, is
+// failed over without waiting for a report or for gossip.
 //
 // The Cluster service's membership changes (members.go) run on the
 // leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the

@@ -73,7 +73,12 @@ type Config struct {
 	// replicated clock), with their keys. Zero: no limit of that kind.
 	KeepFinishedJobs  int32
 	FinishedJobMaxAge time.Duration
-	Logger            *slog.Logger
+	// OnLeader, if set, runs in its own goroutine each time this node's
+	// leader loop starts, after its barrier, with a context that ends
+	// with the leadership: the node checks every replicated slot's
+	// primary there (Suspects.CheckAll).
+	OnLeader func(ctx context.Context)
+	Logger   *slog.Logger
 }
 
 // DefaultConfig returns the LAN defaults.
@@ -206,6 +211,14 @@ func (m *Master) leaderLoop(ctx context.Context) {
 	m.checks = map[string]*peerCheck{}
 	m.mu.Unlock()
 
+	if m.cfg.OnLeader != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			m.cfg.OnLeader(ctx)
+		}()
+	}
 	events, unsubscribe := m.members.Subscribe()
 	defer unsubscribe()
 	reconcile := time.NewTicker(m.cfg.ReconcileInterval)

@@ -127,6 +127,59 @@ func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*p
 	return out, nil
 }
 
+// checkAllParallel bounds CheckAll's reports in flight.
+const checkAllParallel = 32
+
+// CheckAll checks the primary of every replicated slot as a report of it
+// would (Report, reason given: at most one probe per slot per Timeout, a
+// promotion only if the probe fails), all slots at once, and returns the
+// verdicts' count by kind. The master's leader loop runs it as it takes
+// office (Config.OnLeader): a primary that died with the old leader, or
+// while there was none, is failed over within the failover timeout of
+// the election, with no report needed (the reports sent meanwhile failed
+// for want of a leader, and gossip's node-gone comes about a second
+// later). Safety is Report's: the promotion is the epoch-compared Txn.
+func (s *Suspects) CheckAll(ctx context.Context, reason string) map[string]int {
+	key, end := schema.PrefixRange(schema.JobsPrefix)
+	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
+	if err != nil {
+		s.log.Warn("check every replicated slot's primary: read", "err", err)
+		return nil
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		verdicts = map[string]int{}
+		sem      = make(chan struct{}, checkAllParallel)
+	)
+	for _, kv := range resp.Kvs {
+		job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+		if !ok || kind != schema.KindReplicas {
+			continue
+		}
+		slot, err := schema.ParseSlot(id)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out, err := s.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: reason})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				verdicts["error"]++
+				s.log.Warn("check a replicated slot's primary", "job", job, "slot", slot, "err", err)
+				return
+			}
+			verdicts[out.GetVerdict()]++
+		}()
+	}
+	wg.Wait()
+	return verdicts
+}
+
 // releaseTrainers requeues the tasks of job's trainers registered from
 // node (schema.TrainerRecord.Node), whose pserver just failed its probe,
 // and revokes their leases, as nodeGone does when gossip declares node

@@ -217,3 +217,56 @@ func TestReportHealthyPrimaryNotPromoted(t *testing.T) {
 		t.Fatalf("report to a node that takes none: %v, want FailedPrecondition", err)
 	}
 }
+
+// TestLeaderChecksPrimariesOnTakingOffice (issue 34: a killed primary
+// that was also the Raft leader): as the master's leader loop starts it
+// checks every replicated slot's primary (Config.OnLeader ->
+// Suspects.CheckAll), so a primary that died while there was no leader
+// (its reports failed: no leader to write the promotion) is failed over
+// with no report and no gossip node-gone (gossip still sees it alive
+// here); a primary that answers is left alone.
+func TestLeaderChecksPrimariesOnTakingOffice(t *testing.T) {
+	s := openStore(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close() // connections refused: a SIGKILLed primary
+	before := replicatedSlot(t, s, dead)
+	live := livePServer(t)
+	put(t, s, schema.SlotKey("j", 1), schema.SlotRecord{Node: "n3", Addr: live}.Marshal(), grant(t, s))
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: "n3", Addr: live},
+		Backups: []schema.ReplicaMember{{Node: "n2", Addr: "127.0.0.1:1"}}, Incarnation: 5}.Marshal(), 0)
+	live1, _ := readReplica(t, s, "j", 1)
+	var probes atomic.Int64
+	sus := NewSuspects(s, allAlive(), probeOver(&probes), 300*time.Millisecond, slogDiscard())
+	verdicts := make(chan map[string]int, 1)
+	m := New(Config{Logger: slogDiscard(), OnLeader: func(ctx context.Context) {
+		verdicts <- sus.CheckAll(ctx, "the Raft leader took office")
+	}}, s, allAlive())
+	ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	var v map[string]int
+	select {
+	case v = <-verdicts:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leader loop did not check the primaries within 20 s")
+	}
+	r0, ok0 := readReplica(t, s, "j", 0)
+	r1, _ := readReplica(t, s, "j", 1)
+	if !ok0 || r0.Primary.Node != "n3" || r0.Epoch <= before {
+		t.Fatalf("slot 0 (primary refuses connections) after the leader took office: %+v (present %v); want promoted to n3 at an epoch > %d", r0, ok0, before)
+	}
+	if r1.Primary.Node != "n3" || r1.Epoch != live1.Epoch {
+		t.Fatalf("slot 1 (primary answers) changed: %+v, was %+v", r1, live1)
+	}
+	if v[VerdictPromoted] != 1 || v[VerdictHealthy] != 1 || probes.Load() != 2 {
+		t.Fatalf("verdicts %v after %d probes; want 1 promoted, 1 healthy, 2 probes", v, probes.Load())
+	}
+}

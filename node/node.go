@@ -362,7 +362,7 @@ func (n *Node) startServers() {
 func (n *Node) startLoops(runCtx context.Context) {
 	n.master = master.New(master.Config{DeadServerTimeout: n.cfg.DeadServerTimeout,
 		KeepFinishedJobs: n.cfg.KeepFinishedJobs, FinishedJobMaxAge: n.cfg.FinishedJobMaxAge,
-		Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
+		OnLeader: n.checkPrimaries, Logger: n.cfg.Logger.With("component", "master")}, n.store, n.gossip)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -374,6 +374,16 @@ func (n *Node) startLoops(runCtx context.Context) {
 			defer n.wg.Done()
 			n.bootstrapExpect(runCtx)
 		}()
+	}
+}
+
+// checkPrimaries is the master's OnLeader: as this node takes office it
+// checks every replicated slot's primary (master.Suspects.CheckAll), so
+// a primary that died with the old leader is failed over without waiting
+// for a report or for gossip.
+func (n *Node) checkPrimaries(ctx context.Context) {
+	if v := n.suspects.CheckAll(ctx, "the Raft leader took office"); len(v) > 0 {
+		n.log.Info("leader took office: every replicated slot's primary checked", "verdicts", v)
 	}
 }
 

@@ -1855,19 +1855,22 @@ func (x *JobStatus) GetPendingTasks() []*Task {
 type JobEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seq numbers a job's events 1, 2, 3, ... without gaps.
-	Seq           int64         `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Type          JobEvent_Type `protobuf:"varint,2,opt,name=type,proto3,enum=raftps.v1.JobEvent_Type" json:"type,omitempty"`
-	Job           string        `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
-	Pass          int32         `protobuf:"varint,4,opt,name=pass,proto3" json:"pass,omitempty"`
-	TaskId        int64         `protobuf:"varint,5,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Epoch         int64         `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Trainer       string        `protobuf:"bytes,7,opt,name=trainer,proto3" json:"trainer,omitempty"`
-	Message       string        `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	UnixNano      int64         `protobuf:"varint,9,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Loss          float64       `protobuf:"fixed64,10,opt,name=loss,proto3" json:"loss,omitempty"`
-	Accuracy      float64       `protobuf:"fixed64,11,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
-	Examples      int64         `protobuf:"varint,12,opt,name=examples,proto3" json:"examples,omitempty"`
-	Version       int64         `protobuf:"varint,13,opt,name=version,proto3" json:"version,omitempty"`
+	Seq      int64         `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Type     JobEvent_Type `protobuf:"varint,2,opt,name=type,proto3,enum=raftps.v1.JobEvent_Type" json:"type,omitempty"`
+	Job      string        `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	Pass     int32         `protobuf:"varint,4,opt,name=pass,proto3" json:"pass,omitempty"`
+	TaskId   int64         `protobuf:"varint,5,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Epoch    int64         `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Trainer  string        `protobuf:"bytes,7,opt,name=trainer,proto3" json:"trainer,omitempty"`
+	Message  string        `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	UnixNano int64         `protobuf:"varint,9,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Loss     float64       `protobuf:"fixed64,10,opt,name=loss,proto3" json:"loss,omitempty"`
+	Accuracy float64       `protobuf:"fixed64,11,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	Examples int64         `protobuf:"varint,12,opt,name=examples,proto3" json:"examples,omitempty"`
+	// version: TASK_DONE's is the pserver step the trainer reached at the
+	// task's end (TaskMetrics.step); EVAL_REPORTED's the checkpoint version
+	// of the evaluated step; PSERVER_RESTORED's the restored version.
+	Version       int64 `protobuf:"varint,13,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

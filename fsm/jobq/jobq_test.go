@@ -284,7 +284,8 @@ func TestWholePass(t *testing.T) {
 			t.Errorf("event %d: seq %d job %q", i, e.Seq, e.Job)
 		}
 	}
-	if e := evs[3]; e.TaskId != 2 || e.Loss != 2 || e.Trainer != "t1" || e.Epoch != 3 {
+	// version: the step the trainer reported (TaskMetrics.step).
+	if e := evs[3]; e.TaskId != 2 || e.Loss != 2 || e.Trainer != "t1" || e.Epoch != 3 || e.Version != 3 {
 		t.Errorf("TASK_DONE event = %v", e)
 	}
 }

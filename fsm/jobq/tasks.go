@@ -239,7 +239,7 @@ func (q *Queue) TaskFinished(now int64, req *pb.TaskFinishedRequest) (*pb.TaskFi
 	j.acc.finished++
 	j.acc.maxStep = max(j.acc.maxStep, m.GetStep())
 	j.emit(now, event{typ: pb.JobEvent_TASK_DONE, pass: j.pass, taskID: int64(id), epoch: c.epoch,
-		trainer: c.trainer, loss: m.GetLoss(), accuracy: m.GetAccuracy(), examples: m.GetExamples()})
+		trainer: c.trainer, loss: m.GetLoss(), accuracy: m.GetAccuracy(), examples: m.GetExamples(), version: m.GetStep()})
 	if ms := j.spec.MaxSteps; ms > 0 && m.GetStep() >= ms && !j.final {
 		j.final = true
 		left := j.todo.len() + len(j.pending)

@@ -6,9 +6,20 @@
 // loopback with mutual TLS (internal/testing/localcluster makes its CA, the
 // nodes' and the admin's certificates and the gossip keyring); Start
 // starts every node and waits for a leader. Schedule kills nodes while a
-// job trains: fed each job event (OnEvent), it SIGKILLs the node serving
-// pserver slot 0 at 35% of the tasks and the Raft leader at 65%, restarts
-// each 5 s later, and records how long training stood still (Fault).
+// job trains: fed each job event (OnEvent), it SIGKILLs a node that holds
+// a slot's primary and is not the Raft leader at 35% of the tasks
+// (PickPrimaryOffLeader; checked against AimSurvivor, 0.5 s) and the Raft
+// leader at 65% (AimLeader, 1.5 s: an election first), restarts each
+// RestartAfter (5 s) later, and records per fault whether the node was the
+// leader, what it held (Role), a timeline (a new leader answering, the
+// first promotion, the first finished task) and how long training stood
+// still (Fault.Stall: from the kill to the commit of the first finished
+// task whose trainer reached a step past every step made before the kill,
+// the TASK_DONE event's version; After and Before give the job's own pace
+// around it). CheckSteps is the check that no sync step was
+// lost or applied twice: every slot's final checkpoint is at the same
+// step, the last step the trainers were released on (StepCheck says why
+// a fault-free run's count is not a constant to compare with).
 //
 //	cluster, err := demo.New(exe, dir, 3)
 //	defer cluster.StopAll()
