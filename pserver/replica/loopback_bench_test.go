@@ -51,7 +51,8 @@ func benchPushLoopback(b *testing.B, params int64, trainers, rep int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		st, err := replica.NewStream(ctx, serveWire(b, replica.NewBackup("rep", bk, 1)))
+		c, _ := serveWire(b, replica.NewBackup("rep", bk, 1))
+		st, err := replica.NewStream(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,8 +110,9 @@ func denseGrads(s *pserver.Slot, rng *rand.Rand) []*pb.Tensor {
 
 // serveWire is serve with the pserver's transport (wire.Listen,
 // ServerOptions, DialOptions: the tensor codec, the windows, the socket
-// buffers), as a node's Replica service and a primary's peer use it.
-func serveWire(tb testing.TB, b *replica.Backup) pb.ReplicaClient {
+// buffers), as a node's Replica service and a primary's peer use it. It
+// also returns the server, to stop it.
+func serveWire(tb testing.TB, b *replica.Backup) (pb.ReplicaClient, *grpc.Server) {
 	tb.Helper()
 	lis, err := wire.Listen("127.0.0.1:0")
 	if err != nil {
@@ -127,7 +129,7 @@ func serveWire(tb testing.TB, b *replica.Backup) pb.ReplicaClient {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { cc.Close() })
-	return pb.NewReplicaClient(cc)
+	return pb.NewReplicaClient(cc), gs
 }
 
 // gate is the agent's replication in small (pserver/agent/replicas.go):
