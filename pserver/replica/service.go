@@ -60,8 +60,9 @@ func (s *Service) backup(job string, slot int32) *Backup {
 // sends each ack as its request is applied: a request whose turn it is
 // (or a duplicate) in the receiving goroutine, one that must wait for an
 // earlier seq in its own (at most MaxPending at once, so a request
-// waiting never blocks the receipt of the seq it waits for). The first error ends the stream with that
-// error's status (ErrWrongSlot for a slot this node does not back up).
+// waiting never blocks the receipt of the seq it waits for). The first
+// error ends the stream with that error's status (ErrWrongSlot for a
+// slot this node does not back up).
 func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -69,7 +70,8 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 		mu     sync.Mutex // guards closed and wg.Add
 		closed bool
 		wg     sync.WaitGroup
-		sendMu sync.Mutex
+		sendMu sync.Mutex // guards stream.Send and ended
+		ended  bool       // the handler returned: no more Send
 		once   sync.Once
 		first  error
 	)
@@ -85,6 +87,9 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 		}
 		sendMu.Lock()
 		defer sendMu.Unlock()
+		if ended { // (the receiving goroutine, applying in line, may outlive the handler)
+			return context.Canceled
+		}
 		return stream.Send(ack)
 	}
 	sem := make(chan struct{}, MaxPending)
@@ -150,6 +155,10 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	closed = true
 	mu.Unlock()
 	wg.Wait()
+	sendMu.Lock()
+	ended = true
+	sendMu.Unlock()
+	once.Do(func() {}) // a later fail (the receiving goroutine's) is not read
 	return first
 }
 
