@@ -36,7 +36,11 @@
 // service's Replicate stream: requests applied concurrently, acks sent as
 // each applies) and a primary reaches each backup through a Stream, a
 // Peer over one such stream whose failure status maps back to the
-// sentinels (so BackupError.Deposed works across gRPC).
+// sentinels (so BackupError.Deposed works across gRPC). Requests go with
+// the tensor codec (pserver/wire): gradients leave from their buffers and
+// arrive in data-pool buffers, returned once applied. A request whose
+// turn it is is applied in the stream's receiving goroutine; only one
+// ahead of its turn waits in its own.
 //
 // Wired (issue 34): the node registers Service on its pserver port
 // (/raftps.v1.Replica/Replicate: role node only); pserver/agent places

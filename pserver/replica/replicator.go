@@ -70,15 +70,19 @@ func (r *Replicator) Replicate(ctx context.Context, u *pb.ReplicateRequest) erro
 		Incarnation: u.GetIncarnation(), Grads: u.GetGrads(), LrScale: u.GetLrScale(), PushIds: u.GetPushIds(),
 	}
 	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = checkAck(req, backups[n])(ctx)
-		}()
+	if len(names) == 1 { // R = 2: no goroutine to start and wait for
+		errs[0] = checkAck(req, backups[names[0]])(ctx)
+	} else {
+		var wg sync.WaitGroup
+		for i, n := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = checkAck(req, backups[n])(ctx)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	be := &BackupError{Epoch: epoch, Seq: req.Seq}
 	for i, err := range errs {
 		if err != nil {

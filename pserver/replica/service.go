@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/api/rpctypes"
+	"github.com/raftps/raftps/pserver/wire"
 )
 
 // Service serves the Replica gRPC service for the backups a node holds
@@ -55,11 +56,13 @@ func (s *Service) backup(job string, slot int32) *Backup {
 	return s.backups[slotID{job, slot}]
 }
 
-// Replicate applies each request of the stream with Backup.Replicate,
-// concurrently (at most MaxPending at once, so a request waiting for an
-// earlier seq never blocks the receipt of that seq), and sends each ack
-// as its request is applied. The first error ends the stream with that
-// error's status (ErrWrongSlot for a slot this node does not back up).
+// Replicate applies each request of the stream with Backup.Replicate and
+// sends each ack as its request is applied: a request whose turn it is
+// (or a duplicate) in the receiving goroutine, one that must wait for an
+// earlier seq in its own (at most MaxPending at once, so a request
+// waiting never blocks the receipt of the seq it waits for). The first
+// error ends the stream with that error's status (ErrWrongSlot for a
+// slot this node does not back up).
 func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -67,11 +70,28 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 		mu     sync.Mutex // guards closed and wg.Add
 		closed bool
 		wg     sync.WaitGroup
-		sendMu sync.Mutex
+		sendMu sync.Mutex // guards stream.Send and ended
+		ended  bool       // the handler returned: no more Send
 		once   sync.Once
 		first  error
 	)
 	fail := func(err error) { once.Do(func() { first = err; cancel() }) }
+	// apply applies req, returns its gradient buffers to the data pool
+	// (the tensor codec read them into it; the slot keeps no reference),
+	// and sends its ack.
+	apply := func(b *Backup, req *pb.ReplicateRequest) error {
+		ack, err := b.Replicate(ctx, req)
+		wire.ReleaseTensors(req.GetGrads())
+		if err != nil {
+			return err
+		}
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if ended { // (the receiving goroutine, applying in line, may outlive the handler)
+			return context.Canceled
+		}
+		return stream.Send(ack)
+	}
 	sem := make(chan struct{}, MaxPending)
 	recvDone := make(chan struct{})
 	go func() {
@@ -91,8 +111,20 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 			last = req
 			b := s.backup(req.GetJob(), req.GetSlot())
 			if b == nil {
+				wire.ReleaseTensors(req.GetGrads())
 				fail(errorf(ErrWrongSlot, "this node holds no backup of job %q slot %d", req.GetJob(), req.GetSlot()))
 				return
+			}
+			if req.GetSeq() <= b.Applied()+1 {
+				// Its turn (or a duplicate): Backup.Replicate cannot wait
+				// (the applied seq only grows), so it runs here, without a
+				// goroutine to start and wake: the common case, the
+				// primary's stream in seq order.
+				if err := apply(b, req); err != nil {
+					fail(err)
+					return
+				}
+				continue
 			}
 			select {
 			case sem <- struct{}{}:
@@ -109,13 +141,7 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				ack, err := b.Replicate(ctx, req)
-				if err == nil {
-					sendMu.Lock()
-					err = stream.Send(ack)
-					sendMu.Unlock()
-				}
-				if err != nil {
+				if err := apply(b, req); err != nil {
 					fail(err)
 				}
 			}()
@@ -129,6 +155,10 @@ func (s *Service) Replicate(stream pb.Replica_ReplicateServer) error {
 	closed = true
 	mu.Unlock()
 	wg.Wait()
+	sendMu.Lock()
+	ended = true
+	sendMu.Unlock()
+	once.Do(func() {}) // a later fail (the receiving goroutine's) is not read
 	return first
 }
 
@@ -157,9 +187,13 @@ type Stream struct {
 	changed chan struct{}
 }
 
-// NewStream opens a Replicate stream on c; ctx bounds its life.
+// NewStream opens a Replicate stream on c; ctx bounds its life. Requests
+// go with the tensor codec (wire.TensorCallOption): gradients are sent
+// from their buffers, not marshalled into another, and a backup served
+// with wire.ServerOptions reads them from the frames into its data pool;
+// a request's gradients must not change until its Replicate returns.
 func NewStream(ctx context.Context, c pb.ReplicaClient) (*Stream, error) {
-	st, err := c.Replicate(ctx)
+	st, err := c.Replicate(ctx, wire.TensorCallOption)
 	if err != nil {
 		return nil, err
 	}

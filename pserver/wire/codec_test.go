@@ -25,6 +25,10 @@ func TestTensorCodecIsProtobuf(t *testing.T) {
 		&pb.PushResponse{Version: 8, Incarnation: 2, Tensors: []*pb.Tensor{{Name: "w", Block: 3, Data: big}, {Name: "z"}}},
 		&pb.PushResponse{Version: 1},
 		&pb.PullRequest{Job: "j", Slot: 1, Tensors: []*pb.Tensor{{Name: "w", Block: 2}}},
+		&pb.ReplicateRequest{Job: "j", Slot: 1, Epoch: 1 << 40, Seq: 9, Step: 8, Incarnation: 3, LrScale: 1.5,
+			Grads:   []*pb.Tensor{{Name: "w", Block: 1, Data: big}, {Name: "e", Rows: []int64{4, 0}, Data: packed(1, 2)}, {Name: "z"}},
+			PushIds: []*pb.PushID{{Trainer: "t0", PushId: 1 << 63}, {Trainer: "", PushId: 2}, {Trainer: "t2"}}},
+		&pb.ReplicateRequest{Slot: -1, Seq: 1},
 	}
 	c := tensorCodec{}
 	for _, m := range msgs {
