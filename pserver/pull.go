@@ -32,6 +32,9 @@ func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, [
 	if err := s.checkFence(); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkEpoch(req.GetEpoch()); err != nil {
+		return nil, nil, err
+	}
 	if req.GetCheckpoint() {
 		s.pullSnapshot()
 	}
