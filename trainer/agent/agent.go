@@ -240,7 +240,8 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 	if r, ok := a.master.(SuspectReporter); ok {
 		// A failed call to a slot's primary is reported (issue 34: fast detection).
 		opts = append(opts, psclient.WithSuspectReporter(func(ctx context.Context, slot int32, addr string, err error) bool {
-			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error()})
+			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error(),
+				Source: "trainer"})
 			a.log.Debug("suspect primary reported", "job", spec.Name, "slot", slot, "addr", addr, "verdict", out.GetVerdict(), "err", rerr)
 			return out.GetMoved()
 		}))
