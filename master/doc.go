@@ -102,7 +102,11 @@
 // trainers of the job (tasks requeued, leases revoked) so that a sync
 // step stops waiting for them; at most one probe per slot per timeout, so
 // reports are cheap and cannot force a failover of a primary that
-// answers.
+// answers. Suspects.FollowGossip (suspect_gossip.go) is the third source:
+// on the Raft leader it reports every slot whose primary's node gossip
+// suspects (gossip.EventSuspect). raftps_pserver_suspect_reports_total
+// counts reports by source (trainer, replication, gossip) and verdict
+// (Collectors).
 //
 // The Cluster service's membership changes (members.go) run on the
 // leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the

@@ -507,7 +507,14 @@ type Grads struct {
 // if it holds none of g, so sync steps complete), with the versions of the
 // last pull (sync: one step, the lowest of them, on every slot). It returns after every slot accepted (sync: after the step
 // completed). Errors wrap ErrStale (re-pull and recompute), ErrInvalid, or
-// the last Unavailable after retries.
+// the last Unavailable or ErrEpoch after retries.
+//
+// With a TargetResolver each request carries the slot's replica epoch;
+// a refusal (ErrEpoch: the primary serves another epoch, or was deposed)
+// is retried where the slot resolves anew, with the same push id. A
+// replicated slot's promoted backup holds the push ids of every push the
+// old primary acknowledged (they ride in the replication), so that retry
+// applies exactly once.
 //
 // Every Push carries a fresh push id, the same on each retry; a slot
 // applies a push id at most once (sync and async), so retries after
