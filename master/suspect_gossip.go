@@ -28,14 +28,15 @@ var metricSuspectReports = prometheus.NewCounterVec(prometheus.CounterOpts{
 // Collectors returns the master's Prometheus collectors (process-wide).
 func Collectors() []prometheus.Collector { return []prometheus.Collector{metricSuspectReports} }
 
-// reportSource is req's source label: its source if known, else
-// "trainer" for a report naming a trainer, else "other".
+// reportSource is req's source label: "trainer" for a report naming a
+// trainer (whatever its source says: a trainer certificate reports as
+// itself), else its source if known, else "other".
 func reportSource(req *pb.ReportSuspectRequest) string {
 	switch src := req.GetSource(); {
-	case src == SourceTrainer || src == SourceReplication || src == SourceGossip:
-		return src
 	case req.GetTrainer() != "":
 		return SourceTrainer
+	case src == SourceReplication || src == SourceGossip:
+		return src
 	}
 	return "other"
 }

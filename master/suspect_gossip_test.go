@@ -201,3 +201,24 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestReportSource: the source label of raftps_pserver_suspect_reports_total:
+// a report naming a trainer is the trainer's whatever its source says (a
+// trainer certificate reports as itself), a node's report its source.
+func TestReportSource(t *testing.T) {
+	for _, tc := range []struct {
+		req  *pb.ReportSuspectRequest
+		want string
+	}{
+		{&pb.ReportSuspectRequest{Trainer: "t1"}, SourceTrainer},
+		{&pb.ReportSuspectRequest{Trainer: "t1", Source: SourceGossip}, SourceTrainer},
+		{&pb.ReportSuspectRequest{Source: SourceReplication}, SourceReplication},
+		{&pb.ReportSuspectRequest{Source: SourceGossip}, SourceGossip},
+		{&pb.ReportSuspectRequest{Source: SourceTrainer}, "other"},
+		{&pb.ReportSuspectRequest{}, "other"},
+	} {
+		if got := reportSource(tc.req); got != tc.want {
+			t.Errorf("reportSource(%v) = %q, want %q", tc.req, got, tc.want)
+		}
+	}
+}

@@ -2888,8 +2888,8 @@ type ReportSuspectRequest struct {
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// source is what raised the suspicion: "trainer" (a failed pull or
 	// push), "replication" (a backup's broken stream), "gossip" (memberlist
-	// suspects the primary's node). "" is "trainer" when trainer is set.
-	// It labels raftps_pserver_suspect_reports_total; the handling is the
+	// suspects the primary's node). A report naming a trainer counts as
+	// "trainer" whatever its source. It labels raftps_pserver_suspect_reports_total; the handling is the
 	// same for every source.
 	Source        string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
