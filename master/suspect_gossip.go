@@ -74,20 +74,23 @@ func (s *Suspects) FollowGossip(ctx context.Context) {
 
 // ReportNode reports (Report, source gossip) every replicated slot whose
 // record names node as its primary, concurrently, and returns the
-// answers (nil if node is no slot's primary). A failed read of the
-// records is logged and reports nothing.
+// answers (nil if node is no slot's primary). It reads each job's
+// replica records (serializable: Report reads the record it acts on
+// again, linearizably); a failed read is logged and skips that job.
 func (s *Suspects) ReportNode(ctx context.Context, node, reason string) []*pb.ReportSuspectResponse {
-	key, end := schema.PrefixRange(schema.JobsPrefix)
-	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
-	if err != nil {
-		s.log.Warn("report a suspect node's primaries: read the replica records", "node", node, "err", err)
-		return nil
-	}
 	var slots []replicated
-	for _, kv := range resp.Kvs {
-		if job, kind, id, ok := schema.ParseJobKey(string(kv.Key)); ok && kind == schema.KindReplicas {
-			if r, ok := primaryOf(job, id, kv, node); ok {
-				slots = append(slots, r)
+	for _, j := range s.store.Jobs() {
+		key, end := schema.PrefixRange(schema.ReplicaPrefix(j.GetName()))
+		resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
+		if err != nil {
+			s.log.Warn("report a suspect node's primaries: read the replica records", "job", j.GetName(), "node", node, "err", err)
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			if job, kind, id, ok := schema.ParseJobKey(string(kv.Key)); ok && kind == schema.KindReplicas {
+				if r, ok := primaryOf(job, id, kv, node); ok {
+					slots = append(slots, r)
+				}
 			}
 		}
 	}

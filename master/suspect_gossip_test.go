@@ -162,14 +162,14 @@ func TestGossipSuspectReported(t *testing.T) {
 		t.Cleanup(func() { _ = c.Process.Signal(syscall.SIGCONT) })
 	}
 	start := time.Now()
-	waitUntil(t, 15*time.Second, "slot 0 promoted to n3 and slot 1's primary found healthy", func() bool {
-		r, ok := readReplica(t, s, "j", 0)
-		return ok && r.Primary.Node == "n3" &&
+	// The counters move once each report returned (after its Txn).
+	waitUntil(t, 15*time.Second, "a gossip report promoted and one found its primary healthy", func() bool {
+		return counterValue(metricSuspectReports.WithLabelValues(SourceGossip, VerdictPromoted)) > promoted &&
 			counterValue(metricSuspectReports.WithLabelValues(SourceGossip, VerdictHealthy)) > healthy
 	})
 	t.Logf("stopped primary failed over %v after SIGSTOP (gossip suspicion, probe of %v)", time.Since(start).Round(time.Millisecond), sus.Timeout())
 	r0, _ := readReplica(t, s, "j", 0)
-	if r0.Epoch <= epoch2 || len(r0.Backups) != 0 {
+	if r0.Primary.Node != "n3" || r0.Epoch <= epoch2 || len(r0.Backups) != 0 {
 		t.Fatalf("slot 0 after the report: %+v, want n3 primary at an epoch > %d", r0, epoch2)
 	}
 	if got := counterValue(metricSuspectReports.WithLabelValues(SourceGossip, VerdictPromoted)); got != promoted+1 {
