@@ -128,6 +128,13 @@ type Config struct {
 	// Default 2 s.
 	ReconnectInterval time.Duration
 
+	// SuspectPoll is how often the member reads memberlist's view for
+	// members it suspects (memberlist tells its delegates of joins,
+	// updates, leaves and deaths, not of suspicion) and publishes an
+	// EventSuspect for each member that became suspect since the last
+	// read. Suspicion lasts about SuspicionMult × ProbeInterval, so a poll
+	// well below that sees it. 0 disables the poll. Default 50 ms.
+	SuspectPoll time.Duration
 	// Logger receives this package's and memberlist's logs (memberlist's
 	// [DEBUG]/[INFO]/[WARN]/[ERR] lines are mapped to slog levels). nil
 	// means slog.Default().
@@ -152,6 +159,7 @@ func DefaultConfig() Config {
 		DeadNodeReclaimTime:     5 * time.Second,
 		DeadRetention:           time.Hour,
 		ReconnectInterval:       2 * time.Second,
+		SuspectPoll:             50 * time.Millisecond,
 	}
 }
 
@@ -202,6 +210,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gossip: config: DeadRetention %v < 0", c.DeadRetention)
 	case c.ReconnectInterval < 0:
 		return fmt.Errorf("gossip: config: ReconnectInterval %v < 0", c.ReconnectInterval)
+	case c.SuspectPoll < 0:
+		return fmt.Errorf("gossip: config: SuspectPoll %v < 0", c.SuspectPoll)
 	}
 	return nil
 }

@@ -175,6 +175,13 @@ func (g *Gossip) Open(ctx context.Context) error {
 	if g.cfg.ReconnectInterval > 0 {
 		g.wg.Go(func() { g.reconnectLoop(bg) })
 	}
+	if g.cfg.SuspectPoll > 0 {
+		if !nodeLockOK || !stateOffsetOK {
+			g.log.Warn("gossip cannot read memberlist's node state (unexpected memberlist version); suspicion will not be reported")
+		} else {
+			g.wg.Go(func() { g.suspectLoop(bg) })
+		}
+	}
 	join := g.withoutSelf(g.cfg.Join)
 	if len(join) == 0 {
 		g.markJoined()
@@ -440,8 +447,9 @@ func (g *Gossip) LocalAddr() string {
 // sorted by ID. Dead and left members stay listed for Config.DeadRetention
 // after their event (unless they come back). The slice is a copy.
 //
-// Status is one of alive, dead and left: memberlist v0.6.0 does not tell
-// its delegates about suspicion, so StatusSuspect is never reported.
+// Status is one of alive, dead and left: a suspected member stays alive
+// here until it is declared dead (suspicion is a hint, published as
+// EventSuspect; see suspectLoop).
 func (g *Gossip) Members() []Member {
 	g.mu.Lock()
 	defer g.mu.Unlock()

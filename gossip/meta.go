@@ -171,6 +171,7 @@ const (
 	EventFail                          // member was declared dead; Status is StatusDead
 	EventUpdate                        // member's metadata changed
 	EventConflict                      // a second process claims an ID that is alive at another address
+	EventSuspect                       // member is suspected (missed probes; may refute); Status is StatusSuspect
 )
 
 func (t EventType) String() string {
@@ -185,6 +186,8 @@ func (t EventType) String() string {
 		return "update"
 	case EventConflict:
 		return "conflict"
+	case EventSuspect:
+		return "suspect"
 	}
 	return fmt.Sprintf("event(%d)", int(t))
 }

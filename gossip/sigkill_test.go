@@ -53,6 +53,37 @@ func gossipHelperProcess(id string) {
 	os.Exit(2)
 }
 
+// startChild starts a gossip member id in a child process
+// (gossipHelperProcess) that joins gs, and waits until every member of gs
+// sees it alive. The child is killed when the test ends.
+func startChild(t *testing.T, id string, gs []*Gossip) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.v=false")
+	cmd.Env = append(os.Environ(), "GOSSIP_HELPER_ID="+id, "GOSSIP_HELPER_JOIN="+gs[0].LocalAddr())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if !strings.HasPrefix(line, "ready") {
+		t.Fatalf("child %s: %q", id, line)
+	}
+	waitFor(t, 5*time.Second, id+" alive everywhere", func() bool {
+		for _, g := range gs {
+			if m, ok := g.Member(id); !ok || m.Status != StatusAlive {
+				return false
+			}
+		}
+		return true
+	})
+	return cmd
+}
+
 // TestSIGKILLDetection measures time to dead for a member in another
 // process killed with SIGKILL, the failure the 3 s requirement is about.
 func TestSIGKILLDetection(t *testing.T) {
@@ -65,29 +96,7 @@ func TestSIGKILLDetection(t *testing.T) {
 	var last []time.Duration
 	for i := range trials {
 		id := fmt.Sprintf("child%d", i+1)
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.v=false")
-		cmd.Env = append(os.Environ(), "GOSSIP_HELPER_ID="+id, "GOSSIP_HELPER_JOIN="+gs[0].LocalAddr())
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if !strings.HasPrefix(line, "ready") {
-			t.Fatalf("child %s: %q", id, line)
-		}
-		waitFor(t, 5*time.Second, id+" alive everywhere", func() bool {
-			for _, g := range gs {
-				if m, ok := g.Member(id); !ok || m.Status != StatusAlive {
-					return false
-				}
-			}
-			return true
-		})
+		cmd := startChild(t, id, gs)
 
 		seen := make([]time.Duration, len(gs))
 		var wg sync.WaitGroup

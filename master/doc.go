@@ -106,6 +106,11 @@
 // the node runs it as its leader loop starts (Config.OnLeader), so a
 // primary that died with the old leader, or while there was none, is
 // failed over without waiting for a report or for gossip.
+// Suspects.FollowGossip (suspect_gossip.go) is the third source:
+// on the Raft leader it reports every slot whose primary's node gossip
+// suspects (gossip.EventSuspect). raftps_pserver_suspect_reports_total
+// counts reports by source (trainer, replication, gossip) and verdict
+// (Collectors).
 //
 // The Cluster service's membership changes (members.go) run on the
 // leader only (Unavailable, NOT_LEADER, elsewhere; the CLI finds the

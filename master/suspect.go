@@ -36,7 +36,8 @@ const (
 )
 
 // Suspects confirms reports of suspect primaries (a trainer's failed
-// call, a broken replication stream) before it acts: it probes the
+// call, a broken replication stream, gossip's suspicion: FollowGossip)
+// before it acts: it probes the
 // primary's pserver endpoint with a deadline of Timeout and, only if the
 // probe fails, promotes an alive in-sync backup with the one
 // epoch-compared Txn of a failover (promoteSlot), which also frees the
@@ -86,6 +87,17 @@ func (s *Suspects) Timeout() time.Duration { return s.timeout }
 // slot) and promotes a backup if the probe fails. Errors: ErrInvalid for
 // an empty job or a negative slot; the store's errors.
 func (s *Suspects) Report(ctx context.Context, req *pb.ReportSuspectRequest) (*pb.ReportSuspectResponse, error) {
+	out, err := s.report(ctx, req)
+	verdict := out.GetVerdict()
+	if err != nil {
+		verdict = "error"
+	}
+	metricSuspectReports.WithLabelValues(reportSource(req), verdict).Inc()
+	return out, err
+}
+
+// report is Report, uncounted.
+func (s *Suspects) report(ctx context.Context, req *pb.ReportSuspectRequest) (*pb.ReportSuspectResponse, error) {
 	job, slot := req.GetJob(), req.GetSlot()
 	if job == "" || slot < 0 {
 		return nil, fmt.Errorf("%w: report names job %q slot %d: job and a slot >= 0 are required", fsm.ErrInvalid, job, slot)

@@ -16,6 +16,7 @@ import (
 	"github.com/raftps/raftps/dashboard"
 	"github.com/raftps/raftps/internal/version"
 	"github.com/raftps/raftps/jobspec"
+	"github.com/raftps/raftps/master"
 	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/schema"
 )
@@ -44,6 +45,7 @@ func (n *Node) registerTrainingMetrics(reg *prometheus.Registry) {
 	reg.MustRegister(grpcMetrics, newTrainingCollector(n), newLeaderMetrics(n), buildInfo(),
 		collectors.NewBuildInfoCollector())
 	reg.MustRegister(pagent.Collectors()...)
+	reg.MustRegister(master.Collectors()...)
 }
 
 // dashboardHandler is the web dashboard (package dashboard) over this

@@ -368,6 +368,13 @@ func (n *Node) startLoops(runCtx context.Context) {
 		defer n.wg.Done()
 		_ = n.master.Run(runCtx)
 	}()
+	// Gossip's suspicion of a replicated slot's primary, reported (probe,
+	// then failover) while this node leads (issue 34: fast detection).
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.suspects.FollowGossip(runCtx)
+	}()
 	if n.cfg.BootstrapExpect > 1 && n.cfg.hasRole(gossip.RoleServer) {
 		n.wg.Add(1)
 		go func() {

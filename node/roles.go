@@ -185,6 +185,7 @@ func (n *Node) probePServer(ctx context.Context, addr, job string, slot int32) e
 func (n *Node) reportBrokenStream(job string, slot int32) {
 	ctx, cancel := context.WithTimeout(context.Background(), psclient.ReportTimeout)
 	defer cancel()
-	out, err := n.suspects.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "the primary's replication stream to this backup broke"})
+	out, err := n.suspects.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: "the primary's replication stream to this backup broke",
+		Source: master.SourceReplication})
 	n.log.Info("replication stream from a primary broke: reported", "job", job, "slot", slot, "verdict", out.GetVerdict(), "err", err)
 }

@@ -54,7 +54,12 @@
 // FenceCompare. On lease loss the node calls Slot.Fence (or
 // Server.Unhost); the slot also checks its lease's serve-until (Deadline,
 // Slot.SetDeadline) on every request and before every reply, so a paused
-// node answers Unavailable and clients re-resolve. Slot.Snapshot,
+// node answers Unavailable and clients re-resolve. A replicated slot's
+// primary serves under its record's epoch (Slot.SetEpoch; Slot.Depose once
+// a backup refused it): a Pull or Push naming another epoch is refused with
+// wire.ErrEpoch (FailedPrecondition) before it reads or applies anything,
+// and the client resolves the slot again (epoch 0 is not checked).
+// Slot.Snapshot,
 // SnapshotEvery and SnapshotOnPull copy state copy-on-write; EncodeVShard
 // writes one vshard blob and RestoreSlot rebuilds a slot from the blobs of
 // the vshards it owns, whatever number of pservers wrote them.

@@ -20,7 +20,9 @@ import (
 // allocated: an unknown param, a block or row out of range or in another
 // slot, a block or row named twice, rows on a dense param, or a response
 // above MaxPullBytes are ErrInvalid (InvalidArgument) naming the param.
-// Errors: ErrFenced, ErrInvalid.
+// A request naming a replica epoch the slot does not serve under, or
+// any epoch once the slot was deposed, is ErrEpoch (checkEpoch). Errors:
+// ErrFenced, ErrEpoch, ErrInvalid.
 func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
 	resp, _, err := s.pull(ctx, req)
 	return resp, err
@@ -30,6 +32,9 @@ func (s *Slot) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse,
 // reply aliases (see pullAll; nil for a named pull).
 func (s *Slot) pull(_ context.Context, req *pb.PullRequest) (*pb.PullResponse, []byte, error) {
 	if err := s.checkFence(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkEpoch(req.GetEpoch()); err != nil {
 		return nil, nil, err
 	}
 	if req.GetCheckpoint() {

@@ -348,6 +348,9 @@ func (s *Slot) pushReply(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 
 // push applies a validated push (see Push).
 func (s *Slot) push(ctx context.Context, req *pb.PushRequest, items []gradItem) (*pb.PushResponse, error) {
+	if err := s.checkEpoch(req.GetEpoch()); err != nil {
+		return nil, err
+	}
 	if len(req.GetTrainer()) > MaxTrainerIDLen {
 		return nil, wire.Errorf(wire.ErrInvalid, "push: trainer id of %d bytes, more than %d", len(req.GetTrainer()), MaxTrainerIDLen)
 	}

@@ -126,6 +126,11 @@ type Slot struct {
 	// deadline is the serve-until of the lease the slot is served under
 	// (nil: none; SetDeadline): checkFence fences the slot once it passed.
 	deadline atomic.Pointer[Deadline]
+	// epoch is the replica epoch the slot serves under (SetEpoch; 0:
+	// unreplicated), deposedBy the newer epoch that deposed it (Depose;
+	// 0: not deposed): checkEpoch compares trainers' requests with them.
+	epoch     atomic.Int64
+	deposedBy atomic.Int64
 
 	mu          sync.RWMutex
 	dense       map[key]*entry

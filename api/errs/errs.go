@@ -57,6 +57,12 @@ var (
 	ErrSlotFenced = errors.New("pserver: slot lost its lease; re-resolve")
 	// ErrSlotNotHosted: this node does not host the (job, slot). gRPC Unavailable.
 	ErrSlotNotHosted = errors.New("pserver: slot not hosted here; re-resolve")
+	// ErrSlotEpoch: a trainer's request names a replica epoch other than
+	// the one the slot serves under, or the slot learned it was deposed
+	// (PushRequest.epoch, PullRequest.epoch). Nothing was applied or read:
+	// the client must re-resolve the slot's primary and epoch and retry
+	// (a push with the same push id). gRPC FailedPrecondition.
+	ErrSlotEpoch = errors.New("pserver: request's replica epoch is not the slot's; re-resolve")
 	// ErrStalePush: a push was computed on a version too old (async
 	// staleness bound) or for another sync step. The trainer must re-pull.
 	// gRPC FailedPrecondition.

@@ -2872,8 +2872,9 @@ func (x *TaskFailedResponse) GetAccepted() bool {
 // ReportSuspectRequest: a caller suspects the primary of a replicated
 // slot (issue 34; pserver/DESIGN.md, "Replicated slots", "Detection"): a
 // trainer whose pull or push to it failed (connection refused,
-// Unavailable, deadline), or a backup whose primary's replication stream
-// broke. The master confirms before it acts: it probes the primary's
+// Unavailable, deadline), a backup whose primary's replication stream
+// broke, or the Raft leader's node when gossip suspects the primary's
+// node. The master confirms before it acts: it probes the primary's
 // pserver endpoint and promotes a backup only if the probe fails.
 type ReportSuspectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2887,7 +2888,13 @@ type ReportSuspectRequest struct {
 	// without a probe.
 	Addr string `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
 	// reason is the failed call's error, for the log.
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// source is what raised the suspicion: "trainer" (a failed pull or
+	// push), "replication" (a backup's broken stream), "gossip" (memberlist
+	// suspects the primary's node). A report naming a trainer counts as
+	// "trainer" whatever its source. It labels raftps_pserver_suspect_reports_total; the handling is the
+	// same for every source.
+	Source        string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2953,6 +2960,13 @@ func (x *ReportSuspectRequest) GetAddr() string {
 func (x *ReportSuspectRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReportSuspectRequest) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -3319,13 +3333,14 @@ const file_raftps_v1_job_proto_rawDesc = "" +
 	"\atrainer\x18\x04 \x01(\tR\atrainer\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"0\n" +
 	"\x12TaskFailedResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\"\x82\x01\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"\x9a\x01\n" +
 	"\x14ReportSuspectRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
 	"\atrainer\x18\x03 \x01(\tR\atrainer\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"w\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"w\n" +
 	"\x15ReportSuspectResponse\x12\x18\n" +
 	"\averdict\x18\x01 \x01(\tR\averdict\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x18\n" +

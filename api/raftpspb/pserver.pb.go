@@ -106,7 +106,15 @@ type PullRequest struct {
 	// (an eval's pull: the version its metric measures), at most once per
 	// step; the checkpoint version is epoch*1e9 + the reply's version. A slot
 	// without a checkpoint policy ignores it.
-	Checkpoint    bool `protobuf:"varint,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Checkpoint bool `protobuf:"varint,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// epoch is the slot's replica epoch the trainer resolved (the
+	// mod_revision of /jobs/<job>/replicas/<slot>; psclient.Target). A slot
+	// that serves under another epoch, or that learned it was deposed,
+	// refuses the request with FailedPrecondition (SLOT_EPOCH): the trainer
+	// resolves the slot again. 0 (an unreplicated slot, or a client older
+	// than the field) is not checked, as etcd serves a Range without a
+	// revision at the latest one.
+	Epoch         int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +175,13 @@ func (x *PullRequest) GetCheckpoint() bool {
 		return x.Checkpoint
 	}
 	return false
+}
+
+func (x *PullRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type PullResponse struct {
@@ -258,7 +273,12 @@ type PushRequest struct {
 	// push as stale, so a push retried onto the restored slot never joins a
 	// step its trainer has moved past on the other slots (which could make
 	// two trainers wait for each other on two slots). 0: not checked.
-	Incarnation   int64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation int64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// epoch is the slot's replica epoch the trainer resolved, checked as
+	// PullRequest.epoch is (0: not checked). A refused push was not applied;
+	// the trainer retries it, with the same push_id, where it resolves the
+	// slot again.
+	Epoch         int64 `protobuf:"varint,11,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +379,13 @@ func (x *PushRequest) GetPull() bool {
 func (x *PushRequest) GetIncarnation() int64 {
 	if x != nil {
 		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *PushRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -1001,18 +1028,19 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x03R\x05block\x12\x12\n" +
 	"\x04rows\x18\x03 \x03(\x03R\x04rows\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\x80\x01\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\x96\x01\n" +
 	"\vPullRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12+\n" +
 	"\atensors\x18\x03 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x04 \x01(\bR\n" +
-	"checkpoint\"w\n" +
+	"checkpoint\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\"w\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\x8f\x02\n" +
+	"\vincarnation\x18\x03 \x01(\x03R\vincarnation\"\xa5\x02\n" +
 	"\vPushRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\x05R\x04slot\x12\x18\n" +
@@ -1024,7 +1052,8 @@ const file_raftps_v1_pserver_proto_rawDesc = "" +
 	"\apush_id\x18\b \x01(\x04R\x06pushId\x12\x12\n" +
 	"\x04pull\x18\t \x01(\bR\x04pull\x12 \n" +
 	"\vincarnation\x18\n" +
-	" \x01(\x03R\vincarnation\"w\n" +
+	" \x01(\x03R\vincarnation\x12\x14\n" +
+	"\x05epoch\x18\v \x01(\x03R\x05epoch\"w\n" +
 	"\fPushResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12+\n" +
 	"\atensors\x18\x02 \x03(\v2\x11.raftps.v1.TensorR\atensors\x12 \n" +

@@ -67,6 +67,7 @@ var table = []entry{
 	{errs.ErrNoCapacity, codes.ResourceExhausted, "NO_CAPACITY"},
 	{errs.ErrSlotFenced, codes.Unavailable, "SLOT_FENCED"},
 	{errs.ErrSlotNotHosted, codes.Unavailable, "SLOT_NOT_HOSTED"},
+	{errs.ErrSlotEpoch, codes.FailedPrecondition, "SLOT_EPOCH"},
 	{errs.ErrStalePush, codes.FailedPrecondition, "STALE_PUSH"},
 	{errs.ErrBadSpec, codes.InvalidArgument, "BAD_SPEC"},
 	{errs.ErrNewerFormat, codes.FailedPrecondition, "NEWER_FORMAT"},

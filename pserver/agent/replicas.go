@@ -131,6 +131,7 @@ func (a *Agent) startReplication(ctx context.Context, spec *pb.JobSpec, s *pserv
 		rp.peers[m.Node] = a.newPeer(rctx, m)
 	}
 	rp.r = replica.NewReplicator(rec.Epoch, rp.peerMap())
+	s.SetEpoch(rec.Epoch) // before the slot serves: trainers' requests name it
 	s.OnUpdate(func(u *pb.ReplicateRequest) {
 		rp.mu.Lock()
 		rp.emitted = max(rp.emitted, u.GetSeq())
@@ -276,6 +277,7 @@ var errDeposed = errors.New("deposed: the slot's replica record moved to a newer
 func (rp *replication) deposed(cause error) {
 	rp.a.log.Warn("replicated slot deposed: acknowledging nothing more", "job", rp.job, "slot", rp.slot, "epoch", rp.r.Epoch(), "cause", cause)
 	rp.fail(wire.Errorf(wire.ErrFenced, "slot %d: this primary was deposed (epoch %d): %v", rp.slot, rp.r.Epoch(), cause))
+	rp.s.Depose(0) // trainers' requests naming an epoch are refused from now on, before they read or apply
 }
 
 // drop removes be's failed backups from the ISR with one Txn that
@@ -313,6 +315,7 @@ func (rp *replication) drop(be *replica.BackupError) error {
 	}
 	rp.rec = next
 	rp.r.SetConfig(next.Epoch, rp.peerMap())
+	rp.s.SetEpoch(next.Epoch)
 	rp.a.log.Warn("backup dropped from the in-sync set", "job", rp.job, "slot", rp.slot, "dropped", be.Failed,
 		"epoch", next.Epoch, "isr", len(next.Backups), "cause", be)
 	return nil

@@ -382,6 +382,7 @@ func (rp *replication) join(cand schema.ReplicaMember, p *peer) (int64, error) {
 	rp.rec = next
 	rp.peers[cand.Node] = p
 	rp.r.SetConfig(next.Epoch, rp.peerMap())
+	rp.s.SetEpoch(next.Epoch)
 	return next.Epoch, nil
 }
 

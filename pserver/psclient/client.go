@@ -36,6 +36,27 @@ type SlotWatcher interface {
 	WatchSlots(ctx context.Context, job string) (<-chan map[int32]string, error)
 }
 
+// Target is where a slot is served: the pserver's gRPC address and the
+// slot's replica epoch there (the mod_revision of its replica record,
+// schema.ReplicaKey; 0 for an unreplicated slot, or when not known).
+type Target struct {
+	Addr  string
+	Epoch int64
+}
+
+// TargetResolver is an optional Resolver extension: Targets maps each
+// slot of job to its primary's address and the replica epoch it resolved
+// with it. A Client whose resolver implements it sends that epoch with
+// every Pull and Push (PullRequest.epoch, PushRequest.epoch): a pserver
+// that serves the slot under another epoch, or was deposed, refuses the
+// call (ErrEpoch, FailedPrecondition), and the Client resolves the slot
+// again and retries (a push with the same push id). Without it the
+// Client sends epoch 0, which pservers do not check.
+type TargetResolver interface {
+	Resolver
+	Targets(ctx context.Context, job string) (map[int32]Target, error)
+}
+
 // StaticResolver is a fixed slot -> address map (tests, single node).
 type StaticResolver map[int32]string
 
@@ -101,7 +122,7 @@ type Client struct {
 	pushID    atomic.Uint64 // last push id used (starts at a random value)
 
 	mu       sync.Mutex
-	addrs    map[int32]string
+	addrs    map[int32]Target
 	conns    map[string]*grpc.ClientConn
 	versions []int64
 	incs     []int64 // per slot: the incarnation of the last pull (0: unknown)
@@ -122,7 +143,7 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 		spec: spec, layout: l, job: spec.GetName(), trainer: trainer, resolver: r,
 		cfg:      clientConfig{dial: wire.DialOptions(), maxRetries: 20, backoff: 20 * time.Millisecond, streamBytes: wire.StreamChunkBytes},
 		blocks:   make([][]blockRef, n),
-		addrs:    map[int32]string{},
+		addrs:    map[int32]Target{},
 		conns:    map[string]*grpc.ClientConn{},
 		versions: make([]int64, n),
 		incs:     make([]int64, n),
@@ -143,10 +164,15 @@ func NewClient(spec *pb.JobSpec, trainer string, r Resolver, opts ...ClientOptio
 		go func() {
 			for m := range ch {
 				c.mu.Lock()
-				c.addrs = make(map[int32]string, len(m))
+				addrs := make(map[int32]Target, len(m))
 				for s, a := range m {
-					c.addrs[s] = a
+					t := Target{Addr: a}
+					if old := c.addrs[s]; old.Addr == a {
+						t.Epoch = old.Epoch // the watch names no epoch: keep the one resolved with the address
+					}
+					addrs[s] = t
 				}
+				c.addrs = addrs
 				c.mu.Unlock()
 			}
 		}()
@@ -226,38 +252,56 @@ func (c *Client) syncStep() (step int64, sync bool) {
 	return slices.Min(c.versions), true
 }
 
-// conn returns the connection to slot's pserver, resolving if needed.
-func (c *Client) conn(ctx context.Context, slot int32) (*grpc.ClientConn, error) {
+// resolve returns every slot's target: the resolver's Targets if it has
+// them, else its Slots with epoch 0.
+func (c *Client) resolve(ctx context.Context) (map[int32]Target, error) {
+	if tr, ok := c.resolver.(TargetResolver); ok {
+		return tr.Targets(ctx, c.job)
+	}
+	m, err := c.resolver.Slots(ctx, c.job)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]Target, len(m))
+	for s, a := range m {
+		out[s] = Target{Addr: a}
+	}
+	return out, nil
+}
+
+// conn returns the connection to slot's pserver and the replica epoch
+// resolved with its address (what a request names), resolving if needed.
+func (c *Client) conn(ctx context.Context, slot int32) (*grpc.ClientConn, int64, error) {
 	c.mu.Lock()
-	addr, ok := c.addrs[slot]
+	t, ok := c.addrs[slot]
 	c.mu.Unlock()
 	if !ok {
-		m, err := c.resolver.Slots(ctx, c.job)
+		m, err := c.resolve(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("resolve job %q: %w", c.job, err)
+			return nil, 0, fmt.Errorf("resolve job %q: %w", c.job, err)
 		}
 		c.mu.Lock()
 		for s, a := range m {
 			c.addrs[s] = a
 		}
-		addr, ok = c.addrs[slot]
+		t, ok = c.addrs[slot]
 		c.mu.Unlock()
 		if !ok {
-			return nil, wire.Errorf(wire.ErrNotHosted, "job %q slot %d has no pserver yet", c.job, slot)
+			return nil, 0, wire.Errorf(wire.ErrNotHosted, "job %q slot %d has no pserver yet", c.job, slot)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cc, ok := c.conns[addr]
+	cc, ok := c.conns[t.Addr]
 	if !ok {
 		var err error
-		cc, err = grpc.NewClient(addr, c.cfg.dial...)
+		cc, err = grpc.NewClient(t.Addr, c.cfg.dial...)
 		if err != nil {
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
+			return nil, 0, fmt.Errorf("dial %s: %w", t.Addr, err)
 		}
-		c.conns[addr] = cc
+		c.conns[t.Addr] = cc
 	}
-	return cc, nil
+	return cc, t.Epoch, nil
 }
 
 func (c *Client) invalidate(slot int32) {
@@ -280,21 +324,23 @@ func fromGRPC(err error) error {
 
 // retryable reports whether err asks the client to re-resolve the slot.
 func retryable(err error) bool {
-	return errors.Is(err, wire.ErrNotHosted) || errors.Is(err, wire.ErrFenced)
+	return errors.Is(err, wire.ErrNotHosted) || errors.Is(err, wire.ErrFenced) || errors.Is(err, wire.ErrEpoch)
 }
 
-// do calls fn on slot's pserver, retrying with re-resolution while it
-// answers Unavailable (or cannot be resolved).
-func (c *Client) do(ctx context.Context, slot int32, fn func(*grpc.ClientConn) error) error {
+// do calls fn on slot's pserver with the replica epoch resolved with its
+// address, retrying with re-resolution while it answers Unavailable or
+// ErrEpoch (or cannot be resolved). fn builds its request's epoch from
+// the argument on every attempt; a push keeps its push id.
+func (c *Client) do(ctx context.Context, slot int32, fn func(cc *grpc.ClientConn, epoch int64) error) error {
 	backoff := c.cfg.backoff
 	for attempt := 0; ; attempt++ {
 		var moved <-chan struct{} // nil (never ready) without a reporter: nothing closes it
 		if c.cfg.reporter != nil {
 			moved = c.suspects.movedCh(slot) // before a report can close it
 		}
-		cl, err := c.conn(ctx, slot)
+		cl, epoch, err := c.conn(ctx, slot)
 		if err == nil {
-			err = fn(cl)
+			err = fn(cl, epoch)
 			if err == nil {
 				return nil
 			}
@@ -397,8 +443,8 @@ func (c *Client) allocParams(dst map[string][]float32) {
 
 // pullSlot pulls slot's dense blocks into dst (sized by allocParams).
 func (c *Client) pullSlot(ctx context.Context, slot int32, dst map[string][]float32, checkpoint bool) error {
-	return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-		req := &pb.PullRequest{Job: c.job, Slot: slot, Checkpoint: checkpoint}
+	return c.do(ctx, slot, func(cc *grpc.ClientConn, epoch int64) error {
+		req := &pb.PullRequest{Job: c.job, Slot: slot, Checkpoint: checkpoint, Epoch: epoch}
 		// The tensor codec reads blocks straight into dst.
 		sink := &wire.PullSink{Layout: c.layout, Slot: slot, Dst: dst}
 		if !c.useStream(slot) {
@@ -461,7 +507,14 @@ type Grads struct {
 // if it holds none of g, so sync steps complete), with the versions of the
 // last pull (sync: one step, the lowest of them, on every slot). It returns after every slot accepted (sync: after the step
 // completed). Errors wrap ErrStale (re-pull and recompute), ErrInvalid, or
-// the last Unavailable after retries.
+// the last Unavailable or ErrEpoch after retries.
+//
+// With a TargetResolver each request carries the slot's replica epoch;
+// a refusal (ErrEpoch: the primary serves another epoch, or was deposed)
+// is retried where the slot resolves anew, with the same push id. A
+// replicated slot's promoted backup holds the push ids of every push the
+// old primary acknowledged (they ride in the replication), so that retry
+// applies exactly once.
 //
 // Every Push carries a fresh push id, the same on each retry; a slot
 // applies a push id at most once (sync and async), so retries after
@@ -564,7 +617,8 @@ func (c *Client) push(ctx context.Context, g *Grads, dst map[string][]float32) e
 			Incarnation: inc}
 		stream := c.useStream(slot)
 		var sink *wire.PullSink // the pull carried by the push's reply
-		err := c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+		err := c.do(ctx, slot, func(cc *grpc.ClientConn, epoch int64) error {
+			req.Epoch = epoch // the push id stays: a retry where the slot resolves anew applies at most once
 			switch {
 			case stream && len(ts) > 1:
 				resp, err := c.pushStream(ctx, cc, req)
@@ -609,7 +663,8 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 	for i, chunk := range wire.ChunkTensors(req.Grads, wire.StreamChunkBytes) {
 		m := &pb.PushRequest{Grads: chunk}
 		if i == 0 {
-			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, PushId: req.PushId, Grads: chunk}
+			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, PushId: req.PushId,
+				Epoch: req.Epoch, Grads: chunk}
 		}
 		if err := st.Send(m); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -662,8 +717,8 @@ func (c *Client) PullRows(ctx context.Context, name string, rows []int64) ([]flo
 			return nil
 		}
 		t := &pb.Tensor{Name: name, Rows: per[slot]}
-		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
-			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}}, wire.TensorCallOption)
+		return c.do(ctx, slot, func(cc *grpc.ClientConn, epoch int64) error {
+			resp, err := pb.NewPServerClient(cc).Pull(ctx, &pb.PullRequest{Job: c.job, Slot: slot, Tensors: []*pb.Tensor{t}, Epoch: epoch}, wire.TensorCallOption)
 			if err != nil {
 				return err
 			}
@@ -694,7 +749,7 @@ func (c *Client) PushRows(ctx context.Context, name string, rows []int64, grads 
 // LeaveStep tells every slot this trainer leaves sync steps (out of data).
 func (c *Client) LeaveStep(ctx context.Context) error {
 	return c.parallel(func(slot int32) error {
-		return c.do(ctx, slot, func(cc *grpc.ClientConn) error {
+		return c.do(ctx, slot, func(cc *grpc.ClientConn, _ int64) error {
 			_, err := pb.NewPServerClient(cc).LeaveStep(ctx, &pb.LeaveStepRequest{Job: c.job, Slot: slot, Trainer: c.trainer}, wire.TensorCallOption)
 			return err
 		})

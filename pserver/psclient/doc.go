@@ -27,7 +27,13 @@
 // each retry; a slot applies a push id at most once (see pserver's doc,
 // "Retries", for what a slot that moved remembers). A Resolver maps slots
 // to addresses (/jobs/<job>/ps/); one that also implements SlotWatcher is
-// followed as slots move. The Client refuses pull responses carrying
+// followed as slots move. One that implements TargetResolver also gives
+// each slot's replica epoch (the mod_revision of /jobs/<job>/replicas/<slot>),
+// which every Pull and Push then carries (PullRequest.epoch,
+// PushRequest.epoch): a primary serving another epoch, or deposed,
+// refuses the call with wire.ErrEpoch (FailedPrecondition) before it reads
+// or applies anything, and the Client resolves the slot again and retries,
+// a push with the same push id (pserver/DESIGN.md, "Replicated slots"). The Client refuses pull responses carrying
 // blocks of another slot.
 //
 // Detection (issue 34): with WithSuspectReporter, a call that fails at the
@@ -38,5 +44,5 @@
 //
 // A Client is safe for concurrent use, but a trainer normally alternates
 // Pull and Push. Errors wrap wire's sentinels (ErrStale, ErrInvalid,
-// ErrNotHosted, ErrFenced) and keep their gRPC codes.
+// ErrNotHosted, ErrFenced, ErrEpoch) and keep their gRPC codes.
 package psclient

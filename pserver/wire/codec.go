@@ -72,6 +72,7 @@ func (tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 			w.varintField(9, 1)
 		}
 		w.varintField(10, uint64(m.Incarnation))
+		w.varintField(11, uint64(m.Epoch))
 		for _, t := range m.Grads {
 			w.tensor(6, t)
 		}
@@ -426,6 +427,8 @@ func (r *wireReader) pushRequest(m *pb.PushRequest) error {
 				m.Pull = v != 0
 			case 10:
 				m.Incarnation = int64(v)
+			case 11:
+				m.Epoch = int64(v)
 			}
 			continue
 		}

@@ -19,12 +19,12 @@ func TestTensorCodecIsProtobuf(t *testing.T) {
 	msgs := []proto.Message{
 		&pb.PullResponse{Version: 7, Incarnation: 99, Tensors: []*pb.Tensor{
 			{Name: "w", Block: 3, Data: big}, {Name: "e", Rows: []int64{1, 300, 0}, Data: packed(1, 2, 3)}, {Name: "z"}}},
-		&pb.PushRequest{Job: "j", Slot: 2, Trainer: "t", Version: 5, Step: 5, Examples: 32, Grads: []*pb.Tensor{
+		&pb.PushRequest{Job: "j", Slot: 2, Trainer: "t", Version: 5, Step: 5, Examples: 32, Incarnation: 4, Epoch: 17, Grads: []*pb.Tensor{
 			{Name: "w", Block: 1, Data: big}, {Name: "e", Rows: []int64{4}, Data: packed(1)}}},
 		&pb.PushRequest{Slot: -1, Pull: true, PushId: 1 << 63},
 		&pb.PushResponse{Version: 8, Incarnation: 2, Tensors: []*pb.Tensor{{Name: "w", Block: 3, Data: big}, {Name: "z"}}},
 		&pb.PushResponse{Version: 1},
-		&pb.PullRequest{Job: "j", Slot: 1, Tensors: []*pb.Tensor{{Name: "w", Block: 2}}},
+		&pb.PullRequest{Job: "j", Slot: 1, Epoch: 17, Tensors: []*pb.Tensor{{Name: "w", Block: 2}}},
 		&pb.ReplicateRequest{Job: "j", Slot: 1, Epoch: 1 << 40, Seq: 9, Step: 8, Incarnation: 3, LrScale: 1.5,
 			Grads:   []*pb.Tensor{{Name: "w", Block: 1, Data: big}, {Name: "e", Rows: []int64{4, 0}, Data: packed(1, 2)}, {Name: "z"}},
 			PushIds: []*pb.PushID{{Trainer: "t0", PushId: 1 << 63}, {Trainer: "", PushId: 2}, {Trainer: "t2"}}},

@@ -21,6 +21,10 @@ var (
 	ErrFenced = errs.ErrSlotFenced
 	// ErrNotHosted: this node does not host the (job, slot). gRPC Unavailable.
 	ErrNotHosted = errs.ErrSlotNotHosted
+	// ErrEpoch: the request's replica epoch is not the slot's (it serves
+	// under another, or was deposed): re-resolve the slot and retry, a push
+	// with the same push id. gRPC FailedPrecondition.
+	ErrEpoch = errs.ErrSlotEpoch
 	// ErrInvalid: a request names an unknown parameter, has a wrong shape or
 	// length, a block or row out of range or in another slot, or a non-finite
 	// gradient. Nothing was applied. gRPC InvalidArgument. (errs.ErrInvalid,

@@ -240,7 +240,8 @@ func (a *Agent) start(ctx context.Context, spec *pb.JobSpec, id string) {
 	if r, ok := a.master.(SuspectReporter); ok {
 		// A failed call to a slot's primary is reported (issue 34: fast detection).
 		opts = append(opts, psclient.WithSuspectReporter(func(ctx context.Context, slot int32, addr string, err error) bool {
-			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error()})
+			out, rerr := r.ReportSuspect(ctx, &pb.ReportSuspectRequest{Job: spec.Name, Slot: slot, Trainer: id, Addr: addr, Reason: err.Error(),
+				Source: "trainer"})
 			a.log.Debug("suspect primary reported", "job", spec.Name, "slot", slot, "addr", addr, "verdict", out.GetVerdict(), "err", rerr)
 			return out.GetMoved()
 		}))
@@ -296,29 +297,77 @@ func (a *Agent) stopAll() {
 	_ = a.session.Close(context.Background())
 }
 
-// resolver finds a job's pserver slots under schema.SlotPrefix.
+// resolver finds a job's pserver slots under schema.SlotPrefix, and the
+// replica epoch of each replicated one under schema.ReplicaPrefix.
 type resolver struct{ meta Meta }
+
+var _ psclient.TargetResolver = (*resolver)(nil)
 
 // Slots maps each claimed slot of job to its pserver's gRPC address
 // (serializable read: the pserver client re-resolves on failure).
 func (r *resolver) Slots(ctx context.Context, job string) (map[int32]string, error) {
-	key, end := schema.PrefixRange(schema.SlotPrefix(job))
+	ts, err := r.Targets(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]string, len(ts))
+	for s, t := range ts {
+		out[s] = t.Addr
+	}
+	return out, nil
+}
+
+// Targets maps each slot of job to its primary and replica epoch
+// (serializable reads: a stale answer costs a refusal and a retry, never
+// a wrong acknowledgement). A claimed slot whose replica record names the
+// claim's holder as primary gets the record's epoch; a claimed slot with
+// no record, or whose record names another node (a restore not yet
+// recorded), gets epoch 0 (not checked). A replicated slot with no claim
+// (its primary was just promoted: the promotion deleted the old claim)
+// resolves to the record's primary at its epoch, so the trainer finds the
+// promoted node before it claims.
+func (r *resolver) Targets(ctx context.Context, job string) (map[int32]psclient.Target, error) {
+	claims, err := r.read(ctx, schema.SlotPrefix(job), schema.KindSlot)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := r.read(ctx, schema.ReplicaPrefix(job), schema.KindReplicas)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]psclient.Target{}
+	for slot, kv := range claims {
+		if rec, err := schema.ParseSlotRecord(kv.Value); err == nil && rec.Addr != "" {
+			out[slot] = psclient.Target{Addr: rec.Addr}
+		}
+	}
+	for slot, kv := range recs {
+		rec, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision)
+		if err != nil || rec.Primary.Addr == "" {
+			continue
+		}
+		if t, claimed := out[slot]; !claimed || t.Addr == rec.Primary.Addr {
+			out[slot] = psclient.Target{Addr: rec.Primary.Addr, Epoch: rec.Epoch}
+		}
+	}
+	return out, nil
+}
+
+// read returns the keys of kind under prefix by slot (serializable).
+func (r *resolver) read(ctx context.Context, prefix, kind string) (map[int32]*pb.KeyValue, error) {
+	key, end := schema.PrefixRange(prefix)
 	resp, err := r.meta.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: end, Serializable: true})
 	if err != nil {
 		return nil, err
 	}
-	out := map[int32]string{}
+	out := map[int32]*pb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
-		if !ok || kind != schema.KindSlot {
+		_, k, id, ok := schema.ParseJobKey(string(kv.Key))
+		if !ok || k != kind {
 			continue
 		}
-		slot, err := schema.ParseSlot(id)
-		if err != nil {
-			continue
-		}
-		if rec, err := schema.ParseSlotRecord(kv.Value); err == nil && rec.Addr != "" {
-			out[slot] = rec.Addr
+		if slot, err := schema.ParseSlot(id); err == nil {
+			out[slot] = kv
 		}
 	}
 	return out, nil

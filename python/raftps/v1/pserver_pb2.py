@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/pserver.proto\x12\traftps.v1\"A\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x62lock\x18\x02 \x01(\x03\x12\x0c\n\x04rows\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"`\n\x0bPullRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\"\n\x07tensors\x18\x03 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x12\n\ncheckpoint\x18\x04 \x01(\x08\"X\n\x0cPullResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\"\n\x07tensors\x18\x02 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\"\xc0\x01\n\x0bPushRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0f\n\x07trainer\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12 \n\x05grads\x18\x06 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x10\n\x08\x65xamples\x18\x07 \x01(\x03\x12\x0f\n\x07push_id\x18\x08 \x01(\x04\x12\x0c\n\x04pull\x18\t \x01(\x08\x12\x13\n\x0bincarnation\x18\n \x01(\x03\"X\n\x0cPushResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\"\n\x07tensors\x18\x02 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\">\n\x10LeaveStepRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0f\n\x07trainer\x18\x03 \x01(\t\"\x13\n\x11LeaveStepResponse\"\\\n\tBlobChunk\x12\x0b\n\x03md5\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x10\n\x08manifest\x18\x04 \x01(\x0c\x12\x14\n\x0cmanifest_key\x18\x05 \x01(\t\" \n\x0fPutBlobResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\"\x1d\n\x0eGetBlobRequest\x12\x0b\n\x03md5\x18\x01 \x01(\t\"!\n\x12GetManifestRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\'\n\x13GetManifestResponse\x12\x10\n\x08manifest\x18\x01 \x01(\x0c\" \n\x11VerifyBlobRequest\x12\x0b\n\x03md5\x18\x01 \x01(\t\"E\n\x12VerifyBlobResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x12\n\nactual_md5\x18\x03 \x01(\t\"D\n\x15\x44\x65leteVersionsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x10\n\x08versions\x18\x03 \x03(\x03\")\n\x16\x44\x65leteVersionsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\x03\x32\xc9\x02\n\x07PServer\x12\x37\n\x04Pull\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse\x12\x37\n\x04Push\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse\x12\x41\n\nPullStream\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse(\x01\x30\x01\x12\x41\n\nPushStream\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse(\x01\x30\x01\x12\x46\n\tLeaveStep\x12\x1b.raftps.v1.LeaveStepRequest\x1a\x1c.raftps.v1.LeaveStepResponse2\xfe\x02\n\x0f\x43heckpointStore\x12=\n\x07PutBlob\x12\x14.raftps.v1.BlobChunk\x1a\x1a.raftps.v1.PutBlobResponse(\x01\x12<\n\x07GetBlob\x12\x19.raftps.v1.GetBlobRequest\x1a\x14.raftps.v1.BlobChunk0\x01\x12L\n\x0bGetManifest\x12\x1d.raftps.v1.GetManifestRequest\x1a\x1e.raftps.v1.GetManifestResponse\x12I\n\nVerifyBlob\x12\x1c.raftps.v1.VerifyBlobRequest\x1a\x1d.raftps.v1.VerifyBlobResponse\x12U\n\x0e\x44\x65leteVersions\x12 .raftps.v1.DeleteVersionsRequest\x1a!.raftps.v1.DeleteVersionsResponseB\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17raftps/v1/pserver.proto\x12\traftps.v1\"A\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x62lock\x18\x02 \x01(\x03\x12\x0c\n\x04rows\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"o\n\x0bPullRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\"\n\x07tensors\x18\x03 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x12\n\ncheckpoint\x18\x04 \x01(\x08\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\"X\n\x0cPullResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\"\n\x07tensors\x18\x02 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\"\xcf\x01\n\x0bPushRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0f\n\x07trainer\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12 \n\x05grads\x18\x06 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x10\n\x08\x65xamples\x18\x07 \x01(\x03\x12\x0f\n\x07push_id\x18\x08 \x01(\x04\x12\x0c\n\x04pull\x18\t \x01(\x08\x12\x13\n\x0bincarnation\x18\n \x01(\x03\x12\r\n\x05\x65poch\x18\x0b \x01(\x03\"X\n\x0cPushResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\"\n\x07tensors\x18\x02 \x03(\x0b\x32\x11.raftps.v1.Tensor\x12\x13\n\x0bincarnation\x18\x03 \x01(\x03\">\n\x10LeaveStepRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0f\n\x07trainer\x18\x03 \x01(\t\"\x13\n\x11LeaveStepResponse\"\\\n\tBlobChunk\x12\x0b\n\x03md5\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x10\n\x08manifest\x18\x04 \x01(\x0c\x12\x14\n\x0cmanifest_key\x18\x05 \x01(\t\" \n\x0fPutBlobResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\"\x1d\n\x0eGetBlobRequest\x12\x0b\n\x03md5\x18\x01 \x01(\t\"!\n\x12GetManifestRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\'\n\x13GetManifestResponse\x12\x10\n\x08manifest\x18\x01 \x01(\x0c\" \n\x11VerifyBlobRequest\x12\x0b\n\x03md5\x18\x01 \x01(\t\"E\n\x12VerifyBlobResponse\x12\x0f\n\x07present\x18\x01 \x01(\x08\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x12\n\nactual_md5\x18\x03 \x01(\t\"D\n\x15\x44\x65leteVersionsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x10\n\x08versions\x18\x03 \x03(\x03\")\n\x16\x44\x65leteVersionsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x03(\x03\x32\xc9\x02\n\x07PServer\x12\x37\n\x04Pull\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse\x12\x37\n\x04Push\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse\x12\x41\n\nPullStream\x12\x16.raftps.v1.PullRequest\x1a\x17.raftps.v1.PullResponse(\x01\x30\x01\x12\x41\n\nPushStream\x12\x16.raftps.v1.PushRequest\x1a\x17.raftps.v1.PushResponse(\x01\x30\x01\x12\x46\n\tLeaveStep\x12\x1b.raftps.v1.LeaveStepRequest\x1a\x1c.raftps.v1.LeaveStepResponse2\xfe\x02\n\x0f\x43heckpointStore\x12=\n\x07PutBlob\x12\x14.raftps.v1.BlobChunk\x1a\x1a.raftps.v1.PutBlobResponse(\x01\x12<\n\x07GetBlob\x12\x19.raftps.v1.GetBlobRequest\x1a\x14.raftps.v1.BlobChunk0\x01\x12L\n\x0bGetManifest\x12\x1d.raftps.v1.GetManifestRequest\x1a\x1e.raftps.v1.GetManifestResponse\x12I\n\nVerifyBlob\x12\x1c.raftps.v1.VerifyBlobRequest\x1a\x1d.raftps.v1.VerifyBlobResponse\x12U\n\x0e\x44\x65leteVersions\x12 .raftps.v1.DeleteVersionsRequest\x1a!.raftps.v1.DeleteVersionsResponseB\'Z%github.com/raftps/raftps/api/raftpspbb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftps.v1.pserver_pb2', globals())
@@ -24,37 +24,37 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _TENSOR._serialized_start=38
   _TENSOR._serialized_end=103
   _PULLREQUEST._serialized_start=105
-  _PULLREQUEST._serialized_end=201
-  _PULLRESPONSE._serialized_start=203
-  _PULLRESPONSE._serialized_end=291
-  _PUSHREQUEST._serialized_start=294
-  _PUSHREQUEST._serialized_end=486
-  _PUSHRESPONSE._serialized_start=488
-  _PUSHRESPONSE._serialized_end=576
-  _LEAVESTEPREQUEST._serialized_start=578
-  _LEAVESTEPREQUEST._serialized_end=640
-  _LEAVESTEPRESPONSE._serialized_start=642
-  _LEAVESTEPRESPONSE._serialized_end=661
-  _BLOBCHUNK._serialized_start=663
-  _BLOBCHUNK._serialized_end=755
-  _PUTBLOBRESPONSE._serialized_start=757
-  _PUTBLOBRESPONSE._serialized_end=789
-  _GETBLOBREQUEST._serialized_start=791
-  _GETBLOBREQUEST._serialized_end=820
-  _GETMANIFESTREQUEST._serialized_start=822
-  _GETMANIFESTREQUEST._serialized_end=855
-  _GETMANIFESTRESPONSE._serialized_start=857
-  _GETMANIFESTRESPONSE._serialized_end=896
-  _VERIFYBLOBREQUEST._serialized_start=898
-  _VERIFYBLOBREQUEST._serialized_end=930
-  _VERIFYBLOBRESPONSE._serialized_start=932
-  _VERIFYBLOBRESPONSE._serialized_end=1001
-  _DELETEVERSIONSREQUEST._serialized_start=1003
-  _DELETEVERSIONSREQUEST._serialized_end=1071
-  _DELETEVERSIONSRESPONSE._serialized_start=1073
-  _DELETEVERSIONSRESPONSE._serialized_end=1114
-  _PSERVER._serialized_start=1117
-  _PSERVER._serialized_end=1446
-  _CHECKPOINTSTORE._serialized_start=1449
-  _CHECKPOINTSTORE._serialized_end=1831
+  _PULLREQUEST._serialized_end=216
+  _PULLRESPONSE._serialized_start=218
+  _PULLRESPONSE._serialized_end=306
+  _PUSHREQUEST._serialized_start=309
+  _PUSHREQUEST._serialized_end=516
+  _PUSHRESPONSE._serialized_start=518
+  _PUSHRESPONSE._serialized_end=606
+  _LEAVESTEPREQUEST._serialized_start=608
+  _LEAVESTEPREQUEST._serialized_end=670
+  _LEAVESTEPRESPONSE._serialized_start=672
+  _LEAVESTEPRESPONSE._serialized_end=691
+  _BLOBCHUNK._serialized_start=693
+  _BLOBCHUNK._serialized_end=785
+  _PUTBLOBRESPONSE._serialized_start=787
+  _PUTBLOBRESPONSE._serialized_end=819
+  _GETBLOBREQUEST._serialized_start=821
+  _GETBLOBREQUEST._serialized_end=850
+  _GETMANIFESTREQUEST._serialized_start=852
+  _GETMANIFESTREQUEST._serialized_end=885
+  _GETMANIFESTRESPONSE._serialized_start=887
+  _GETMANIFESTRESPONSE._serialized_end=926
+  _VERIFYBLOBREQUEST._serialized_start=928
+  _VERIFYBLOBREQUEST._serialized_end=960
+  _VERIFYBLOBRESPONSE._serialized_start=962
+  _VERIFYBLOBRESPONSE._serialized_end=1031
+  _DELETEVERSIONSREQUEST._serialized_start=1033
+  _DELETEVERSIONSREQUEST._serialized_end=1101
+  _DELETEVERSIONSRESPONSE._serialized_start=1103
+  _DELETEVERSIONSRESPONSE._serialized_end=1144
+  _PSERVER._serialized_start=1147
+  _PSERVER._serialized_end=1476
+  _CHECKPOINTSTORE._serialized_start=1479
+  _CHECKPOINTSTORE._serialized_end=1861
 # @@protoc_insertion_point(module_scope)
