@@ -316,16 +316,31 @@ func (a *Agent) currentLease() int64 {
 
 func (a *Agent) fenceAll(reason string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	var replicated []heldSlot
 	for k, h := range a.hosted {
-		a.server.Unhost(k.job, k.slot)
-		h.slot.Fence()
-		h.stopReplication("fenced")
-		delete(a.hosted, k)
+		replicated = a.fenceLocked(k, h, "fenced", replicated)
 		a.log.Warn("slot fenced", "job", k.job, "slot", k.slot, "reason", reason)
 	}
 	// No claims until a renewal succeeds again.
 	a.lease = 0
+	a.mu.Unlock()
+	for _, hs := range replicated { // before the next renewal, so before any claim
+		a.holdOver(hs.h, hs.s)
+	}
+}
+
+// fenceLocked stops serving hosted slot k (a.mu held): unhosted, fenced,
+// its replication stopped. A replicated one is appended to held, for
+// holdOver once a.mu is released.
+func (a *Agent) fenceLocked(k slotKey, h *hosted, why string, held []heldSlot) []heldSlot {
+	a.server.Unhost(k.job, k.slot)
+	h.slot.Fence()
+	h.stopReplication(why)
+	delete(a.hosted, k)
+	if h.repl != nil {
+		held = append(held, heldSlot{h, h.slot})
+	}
+	return held
 }
 
 func (a *Agent) hosting(job string, slot int32) bool {

@@ -82,6 +82,7 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 	}
 	// Slots we host whose claim moved or vanished: fence at once.
 	mine := 0
+	var fenced []heldSlot
 	a.mu.Lock()
 	for k, h := range a.hosted {
 		if k.job != job {
@@ -92,14 +93,14 @@ func (a *Agent) reconcileJob(ctx context.Context, spec *pb.JobSpec) {
 			mine++
 			continue
 		}
-		a.server.Unhost(k.job, k.slot)
-		h.slot.Fence()
-		h.stopReplication("slot claim lost")
-		delete(a.hosted, k)
+		fenced = a.fenceLocked(k, h, "slot claim lost", fenced)
 		a.log.Warn("slot claim lost: fenced", "job", job, "slot", k.slot, "incarnation", h.incarnation)
 	}
 	lease := a.lease
 	a.mu.Unlock()
+	for _, hs := range fenced { // before this round reads the records
+		a.holdOver(hs.h, hs.s)
+	}
 	var recs map[int32]schema.ReplicaRecord
 	if spec.GetReplicas() >= 2 && a.cfg.Replicas != nil {
 		var ok bool

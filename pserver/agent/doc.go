@@ -85,14 +85,18 @@
 // PServerPeers' zones; pickBackups). A primary whose record names fewer backups than the job
 // asks for (after a promotion, a drop, or a restore from a checkpoint)
 // builds a new one from its snapshot while training goes on and joins it
-// by an epoch-compared Txn (rereplicate.go). A slot not replicated (R = 1,
+// by an epoch-compared Txn (rereplicate.go). A primary that loses its
+// lease with no in-sync backup holds its fenced slot's state over and
+// serves it again with its next lease while the record names it
+// (holdover.go). A slot not replicated (R = 1,
 // rolled back) keeps the lease handover above. See replicas.go for what
 // is not wired.
 //
 // Files by concern: agent.go (the agent, its lease and fencing), claims.go
 // (reconciliation, claiming, restoring and releasing slots), replicas.go
 // (replicated slots: placement, backups, replication, promotion),
-// rereplicate.go (new backups by state transfer), rollback.go
+// rereplicate.go (new backups by state transfer), holdover.go (a lone
+// primary's state kept across a fence), rollback.go
 // (the sync rollback protocol), trainers.go (the trainer feed),
 // checkpoints.go (checkpoint scheduling and writing), budget.go (the
 // memory budget).

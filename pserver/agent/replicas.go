@@ -80,6 +80,9 @@ type heldBackup struct {
 	// rereplicate.go) until a record names it; since is when.
 	learnerOf string
 	since     time.Time
+	// heldOver: the copy of this node's own fenced primary (holdover.go),
+	// not a backup any primary replicates to.
+	heldOver bool
 }
 
 // replication is a primary's side of one replicated slot. Safe for
@@ -478,8 +481,8 @@ func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.Replica
 		}
 		r, ok := recs[k.slot]
 		switch {
-		case ok && r.Primary.Node == a.cfg.NodeID:
-			hb.b.SetEpoch(r.Epoch) // promoted: claimPromoted serves it
+		case ok && r.Primary.Node == a.cfg.NodeID && (!hb.heldOver || r.Epoch == hb.b.Epoch()):
+			hb.b.SetEpoch(r.Epoch) // promoted (or held over at this epoch): claimPromoted serves it
 		case ok && isBackup(r, a.cfg.NodeID):
 			hb.learnerOf = "" // joined
 			hb.b.SetEpoch(r.Epoch)
@@ -567,6 +570,10 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 	}
 	a.mu.Lock()
 	hb := a.backups[k]
+	what := "backup promoted"
+	if hb != nil && hb.heldOver {
+		what = "fenced primary's held-over state served again"
+	}
 	if hb != nil {
 		hb.b.SetEpoch(rec.Epoch) // before serving: no old-epoch update is applied from now on
 		a.cfg.Replicas.Remove(spec.Name, i)
@@ -588,7 +595,7 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 	h := &hosted{key: k, spec: spec, slot: s, incarnation: inc, until: until,
 		writer: a.ckpt.Writer(spec.Name, i), lastCkptStep: s.Step(), lastCkptTime: time.Now()}
 	rr := &pb.RestoreRecord{Slot: i, Version: s.Version(), Source: "promoted backup",
-		Reason:      fmt.Sprintf("backup promoted at epoch %d with version %d, step %d (no restore, no rollback)", rec.Epoch, s.Version(), s.Step()),
+		Reason:      fmt.Sprintf("%s at epoch %d with version %d, step %d (no restore, no rollback)", what, rec.Epoch, s.Version(), s.Step()),
 		Incarnation: inc, LeaseTtl: a.cfg.LeaseTTL, UnixNano: time.Now().UnixNano()}
 	b, err := a.publishRecord(ctx, spec, h, rr, false)
 	if err != nil {
@@ -615,8 +622,8 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 		"step", s.Step(), "isr", len(rec.Backups), "took", took.Round(time.Millisecond))
 	metricFailovers.Inc()
 	_, _ = a.meta.RecordJobEvent(ctx, &pb.JobEvent{Type: pb.JobEvent_PSERVER_PROMOTED, Job: spec.Name, Version: s.Version(),
-		Message: fmt.Sprintf("slot %d on %s: backup promoted at epoch %d, version %d, step %d, in %v (no restore, no rollback)",
-			i, a.cfg.NodeID, rec.Epoch, s.Version(), s.Step(), took.Round(time.Millisecond))})
+		Message: fmt.Sprintf("slot %d on %s: %s at epoch %d, version %d, step %d, in %v (no restore, no rollback)",
+			i, a.cfg.NodeID, what, rec.Epoch, s.Version(), s.Step(), took.Round(time.Millisecond))})
 	return nil
 }
 

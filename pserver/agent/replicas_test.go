@@ -441,6 +441,70 @@ func TestReplicatedLostPrimaryHandsOff(t *testing.T) {
 	}
 }
 
+// TestLonePrimaryFencedKeepsState: a replicated primary whose backup was
+// dropped (its in-sync set is itself alone) holds the only copy of what
+// it acknowledged. When its lease is lost it fences the slot and holds
+// its state over (holdover.go); with a lease again it serves that state
+// at once: every acknowledged push, no restore. Before holdOver the
+// record was deleted (handOffLostSlot: no live backup) and the slot
+// restored from the initializer, version 0 (a loaded `raftps demo` run
+// went back from step 1247 to its checkpoint at 1200 so).
+func TestLonePrimaryFencedKeepsState(t *testing.T) {
+	meta := newFakeMeta()
+	spec := asyncReplicated("lone")
+	spec.NumPservers = 1
+	meta.setJobs(running(spec))
+	agents, servers := startReplicaAgents(t, meta)
+	var prim *testAgent
+	back := -1
+	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
+		for i, ta := range agents {
+			if _, ok := ta.served("lone", 0); ok && agents[1-i].backupOf("lone", 0) != nil {
+				prim, back = ta, 1-i
+				return true
+			}
+		}
+		return false
+	})
+	ps, _ := prim.served("lone", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for id := uint64(1); id <= 3; id++ {
+		if _, err := pushOne(ctx, ps, id); err != nil {
+			t.Fatalf("push %d: %v", id, err)
+		}
+	}
+	// The backup's node stops answering: the primary drops it from the
+	// in-sync set (an epoch-bumping Txn) and acknowledges alone.
+	servers[back].Stop()
+	for id := uint64(4); id <= 6; id++ {
+		if _, err := pushOne(ctx, ps, id); err != nil {
+			t.Fatalf("push %d after the backup stopped: %v", id, err)
+		}
+	}
+	before, ok := replicaRecord(t, meta, "lone", 0)
+	if !ok || len(before.Backups) != 0 || before.Primary.Node != prim.a.cfg.NodeID {
+		t.Fatalf("record after the backup stopped: %+v (ok %v), want %s alone", before, ok, prim.a.cfg.NodeID)
+	}
+	want := pullBytes(t, ps)
+	if _, err := meta.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{Id: prim.a.session.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	var ns *pserver.Slot
+	waitFor(t, "slot 0 served again", func() bool {
+		s, ok := prim.served("lone", 0)
+		ns = s
+		return ok && s != ps
+	})
+	if v := ns.Version(); v != 6 || !bytes.Equal(pullBytes(t, ns), want) {
+		t.Fatalf("slot 0 served again at version %d, want 6 (every acknowledged push) with the fenced primary's parameters", v)
+	}
+	r, err := schema.ParseRestore(meta.get(schema.RestoreKey("lone", 0)).GetValue())
+	if err != nil || r.GetSource() != "promoted backup" {
+		t.Fatalf("restore record after the fence: %v %v, want the held-over state's (no restore)", r, err)
+	}
+}
+
 // TestPromotionServedWithoutPoll: a promoted node serves the slot as soon
 // as the record naming it primary is written (and the old claim freed, as
 // a confirmed report's Txn does), not at its next Poll. The agents here
