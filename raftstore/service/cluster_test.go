@@ -44,13 +44,13 @@ func (c *grpcCluster) addr(s *raftstore.Store) string {
 	return a
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func startGRPCCluster(t *testing.T, n int) *grpcCluster {
+func startGRPCCluster(t testing.TB, n int) *grpcCluster {
 	t.Helper()
 	c := &grpcCluster{addrs: map[string]string{}}
 	ctx := ctxT(t, 30*time.Second)
@@ -111,7 +111,7 @@ func startGRPCCluster(t *testing.T, n int) *grpcCluster {
 	return c
 }
 
-func (c *grpcCluster) leader(t *testing.T, ctx context.Context) *raftstore.Store {
+func (c *grpcCluster) leader(t testing.TB, ctx context.Context) *raftstore.Store {
 	t.Helper()
 	for {
 		for _, s := range c.stores {
@@ -127,7 +127,7 @@ func (c *grpcCluster) leader(t *testing.T, ctx context.Context) *raftstore.Store
 	}
 }
 
-func (c *grpcCluster) follower(t *testing.T, ctx context.Context) *raftstore.Store {
+func (c *grpcCluster) follower(t testing.TB, ctx context.Context) *raftstore.Store {
 	t.Helper()
 	l := c.leader(t, ctx)
 	for _, s := range c.stores {
