@@ -13,8 +13,10 @@
 // raftstore hands them to the Forwarder, which sends them to the leader
 // with Internal.ForwardApplyBatch: the commands queued at the moment a call
 // leaves share it (it never waits for more; at most 64 calls in flight per
-// leader), and the leader applies each as ForwardApply would and answers
-// each with its own result or status. A leader of an older release answers
+// leader; a lone command, with none in flight or queued, leaves from its
+// caller's goroutine under the caller's deadline), and the leader applies
+// each as ForwardApply would (a lone one in its handler's goroutine) and
+// answers each with its own result or status. A leader of an older release answers
 // Unimplemented and the follower falls back to one ForwardApply per command
 // for a minute. At 256 clients this cut the servers' CPU per put by ~6%.
 // Linearizable reads ask the leader for a read index

@@ -26,9 +26,10 @@ type echoLeader struct {
 	delay   time.Duration
 	noBatch bool // answer ForwardApplyBatch with Unimplemented (an older release)
 
-	mu      sync.Mutex
-	batches []int
-	singles int
+	mu        sync.Mutex
+	batches   []int
+	singles   int
+	deadlines []time.Duration // time left on each ForwardApplyBatch's deadline when it arrived
 }
 
 func echo(raw []byte) ([]byte, error) {
@@ -58,12 +59,15 @@ func (l *echoLeader) ForwardApply(_ context.Context, req *pb.ForwardApplyRequest
 	return &pb.ForwardApplyResponse{Result: b}, nil
 }
 
-func (l *echoLeader) ForwardApplyBatch(_ context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
+func (l *echoLeader) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
 	if l.noBatch {
 		return nil, status.Error(codes.Unimplemented, "unknown method ForwardApplyBatch")
 	}
 	l.mu.Lock()
 	l.batches = append(l.batches, len(req.Commands))
+	if d, ok := ctx.Deadline(); ok {
+		l.deadlines = append(l.deadlines, time.Until(d))
+	}
 	l.mu.Unlock()
 	time.Sleep(l.delay)
 	out := make([]*pb.ForwardOutcome, len(req.Commands))
@@ -162,6 +166,52 @@ func TestForwardBatchFallsBackToSingleCalls(t *testing.T) {
 	defer l.mu.Unlock()
 	if l.singles != 50 {
 		t.Fatalf("leader saw %d single calls, want 50", l.singles)
+	}
+}
+
+// A lone call (none in flight or queued) leaves from its caller's
+// goroutine under the caller's deadline, which the leader sees, rather
+// than through the queue under forwardTimeout.
+func TestForwardLoneCallCarriesCallerDeadline(t *testing.T) {
+	l := &echoLeader{}
+	f := serveEcho(t, l)
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte("k"), Lease: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 3 * time.Second
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		res, err := f.ForwardApply(ctx, "leader", "", cmd)
+		cancel()
+		if err != nil || res.Revision != 7 {
+			t.Fatalf("forward: %v %v", res, err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.deadlines) != 5 {
+		t.Fatalf("leader saw %d deadlines, want 5", len(l.deadlines))
+	}
+	for i, d := range l.deadlines {
+		if d > deadline {
+			t.Fatalf("call %d reached the leader with %v left, more than the caller's %v: it went through the queue", i, d, deadline)
+		}
+	}
+}
+
+// After Close no call dials the leader again (a connection nobody would
+// close).
+func TestForwarderClosedDialsNothing(t *testing.T) {
+	f := serveEcho(t, &echoLeader{})
+	f.Close()
+	if _, err := f.client("leader"); !errors.Is(err, errForwarderClosed) {
+		t.Fatalf("client after Close: %v, want errForwarderClosed", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.conns) != 0 {
+		t.Fatalf("%d connections after Close, want 0", len(f.conns))
 	}
 }
 

@@ -52,6 +52,9 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed { // a call leaving after Close must not dial a connection nobody closes
+		return nil, errForwarderClosed
+	}
 	cc, ok := f.conns[addr]
 	if !ok {
 		var err error

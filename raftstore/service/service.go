@@ -276,6 +276,11 @@ func (in *internal) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApplyB
 		return nil, ToStatus(fmt.Errorf("%w: forward: %d commands in one batch (max %d)", fsm.ErrInvalid, len(req.Commands), maxForwardBatch))
 	}
 	out := make([]*pb.ForwardOutcome, len(req.Commands))
+	if len(req.Commands) == 1 { // a lone command: in this goroutine
+		resp, err := in.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: req.Commands[0]})
+		out[0] = outcome(resp, err)
+		return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+	}
 	var wg sync.WaitGroup
 	for i, raw := range req.Commands {
 		wg.Add(1)
