@@ -57,12 +57,14 @@ func (c *forwardCall) answer(res *pb.Result, err error) { c.done <- forwardResul
 // leader's batcher does (package groupcommit) was measured: it stacks on
 // the leader's own wait and cut puts at 16 clients by a third.
 type forwardQueue struct {
-	f         *Forwarder
-	leader    string
-	calls     chan *forwardCall
-	slots     chan struct{}
-	mu        sync.Mutex
-	noBatchAt time.Time // the leader's last Unimplemented answer to ForwardApplyBatch
+	f          *Forwarder
+	leader     string
+	calls      chan *forwardCall
+	slots      chan struct{}
+	mu         sync.Mutex
+	noBatchAt  time.Time      // the leader's last Unimplemented answer to ForwardApplyBatch
+	noStreamAt time.Time      // ... and to ForwardStream
+	stream     *forwardStream // open to the leader, or nil
 }
 
 func newForwardQueue(f *Forwarder, leader string) *forwardQueue {
@@ -230,6 +232,9 @@ func (q *forwardQueue) send(ctx context.Context, batch []*forwardCall) {
 		q.sendEach(c, batch)
 		return
 	}
+	if q.sendStream(ctx, batch) {
+		return
+	}
 	req := &pb.ForwardApplyBatchRequest{Commands: make([][]byte, len(batch))}
 	for i, call := range batch {
 		req.Commands[i] = call.cmd
@@ -241,18 +246,25 @@ func (q *forwardQueue) send(ctx context.Context, batch []*forwardCall) {
 		q.sendEach(c, batch)
 		return
 	}
-	if err == nil && len(resp.Outcomes) != len(batch) {
-		err = status.Errorf(codes.Internal, "forward: leader answered %d outcomes for %d commands; outcome unknown", len(resp.Outcomes), len(batch))
+	answerBatch(batch, resp.GetOutcomes(), err, p.Addr != nil)
+}
+
+// answerBatch answers each call of batch with its outcome, or every call
+// with err (mapped by fromStatus; sent says whether the batch may have
+// reached the leader).
+func answerBatch(batch []*forwardCall, outcomes []*pb.ForwardOutcome, err error, sent bool) {
+	if err == nil && len(outcomes) != len(batch) {
+		err = status.Errorf(codes.Internal, "forward: leader answered %d outcomes for %d commands; outcome unknown", len(outcomes), len(batch))
 	}
 	if err != nil {
-		err = fromStatus(err, &p)
+		err = fromStatus(err, sent)
 		for _, call := range batch {
 			call.answer(nil, err)
 		}
 		return
 	}
-	for i, o := range resp.Outcomes {
-		batch[i].answer(decodeOutcome(o, &p))
+	for i, o := range outcomes {
+		batch[i].answer(decodeOutcome(o))
 	}
 }
 
@@ -277,20 +289,21 @@ func forwardOne(ctx context.Context, c pb.InternalClient, cmd []byte) (*pb.Resul
 	var p peer.Peer
 	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: cmd}, grpc.Peer(&p))
 	if err != nil {
-		return nil, fromStatus(err, &p)
+		return nil, fromStatus(err, p.Addr != nil)
 	}
 	return decodeResult(resp.Result)
 }
 
-// decodeOutcome is a ForwardOutcome as ForwardApply's answer would be.
-func decodeOutcome(o *pb.ForwardOutcome, p *peer.Peer) (*pb.Result, error) {
+// decodeOutcome is a ForwardOutcome (which the leader sent) as
+// ForwardApply's answer would be.
+func decodeOutcome(o *pb.ForwardOutcome) (*pb.Result, error) {
 	if len(o.Status) > 0 {
 		var sp spb.Status
 		if err := proto.Unmarshal(o.Status, &sp); err != nil {
 			return nil, status.Errorf(codes.Internal, "forward: malformed status from the leader (outcome unknown): %v", err)
 		}
 		if err := status.FromProto(&sp).Err(); err != nil {
-			return nil, fromStatus(err, p)
+			return nil, fromStatus(err, true)
 		}
 	}
 	return decodeResult(o.Result)

@@ -78,7 +78,42 @@ func (l *echoLeader) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApply
 	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
 }
 
-func serveEcho(t *testing.T, l *echoLeader) *Forwarder {
+// streamEcho is echoLeader with ForwardStream: it records each streamed
+// batch's size and answers it after delay.
+type streamEcho struct {
+	*echoLeader
+	streamed []int // guarded by echoLeader.mu
+}
+
+func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		l.mu.Lock()
+		l.streamed = append(l.streamed, len(req.Commands))
+		l.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(l.delay)
+			out := make([]*pb.ForwardOutcome, len(req.Commands))
+			for i, raw := range req.Commands {
+				b, err := echo(raw)
+				out[i] = outcome(&pb.ForwardApplyResponse{Result: b}, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			st.Send(&pb.ForwardStreamResponse{Id: req.Id, Outcomes: out})
+		}()
+	}
+}
+
+func serveEcho(t *testing.T, l pb.InternalServer) *Forwarder {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -156,6 +191,33 @@ func TestForwardBatchesQueuedCalls(t *testing.T) {
 	}
 }
 
+// Once the connection is up, batches go on the leader's ForwardStream
+// (none by ForwardApplyBatch), queued calls still share batches, each
+// caller gets its own answer and a refused command fails alone.
+func TestForwardStreamCarriesBatches(t *testing.T) {
+	l := &streamEcho{echoLeader: &echoLeader{delay: 20 * time.Millisecond}}
+	f := serveEcho(t, l)
+	forwardMany(t, f, 1, 0) // the first goes by ForwardApplyBatch and brings the connection up
+	l.mu.Lock()
+	unary := len(l.batches)
+	l.mu.Unlock()
+	n := 4 * maxForwardsInFlight
+	forwardMany(t, f, n, 7)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sum, most := 0, 0
+	for _, b := range l.streamed {
+		sum += b
+		most = max(most, b)
+	}
+	if sum != n || len(l.batches) != unary || l.singles != 0 {
+		t.Fatalf("leader saw %d commands streamed, %d more batch calls and %d single calls; want %d, 0 and 0", sum, len(l.batches)-unary, l.singles, n)
+	}
+	if len(l.streamed) >= n || most < 2 {
+		t.Fatalf("%d streamed batches for %d commands (largest %d): nothing was batched", len(l.streamed), n, most)
+	}
+}
+
 // A leader of an older release answers ForwardApplyBatch with
 // Unimplemented: the follower forwards each command with ForwardApply.
 func TestForwardBatchFallsBackToSingleCalls(t *testing.T) {
@@ -169,9 +231,10 @@ func TestForwardBatchFallsBackToSingleCalls(t *testing.T) {
 	}
 }
 
-// A lone call (none in flight or queued) leaves from its caller's
-// goroutine under the caller's deadline, which the leader sees, rather
-// than through the queue under forwardTimeout.
+// To a leader without ForwardStream (echoLeader), a lone call (none in
+// flight or queued) leaves from its caller's goroutine under the caller's
+// deadline, which the leader sees, rather than through the queue under
+// forwardTimeout.
 func TestForwardLoneCallCarriesCallerDeadline(t *testing.T) {
 	l := &echoLeader{}
 	f := serveEcho(t, l)

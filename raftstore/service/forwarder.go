@@ -46,6 +46,16 @@ func NewForwarder(r AddrResolver, opts ...grpc.DialOption) *Forwarder {
 }
 
 func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
+	cc, err := f.conn(leaderID)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewInternalClient(cc), nil
+}
+
+// conn returns the pooled connection to leaderID's address, dialing it on
+// first use.
+func (f *Forwarder) conn(leaderID string) (*grpc.ClientConn, error) {
 	addr, ok := f.resolve(leaderID)
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("%w (leader %q)", errNoAddr, leaderID)
@@ -70,7 +80,7 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 		}
 		f.conns[addr] = cc
 	}
-	return pb.NewInternalClient(cc), nil
+	return cc, nil
 }
 
 // fromStatus maps a forwarded call's error back to our sentinels
@@ -80,10 +90,11 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 // against the next leader: the leader's own "not leader"/"no leader"
 // (it lost leadership after we resolved it), and an Unavailable call that
 // never reached a transport stream (the leader is dead or unreachable;
-// nothing was sent), which p, filled by grpc.Peer only once a stream
-// exists, tells apart. Any other error keeps its status: a write whose
-// outcome is unknown must not be retried blindly.
-func fromStatus(err error, p *peer.Peer) error {
+// nothing was sent), which sent tells apart (a grpc.Peer filled, which
+// happens only once a stream exists, or a ForwardStream opened). Any other
+// error keeps its status: a write whose outcome is unknown must not be
+// retried blindly.
+func fromStatus(err error, sent bool) error {
 	if err == nil {
 		return nil
 	}
@@ -94,7 +105,7 @@ func fromStatus(err error, p *peer.Peer) error {
 	if errors.Is(err, raftstore.ErrNoLeader) {
 		return fmt.Errorf("%w: %w", raftstore.ErrNotLeader, err)
 	}
-	if status.Code(err) == codes.Unavailable && p.Addr == nil {
+	if status.Code(err) == codes.Unavailable && !sent {
 		return fmt.Errorf("%w: leader unreachable, nothing sent: %w", raftstore.ErrNotLeader, err)
 	}
 	return err
@@ -111,7 +122,7 @@ func (f *Forwarder) ReadIndex(ctx context.Context, leaderID, _ string) (uint64, 
 	var p peer.Peer
 	resp, err := c.ReadIndex(ctx, &pb.ReadIndexRequest{}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Index, nil
 }
@@ -127,7 +138,7 @@ func (f *Forwarder) LeaseKeepAlive(ctx context.Context, leaderID, _ string, id i
 	var p peer.Peer
 	resp, err := c.LeaseKeepAliveOnce(ctx, &pb.LeaseKeepAliveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Ttl, nil
 }
@@ -143,7 +154,7 @@ func (f *Forwarder) LeaseTimeToLive(ctx context.Context, leaderID, _ string, id 
 	var p peer.Peer
 	resp, err := c.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Ttl, nil
 }
