@@ -16,6 +16,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/fsm"
+	"github.com/raftps/raftps/raftstore"
 )
 
 // echoLeader answers each forwarded command with a Result whose revision
@@ -83,6 +84,7 @@ func (l *echoLeader) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApply
 type streamEcho struct {
 	*echoLeader
 	streamed []int // guarded by echoLeader.mu
+	fail     error // if set, every command's outcome
 }
 
 func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
@@ -104,6 +106,9 @@ func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
 			out := make([]*pb.ForwardOutcome, len(req.Commands))
 			for i, raw := range req.Commands {
 				b, err := echo(raw)
+				if l.fail != nil {
+					err = ToStatus(l.fail)
+				}
 				out[i] = outcome(&pb.ForwardApplyResponse{Result: b}, err)
 			}
 			mu.Lock()
@@ -115,6 +120,12 @@ func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
 
 func serveEcho(t *testing.T, l pb.InternalServer) *Forwarder {
 	t.Helper()
+	f, _ := serveEchoGRPC(t, l)
+	return f
+}
+
+func serveEchoGRPC(t *testing.T, l pb.InternalServer) (*Forwarder, *grpc.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +136,7 @@ func serveEcho(t *testing.T, l pb.InternalServer) *Forwarder {
 	t.Cleanup(g.Stop)
 	f := NewForwarder(func(string) (string, bool) { return lis.Addr().String(), true })
 	t.Cleanup(func() { f.Close() })
-	return f
+	return f, g
 }
 
 // forwardMany makes n concurrent ForwardApply calls, call i a put with
@@ -215,6 +226,56 @@ func TestForwardStreamCarriesBatches(t *testing.T) {
 	}
 	if len(l.streamed) >= n || most < 2 {
 		t.Fatalf("%d streamed batches for %d commands (largest %d): nothing was batched", len(l.streamed), n, most)
+	}
+}
+
+// On the stream, as in calls, a leader's "not leader" is ErrNotLeader (the
+// store retries on the next leader); a batch in flight when the stream
+// breaks has an unknown outcome (not retried); once the leader is gone, a
+// batch that was never sent is ErrNotLeader again.
+func TestForwardStreamErrorsMapBack(t *testing.T) {
+	l := &streamEcho{echoLeader: &echoLeader{}, fail: raftstore.ErrNotLeader}
+	f, g := serveEchoGRPC(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, err := fsm.NewCommand(pb.CommandType_COMMAND_PUT, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // the first goes by ForwardApplyBatch (echoLeader answers it)
+		f.ForwardApply(ctx, "leader", "", cmd)
+	}
+	l.mu.Lock()
+	l.delay = 5 * time.Second
+	streamed := len(l.streamed)
+	l.mu.Unlock()
+	if streamed == 0 {
+		t.Fatal("nothing was streamed")
+	}
+	if _, err := f.ForwardApply(ctx, "leader", "", cmd); !errors.Is(err, raftstore.ErrNotLeader) {
+		t.Fatalf("leader's not-leader on the stream: %v, want ErrNotLeader", err)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.ForwardApply(ctx, "leader", "", cmd)
+		errc <- err
+	}()
+	for {
+		l.mu.Lock()
+		n := len(l.streamed)
+		l.mu.Unlock()
+		if n > streamed+1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.Stop() // the leader is gone with the batch in flight
+	if err := <-errc; err == nil || errors.Is(err, raftstore.ErrNotLeader) {
+		t.Fatalf("batch in flight when the stream broke: %v, want an unknown outcome (not ErrNotLeader)", err)
+	}
+	if _, err := f.ForwardApply(ctx, "leader", "", cmd); !errors.Is(err, raftstore.ErrNotLeader) {
+		t.Fatalf("forward after the leader is gone: %v, want ErrNotLeader (nothing sent)", err)
 	}
 }
 
