@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,8 +84,9 @@ func (l *echoLeader) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApply
 // batch's size and answers it after delay.
 type streamEcho struct {
 	*echoLeader
-	streamed []int // guarded by echoLeader.mu
-	fail     error // if set, every command's outcome
+	streamed []int        // guarded by echoLeader.mu
+	fail     error        // if set, every command's outcome
+	hold     atomic.Int64 // ns each batch is held beyond delay; set while serving
 }
 
 func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
@@ -102,7 +104,7 @@ func (l *streamEcho) ForwardStream(st pb.Internal_ForwardStreamServer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(l.delay)
+			time.Sleep(l.delay + time.Duration(l.hold.Load()))
 			out := make([]*pb.ForwardOutcome, len(req.Commands))
 			for i, raw := range req.Commands {
 				b, err := echo(raw)
@@ -245,8 +247,8 @@ func TestForwardStreamErrorsMapBack(t *testing.T) {
 	for range 3 { // the first goes by ForwardApplyBatch (echoLeader answers it)
 		f.ForwardApply(ctx, "leader", "", cmd)
 	}
+	l.hold.Store(int64(5 * time.Second))
 	l.mu.Lock()
-	l.delay = 5 * time.Second
 	streamed := len(l.streamed)
 	l.mu.Unlock()
 	if streamed == 0 {
