@@ -30,6 +30,7 @@ type grpcCluster struct {
 	mu     sync.Mutex
 	addrs  map[string]string // node id -> gRPC address
 	stores []*raftstore.Store
+	fwds   []*Forwarder // fwds[i] is stores[i]'s
 }
 
 func (c *grpcCluster) resolve(id string) (string, bool) {
@@ -84,6 +85,7 @@ func startGRPCCluster(t testing.TB, n int) *grpcCluster {
 		go g.Serve(lis)
 		t.Cleanup(func() { g.Stop(); s.Close() })
 		c.stores = append(c.stores, s)
+		c.fwds = append(c.fwds, fwd)
 		if i == 0 {
 			if err := s.WaitForLeader(ctx); err != nil {
 				t.Fatal(err)

@@ -33,6 +33,8 @@ type Forwarder struct {
 
 	closing chan struct{} // closed by Close
 	wg      sync.WaitGroup
+
+	noStream bool // batches go by ForwardApplyBatch only (BenchmarkPutFollowerVsLeader compares the two)
 }
 
 var _ raftstore.Forwarder = (*Forwarder)(nil)

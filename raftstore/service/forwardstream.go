@@ -45,7 +45,7 @@ func (q *forwardQueue) openStream() *forwardStream {
 	if q.stream != nil {
 		return q.stream
 	}
-	if !q.noStreamAt.IsZero() && time.Since(q.noStreamAt) < unimplementedBackoff {
+	if q.f.noStream || !q.noStreamAt.IsZero() && time.Since(q.noStreamAt) < unimplementedBackoff {
 		return nil
 	}
 	cc, err := q.f.conn(q.leader)
