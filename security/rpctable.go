@@ -141,6 +141,7 @@ var rpcs = map[string]Rule{
 
 	pb.Internal_ForwardApply_FullMethodName:       internalRPC,
 	pb.Internal_ForwardApplyBatch_FullMethodName:  internalRPC,
+	pb.Internal_ForwardStream_FullMethodName:      internalRPC,
 	pb.Internal_ReadIndex_FullMethodName:          internalRPC,
 	pb.Internal_LeaseKeepAliveOnce_FullMethodName: internalRPC,
 	pb.Internal_LeaseTimeToLive_FullMethodName:    internalRPC,

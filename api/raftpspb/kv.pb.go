@@ -2863,6 +2863,118 @@ func (x *ForwardOutcome) GetStatus() []byte {
 	return nil
 }
 
+// ForwardStreamRequest is one batch of commands on a follower's
+// ForwardStream to the leader.
+type ForwardStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the batch in its answer; a follower numbers the batches of a
+	// stream from 1.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// commands are as ForwardApplyBatchRequest's.
+	Commands      [][]byte `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardStreamRequest) Reset() {
+	*x = ForwardStreamRequest{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardStreamRequest) ProtoMessage() {}
+
+func (x *ForwardStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardStreamRequest.ProtoReflect.Descriptor instead.
+func (*ForwardStreamRequest) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ForwardStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ForwardStreamRequest) GetCommands() [][]byte {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+// ForwardStreamResponse answers the batch of one ForwardStreamRequest.
+type ForwardStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the request's.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// outcomes[i] is the outcome of the request's commands[i].
+	Outcomes      []*ForwardOutcome `protobuf:"bytes,2,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardStreamResponse) Reset() {
+	*x = ForwardStreamResponse{}
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardStreamResponse) ProtoMessage() {}
+
+func (x *ForwardStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardStreamResponse.ProtoReflect.Descriptor instead.
+func (*ForwardStreamResponse) Descriptor() ([]byte, []int) {
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ForwardStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ForwardStreamResponse) GetOutcomes() []*ForwardOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
 type ReadIndexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2871,7 +2983,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +2995,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[40]
+	mi := &file_raftps_v1_kv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3008,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{40}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{42}
 }
 
 type ReadIndexResponse struct {
@@ -2908,7 +3020,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	mi := &file_raftps_v1_kv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3032,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[41]
+	mi := &file_raftps_v1_kv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3045,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{41}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2954,7 +3066,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	mi := &file_raftps_v1_kv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3078,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[42]
+	mi := &file_raftps_v1_kv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3091,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{42}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3011,7 +3123,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[43]
+	mi := &file_raftps_v1_kv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3135,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[43]
+	mi := &file_raftps_v1_kv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3148,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{43}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{45}
 }
 
 // RaftProgressRequest asks a node (any, not only the leader) how far its
@@ -3050,7 +3162,7 @@ type RaftProgressRequest struct {
 
 func (x *RaftProgressRequest) Reset() {
 	*x = RaftProgressRequest{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[44]
+	mi := &file_raftps_v1_kv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3174,7 @@ func (x *RaftProgressRequest) String() string {
 func (*RaftProgressRequest) ProtoMessage() {}
 
 func (x *RaftProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[44]
+	mi := &file_raftps_v1_kv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3187,7 @@ func (x *RaftProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftProgressRequest.ProtoReflect.Descriptor instead.
 func (*RaftProgressRequest) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{44}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{46}
 }
 
 type RaftProgressResponse struct {
@@ -3090,7 +3202,7 @@ type RaftProgressResponse struct {
 
 func (x *RaftProgressResponse) Reset() {
 	*x = RaftProgressResponse{}
-	mi := &file_raftps_v1_kv_proto_msgTypes[45]
+	mi := &file_raftps_v1_kv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3214,7 @@ func (x *RaftProgressResponse) String() string {
 func (*RaftProgressResponse) ProtoMessage() {}
 
 func (x *RaftProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftps_v1_kv_proto_msgTypes[45]
+	mi := &file_raftps_v1_kv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3227,7 @@ func (x *RaftProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftProgressResponse.ProtoReflect.Descriptor instead.
 func (*RaftProgressResponse) Descriptor() ([]byte, []int) {
-	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{45}
+	return file_raftps_v1_kv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftProgressResponse) GetId() string {
@@ -3353,7 +3465,13 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\boutcomes\x18\x01 \x03(\v2\x19.raftps.v1.ForwardOutcomeR\boutcomes\"@\n" +
 	"\x0eForwardOutcome\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\fR\x06status\"\x12\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\"B\n" +
+	"\x14ForwardStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
+	"\bcommands\x18\x02 \x03(\fR\bcommands\"^\n" +
+	"\x15ForwardStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\boutcomes\x18\x02 \x03(\v2\x19.raftps.v1.ForwardOutcomeR\boutcomes\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"P\n" +
@@ -3386,10 +3504,11 @@ const file_raftps_v1_kv_proto_rawDesc = "" +
 	"\x06Status\x12\x18.raftps.v1.StatusRequest\x1a\x19.raftps.v1.StatusResponse\x12O\n" +
 	"\fMemberRemove\x12\x1e.raftps.v1.MemberRemoveRequest\x1a\x1f.raftps.v1.MemberRemoveResponse\x12F\n" +
 	"\tMemberAdd\x12\x1b.raftps.v1.MemberAddRequest\x1a\x1c.raftps.v1.MemberAddResponse\x12R\n" +
-	"\rMemberPromote\x12\x1f.raftps.v1.MemberPromoteRequest\x1a .raftps.v1.MemberPromoteResponse2\x89\x04\n" +
+	"\rMemberPromote\x12\x1f.raftps.v1.MemberPromoteRequest\x1a .raftps.v1.MemberPromoteResponse2\xe1\x04\n" +
 	"\bInternal\x12O\n" +
 	"\fForwardApply\x12\x1e.raftps.v1.ForwardApplyRequest\x1a\x1f.raftps.v1.ForwardApplyResponse\x12^\n" +
-	"\x11ForwardApplyBatch\x12#.raftps.v1.ForwardApplyBatchRequest\x1a$.raftps.v1.ForwardApplyBatchResponse\x12F\n" +
+	"\x11ForwardApplyBatch\x12#.raftps.v1.ForwardApplyBatchRequest\x1a$.raftps.v1.ForwardApplyBatchResponse\x12V\n" +
+	"\rForwardStream\x12\x1f.raftps.v1.ForwardStreamRequest\x1a .raftps.v1.ForwardStreamResponse(\x010\x01\x12F\n" +
 	"\tReadIndex\x12\x1b.raftps.v1.ReadIndexRequest\x1a\x1c.raftps.v1.ReadIndexResponse\x12Y\n" +
 	"\x12LeaseKeepAliveOnce\x12 .raftps.v1.LeaseKeepAliveRequest\x1a!.raftps.v1.LeaseKeepAliveResponse\x12X\n" +
 	"\x0fLeaseTimeToLive\x12!.raftps.v1.LeaseTimeToLiveRequest\x1a\".raftps.v1.LeaseTimeToLiveResponse\x12O\n" +
@@ -3408,7 +3527,7 @@ func file_raftps_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_raftps_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_raftps_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_raftps_v1_kv_proto_goTypes = []any{
 	(Compare_CompareResult)(0),        // 0: raftps.v1.Compare.CompareResult
 	(Compare_CompareTarget)(0),        // 1: raftps.v1.Compare.CompareTarget
@@ -3453,12 +3572,14 @@ var file_raftps_v1_kv_proto_goTypes = []any{
 	(*ForwardApplyBatchRequest)(nil),  // 40: raftps.v1.ForwardApplyBatchRequest
 	(*ForwardApplyBatchResponse)(nil), // 41: raftps.v1.ForwardApplyBatchResponse
 	(*ForwardOutcome)(nil),            // 42: raftps.v1.ForwardOutcome
-	(*ReadIndexRequest)(nil),          // 43: raftps.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),         // 44: raftps.v1.ReadIndexResponse
-	(*JoinRequest)(nil),               // 45: raftps.v1.JoinRequest
-	(*JoinResponse)(nil),              // 46: raftps.v1.JoinResponse
-	(*RaftProgressRequest)(nil),       // 47: raftps.v1.RaftProgressRequest
-	(*RaftProgressResponse)(nil),      // 48: raftps.v1.RaftProgressResponse
+	(*ForwardStreamRequest)(nil),      // 43: raftps.v1.ForwardStreamRequest
+	(*ForwardStreamResponse)(nil),     // 44: raftps.v1.ForwardStreamResponse
+	(*ReadIndexRequest)(nil),          // 45: raftps.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),         // 46: raftps.v1.ReadIndexResponse
+	(*JoinRequest)(nil),               // 47: raftps.v1.JoinRequest
+	(*JoinResponse)(nil),              // 48: raftps.v1.JoinResponse
+	(*RaftProgressRequest)(nil),       // 49: raftps.v1.RaftProgressRequest
+	(*RaftProgressResponse)(nil),      // 50: raftps.v1.RaftProgressResponse
 }
 var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 0: raftps.v1.RangeResponse.header:type_name -> raftps.v1.ResponseHeader
@@ -3500,51 +3621,54 @@ var file_raftps_v1_kv_proto_depIdxs = []int32{
 	3,  // 36: raftps.v1.MemberPromoteResponse.header:type_name -> raftps.v1.ResponseHeader
 	27, // 37: raftps.v1.MemberPromoteResponse.members:type_name -> raftps.v1.Member
 	42, // 38: raftps.v1.ForwardApplyBatchResponse.outcomes:type_name -> raftps.v1.ForwardOutcome
-	5,  // 39: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
-	7,  // 40: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
-	9,  // 41: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
-	14, // 42: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
-	16, // 43: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
-	18, // 44: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
-	20, // 45: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 46: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	25, // 47: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
-	28, // 48: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
-	30, // 49: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
-	32, // 50: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
-	34, // 51: raftps.v1.Cluster.MemberAdd:input_type -> raftps.v1.MemberAddRequest
-	36, // 52: raftps.v1.Cluster.MemberPromote:input_type -> raftps.v1.MemberPromoteRequest
-	38, // 53: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
-	40, // 54: raftps.v1.Internal.ForwardApplyBatch:input_type -> raftps.v1.ForwardApplyBatchRequest
-	43, // 55: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
-	20, // 56: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
-	22, // 57: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
-	47, // 58: raftps.v1.Internal.RaftProgress:input_type -> raftps.v1.RaftProgressRequest
-	6,  // 59: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
-	8,  // 60: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
-	10, // 61: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
-	15, // 62: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
-	17, // 63: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
-	19, // 64: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
-	21, // 65: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 66: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	26, // 67: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
-	29, // 68: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
-	31, // 69: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
-	33, // 70: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
-	35, // 71: raftps.v1.Cluster.MemberAdd:output_type -> raftps.v1.MemberAddResponse
-	37, // 72: raftps.v1.Cluster.MemberPromote:output_type -> raftps.v1.MemberPromoteResponse
-	39, // 73: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
-	41, // 74: raftps.v1.Internal.ForwardApplyBatch:output_type -> raftps.v1.ForwardApplyBatchResponse
-	44, // 75: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
-	21, // 76: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
-	23, // 77: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
-	48, // 78: raftps.v1.Internal.RaftProgress:output_type -> raftps.v1.RaftProgressResponse
-	59, // [59:79] is the sub-list for method output_type
-	39, // [39:59] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	42, // 39: raftps.v1.ForwardStreamResponse.outcomes:type_name -> raftps.v1.ForwardOutcome
+	5,  // 40: raftps.v1.KV.Range:input_type -> raftps.v1.RangeRequest
+	7,  // 41: raftps.v1.KV.Put:input_type -> raftps.v1.PutRequest
+	9,  // 42: raftps.v1.KV.DeleteRange:input_type -> raftps.v1.DeleteRangeRequest
+	14, // 43: raftps.v1.KV.Txn:input_type -> raftps.v1.TxnRequest
+	16, // 44: raftps.v1.Lease.LeaseGrant:input_type -> raftps.v1.LeaseGrantRequest
+	18, // 45: raftps.v1.Lease.LeaseRevoke:input_type -> raftps.v1.LeaseRevokeRequest
+	20, // 46: raftps.v1.Lease.LeaseKeepAlive:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 47: raftps.v1.Lease.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	25, // 48: raftps.v1.Watch.Watch:input_type -> raftps.v1.WatchRequest
+	28, // 49: raftps.v1.Cluster.Members:input_type -> raftps.v1.MembersRequest
+	30, // 50: raftps.v1.Cluster.Status:input_type -> raftps.v1.StatusRequest
+	32, // 51: raftps.v1.Cluster.MemberRemove:input_type -> raftps.v1.MemberRemoveRequest
+	34, // 52: raftps.v1.Cluster.MemberAdd:input_type -> raftps.v1.MemberAddRequest
+	36, // 53: raftps.v1.Cluster.MemberPromote:input_type -> raftps.v1.MemberPromoteRequest
+	38, // 54: raftps.v1.Internal.ForwardApply:input_type -> raftps.v1.ForwardApplyRequest
+	40, // 55: raftps.v1.Internal.ForwardApplyBatch:input_type -> raftps.v1.ForwardApplyBatchRequest
+	43, // 56: raftps.v1.Internal.ForwardStream:input_type -> raftps.v1.ForwardStreamRequest
+	45, // 57: raftps.v1.Internal.ReadIndex:input_type -> raftps.v1.ReadIndexRequest
+	20, // 58: raftps.v1.Internal.LeaseKeepAliveOnce:input_type -> raftps.v1.LeaseKeepAliveRequest
+	22, // 59: raftps.v1.Internal.LeaseTimeToLive:input_type -> raftps.v1.LeaseTimeToLiveRequest
+	49, // 60: raftps.v1.Internal.RaftProgress:input_type -> raftps.v1.RaftProgressRequest
+	6,  // 61: raftps.v1.KV.Range:output_type -> raftps.v1.RangeResponse
+	8,  // 62: raftps.v1.KV.Put:output_type -> raftps.v1.PutResponse
+	10, // 63: raftps.v1.KV.DeleteRange:output_type -> raftps.v1.DeleteRangeResponse
+	15, // 64: raftps.v1.KV.Txn:output_type -> raftps.v1.TxnResponse
+	17, // 65: raftps.v1.Lease.LeaseGrant:output_type -> raftps.v1.LeaseGrantResponse
+	19, // 66: raftps.v1.Lease.LeaseRevoke:output_type -> raftps.v1.LeaseRevokeResponse
+	21, // 67: raftps.v1.Lease.LeaseKeepAlive:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 68: raftps.v1.Lease.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	26, // 69: raftps.v1.Watch.Watch:output_type -> raftps.v1.WatchResponse
+	29, // 70: raftps.v1.Cluster.Members:output_type -> raftps.v1.MembersResponse
+	31, // 71: raftps.v1.Cluster.Status:output_type -> raftps.v1.StatusResponse
+	33, // 72: raftps.v1.Cluster.MemberRemove:output_type -> raftps.v1.MemberRemoveResponse
+	35, // 73: raftps.v1.Cluster.MemberAdd:output_type -> raftps.v1.MemberAddResponse
+	37, // 74: raftps.v1.Cluster.MemberPromote:output_type -> raftps.v1.MemberPromoteResponse
+	39, // 75: raftps.v1.Internal.ForwardApply:output_type -> raftps.v1.ForwardApplyResponse
+	41, // 76: raftps.v1.Internal.ForwardApplyBatch:output_type -> raftps.v1.ForwardApplyBatchResponse
+	44, // 77: raftps.v1.Internal.ForwardStream:output_type -> raftps.v1.ForwardStreamResponse
+	46, // 78: raftps.v1.Internal.ReadIndex:output_type -> raftps.v1.ReadIndexResponse
+	21, // 79: raftps.v1.Internal.LeaseKeepAliveOnce:output_type -> raftps.v1.LeaseKeepAliveResponse
+	23, // 80: raftps.v1.Internal.LeaseTimeToLive:output_type -> raftps.v1.LeaseTimeToLiveResponse
+	50, // 81: raftps.v1.Internal.RaftProgress:output_type -> raftps.v1.RaftProgressResponse
+	61, // [61:82] is the sub-list for method output_type
+	40, // [40:61] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_raftps_v1_kv_proto_init() }
@@ -3575,7 +3699,7 @@ func file_raftps_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftps_v1_kv_proto_rawDesc), len(file_raftps_v1_kv_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

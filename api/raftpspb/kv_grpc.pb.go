@@ -832,6 +832,7 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 const (
 	Internal_ForwardApply_FullMethodName       = "/raftps.v1.Internal/ForwardApply"
 	Internal_ForwardApplyBatch_FullMethodName  = "/raftps.v1.Internal/ForwardApplyBatch"
+	Internal_ForwardStream_FullMethodName      = "/raftps.v1.Internal/ForwardStream"
 	Internal_ReadIndex_FullMethodName          = "/raftps.v1.Internal/ReadIndex"
 	Internal_LeaseKeepAliveOnce_FullMethodName = "/raftps.v1.Internal/LeaseKeepAliveOnce"
 	Internal_LeaseTimeToLive_FullMethodName    = "/raftps.v1.Internal/LeaseTimeToLive"
@@ -848,6 +849,12 @@ type InternalClient interface {
 	// flight. A leader without it (an older release) answers Unimplemented
 	// and the follower falls back to ForwardApply.
 	ForwardApplyBatch(ctx context.Context, in *ForwardApplyBatchRequest, opts ...grpc.CallOption) (*ForwardApplyBatchResponse, error)
+	// ForwardStream is ForwardApplyBatch on one long-lived stream per
+	// follower: batches go as they are queued, each applied as
+	// ForwardApplyBatch would (under the leader's forward timeout), and
+	// answered by id in the order they finish. A leader without it answers
+	// Unimplemented and the follower falls back to ForwardApplyBatch.
+	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse], error)
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(ctx context.Context, in *LeaseKeepAliveRequest, opts ...grpc.CallOption) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(ctx context.Context, in *LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*LeaseTimeToLiveResponse, error)
@@ -882,6 +889,19 @@ func (c *internalClient) ForwardApplyBatch(ctx context.Context, in *ForwardApply
 	}
 	return out, nil
 }
+
+func (c *internalClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Internal_ServiceDesc.Streams[0], Internal_ForwardStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardStreamRequest, ForwardStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_ForwardStreamClient = grpc.BidiStreamingClient[ForwardStreamRequest, ForwardStreamResponse]
 
 func (c *internalClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -933,6 +953,12 @@ type InternalServer interface {
 	// flight. A leader without it (an older release) answers Unimplemented
 	// and the follower falls back to ForwardApply.
 	ForwardApplyBatch(context.Context, *ForwardApplyBatchRequest) (*ForwardApplyBatchResponse, error)
+	// ForwardStream is ForwardApplyBatch on one long-lived stream per
+	// follower: batches go as they are queued, each applied as
+	// ForwardApplyBatch would (under the leader's forward timeout), and
+	// answered by id in the order they finish. A leader without it answers
+	// Unimplemented and the follower falls back to ForwardApplyBatch.
+	ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	LeaseKeepAliveOnce(context.Context, *LeaseKeepAliveRequest) (*LeaseKeepAliveResponse, error)
 	LeaseTimeToLive(context.Context, *LeaseTimeToLiveRequest) (*LeaseTimeToLiveResponse, error)
@@ -953,6 +979,9 @@ func (UnimplementedInternalServer) ForwardApply(context.Context, *ForwardApplyRe
 }
 func (UnimplementedInternalServer) ForwardApplyBatch(context.Context, *ForwardApplyBatchRequest) (*ForwardApplyBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardApplyBatch not implemented")
+}
+func (UnimplementedInternalServer) ForwardStream(grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ForwardStream not implemented")
 }
 func (UnimplementedInternalServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
@@ -1022,6 +1051,13 @@ func _Internal_ForwardApplyBatch_Handler(srv interface{}, ctx context.Context, d
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Internal_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(InternalServer).ForwardStream(&grpc.GenericServerStream[ForwardStreamRequest, ForwardStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_ForwardStreamServer = grpc.BidiStreamingServer[ForwardStreamRequest, ForwardStreamResponse]
 
 func _Internal_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadIndexRequest)
@@ -1127,6 +1163,13 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Internal_RaftProgress_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ForwardStream",
+			Handler:       _Internal_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "raftps/v1/kv.proto",
 }

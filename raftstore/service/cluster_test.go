@@ -30,6 +30,7 @@ type grpcCluster struct {
 	mu     sync.Mutex
 	addrs  map[string]string // node id -> gRPC address
 	stores []*raftstore.Store
+	fwds   []*Forwarder // fwds[i] is stores[i]'s
 }
 
 func (c *grpcCluster) resolve(id string) (string, bool) {
@@ -44,13 +45,13 @@ func (c *grpcCluster) addr(s *raftstore.Store) string {
 	return a
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func startGRPCCluster(t *testing.T, n int) *grpcCluster {
+func startGRPCCluster(t testing.TB, n int) *grpcCluster {
 	t.Helper()
 	c := &grpcCluster{addrs: map[string]string{}}
 	ctx := ctxT(t, 30*time.Second)
@@ -84,6 +85,7 @@ func startGRPCCluster(t *testing.T, n int) *grpcCluster {
 		go g.Serve(lis)
 		t.Cleanup(func() { g.Stop(); s.Close() })
 		c.stores = append(c.stores, s)
+		c.fwds = append(c.fwds, fwd)
 		if i == 0 {
 			if err := s.WaitForLeader(ctx); err != nil {
 				t.Fatal(err)
@@ -111,7 +113,7 @@ func startGRPCCluster(t *testing.T, n int) *grpcCluster {
 	return c
 }
 
-func (c *grpcCluster) leader(t *testing.T, ctx context.Context) *raftstore.Store {
+func (c *grpcCluster) leader(t testing.TB, ctx context.Context) *raftstore.Store {
 	t.Helper()
 	for {
 		for _, s := range c.stores {
@@ -127,7 +129,7 @@ func (c *grpcCluster) leader(t *testing.T, ctx context.Context) *raftstore.Store
 	}
 }
 
-func (c *grpcCluster) follower(t *testing.T, ctx context.Context) *raftstore.Store {
+func (c *grpcCluster) follower(t testing.TB, ctx context.Context) *raftstore.Store {
 	t.Helper()
 	l := c.leader(t, ctx)
 	for _, s := range c.stores {

@@ -51,17 +51,20 @@ func (c *forwardCall) answer(res *pb.Result, err error) { c.done <- forwardResul
 // the leader, per batch instead of per command. It never waits for a batch
 // to fill: each call takes the commands queued at that moment and leaves at
 // once (up to maxForwardsInFlight calls in flight), so a lone command goes
-// alone, and under load (answers reach a follower's clients in bursts,
+// alone (from its caller's goroutine: no handoff to run's and send's), and
+// under load (answers reach a follower's clients in bursts,
 // which send again together) several share a call. Waiting here as the
 // leader's batcher does (package groupcommit) was measured: it stacks on
 // the leader's own wait and cut puts at 16 clients by a third.
 type forwardQueue struct {
-	f         *Forwarder
-	leader    string
-	calls     chan *forwardCall
-	slots     chan struct{}
-	mu        sync.Mutex
-	noBatchAt time.Time // the leader's last Unimplemented answer to ForwardApplyBatch
+	f          *Forwarder
+	leader     string
+	calls      chan *forwardCall
+	slots      chan struct{}
+	mu         sync.Mutex
+	noBatchAt  time.Time      // the leader's last Unimplemented answer to ForwardApplyBatch
+	noStreamAt time.Time      // ... and to ForwardStream
+	stream     *forwardStream // open to the leader, or nil
 }
 
 func newForwardQueue(f *Forwarder, leader string) *forwardQueue {
@@ -101,6 +104,17 @@ func (f *Forwarder) ForwardApply(ctx context.Context, leaderID, _ string, cmd *p
 		return nil, err
 	}
 	call := &forwardCall{ctx: ctx, cmd: b, done: make(chan forwardResult, 1)}
+	if q.solo() {
+		// Nothing in flight or queued: the call leaves from this goroutine,
+		// under ctx, instead of through run's and send's (two goroutine
+		// wakeups less each way on a lone client's every put).
+		sctx, cancel := withDefaultTimeout(ctx)
+		q.send(sctx, []*forwardCall{call})
+		cancel()
+		<-q.slots
+		r := <-call.done
+		return r.res, r.err
+	}
 	select {
 	case q.calls <- call:
 	case <-ctx.Done():
@@ -160,9 +174,27 @@ func (q *forwardQueue) run() {
 		go func() {
 			defer q.f.wg.Done()
 			defer func() { <-q.slots }()
-			q.send(live)
+			ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+			defer cancel()
+			q.send(ctx, live)
 		}()
 	}
+}
+
+// solo takes a slot for a call that may leave at once, alone: none is in
+// flight to this leader and none is queued. The caller sends it and frees
+// the slot.
+func (q *forwardQueue) solo() bool {
+	select {
+	case q.slots <- struct{}{}:
+	default:
+		return false
+	}
+	if len(q.slots) == 1 && len(q.calls) == 0 {
+		return true
+	}
+	<-q.slots
+	return false
 }
 
 func (q *forwardQueue) failQueued() {
@@ -186,8 +218,9 @@ func (q *forwardQueue) batchOK(unimplemented bool) bool {
 	return q.noBatchAt.IsZero() || time.Since(q.noBatchAt) > unimplementedBackoff
 }
 
-// send forwards batch in one ForwardApplyBatch and answers each call.
-func (q *forwardQueue) send(batch []*forwardCall) {
+// send forwards batch in one ForwardApplyBatch under ctx and answers each
+// call.
+func (q *forwardQueue) send(ctx context.Context, batch []*forwardCall) {
 	c, err := q.f.client(q.leader)
 	if err != nil {
 		for _, call := range batch {
@@ -199,12 +232,13 @@ func (q *forwardQueue) send(batch []*forwardCall) {
 		q.sendEach(c, batch)
 		return
 	}
+	if q.sendStream(ctx, batch) {
+		return
+	}
 	req := &pb.ForwardApplyBatchRequest{Commands: make([][]byte, len(batch))}
 	for i, call := range batch {
 		req.Commands[i] = call.cmd
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
-	defer cancel()
 	var p peer.Peer
 	resp, err := c.ForwardApplyBatch(ctx, req, grpc.Peer(&p))
 	if status.Code(err) == codes.Unimplemented {
@@ -212,18 +246,25 @@ func (q *forwardQueue) send(batch []*forwardCall) {
 		q.sendEach(c, batch)
 		return
 	}
-	if err == nil && len(resp.Outcomes) != len(batch) {
-		err = status.Errorf(codes.Internal, "forward: leader answered %d outcomes for %d commands; outcome unknown", len(resp.Outcomes), len(batch))
+	answerBatch(batch, resp.GetOutcomes(), err, p.Addr != nil)
+}
+
+// answerBatch answers each call of batch with its outcome, or every call
+// with err (mapped by fromStatus; sent says whether the batch may have
+// reached the leader).
+func answerBatch(batch []*forwardCall, outcomes []*pb.ForwardOutcome, err error, sent bool) {
+	if err == nil && len(outcomes) != len(batch) {
+		err = status.Errorf(codes.Internal, "forward: leader answered %d outcomes for %d commands; outcome unknown", len(outcomes), len(batch))
 	}
 	if err != nil {
-		err = fromStatus(err, &p)
+		err = fromStatus(err, sent)
 		for _, call := range batch {
 			call.answer(nil, err)
 		}
 		return
 	}
-	for i, o := range resp.Outcomes {
-		batch[i].answer(decodeOutcome(o, &p))
+	for i, o := range outcomes {
+		batch[i].answer(decodeOutcome(o))
 	}
 }
 
@@ -248,20 +289,21 @@ func forwardOne(ctx context.Context, c pb.InternalClient, cmd []byte) (*pb.Resul
 	var p peer.Peer
 	resp, err := c.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: cmd}, grpc.Peer(&p))
 	if err != nil {
-		return nil, fromStatus(err, &p)
+		return nil, fromStatus(err, p.Addr != nil)
 	}
 	return decodeResult(resp.Result)
 }
 
-// decodeOutcome is a ForwardOutcome as ForwardApply's answer would be.
-func decodeOutcome(o *pb.ForwardOutcome, p *peer.Peer) (*pb.Result, error) {
+// decodeOutcome is a ForwardOutcome (which the leader sent) as
+// ForwardApply's answer would be.
+func decodeOutcome(o *pb.ForwardOutcome) (*pb.Result, error) {
 	if len(o.Status) > 0 {
 		var sp spb.Status
 		if err := proto.Unmarshal(o.Status, &sp); err != nil {
 			return nil, status.Errorf(codes.Internal, "forward: malformed status from the leader (outcome unknown): %v", err)
 		}
 		if err := status.FromProto(&sp).Err(); err != nil {
-			return nil, fromStatus(err, p)
+			return nil, fromStatus(err, true)
 		}
 	}
 	return decodeResult(o.Result)

@@ -33,6 +33,8 @@ type Forwarder struct {
 
 	closing chan struct{} // closed by Close
 	wg      sync.WaitGroup
+
+	noStream bool // batches go by ForwardApplyBatch only (BenchmarkPutFollowerVsLeader compares the two)
 }
 
 var _ raftstore.Forwarder = (*Forwarder)(nil)
@@ -46,12 +48,25 @@ func NewForwarder(r AddrResolver, opts ...grpc.DialOption) *Forwarder {
 }
 
 func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
+	cc, err := f.conn(leaderID)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewInternalClient(cc), nil
+}
+
+// conn returns the pooled connection to leaderID's address, dialing it on
+// first use.
+func (f *Forwarder) conn(leaderID string) (*grpc.ClientConn, error) {
 	addr, ok := f.resolve(leaderID)
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("%w (leader %q)", errNoAddr, leaderID)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed { // a call leaving after Close must not dial a connection nobody closes
+		return nil, errForwarderClosed
+	}
 	cc, ok := f.conns[addr]
 	if !ok {
 		var err error
@@ -67,7 +82,7 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 		}
 		f.conns[addr] = cc
 	}
-	return pb.NewInternalClient(cc), nil
+	return cc, nil
 }
 
 // fromStatus maps a forwarded call's error back to our sentinels
@@ -77,10 +92,11 @@ func (f *Forwarder) client(leaderID string) (pb.InternalClient, error) {
 // against the next leader: the leader's own "not leader"/"no leader"
 // (it lost leadership after we resolved it), and an Unavailable call that
 // never reached a transport stream (the leader is dead or unreachable;
-// nothing was sent), which p, filled by grpc.Peer only once a stream
-// exists, tells apart. Any other error keeps its status: a write whose
-// outcome is unknown must not be retried blindly.
-func fromStatus(err error, p *peer.Peer) error {
+// nothing was sent), which sent tells apart (a grpc.Peer filled, which
+// happens only once a stream exists, or a ForwardStream opened). Any other
+// error keeps its status: a write whose outcome is unknown must not be
+// retried blindly.
+func fromStatus(err error, sent bool) error {
 	if err == nil {
 		return nil
 	}
@@ -91,7 +107,7 @@ func fromStatus(err error, p *peer.Peer) error {
 	if errors.Is(err, raftstore.ErrNoLeader) {
 		return fmt.Errorf("%w: %w", raftstore.ErrNotLeader, err)
 	}
-	if status.Code(err) == codes.Unavailable && p.Addr == nil {
+	if status.Code(err) == codes.Unavailable && !sent {
 		return fmt.Errorf("%w: leader unreachable, nothing sent: %w", raftstore.ErrNotLeader, err)
 	}
 	return err
@@ -108,7 +124,7 @@ func (f *Forwarder) ReadIndex(ctx context.Context, leaderID, _ string) (uint64, 
 	var p peer.Peer
 	resp, err := c.ReadIndex(ctx, &pb.ReadIndexRequest{}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Index, nil
 }
@@ -124,7 +140,7 @@ func (f *Forwarder) LeaseKeepAlive(ctx context.Context, leaderID, _ string, id i
 	var p peer.Peer
 	resp, err := c.LeaseKeepAliveOnce(ctx, &pb.LeaseKeepAliveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Ttl, nil
 }
@@ -140,7 +156,7 @@ func (f *Forwarder) LeaseTimeToLive(ctx context.Context, leaderID, _ string, id 
 	var p peer.Peer
 	resp, err := c.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{Id: id}, grpc.Peer(&p))
 	if err != nil {
-		return 0, fromStatus(err, &p)
+		return 0, fromStatus(err, p.Addr != nil)
 	}
 	return resp.Ttl, nil
 }

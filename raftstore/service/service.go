@@ -272,21 +272,71 @@ func (in *internal) ForwardApply(ctx context.Context, req *pb.ForwardApplyReques
 // each as ForwardApply would (concurrently, so the leader's batcher
 // coalesces them), and returns each one's result or status in order.
 func (in *internal) ForwardApplyBatch(ctx context.Context, req *pb.ForwardApplyBatchRequest) (*pb.ForwardApplyBatchResponse, error) {
-	if len(req.Commands) > maxForwardBatch {
-		return nil, ToStatus(fmt.Errorf("%w: forward: %d commands in one batch (max %d)", fsm.ErrInvalid, len(req.Commands), maxForwardBatch))
+	out, err := in.applyBatch(ctx, req.Commands)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]*pb.ForwardOutcome, len(req.Commands))
+	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+}
+
+// applyBatch applies cmds as ForwardApplyBatch does (a lone command in
+// this goroutine) and returns their outcomes in order.
+func (in *internal) applyBatch(ctx context.Context, cmds [][]byte) ([]*pb.ForwardOutcome, error) {
+	if len(cmds) > maxForwardBatch {
+		return nil, ToStatus(fmt.Errorf("%w: forward: %d commands in one batch (max %d)", fsm.ErrInvalid, len(cmds), maxForwardBatch))
+	}
+	out := make([]*pb.ForwardOutcome, len(cmds))
+	if len(cmds) == 1 {
+		out[0] = outcome(in.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: cmds[0]}))
+		return out, nil
+	}
 	var wg sync.WaitGroup
-	for i, raw := range req.Commands {
+	for i, raw := range cmds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := in.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: raw})
-			out[i] = outcome(resp, err)
+			out[i] = outcome(in.ForwardApply(ctx, &pb.ForwardApplyRequest{Command: raw}))
 		}()
 	}
 	wg.Wait()
-	return &pb.ForwardApplyBatchResponse{Outcomes: out}, nil
+	return out, nil
+}
+
+// ForwardStream applies each batch a follower sends on its stream as
+// ForwardApplyBatch would, concurrently and under forwardTimeout each, and
+// answers each by id as it finishes. A batch refused whole (too many
+// commands) is answered with that status as every command's outcome.
+func (in *internal) ForwardStream(stream pb.Internal_ForwardStreamServer) error {
+	var mu sync.Mutex // serializes Send
+	var wg sync.WaitGroup
+	defer wg.Wait() // no Send after the handler returns
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(stream.Context(), forwardTimeout)
+			out, err := in.applyBatch(ctx, req.Commands)
+			cancel()
+			if err != nil {
+				out = make([]*pb.ForwardOutcome, len(req.Commands))
+				for i := range out {
+					out[i] = outcome(nil, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			// A failed Send means the stream is gone: the follower fails
+			// the batches it still waits for.
+			_ = stream.Send(&pb.ForwardStreamResponse{Id: req.Id, Outcomes: out})
+		}()
+	}
 }
 
 // outcome encodes a ForwardApply answer as a ForwardOutcome.

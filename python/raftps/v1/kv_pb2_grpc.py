@@ -609,6 +609,11 @@ class InternalStub(object):
                 request_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.SerializeToString,
                 response_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.FromString,
                 )
+        self.ForwardStream = channel.stream_stream(
+                '/raftps.v1.Internal/ForwardStream',
+                request_serializer=raftps_dot_v1_dot_kv__pb2.ForwardStreamRequest.SerializeToString,
+                response_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardStreamResponse.FromString,
+                )
         self.ReadIndex = channel.unary_unary(
                 '/raftps.v1.Internal/ReadIndex',
                 request_serializer=raftps_dot_v1_dot_kv__pb2.ReadIndexRequest.SerializeToString,
@@ -645,6 +650,17 @@ class InternalServicer(object):
         follower sends the commands queued while its previous forward was in
         flight. A leader without it (an older release) answers Unimplemented
         and the follower falls back to ForwardApply.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForwardStream(self, request_iterator, context):
+        """ForwardStream is ForwardApplyBatch on one long-lived stream per
+        follower: batches go as they are queued, each applied as
+        ForwardApplyBatch would (under the leader's forward timeout), and
+        answered by id in the order they finish. A leader without it answers
+        Unimplemented and the follower falls back to ForwardApplyBatch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -687,6 +703,11 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.ForwardApplyBatch,
                     request_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.FromString,
                     response_serializer=raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.SerializeToString,
+            ),
+            'ForwardStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ForwardStream,
+                    request_deserializer=raftps_dot_v1_dot_kv__pb2.ForwardStreamRequest.FromString,
+                    response_serializer=raftps_dot_v1_dot_kv__pb2.ForwardStreamResponse.SerializeToString,
             ),
             'ReadIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadIndex,
@@ -749,6 +770,23 @@ class Internal(object):
         return grpc.experimental.unary_unary(request, target, '/raftps.v1.Internal/ForwardApplyBatch',
             raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchRequest.SerializeToString,
             raftps_dot_v1_dot_kv__pb2.ForwardApplyBatchResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForwardStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/raftps.v1.Internal/ForwardStream',
+            raftps_dot_v1_dot_kv__pb2.ForwardStreamRequest.SerializeToString,
+            raftps_dot_v1_dot_kv__pb2.ForwardStreamResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
