@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftps/raftps/internal/testing/testutil"
 )
 
 // TestMain runs the child process of TestSIGKILLDetection (the os/exec
@@ -58,18 +59,7 @@ func gossipHelperProcess(id string) {
 // sees it alive. The child is killed when the test ends.
 func startChild(t *testing.T, id string, gs []*Gossip) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.v=false")
-	cmd.Env = append(os.Environ(), "GOSSIP_HELPER_ID="+id, "GOSSIP_HELPER_JOIN="+gs[0].LocalAddr())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
+	cmd, line := testutil.StartChild(t, "GOSSIP_HELPER_ID="+id, "GOSSIP_HELPER_JOIN="+gs[0].LocalAddr())
 	if !strings.HasPrefix(line, "ready") {
 		t.Fatalf("child %s: %q", id, line)
 	}

@@ -1,7 +1,6 @@
 package master
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	pb "github.com/raftps/raftps/api/raftpspb"
 	"github.com/raftps/raftps/gossip"
+	"github.com/raftps/raftps/internal/testing/testutil"
 	"github.com/raftps/raftps/schema"
 )
 
@@ -89,18 +89,7 @@ func openGossip(id, join string) (*gossip.Gossip, error) {
 // its PServer address; it is killed when the test ends.
 func startGossipChild(t *testing.T, id, join string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.v=false")
-	cmd.Env = append(os.Environ(), "MASTER_GOSSIP_CHILD="+id, "MASTER_GOSSIP_JOIN="+join)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
+	cmd, line := testutil.StartChild(t, "MASTER_GOSSIP_CHILD="+id, "MASTER_GOSSIP_JOIN="+join)
 	f := strings.Fields(line)
 	if len(f) != 2 || f[0] != "ready" {
 		t.Fatalf("child %s: %q", id, line)
