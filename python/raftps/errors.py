@@ -21,12 +21,16 @@ class RaftpsError(Exception):
     """
 
     code: grpc.StatusCode | None = None
+    # reason is the ErrorInfo reason the server named the error with
+    # (api/rpctypes' table, e.g. "SLOT_EPOCH"; "" when it named none).
+    reason: str = ""
 
-    def __init__(self, message: str = "", code: grpc.StatusCode | None = None):
+    def __init__(self, message: str = "", code: grpc.StatusCode | None = None, reason: str = ""):
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.reason = reason
 
     def __str__(self) -> str:
         name = self.code.name if self.code is not None else type(self).__name__
@@ -137,12 +141,69 @@ _BY_CODE = {
 RETRYABLE = (Unavailable, DeadlineExceeded, Aborted)
 
 
+# The trailer that carries a status's google.rpc.Status (with its details).
+_STATUS_DETAILS = "grpc-status-details-bin"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def _fields(b: bytes):
+    """(field number, value) of each varint or length-delimited field of a
+    protobuf message; raises ValueError on other wire types or truncation."""
+    i = 0
+    while i < len(b):
+        tag, i = _uvarint(b, i)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, i = _uvarint(b, i)
+        elif wt == 2:
+            n, i = _uvarint(b, i)
+            v, i = b[i:i + n], i + n
+            if i > len(b):
+                raise ValueError("truncated field")
+        else:
+            raise ValueError(f"wire type {wt}")
+        yield num, v
+
+
+def _uvarint(b: bytes, i: int) -> tuple[int, int]:
+    shift = v = 0
+    while True:
+        if i >= len(b):
+            raise ValueError("truncated varint")
+        x = b[i]
+        i += 1
+        v |= (x & 0x7F) << shift
+        if x < 0x80:
+            return v, i
+        shift += 7
+
+
+def reason_of(err: grpc.RpcError) -> str:
+    """The ErrorInfo reason of err's status (api/rpctypes' ToStatus puts
+    it in the status details: google.rpc.Status.details[] (field 3), an Any
+    (type_url 1, value 2) of google.rpc.ErrorInfo (reason 1)); "" if none."""
+    md = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for k, v in md or ():
+        if k != _STATUS_DETAILS or not isinstance(v, bytes):
+            continue
+        try:
+            for num, det in _fields(v):
+                if num != 3:
+                    continue
+                anyf = dict(_fields(det))
+                if bytes(anyf.get(1, b"")).decode() == _ERROR_INFO:
+                    return bytes(dict(_fields(anyf.get(2, b""))).get(1, b"")).decode()
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
 def from_grpc(err: grpc.RpcError) -> RaftpsError:
     """Maps a grpc.RpcError to the RaftpsError subclass of its code, keeping
-    the server's message."""
+    the server's message and the ErrorInfo reason (``.reason``)."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     msg = err.details() if hasattr(err, "details") else str(err)
     cls = _BY_CODE.get(code, RaftpsError)
-    e = cls(msg or "", code)
+    e = cls(msg or "", code, reason_of(err))
     e.__cause__ = err
     return e

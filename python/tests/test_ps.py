@@ -282,7 +282,7 @@ def test_sync_push_names_one_step_on_every_slot(client):
         a.pull()
         v = list(a.versions)
         assert v[0] == v[1], v
-        a._do(0, lambda c: c.push(_ps._Push(job, 0, "a", v[0], 1, [], a.incarnations[0], 1), timeout=a.timeout))
+        a._do(0, lambda c, _epoch: c.push(_ps._Push(job, 0, "a", v[0], 1, [], a.incarnations[0], 1), timeout=a.timeout))
         a.pull()
         assert a.versions == [v[0] + 1, v[1]], a.versions
         ones = np.ones(64, np.float32)

@@ -1,0 +1,134 @@
+"""raftps.ps carries the replica epoch it resolved (issue 34), as Go's
+psclient with trainer/agent's resolver: every pull and push names the
+mod_revision of the slot's replica record /jobs/<job>/replicas/<slot>; a
+primary that serves another epoch refuses it (FailedPrecondition, reason
+SLOT_EPOCH) and the client resolves again and retries with the same push
+id."""
+
+import json
+import time
+import uuid
+
+import numpy as np
+
+import raftps.jobs
+from raftps import ps as _ps
+from raftps.v1 import pserver_pb2
+
+from conftest import external_spec, wait_slots
+
+
+def test_encode_push_epoch_field():
+    # PushRequest.epoch is field 11 (varint): the hand-written encoder
+    # writes it byte for byte as protobuf does, and a full request parses
+    # back with every field.
+    for epoch in (1, 300, 1 << 40):
+        got = _ps._encode_push(_ps._Push("", 0, "", 0, 0, [], epoch=epoch))
+        assert got == pserver_pb2.PushRequest(epoch=epoch).SerializeToString(), epoch
+    g = np.arange(5, dtype=np.float32)
+    req = _ps._Push("j", 1, "t", 7, 3, [("w", 2, None, g)], incarnation=9, push_id=11, epoch=123456)
+    m = pserver_pb2.PushRequest.FromString(_ps._encode_push(req))
+    assert (m.job, m.slot, m.trainer, m.version, m.step, m.examples, m.push_id, m.incarnation, m.epoch) == \
+        ("j", 1, "t", 7, 7, 3, 11, 9, 123456)
+    assert [(t.name, t.block) for t in m.grads] == [("w", 2)]
+    # with_tensors keeps the epoch (the first PushStream message).
+    assert req.with_tensors([]).epoch == 123456
+
+
+class _Sent:
+    """What each pull and push put on the wire: (method, slot, epoch, push id)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def conn_class(self):
+        sent = self
+
+        class Conn(_ps._SlotConn):
+            def __init__(self, addr, creds):
+                super().__init__(addr, creds)
+                pull, push = self.pull, self.push
+
+                def rec_pull(req, **kw):
+                    sent.calls.append(("pull", req.slot, req.epoch, 0))
+                    return pull(req, **kw)
+
+                def rec_push(req, **kw):
+                    m = pserver_pb2.PushRequest.FromString(_ps._encode_push(req))  # the bytes sent
+                    sent.calls.append(("push", m.slot, m.epoch, m.push_id))
+                    return push(req, **kw)
+                self.pull, self.push = rec_pull, rec_push
+        return Conn
+
+
+def _records(client, job, n, timeout=60):
+    """slot -> mod_revision of each slot's replica record, once every slot
+    has one with a backup whose primary holds the slot's claim."""
+    deadline = time.monotonic() + timeout
+    while True:
+        claims = {int(kv.key.decode().rsplit("/", 1)[1]): json.loads(kv.value).get("addr")
+                  for kv in client.range(f"/jobs/{job}/ps/", prefix=True)}
+        out = {}
+        for kv in client.range(f"/jobs/{job}/replicas/", prefix=True):
+            slot, rec = int(kv.key.decode().rsplit("/", 1)[1]), json.loads(kv.value)
+            if rec.get("backups") and rec["primary"]["addr"] == claims.get(slot):
+                out[slot] = kv.mod_revision
+        if len(out) == n:
+            return out
+        assert time.monotonic() < deadline, f"job {job}: replica records {out}, claims {claims}"
+        time.sleep(0.2)
+
+
+def _replicated_job(client, prefix):
+    job = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    params = [{"name": "w", "shape": [64], "init": "INIT_ZEROS"}]
+    raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=1.0, block=16, replicas=2))
+    wait_slots(client, job, 2)
+    return job, _records(client, job, 2)
+
+
+def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch):
+    job, recs = _replicated_job(client, "epoch")
+    sent = _Sent()
+    monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())
+    try:
+        with _ps.ParamClient(client, job, "t0", watch=False) as ps:
+            ps.pull()
+            ps.push({"w": np.ones(64, np.float32)})
+            assert ps.targets() == {s: (a, recs[s]) for s, a in ps.slots().items()}, (ps.targets(), recs)
+        assert all(e > 0 for e in recs.values()), recs
+        for method in ("pull", "push"):
+            got = {(s, e) for (m, s, e, _) in sent.calls if m == method}
+            assert got == {(s, e) for s, e in recs.items()}, (method, sent.calls, recs)
+        assert _records(client, job, 2) == recs  # the records did not move meanwhile
+    finally:
+        raftps.jobs.cancel(client, job)
+
+
+def test_stale_epoch_refused_and_retried_with_same_push_id(client, monkeypatch):
+    job, recs = _replicated_job(client, "epochstale")
+    sent = _Sent()
+    monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())
+    try:
+        with _ps.ParamClient(client, job, "t0", watch=False) as ps:
+            ps.pull()
+            before = list(ps.versions)
+            # Slot 0's cached epoch goes stale (as if its record moved on
+            # after the client resolved it): same primary, an older epoch.
+            addr, epoch = ps.targets()[0]
+            assert epoch == recs[0] > 1
+            with ps._mu:
+                ps._addrs[0] = (addr, epoch - 1)
+            sent.calls.clear()
+            ps.push({"w": np.ones(64, np.float32)})
+            pushes0 = [c for c in sent.calls if c[0] == "push" and c[1] == 0]
+            assert [e for (_, _, e, _) in pushes0] == [epoch - 1, epoch], sent.calls
+            assert pushes0[0][3] == pushes0[1][3] != 0, pushes0  # the same push id
+            assert ps.refused == 1
+            # Applied exactly once on every slot: one version, -1 (lr 1, from 0).
+            assert ps.versions == [v + 1 for v in before], (before, ps.versions)
+            got = ps.pull()
+            assert ps.versions == [v + 1 for v in before], (before, ps.versions)
+            assert (got["w"] == -1).all(), got["w"]
+    finally:
+        raftps.jobs.cancel(client, job)
