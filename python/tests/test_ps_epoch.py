@@ -36,10 +36,14 @@ def test_encode_push_epoch_field():
 
 
 class _Sent:
-    """What each pull and push put on the wire: (method, slot, epoch, push id)."""
+    """What each pull and push put on the wire: (method, slot, epoch, push
+    id). ``stale[slot] = e`` makes the next push to slot carry epoch e
+    instead (a later field 11 wins in protobuf), as a client whose cached
+    epoch went stale sends it."""
 
     def __init__(self):
         self.calls = []
+        self.stale = {}
 
     def conn_class(self):
         sent = self
@@ -47,16 +51,21 @@ class _Sent:
         class Conn(_ps._SlotConn):
             def __init__(self, addr, creds):
                 super().__init__(addr, creds)
-                pull, push = self.pull, self.push
+                pull = self.pull
+                push = self.channel.unary_unary("/raftps.v1.PServer/Push",  # sends the bytes as given
+                                                response_deserializer=pserver_pb2.PushResponse.FromString)
 
                 def rec_pull(req, **kw):
                     sent.calls.append(("pull", req.slot, req.epoch, 0))
                     return pull(req, **kw)
 
                 def rec_push(req, **kw):
-                    m = pserver_pb2.PushRequest.FromString(_ps._encode_push(req))  # the bytes sent
+                    data = _ps._encode_push(req)
+                    if req.slot in sent.stale:
+                        data += _ps._tag(11, 0) + _ps._enc_varint(sent.stale.pop(req.slot))
+                    m = pserver_pb2.PushRequest.FromString(data)  # the bytes sent
                     sent.calls.append(("push", m.slot, m.epoch, m.push_id))
-                    return push(req, **kw)
+                    return push(data, **kw)
                 self.pull, self.push = rec_pull, rec_push
         return Conn
 
@@ -95,11 +104,11 @@ def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch):
         with _ps.ParamClient(client, job, "t0", watch=False) as ps:
             ps.pull()
             ps.push({"w": np.ones(64, np.float32)})
+            assert all(e > 0 for e in recs.values()), recs
+            for method in ("pull", "push"):
+                got = {(s, e) for (m, s, e, _) in sent.calls if m == method}
+                assert got == {(s, e) for s, e in recs.items()}, (method, sent.calls, recs)
             assert ps.targets() == {s: (a, recs[s]) for s, a in ps.slots().items()}, (ps.targets(), recs)
-        assert all(e > 0 for e in recs.values()), recs
-        for method in ("pull", "push"):
-            got = {(s, e) for (m, s, e, _) in sent.calls if m == method}
-            assert got == {(s, e) for s, e in recs.items()}, (method, sent.calls, recs)
         assert _records(client, job, 2) == recs  # the records did not move meanwhile
     finally:
         raftps.jobs.cancel(client, job)
@@ -111,24 +120,32 @@ def test_stale_epoch_refused_and_retried_with_same_push_id(client, monkeypatch):
     monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())
     try:
         with _ps.ParamClient(client, job, "t0", watch=False) as ps:
-            ps.pull()
-            before = list(ps.versions)
-            # Slot 0's cached epoch goes stale (as if its record moved on
-            # after the client resolved it): same primary, an older epoch.
-            addr, epoch = ps.targets()[0]
-            assert epoch == recs[0] > 1
-            with ps._mu:
-                ps._addrs[0] = (addr, epoch - 1)
-            sent.calls.clear()
-            ps.push({"w": np.ones(64, np.float32)})
-            pushes0 = [c for c in sent.calls if c[0] == "push" and c[1] == 0]
-            assert [e for (_, _, e, _) in pushes0] == [epoch - 1, epoch], sent.calls
-            assert pushes0[0][3] == pushes0[1][3] != 0, pushes0  # the same push id
-            assert ps.refused == 1
-            # Applied exactly once on every slot: one version, -1 (lr 1, from 0).
-            assert ps.versions == [v + 1 for v in before], (before, ps.versions)
-            got = ps.pull()
-            assert ps.versions == [v + 1 for v in before], (before, ps.versions)
-            assert (got["w"] == -1).all(), got["w"]
+            epoch = recs[0]
+            assert epoch > 1
+            for k in (1, 2):
+                ps.pull()
+                before = list(ps.versions)
+                sent.calls.clear()
+                if k == 1:
+                    # A push carrying a stale epoch (an older record's).
+                    sent.stale[0] = epoch - 1
+                else:
+                    # Slot 0's cached epoch goes stale (as if its record
+                    # moved on after the client resolved it): same primary,
+                    # an older epoch; the refusal makes the client resolve.
+                    addr, e = ps.targets()[0]
+                    assert e == epoch
+                    with ps._mu:
+                        ps._addrs[0] = (addr, epoch - 1)
+                ps.push({"w": np.ones(64, np.float32)})
+                pushes0 = [c for c in sent.calls if c[0] == "push" and c[1] == 0]
+                assert [e for (_, _, e, _) in pushes0] == [epoch - 1, epoch], (k, sent.calls)
+                assert pushes0[0][3] == pushes0[1][3] != 0, (k, pushes0)  # the same push id
+                assert ps.refused == k
+                # Applied exactly once on every slot: one version, -k (lr 1, from 0).
+                assert ps.versions == [v + 1 for v in before], (k, before, ps.versions)
+                got = ps.pull()
+                assert ps.versions == [v + 1 for v in before], (k, before, ps.versions)
+                assert (got["w"] == -k).all(), (k, got["w"])
     finally:
         raftps.jobs.cancel(client, job)
