@@ -240,7 +240,7 @@ def test_async_push_retried_after_lost_answer_applies_once(client):
     wait_slots(client, job, 1)
     ps = ParamClient(client, job, "t")
     ps.pull()
-    conn = ps._conn(0)  # cached per address: the retry re-resolves to it
+    conn, _ = ps._conn(0)  # cached per address: the retry re-resolves to it
     real, ids = conn.push, []
 
     def lose_first_answer(req, timeout=None):
