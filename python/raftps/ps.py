@@ -17,6 +17,18 @@ How it finds and follows the pservers, exactly as the Go client does:
   served by slot v mod num_pservers.
 - A slot's address comes from its record under /jobs/<job>/ps/<slot>
   (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
+- A replicated slot's replica epoch is the mod_revision of its replica
+  record /jobs/<job>/replicas/<slot> (schema.ReplicaRecord JSON), read
+  with the claim by trainer/agent's resolver rules: a claimed slot whose
+  record names the claim's holder as primary gets the record's epoch; a
+  claimed slot with no record, or whose record names another node, gets
+  epoch 0 (not checked); a slot with a record and no claim (its primary
+  was just promoted) resolves to the record's primary at its epoch. Every
+  pull and push carries the epoch resolved with the slot's address
+  (PullRequest.epoch, PushRequest.epoch). A primary that serves another
+  epoch, or was deposed, refuses it (FailedPrecondition, ErrorInfo reason
+  SLOT_EPOCH): the slot is resolved again and the call retried (a push
+  with the same push id), within the Unavailable retry budget below.
 - A slot answering Unavailable (not hosted here, or fenced after its
   holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
   to 250 ms, for ``retry_for`` seconds (60: past a handover, which waits
