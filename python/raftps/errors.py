@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import grpc
 
+from raftps._protowire import fields
+
 
 class RaftpsError(Exception):
     """Base class of every raftps client error.
@@ -146,38 +148,6 @@ _STATUS_DETAILS = "grpc-status-details-bin"
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
-def _fields(b: bytes):
-    """(field number, value) of each varint or length-delimited field of a
-    protobuf message; raises ValueError on other wire types or truncation."""
-    i = 0
-    while i < len(b):
-        tag, i = _uvarint(b, i)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = _uvarint(b, i)
-        elif wt == 2:
-            n, i = _uvarint(b, i)
-            v, i = b[i:i + n], i + n
-            if i > len(b):
-                raise ValueError("truncated field")
-        else:
-            raise ValueError(f"wire type {wt}")
-        yield num, v
-
-
-def _uvarint(b: bytes, i: int) -> tuple[int, int]:
-    shift = v = 0
-    while True:
-        if i >= len(b):
-            raise ValueError("truncated varint")
-        x = b[i]
-        i += 1
-        v |= (x & 0x7F) << shift
-        if x < 0x80:
-            return v, i
-        shift += 7
-
-
 def reason_of(err: grpc.RpcError) -> str:
     """The ErrorInfo reason of err's status (api/rpctypes' ToStatus puts
     it in the status details: google.rpc.Status.details[] (field 3), an Any
@@ -187,12 +157,12 @@ def reason_of(err: grpc.RpcError) -> str:
         if k != _STATUS_DETAILS or not isinstance(v, bytes):
             continue
         try:
-            for num, det in _fields(v):
+            for num, det in fields(v):
                 if num != 3:
                     continue
-                anyf = dict(_fields(det))
+                anyf = dict(fields(det))
                 if bytes(anyf.get(1, b"")).decode() == _ERROR_INFO:
-                    return bytes(dict(_fields(anyf.get(2, b""))).get(1, b"")).decode()
+                    return bytes(dict(fields(anyf.get(2, b""))).get(1, b"")).decode()
         except (ValueError, UnicodeDecodeError):
             return ""
     return ""

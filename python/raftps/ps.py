@@ -106,7 +106,7 @@ from typing import Mapping, Sequence
 import grpc
 import numpy as np
 
-from raftps import _malloc, errors
+from raftps import _malloc, _protowire, errors
 from raftps import tls as _tls
 from raftps.client import CHANNEL_OPTIONS, Client
 from raftps.v1 import job_pb2, pserver_pb2
@@ -199,15 +199,7 @@ class Layout:
 
 # --- the wire format of PullResponse / PushRequest, without extra copies ---
 
-def _varint(b, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        x = b[i]
-        i += 1
-        result |= (x & 0x7F) << shift
-        if x < 0x80:
-            return result, i
-        shift += 7
+_varint = _protowire.uvarint
 
 
 def _enc_varint(v: int) -> bytes:
@@ -444,6 +436,17 @@ def _by_slot(kvs) -> dict:
     return out
 
 
+def _record_primary(rec: dict) -> str:
+    """The primary's address of a valid replica record (schema's
+    ReplicaRecord.Validate: the primary named, no node twice), else ""."""
+    members = [rec.get("primary")] + list(rec.get("backups") or [])
+    if not all(isinstance(m, dict) and m.get("node") for m in members):
+        return ""
+    if len({m["node"] for m in members}) != len(members):
+        return ""
+    return members[0].get("addr", "") or ""
+
+
 def _targets(claims: dict, records: dict) -> dict[int, tuple[str, int]]:
     """slot -> (address, replica epoch) by the Go resolver's rules
     (trainer/agent's resolver.Targets): a claimed slot whose replica record
@@ -458,8 +461,7 @@ def _targets(claims: dict, records: dict) -> dict[int, tuple[str, int]]:
         if addr:
             out[slot] = (addr, 0)
     for slot, (rec, mod_revision) in records.items():
-        primary = rec.get("primary")
-        addr = primary.get("addr", "") if isinstance(primary, dict) else ""
+        addr = _record_primary(rec)
         if not addr or mod_revision <= 0:
             continue
         if slot not in out or out[slot][0] == addr:

@@ -35,6 +35,31 @@ def test_encode_push_epoch_field():
     assert req.with_tensors([]).epoch == 123456
 
 
+def test_targets_follow_go_resolver_rules():
+    # trainer/agent's TestResolverTargets, case for case.
+    class KV:
+        def __init__(self, key, value, mod_revision):
+            self.key, self.value, self.mod_revision = key.encode(), json.dumps(value).encode(), mod_revision
+
+    def claim(slot, addr):
+        return KV(f"/jobs/j/ps/{slot}", {"node": addr, "addr": addr}, 3)
+
+    def record(slot, addr, epoch, backups=()):
+        return KV(f"/jobs/j/replicas/{slot}", {"primary": {"node": addr, "addr": addr},
+                                               "backups": [{"node": b, "addr": b} for b in backups]}, epoch)
+
+    claims = _ps._by_slot([claim(0, "a:1"), claim(1, "a:1"), claim(3, "c:1"), claim(5, "e:1")])
+    records = _ps._by_slot([
+        record(0, "a:1", 7, ["b:1"]),  # replicated, primary holds the claim
+        record(2, "b:1", 9),  # promoted, not claimed yet
+        record(3, "d:1", 11),  # the claim's holder is not the record's primary
+        record(4, "", 12),  # a record with no primary names nothing
+        record(5, "e:1", 13, ["e:1"]),  # invalid (a node twice): not read
+    ])
+    assert _ps._targets(claims, records) == {0: ("a:1", 7), 1: ("a:1", 0), 2: ("b:1", 9), 3: ("c:1", 0),
+                                             5: ("e:1", 0)}
+
+
 class _Sent:
     """What each pull and push put on the wire: (method, slot, epoch, push
     id). ``stale[slot] = e`` makes the next push to slot carry epoch e
