@@ -10,6 +10,7 @@ import time
 import uuid
 
 import numpy as np
+import pytest
 
 import raftps.jobs
 from raftps import ps as _ps
@@ -91,7 +92,20 @@ class _Sent:
                     m = pserver_pb2.PushRequest.FromString(data)  # the bytes sent
                     sent.calls.append(("push", m.slot, m.epoch, m.push_id))
                     return push(data, **kw)
+                pull_stream, push_stream = self.pull_stream, self.push_stream
+
+                def rec_pull_stream(reqs, **kw):
+                    reqs = list(reqs)
+                    sent.calls.append(("pull", reqs[0].slot, reqs[0].epoch, 0))
+                    return pull_stream(iter(reqs), **kw)
+
+                def rec_push_stream(msgs, **kw):
+                    msgs = list(msgs)  # the first names the push
+                    m = pserver_pb2.PushRequest.FromString(_ps._encode_push(msgs[0]))
+                    sent.calls.append(("push", m.slot, m.epoch, m.push_id))
+                    return push_stream(iter(msgs), **kw)
                 self.pull, self.push = rec_pull, rec_push
+                self.pull_stream, self.push_stream = rec_pull_stream, rec_push_stream
         return Conn
 
 
@@ -121,12 +135,15 @@ def _replicated_job(client, prefix):
     return job, _records(client, job, 2)
 
 
-def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch):
+@pytest.mark.parametrize("stream_bytes", [_ps.STREAM_CHUNK_BYTES, 0])  # unary, then PullStream / PushStream
+def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch, stream_bytes):
     job, recs = _replicated_job(client, "epoch")
     sent = _Sent()
     monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())
     try:
-        with _ps.ParamClient(client, job, "t0", watch=False) as ps:
+        with _ps.ParamClient(client, job, "t0", watch=False, stream_bytes=stream_bytes) as ps:
+            if stream_bytes == 0:
+                assert ps._stream == [True, True] and all(len(b) > 1 for b in ps._blocks)
             ps.pull()
             ps.push({"w": np.ones(64, np.float32)})
             assert all(e > 0 for e in recs.values()), recs
