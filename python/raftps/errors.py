@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import grpc
 
+from raftps._protowire import fields
+
 
 class RaftpsError(Exception):
     """Base class of every raftps client error.
@@ -21,12 +23,16 @@ class RaftpsError(Exception):
     """
 
     code: grpc.StatusCode | None = None
+    # reason is the ErrorInfo reason the server named the error with
+    # (api/rpctypes' table, e.g. "SLOT_EPOCH"; "" when it named none).
+    reason: str = ""
 
-    def __init__(self, message: str = "", code: grpc.StatusCode | None = None):
+    def __init__(self, message: str = "", code: grpc.StatusCode | None = None, reason: str = ""):
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.reason = reason
 
     def __str__(self) -> str:
         name = self.code.name if self.code is not None else type(self).__name__
@@ -137,12 +143,37 @@ _BY_CODE = {
 RETRYABLE = (Unavailable, DeadlineExceeded, Aborted)
 
 
+# The trailer that carries a status's google.rpc.Status (with its details).
+_STATUS_DETAILS = "grpc-status-details-bin"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def reason_of(err: grpc.RpcError) -> str:
+    """The ErrorInfo reason of err's status (api/rpctypes' ToStatus puts
+    it in the status details: google.rpc.Status.details[] (field 3), an Any
+    (type_url 1, value 2) of google.rpc.ErrorInfo (reason 1)); "" if none."""
+    md = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for k, v in md or ():
+        if k != _STATUS_DETAILS or not isinstance(v, bytes):
+            continue
+        try:
+            for num, det in fields(v):
+                if num != 3:
+                    continue
+                anyf = dict(fields(det))
+                if bytes(anyf.get(1, b"")).decode() == _ERROR_INFO:
+                    return bytes(dict(fields(anyf.get(2, b""))).get(1, b"")).decode()
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
 def from_grpc(err: grpc.RpcError) -> RaftpsError:
     """Maps a grpc.RpcError to the RaftpsError subclass of its code, keeping
-    the server's message."""
+    the server's message and the ErrorInfo reason (``.reason``)."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     msg = err.details() if hasattr(err, "details") else str(err)
     cls = _BY_CODE.get(code, RaftpsError)
-    e = cls(msg or "", code)
+    e = cls(msg or "", code, reason_of(err))
     e.__cause__ = err
     return e

@@ -17,6 +17,18 @@ How it finds and follows the pservers, exactly as the Go client does:
   served by slot v mod num_pservers.
 - A slot's address comes from its record under /jobs/<job>/ps/<slot>
   (schema.SlotRecord JSON); a watch of that prefix follows moves at once.
+- A replicated slot's replica epoch is the mod_revision of its replica
+  record /jobs/<job>/replicas/<slot> (schema.ReplicaRecord JSON), read
+  with the claim by trainer/agent's resolver rules: a claimed slot whose
+  record names the claim's holder as primary gets the record's epoch; a
+  claimed slot with no record, or whose record names another node, gets
+  epoch 0 (not checked); a slot with a record and no claim (its primary
+  was just promoted) resolves to the record's primary at its epoch. Every
+  pull and push carries the epoch resolved with the slot's address
+  (PullRequest.epoch, PushRequest.epoch). A primary that serves another
+  epoch, or was deposed, refuses it (FailedPrecondition, ErrorInfo reason
+  SLOT_EPOCH): the slot is resolved again and the call retried (a push
+  with the same push id), within the Unavailable retry budget below.
 - A slot answering Unavailable (not hosted here, or fenced after its
   holder lost its lease) is re-resolved and retried, 20 ms backoff doubling
   to 250 ms, for ``retry_for`` seconds (60: past a handover, which waits
@@ -94,7 +106,7 @@ from typing import Mapping, Sequence
 import grpc
 import numpy as np
 
-from raftps import _malloc, errors
+from raftps import _malloc, _protowire, errors
 from raftps import tls as _tls
 from raftps.client import CHANNEL_OPTIONS, Client
 from raftps.v1 import job_pb2, pserver_pb2
@@ -111,6 +123,10 @@ DEFAULT_DENSE_BLOCK_SIZE = 65536
 # messages of at most this much tensor data (a block larger than it is a
 # message of its own).
 STREAM_CHUNK_BYTES = 4 << 20
+
+# _SLOT_EPOCH is the ErrorInfo reason of errs.ErrSlotEpoch (api/rpctypes):
+# the request's replica epoch is not the slot's; re-resolve and retry.
+_SLOT_EPOCH = "SLOT_EPOCH"
 
 _LE = sys.byteorder == "little"
 _F32 = np.dtype("<f4")
@@ -183,15 +199,7 @@ class Layout:
 
 # --- the wire format of PullResponse / PushRequest, without extra copies ---
 
-def _varint(b, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        x = b[i]
-        i += 1
-        result |= (x & 0x7F) << shift
-        if x < 0x80:
-            return result, i
-        shift += 7
+_varint = _protowire.uvarint
 
 
 def _enc_varint(v: int) -> bytes:
@@ -333,6 +341,8 @@ def _encode_push(req: "_Push") -> bytes:
         hdr += _tag(8, 0) + _enc_varint(req.push_id)
     if req.incarnation:
         hdr += _tag(10, 0) + _enc_varint(req.incarnation)
+    if req.epoch:
+        hdr += _tag(11, 0) + _enc_varint(req.epoch)
     parts.append(bytes(hdr))
     for t in req.tensors:
         parts.extend(_enc_tensor(*t))
@@ -340,9 +350,9 @@ def _encode_push(req: "_Push") -> bytes:
 
 
 class _Push:
-    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation", "push_id")
+    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation", "push_id", "epoch")
 
-    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0, push_id=0):
+    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0, push_id=0, epoch=0):
         self.job, self.slot, self.trainer = job, slot, trainer
         self.version, self.examples, self.tensors = version, examples, tensors
         # The slot incarnation the gradients were computed on (the pull's):
@@ -350,11 +360,14 @@ class _Push:
         self.incarnation = incarnation
         # The push's id (uint64, 0: none): the same on every retry.
         self.push_id = push_id
+        # The slot's replica epoch resolved with its address (0: not
+        # checked), set anew on every attempt (PushRequest.epoch).
+        self.epoch = epoch
 
     def with_tensors(self, tensors) -> "_Push":
         """This push's header with other tensors."""
         return _Push(self.job, self.slot, self.trainer, self.version, self.examples, tensors, self.incarnation,
-                     self.push_id)
+                     self.push_id, self.epoch)
 
 
 def _chunk_tensors(ts: list, limit: int) -> list[list]:
@@ -401,6 +414,59 @@ class _SlotConn:
 def _slot_prefix(job: str) -> str:
     # schema.SlotPrefix
     return f"/jobs/{job}/ps/"
+
+
+def _replica_prefix(job: str) -> str:
+    # schema.ReplicaPrefix: /jobs/<job>/replicas/<slot> holds a replicated
+    # slot's ReplicaRecord; its mod_revision is the slot's replica epoch.
+    return f"/jobs/{job}/replicas/"
+
+
+def _by_slot(kvs) -> dict:
+    """slot -> (parsed JSON value, mod_revision) of the keys .../<slot>."""
+    out = {}
+    for kv in kvs:
+        try:
+            slot = int(kv.key.decode().rsplit("/", 1)[1])
+            value = json.loads(kv.value)
+        except (ValueError, IndexError):
+            continue
+        if isinstance(value, dict):
+            out[slot] = (value, kv.mod_revision)
+    return out
+
+
+def _record_primary(rec: dict) -> str:
+    """The primary's address of a valid replica record (schema's
+    ReplicaRecord.Validate: the primary named, no node twice), else ""."""
+    members = [rec.get("primary")] + list(rec.get("backups") or [])
+    if not all(isinstance(m, dict) and m.get("node") for m in members):
+        return ""
+    if len({m["node"] for m in members}) != len(members):
+        return ""
+    return members[0].get("addr", "") or ""
+
+
+def _targets(claims: dict, records: dict) -> dict[int, tuple[str, int]]:
+    """slot -> (address, replica epoch) by the Go resolver's rules
+    (trainer/agent's resolver.Targets): a claimed slot whose replica record
+    names the claim's holder as primary gets the record's epoch; a claimed
+    slot with no record, or whose record names another node (a restore not
+    yet recorded), gets epoch 0 (not checked); a replicated slot with no
+    claim (its primary was just promoted) resolves to the record's primary
+    at its epoch."""
+    out = {}
+    for slot, (rec, _) in claims.items():
+        addr = rec.get("addr", "")
+        if addr:
+            out[slot] = (addr, 0)
+    for slot, (rec, mod_revision) in records.items():
+        addr = _record_primary(rec)
+        if not addr or mod_revision <= 0:
+            continue
+        if slot not in out or out[slot][0] == addr:
+            out[slot] = (addr, mod_revision)
+    return out
 
 
 class ParamClient:
@@ -462,6 +528,8 @@ class ParamClient:
                         for blocks in self._blocks]
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="raftps-ps")
         self.retried = 0
+        # Calls refused for their replica epoch (SLOT_EPOCH), each retried.
+        self.refused = 0
         self._watcher = None
         if watch:
             self._watcher = client.watch(_slot_prefix(job), prefix=True)
@@ -490,18 +558,14 @@ class ParamClient:
             except ValueError:  # the client was closed
                 return
 
-    def _resolve(self) -> dict[int, str]:
+    def _resolve(self) -> dict[int, tuple[str, int]]:
         # Linearizable: a node that just restarted may still be catching up.
-        kvs = self.client.range(_slot_prefix(self.job), prefix=True)
-        m = {}
-        for kv in kvs:
-            try:
-                slot = int(kv.key.decode().rsplit("/", 1)[1])
-                addr = json.loads(kv.value).get("addr", "")
-            except (ValueError, IndexError):
-                continue
-            if addr:
-                m[slot] = addr
+        # Claims first, then records: a record written between the reads is
+        # newer than the claim it is compared with, which costs at most a
+        # refusal and a retry (never a wrong acknowledgement).
+        claims = _by_slot(self.client.range(_slot_prefix(self.job), prefix=True))
+        records = _by_slot(self.client.range(_replica_prefix(self.job), prefix=True))
+        m = _targets(claims, records)
         with self._mu:
             self._addrs = m
         return m
@@ -509,45 +573,64 @@ class ParamClient:
     def slots(self) -> dict[int, str]:
         """The slot -> pserver address map as last resolved."""
         with self._mu:
+            return {s: a for s, (a, _) in self._addrs.items()}
+
+    def targets(self) -> dict[int, tuple[str, int]]:
+        """The slot -> (pserver address, replica epoch) map as last
+        resolved; the epoch (the mod_revision of the slot's replica record,
+        0: unreplicated or not known) is what pulls and pushes carry."""
+        with self._mu:
             return dict(self._addrs)
 
-    def _conn(self, slot: int) -> _SlotConn:
+    def _conn(self, slot: int) -> tuple[_SlotConn, int]:
+        """The connection to slot's pserver and the replica epoch resolved
+        with its address."""
         with self._mu:
-            addr = self._addrs.get(slot)
-        if addr is None:
-            addr = self._resolve().get(slot)
-            if addr is None:
+            t = self._addrs.get(slot)
+        if t is None:
+            t = self._resolve().get(slot)
+            if t is None:
                 raise errors.Unavailable(f"job {self.job!r} slot {slot} has no pserver yet")
+        addr, epoch = t
         with self._mu:
             c = self._conns.get(addr)
             if c is None:
                 c = self._conns[addr] = _SlotConn(addr, self.client.credentials)
-            return c
+            return c, epoch
 
     def _invalidate(self, slot: int) -> None:
         with self._mu:
             self._addrs.pop(slot, None)
 
     def _do(self, slot: int, fn, retries: int | None = None):
+        """Calls fn(conn, epoch) on slot's pserver with the replica epoch
+        resolved with its address, re-resolving and retrying while it
+        answers Unavailable or refuses the epoch (FailedPrecondition,
+        reason SLOT_EPOCH: it serves another epoch or was deposed). fn
+        builds its request's epoch from the argument on every attempt; a
+        push keeps its push id, so the retry is applied at most once."""
         retries = self.retries if retries is None else retries
         deadline = time.monotonic() + self.retry_for if retries is None else None
         backoff = 0.02
         attempt = 0
         while True:
             try:
-                return fn(self._conn(slot))
+                return fn(*self._conn(slot))
             except grpc.RpcError as e:
                 err = errors.from_grpc(e)
-                if isinstance(err, errors.FailedPrecondition):
+                if err.reason == _SLOT_EPOCH:
+                    with self._mu:
+                        self.refused += 1
+                elif isinstance(err, errors.FailedPrecondition):
                     raise errors.StalePush(err.message, err.code) from e
-                if isinstance(err, errors.Unavailable) and err.message.startswith("pserver: slot lost its lease"):
+                elif isinstance(err, errors.Unavailable) and err.message.startswith("pserver: slot lost its lease"):
                     err = errors.Fenced(err.message, err.code)
-                if not isinstance(err, (errors.Unavailable, errors.DeadlineExceeded)):
+                elif not isinstance(err, (errors.Unavailable, errors.DeadlineExceeded)):
                     raise err
             except errors.Unavailable as e:
                 err = e
             if (time.monotonic() >= deadline) if deadline is not None else attempt >= retries:
-                raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code)
+                raise type(err)(f"slot {slot}: {err.message} (after {attempt} retries)", err.code, err.reason)
             attempt += 1
             self.retried += 1
             self._invalidate(slot)
@@ -604,9 +687,8 @@ class ParamClient:
             return len(resp.tensors)
 
         def one(slot):
-            req = pserver_pb2.PullRequest(job=self.job, slot=slot)
-
-            def call(c):
+            def call(c, epoch):
+                req = pserver_pb2.PullRequest(job=self.job, slot=slot, epoch=epoch)
                 if not self._stream[slot]:
                     resp = c.pull(req, timeout=self.timeout)
                     return resp, place(slot, resp)
@@ -687,9 +769,15 @@ class ParamClient:
                 # gradients (PServer.PushStream applies them as one push).
                 chunks = _chunk_tensors(ts, STREAM_CHUNK_BYTES)
                 msgs = [req.with_tensors(chunks[0])] + [_Push("", 0, "", 0, 0, ch) for ch in chunks[1:]]
-                resp = self._do(slot, lambda c: c.push_stream(iter(msgs), timeout=self.timeout))
+
+                def call(c, epoch):
+                    msgs[0].epoch = epoch  # the push id stays: a retry applies at most once
+                    return c.push_stream(iter(msgs), timeout=self.timeout)
             else:
-                resp = self._do(slot, lambda c: c.push(req, timeout=self.timeout))
+                def call(c, epoch):
+                    req.epoch = epoch  # the push id stays: a retry applies at most once
+                    return c.push(req, timeout=self.timeout)
+            resp = self._do(slot, call)
             self.versions[slot] = resp.version
             if resp.incarnation:
                 self.incarnations[slot] = resp.incarnation
@@ -729,8 +817,9 @@ class ParamClient:
         def one(slot):
             if not per[slot]:
                 return
-            req = pserver_pb2.PullRequest(job=self.job, slot=slot, tensors=[pserver_pb2.Tensor(name=name, rows=per[slot])])
-            resp = self._do(slot, lambda c: c.pull(req, timeout=self.timeout))
+            t = pserver_pb2.Tensor(name=name, rows=per[slot])
+            resp = self._do(slot, lambda c, epoch: c.pull(
+                pserver_pb2.PullRequest(job=self.job, slot=slot, tensors=[t], epoch=epoch), timeout=self.timeout))
             if len(resp.tensors) != 1 or resp.tensors[0].n != 4 * p.dim * len(per[slot]):
                 raise errors.Internal(f"pull rows: slot {slot} sent a bad response for {name!r}")
             got[slot] = resp.tensors[0].floats().reshape(-1, p.dim)
@@ -751,7 +840,7 @@ class ParamClient:
         overrides the client's Unavailable retries."""
         def one(slot):
             req = pserver_pb2.LeaveStepRequest(job=self.job, slot=slot, trainer=self.trainer)
-            self._do(slot, lambda c: c.leave(req, timeout=self.timeout), retries)
+            self._do(slot, lambda c, _epoch: c.leave(req, timeout=self.timeout), retries)
         self._parallel(one)
 
     def close(self) -> None:

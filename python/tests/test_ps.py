@@ -240,7 +240,7 @@ def test_async_push_retried_after_lost_answer_applies_once(client):
     wait_slots(client, job, 1)
     ps = ParamClient(client, job, "t")
     ps.pull()
-    conn = ps._conn(0)  # cached per address: the retry re-resolves to it
+    conn, _ = ps._conn(0)  # cached per address: the retry re-resolves to it
     real, ids = conn.push, []
 
     def lose_first_answer(req, timeout=None):
@@ -282,7 +282,7 @@ def test_sync_push_names_one_step_on_every_slot(client):
         a.pull()
         v = list(a.versions)
         assert v[0] == v[1], v
-        a._do(0, lambda c: c.push(_ps._Push(job, 0, "a", v[0], 1, [], a.incarnations[0], 1), timeout=a.timeout))
+        a._do(0, lambda c, _epoch: c.push(_ps._Push(job, 0, "a", v[0], 1, [], a.incarnations[0], 1), timeout=a.timeout))
         a.pull()
         assert a.versions == [v[0] + 1, v[1]], a.versions
         ones = np.ones(64, np.float32)

@@ -29,16 +29,16 @@ def _streaming_only(ps):
     get = ps._conn
 
     def conn(slot):
-        c = get(slot)
+        c, epoch = get(slot)
         c.pull = c.push = _no_unary
-        return c
+        return c, epoch
     ps._conn = conn
 
 
 def _protobuf_pull(ps, slot):
     """One slot's dense blocks read by a plain generated stub (protobuf's
     parser): the reference the raw decoders must match."""
-    stub = pserver_pb2_grpc.PServerStub(ps._conn(slot).channel)
+    stub = pserver_pb2_grpc.PServerStub(ps._conn(slot)[0].channel)
     resp = stub.Pull(pserver_pb2.PullRequest(job=ps.job, slot=slot), timeout=60)
     return [(t.name, t.block, bytes(t.data)) for t in resp.tensors]
 
