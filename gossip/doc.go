@@ -3,8 +3,10 @@
 // hashicorp/memberlist (SWIM failure detection with Lifeguard's
 // refinements, gossip dissemination, TCP push/pull anti-entropy).
 //
-// It decides nothing. It reports joins, metadata updates, graceful leaves
-// and failures; the master (on the Raft leader) decides what they mean, for
+// It decides nothing. It reports joins, metadata updates, graceful leaves,
+// suspicions (EventSuspect: memberlist suspects a member, read by polling
+// its node state, suspect.go; the member stays alive in Members) and
+// failures; the master (on the Raft leader) decides what they mean, for
 // example by writing /nodes/<id> and requeueing a dead trainer's tasks.
 //
 // # Usage
