@@ -19,7 +19,8 @@
 // FSM holds everything earlier leaders committed, and then, until
 // leadership is lost:
 //
-//   - reconciles gossip membership into the Raft configuration: an alive
+//   - reconciles gossip membership into the Raft configuration
+//     (reconcile.go): an alive
 //     server node joins as a voter while there are fewer than MaxVoters
 //     voters, as a non-voter after that, and a learner (schema.LearnerKey,
 //     written by MemberAdd with is_learner) as a non-voter until
