@@ -152,37 +152,23 @@ const checkAllParallel = 32
 // for want of a leader, and gossip's node-gone comes about a second
 // later). Safety is Report's: the promotion is the epoch-compared Txn.
 func (s *Suspects) CheckAll(ctx context.Context, reason string) map[string]int {
-	key, end := schema.PrefixRange(schema.JobsPrefix)
-	resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
-	if err != nil {
-		s.log.Warn("check every replicated slot's primary: read", "err", err)
-		return nil
-	}
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		verdicts = map[string]int{}
 		sem      = make(chan struct{}, checkAllParallel)
 	)
-	for _, kv := range resp.Kvs {
-		job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
-		if !ok || kind != schema.KindReplicas {
-			continue
-		}
-		slot, err := schema.ParseSlot(id)
-		if err != nil {
-			continue
-		}
+	for _, h := range s.replicaSlots(ctx, func(schema.ReplicaRecord) bool { return true }) {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out, err := s.Report(ctx, &pb.ReportSuspectRequest{Job: job, Slot: slot, Reason: reason})
+			out, err := s.Report(ctx, &pb.ReportSuspectRequest{Job: h.job, Slot: h.slot, Reason: reason})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				verdicts["error"]++
-				s.log.Warn("check a replicated slot's primary", "job", job, "slot", slot, "err", err)
+				s.log.Warn("check a replicated slot's primary", "job", h.job, "slot", h.slot, "err", err)
 				return
 			}
 			verdicts[out.GetVerdict()]++

@@ -74,26 +74,9 @@ func (s *Suspects) FollowGossip(ctx context.Context) {
 
 // ReportNode reports (Report, source gossip) every replicated slot whose
 // record names node as its primary, concurrently, and returns the
-// answers (nil if node is no slot's primary). It reads each job's
-// replica records (serializable: Report reads the record it acts on
-// again, linearizably); a failed read is logged and skips that job.
+// answers (nil if node is no slot's primary).
 func (s *Suspects) ReportNode(ctx context.Context, node, reason string) []*pb.ReportSuspectResponse {
-	var slots []replicated
-	for _, j := range s.store.Jobs() {
-		key, end := schema.PrefixRange(schema.ReplicaPrefix(j.GetName()))
-		resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
-		if err != nil {
-			s.log.Warn("report a suspect node's primaries: read the replica records", "job", j.GetName(), "node", node, "err", err)
-			continue
-		}
-		for _, kv := range resp.Kvs {
-			if job, kind, id, ok := schema.ParseJobKey(string(kv.Key)); ok && kind == schema.KindReplicas {
-				if r, ok := primaryOf(job, id, kv, node); ok {
-					slots = append(slots, r)
-				}
-			}
-		}
-	}
+	slots := s.replicaSlots(ctx, func(r schema.ReplicaRecord) bool { return r.Primary.Node == node })
 	out := make([]*pb.ReportSuspectResponse, len(slots))
 	var wg sync.WaitGroup
 	for i, h := range slots {
@@ -106,4 +89,34 @@ func (s *Suspects) ReportNode(ctx context.Context, node, reason string) []*pb.Re
 	}
 	wg.Wait()
 	return out
+}
+
+// replicaSlots returns the replicated slots of every job whose record
+// keep accepts. It reads each job's replica records (serializable: Report
+// reads the record it acts on again, linearizably); a failed read is
+// logged and skips that job.
+func (s *Suspects) replicaSlots(ctx context.Context, keep func(schema.ReplicaRecord) bool) []replicated {
+	var slots []replicated
+	for _, j := range s.store.Jobs() {
+		key, end := schema.PrefixRange(schema.ReplicaPrefix(j.GetName()))
+		resp, err := s.store.Range(ctx, &pb.RangeRequest{Serializable: true, Key: key, RangeEnd: end})
+		if err != nil {
+			s.log.Warn("read a job's replica records", "job", j.GetName(), "err", err)
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
+			if !ok || kind != schema.KindReplicas {
+				continue
+			}
+			slot, err := schema.ParseSlot(id)
+			if err != nil {
+				continue
+			}
+			if rec, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision); err == nil && keep(rec) {
+				slots = append(slots, replicated{job: job, slot: slot, rec: rec})
+			}
+		}
+	}
+	return slots
 }
