@@ -56,12 +56,7 @@ func (a *Agent) holdOver(h *hosted, fenced *pserver.Slot) {
 		a.log.Error("fenced primary's state not held over: the slot will be restored", "job", k.job, "slot", k.slot, "err", err)
 		return
 	}
-	s, err := pserver.RestoreSlot(spec, k.slot, spec.NumPservers, blobs)
-	if err == nil {
-		if err = s.InstallState(ids, inc); err != nil {
-			s.Close()
-		}
-	}
+	s, err := restoreReplica(spec, k.slot, blobs, ids, inc)
 	if err != nil {
 		a.log.Error("fenced primary's state not held over: the slot will be restored", "job", k.job, "slot", k.slot, "err", err)
 		return

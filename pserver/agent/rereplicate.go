@@ -432,7 +432,7 @@ func (a *Agent) installBackup(hdr *pb.InstallHeader, blobs map[int32][]byte) (*r
 		return nil, fmt.Errorf("%w: install of job %q slot %d: %d bytes over the node's memory budget (%d in use of %d)",
 			errs.ErrNoCapacity, k.job, k.slot, SlotBytes(spec), inUse, a.cfg.MemoryBudget)
 	}
-	s, err := pserver.RestoreSlot(spec, k.slot, spec.NumPservers, blobs)
+	s, err := restoreReplica(spec, k.slot, blobs, hdr.GetPushIds(), hdr.GetIncarnation())
 	if err != nil {
 		return nil, fmt.Errorf("install of job %q slot %d: %w", k.job, k.slot, err)
 	}
@@ -440,10 +440,6 @@ func (a *Agent) installBackup(hdr *pb.InstallHeader, blobs map[int32][]byte) (*r
 		s.Close()
 		return nil, fmt.Errorf("%w: install of job %q slot %d: blobs at version %d step %d, header says %d, %d",
 			errs.ErrInvalid, k.job, k.slot, s.Version(), s.Step(), hdr.GetVersion(), hdr.GetStep())
-	}
-	if err := s.InstallState(hdr.GetPushIds(), hdr.GetIncarnation()); err != nil {
-		s.Close()
-		return nil, err
 	}
 	b := replica.NewBackup(k.job, s, hdr.GetEpoch())
 	a.mu.Lock()
@@ -462,4 +458,19 @@ func (a *Agent) installBackup(hdr *pb.InstallHeader, blobs map[int32][]byte) (*r
 // does not name, is a learner still being built by r's primary.
 func keepLearner(hb *heldBackup, r schema.ReplicaRecord, ok bool) bool {
 	return hb.learnerOf != "" && ok && r.Primary.Node == hb.learnerOf && time.Since(hb.since) < learnerTTL
+}
+
+// restoreReplica builds slot i of spec from a ReplicaSnapshot's encoded
+// blobs, push-id memory and incarnation (an Install stream's, or this
+// node's own fenced slot's: holdOver).
+func restoreReplica(spec *pb.JobSpec, i int32, blobs map[int32][]byte, ids *pb.PushIDState, inc int64) (*pserver.Slot, error) {
+	s, err := pserver.RestoreSlot(spec, i, spec.NumPservers, blobs)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.InstallState(ids, inc); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
