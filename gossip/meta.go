@@ -44,6 +44,11 @@ type Meta struct {
 	// PServerAddr is the host:port of the pserver data path (Pull, Push);
 	// empty for a node without it.
 	PServerAddr string
+	// PServerInstance is the node process's instance (random at each
+	// start; pserver/agent's Config.Instance): replica records name
+	// backups with it, so a restarted node is told from its previous
+	// process. Empty for a node without the pserver role.
+	PServerInstance string
 	// PServerBudget and TrainerBudget are the bytes this node's pserver
 	// slots and trainers may allocate (`raftps node
 	// --pserver-memory-budget`, `--trainer-memory-budget`); the master
@@ -87,6 +92,7 @@ type wireMeta struct {
 	HTTPAddr    string   `json:"h,omitempty"`
 	PeerAddr    string   `json:"p,omitempty"`
 	PServerAddr string   `json:"ps,omitempty"`
+	PSInstance  string   `json:"pi,omitempty"`
 	PSBudget    uint64   `json:"pb,omitempty"`
 	TBudget     uint64   `json:"tb,omitempty"`
 	Zone        string   `json:"z,omitempty"`
@@ -96,7 +102,7 @@ type wireMeta struct {
 func encodeMeta(m Meta, incarnation uint32) ([]byte, error) {
 	b, err := json.Marshal(wireMeta{
 		ID: m.ID, Roles: m.Roles, GRPCAddr: m.GRPCAddr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
-		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, PSBudget: m.PServerBudget, TBudget: m.TrainerBudget,
+		PeerAddr: m.PeerAddr, PServerAddr: m.PServerAddr, PSInstance: m.PServerInstance, PSBudget: m.PServerBudget, TBudget: m.TrainerBudget,
 		Zone: m.Zone, Incarnation: incarnation,
 	})
 	if err != nil {
@@ -116,7 +122,7 @@ func decodeMeta(b []byte) (Meta, uint32, error) {
 		return Meta{}, 0, fmt.Errorf("decode meta: %w", err)
 	}
 	return Meta{ID: w.ID, Roles: w.Roles, GRPCAddr: w.GRPCAddr, RaftAddr: w.RaftAddr, HTTPAddr: w.HTTPAddr,
-		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr, PServerBudget: w.PSBudget, TrainerBudget: w.TBudget,
+		PeerAddr: w.PeerAddr, PServerAddr: w.PServerAddr, PServerInstance: w.PSInstance, PServerBudget: w.PSBudget, TrainerBudget: w.TBudget,
 		Zone: w.Zone}, w.Incarnation, nil
 }
 

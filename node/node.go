@@ -21,6 +21,7 @@ import (
 	"github.com/raftps/raftps/gossip"
 	"github.com/raftps/raftps/master"
 	"github.com/raftps/raftps/pserver"
+	pagent "github.com/raftps/raftps/pserver/agent"
 	"github.com/raftps/raftps/pserver/checkpoint"
 	"github.com/raftps/raftps/pserver/wire"
 	"github.com/raftps/raftps/raftstore"
@@ -36,6 +37,9 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
+	// instance is this process's pserver instance (random at each start;
+	// announced in gossip, pserver/agent's Config.Instance).
+	instance string
 
 	fsm    *fsm.FSM
 	store  *raftstore.Store
@@ -82,7 +86,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.PServerMemoryBudget = cmp.Or(cfg.PServerMemoryBudget, ps)
 		cfg.TrainerMemoryBudget = cmp.Or(cfg.TrainerMemoryBudget, tr)
 	}
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), failed: make(chan error, 1)}, nil
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), instance: pagent.NewInstance(), failed: make(chan error, 1)}, nil
 }
 
 // Run opens the node, serves until ctx ends (SIGINT/SIGTERM in `raftps
@@ -256,6 +260,7 @@ func (n *Node) openGossip() (err error) {
 		PeerAddr: n.advertised(n.PeerAddr()), Zone: n.cfg.Zone}
 	if n.cfg.hasRole(gossip.RolePServer) {
 		gcfg.Meta.PServerAddr = n.advertised(n.PServerAddr())
+		gcfg.Meta.PServerInstance = n.instance
 		gcfg.Meta.PServerBudget = n.cfg.PServerMemoryBudget // budget.go
 	}
 	if n.cfg.hasRole(gossip.RoleTrainer) {

@@ -48,7 +48,7 @@ func (p gossipPeers) PServerPeers() []schema.ReplicaMember {
 	var out []schema.ReplicaMember
 	for _, m := range p.g.Members() {
 		if m.Status == gossip.StatusAlive && m.Meta.HasRole(gossip.RolePServer) && m.Meta.PServerAddr != "" {
-			out = append(out, schema.ReplicaMember{Node: m.Meta.ID, Addr: m.Meta.PServerAddr, Zone: m.Meta.Zone})
+			out = append(out, schema.ReplicaMember{Node: m.Meta.ID, Addr: m.Meta.PServerAddr, Zone: m.Meta.Zone, Instance: m.Meta.PServerInstance})
 		}
 	}
 	return out
@@ -128,7 +128,7 @@ func (n *Node) openRoles(ctx context.Context) error {
 		rs.OnBroken = n.reportBrokenStream // a broken stream from a primary: probe it (issue 34)
 		pb.RegisterReplicaServer(n.pserver, rs)
 		// Slot records carry the data path's address: trainers dial it.
-		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), Zone: n.cfg.Zone, MemoryBudget: n.cfg.PServerMemoryBudget,
+		a := pagent.New(pagent.Config{NodeID: n.cfg.ID, Addr: n.advertised(n.PServerAddr()), Zone: n.cfg.Zone, Instance: n.instance, MemoryBudget: n.cfg.PServerMemoryBudget,
 			LeaseTTL: int64(n.cfg.PServerLeaseTTL / time.Second), Logger: n.log,
 			Replicas: rs, DialOptions: n.dial}, local, srv, mgr, peers)
 		n.goAgent(ctx, a.Run)

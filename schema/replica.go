@@ -31,6 +31,13 @@ type ReplicaMember struct {
 	// are placed in zones no other member of the slot is in, when there
 	// are such nodes (pserver/agent's pickBackups).
 	Zone string `json:"zone,omitempty"`
+	// Instance is the node's process as the record's writer saw it in
+	// gossip (`raftps node` makes a random one at each start). A backup's
+	// state lives in its process's memory: a record that names a node
+	// with another Instance than its running process names state that is
+	// gone (pserver/agent's reconcileBackups builds nothing for it).
+	// Empty in records of older versions.
+	Instance string `json:"instance,omitempty"`
 }
 
 // ReplicaRecord is the JSON value of ReplicaKey: the slot's primary and

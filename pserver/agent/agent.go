@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"strings"
 	"sync"
@@ -44,6 +46,12 @@ type Config struct {
 	// Zone is this node's failure domain (node.Config.Zone; empty: none),
 	// written into the replica records it is primary of (pickBackups).
 	Zone string
+	// Instance is this node process's instance (node.Config: random at
+	// each start, announced in gossip as PServerPeers' Instance): the
+	// replica records name backups with it, and only the instance named
+	// builds a backup from the initializer (backups.go). Empty: New makes
+	// one.
+	Instance string
 	// LeaseTTL of the node's pserver lease in seconds (default 5).
 	LeaseTTL int64
 	// Poll is the interval between reconciliations and between lease
@@ -99,6 +107,9 @@ type Agent struct {
 	// specs are the replicated jobs' specs as last reconciled (a new
 	// backup's Install needs them; rereplicate.go).
 	specs map[string]*pb.JobSpec
+	// stale are the records that name this node as a backup from before
+	// its restart, by slot, with the epoch their warning was logged at.
+	stale map[slotKey]int64
 	wg    sync.WaitGroup
 }
 
@@ -164,14 +175,26 @@ func New(cfg Config, meta Meta, server *pserver.Server, ckpt *checkpoint.Manager
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = NewInstance()
+	}
 	a := &Agent{cfg: cfg, meta: meta, server: server, ckpt: ckpt, members: members,
 		session: concurrency.NewSession(meta, cfg.LeaseTTL), kick: make(chan struct{}, 1),
 		log: cfg.Logger.With("component", "pserver-agent"), hosted: map[slotKey]*hosted{}, written: map[slotKey][]byte{},
-		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}, specs: map[string]*pb.JobSpec{}}
+		refused: map[slotKey]bool{}, retry: map[slotKey]restoreRetry{}, backups: map[slotKey]*heldBackup{}, specs: map[string]*pb.JobSpec{},
+		stale: map[slotKey]int64{}}
 	if cfg.Replicas != nil {
 		cfg.Replicas.SetInstaller(a.installBackup)
 	}
 	return a
+}
+
+// NewInstance returns a random process instance (Config.Instance): 16
+// hex digits.
+func NewInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Run keeps the node's lease alive and reconciles every Poll until ctx

@@ -75,7 +75,9 @@
 // slot and builds it from the initializer places its backups on other
 // live pserver nodes (Members that implement PServerPeers) before it
 // serves; an agent named as a backup builds the same slot and serves it
-// as a replica.Backup (Config.Replicas); the primary's pushes are
+// as a replica.Backup (Config.Replicas), but only for a record created
+// after its process started: a restarted node's backups are gone, and it
+// builds none for the records that name it from before (backups.go); the primary's pushes are
 // acknowledged only once every in-sync backup applied them, a failed
 // backup is dropped by a Txn that compares the record's epoch, and an
 // agent whose backup the master promoted claims the slot and serves it at
@@ -94,7 +96,8 @@
 //
 // Files by concern: agent.go (the agent, its lease and fencing), claims.go
 // (reconciliation, claiming, restoring and releasing slots), replicas.go
-// (replicated slots: placement, backups, replication, promotion),
+// (replicated slots: placement, replication, promotion), backups.go (the
+// backups a node holds, and its restart),
 // rereplicate.go (new backups by state transfer), holdover.go (a lone
 // primary's state kept across a fence), rollback.go
 // (the sync rollback protocol), trainers.go (the trainer feed),

@@ -26,7 +26,7 @@ import (
 // backups (PServerPeers), the claim's incarnation. Each backup's agent
 // finds the record (reconcile reads /jobs/<job>/replicas/), builds the
 // slot from the same initializer (same spec and seed: the same bytes, no
-// state transfer) and serves it as a replica.Backup at the record's epoch.
+// state transfer; only the process the record names: backups.go) and serves it as a replica.Backup at the record's epoch.
 // The primary's slot reports every update (Slot.OnUpdate) to a
 // replication, which sends it to every in-sync backup (replica.Replicator
 // over one Replicate stream per backup) and lets the push be acknowledged
@@ -438,7 +438,7 @@ func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc
 	if spec.GetReplicas() < 2 || a.cfg.Replicas == nil || !has {
 		return rec, false
 	}
-	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr, Zone: a.cfg.Zone}, Incarnation: inc}
+	rec = schema.ReplicaRecord{Primary: schema.ReplicaMember{Node: a.cfg.NodeID, Addr: a.cfg.Addr, Zone: a.cfg.Zone, Instance: a.cfg.Instance}, Incarnation: inc}
 	cands := a.backupCandidates(rec)
 	if len(cands) == 0 {
 		a.log.Warn("replicated slot: no other live pserver node for a backup; serving with R = 1", "job", spec.Name, "slot", i)
@@ -459,90 +459,6 @@ func (a *Agent) placeBackups(ctx context.Context, spec *pb.JobSpec, i int32, inc
 	}
 	rec.Epoch = out.GetHeader().GetRevision()
 	return rec, true
-}
-
-// reconcileBackups makes the backups this node holds of job's slots
-// follow the records: a record naming this node as a backup gets one
-// (built from the initializer, at the record's epoch), a held one learns
-// the record's epoch, and one whose record no longer names this node (or
-// is gone) is removed. A record naming this node as primary keeps its
-// backup for claimPromoted.
-func (a *Agent) reconcileBackups(spec *pb.JobSpec, recs map[int32]schema.ReplicaRecord) {
-	if a.cfg.Replicas == nil {
-		return
-	}
-	job := spec.Name
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.specs[job] = spec // for installBackup
-	for k, hb := range a.backups {
-		if k.job != job {
-			continue
-		}
-		r, ok := recs[k.slot]
-		switch {
-		case ok && r.Primary.Node == a.cfg.NodeID && (!hb.heldOver || r.Epoch == hb.b.Epoch()):
-			hb.b.SetEpoch(r.Epoch) // promoted (or held over at this epoch): claimPromoted serves it
-		case ok && isBackup(r, a.cfg.NodeID):
-			hb.learnerOf = "" // joined
-			hb.b.SetEpoch(r.Epoch)
-		case keepLearner(hb, r, ok): // being built by r's primary
-		default:
-			a.cfg.Replicas.Remove(job, k.slot)
-			hb.b.Slot().Close()
-			delete(a.backups, k)
-			a.log.Info("backup released: the record no longer names this node", "job", job, "slot", k.slot)
-		}
-	}
-	for i, r := range recs {
-		k := slotKey{job, i}
-		if !isBackup(r, a.cfg.NodeID) || a.backups[k] != nil || a.hosted[k] != nil {
-			continue
-		}
-		need := SlotBytes(spec)
-		if b := a.cfg.MemoryBudget; b > 0 && uint64(a.inUseLocked()+need) > b {
-			a.log.Warn("backup not built: over the memory budget (the primary drops it)", "job", job, "slot", i, "need", need)
-			continue
-		}
-		s, err := pserver.NewSlot(spec, i, spec.NumPservers)
-		if err != nil {
-			a.log.Error("backup not built", "job", job, "slot", i, "err", err)
-			continue
-		}
-		s.SetIncarnation(r.Incarnation)
-		b := replica.NewBackup(job, s, r.Epoch)
-		a.backups[k] = &heldBackup{spec: spec, b: b}
-		a.cfg.Replicas.Add(job, b)
-		a.log.Info("backup serving", "job", job, "slot", i, "epoch", r.Epoch, "primary", r.Primary.Node)
-	}
-}
-
-// dropEndedBackupsLocked removes the backups of jobs not running (a.mu
-// held).
-func (a *Agent) dropEndedBackupsLocked(running map[string]*pb.JobStatus) {
-	for job := range a.specs {
-		if running[job] == nil {
-			delete(a.specs, job)
-		}
-	}
-	for k, hb := range a.backups {
-		if running[k.job] == nil {
-			if a.cfg.Replicas != nil {
-				a.cfg.Replicas.Remove(k.job, k.slot)
-			}
-			hb.b.Slot().Close()
-			delete(a.backups, k)
-		}
-	}
-}
-
-func isBackup(r schema.ReplicaRecord, node string) bool {
-	for _, m := range r.Backups {
-		if m.Node == node {
-			return true
-		}
-	}
-	return false
 }
 
 // claimPromoted serves slot i, whose record names this node as primary

@@ -44,6 +44,18 @@ func (m *replicaMembers) PServerPeers() []schema.ReplicaMember {
 	return slices.Clone(m.mem)
 }
 
+// restarted gives node a new process instance, as its gossip meta
+// would after a restart.
+func (m *replicaMembers) restarted(node, instance string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range m.mem {
+		if m.mem[i].Node == node {
+			m.mem[i].Instance = instance
+		}
+	}
+}
+
 func (m *replicaMembers) remove(node string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -56,6 +68,7 @@ type replicaNode struct {
 	id    string
 	ta    *testAgent
 	gs    *grpc.Server
+	rs    *replica.Service
 	start func() *testAgent
 }
 
@@ -109,9 +122,11 @@ func startReplicaNodesWith(t testing.TB, meta *fakeMeta, started int, tune func(
 		pb.RegisterPServerServer(gs, srv)
 		pb.RegisterReplicaServer(gs, rs)
 		go gs.Serve(lis[i])
-		n := &replicaNode{id: m.Node, gs: gs}
+		n := &replicaNode{id: m.Node, gs: gs, rs: rs}
 		n.start = func() *testAgent {
-			cfg := Config{NodeID: m.Node, Addr: m.Addr, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
+			inst := NewInstance() // a new process
+			mem.restarted(m.Node, inst)
+			cfg := Config{NodeID: m.Node, Addr: m.Addr, Instance: inst, LeaseTTL: 5, Poll: 20 * time.Millisecond, Logger: log,
 				Replicas: rs, DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
 			if tune != nil {
 				tune(&cfg)
