@@ -204,6 +204,44 @@ func watchArrivals(ctx context.Context, cl *client.Client, job string) *arrivalL
 	return a
 }
 
+// stallReport says where a page that stopped showing progress stopped:
+// what the page received and charted, what a gRPC watcher received, and
+// the job as the master reports it (a page whose stream stalled, or a job
+// that did).
+func stallReport(ctx context.Context, p page, cl *client.Client, a *arrivalLog, job string) string {
+	var seen struct {
+		Events, Done, Charted, LastSeq int
+		Frame                          bool
+	}
+	err := p.eval(`(() => { const e = raftps.events || []; return {Events: e.length,
+		Done: e.filter(x => x.type === "task_done").length,
+		Charted: raftps.charts.loss ? raftps.charts.loss.data[0].length : -1,
+		LastSeq: e.length ? e[e.length - 1].seq : 0, Frame: !!(raftps.job && raftps.job.frame)}; })()`, &seen)
+	var b strings.Builder
+	fmt.Fprintf(&b, "page: %d events (last seq %d), %d task_done, %d charted, a render pending %v (eval error %v)\n",
+		seen.Events, seen.LastSeq, seen.Done, seen.Charted, seen.Frame, err)
+	arrived := a.get()
+	var last int64
+	for seq := range arrived {
+		last = max(last, seq)
+	}
+	fmt.Fprintf(&b, "gRPC watcher: %d events, last seq %d\n", len(arrived), last)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cl.Master.GetJob(cctx, &pb.GetJobRequest{Name: job})
+	if err != nil {
+		fmt.Fprintf(&b, "master: GetJob: %v", err)
+		return b.String()
+	}
+	st := resp.Status
+	fmt.Fprintf(&b, "master: %v pass %d: todo %d pending %d done %d failed %d, events seq %d, %d trainers, message %q",
+		st.State, st.Pass, st.Todo, st.Pending, st.Done, st.Failed, st.EventsSeq, len(st.Trainers), st.Message)
+	for _, ps := range st.Pservers {
+		fmt.Fprintf(&b, "\n  slot %d on %s (incarnation %d)", ps.Index, ps.Node, ps.Incarnation)
+	}
+	return b.String()
+}
+
 // nonLeader is the first node that is not leader.
 func nonLeader(nodes []*localcluster.Node, leader string) *localcluster.Node {
 	for _, n := range nodes {

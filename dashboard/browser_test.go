@@ -142,7 +142,7 @@ func TestBrowserDashboard(t *testing.T) {
 	total := browserRecords / browserPerTask * browserPasses
 	if err := jobPage.waitFor("a third of the tasks on the loss plot",
 		fmt.Sprintf(`raftps.charts.loss && raftps.charts.loss.data[0].length >= %d`, total/3), 200*time.Millisecond, 3*time.Minute); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, stallReport(ctx, jobPage, cl, arrivals, browserJob))
 	}
 	// The victim is the leader the cluster page shows, confirmed over gRPC.
 	var victim *localcluster.Node
