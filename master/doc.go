@@ -51,8 +51,10 @@
 //     (replicas.go): its schema.ReplicaRecord
 //     moves to an alive in-sync backup in one Txn that compares its
 //     epoch, and that node's agent serves the slot it holds once the
-//     claim is freed (no restore, no handover wait); a record with no
-//     alive backup is deleted, and the slot restores as with R = 1;
+//     claim is freed (no restore, no handover wait); a backup whose node
+//     restarted since the record named it (another gossip instance)
+//     holds nothing and is passed over; a record with no such backup is
+//     deleted, and the slot restores as with R = 1;
 //   - sweeps task deadlines (COMMAND_EXPIRE_TASKS; the FSM decides with the
 //     leader's clock stamped in the entry) and requeues the tasks of
 //     trainers whose registration key vanished; and fails over replicated

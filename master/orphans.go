@@ -79,7 +79,7 @@ func (m *Master) failoverUnclaimed(ctx context.Context, job string, seen map[str
 		if !ok {
 			continue
 		}
-		if !alive[rec.Primary.Node] {
+		if !alive.has(rec.Primary.Node) {
 			m.log.Info("replicated slot: its primary holds no claim and is not alive in gossip; failing over",
 				"job", job, "slot", slot, "primary", rec.Primary.Node, "epoch", rec.Epoch)
 			m.failover(ctx, rec.Primary.Node, []replicated{h})

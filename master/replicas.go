@@ -55,23 +55,45 @@ func (m *Master) failover(ctx context.Context, node string, slots []replicated) 
 	}
 }
 
-// aliveNodes maps each gossip member's id to whether it is alive.
-func aliveNodes(members Members) map[string]bool {
-	alive := map[string]bool{}
+// liveNodes maps each alive gossip member's id to the pserver instance it
+// announces (gossip.Meta.PServerInstance; "" if none).
+type liveNodes map[string]string
+
+// aliveNodes returns members' alive ones.
+func aliveNodes(members Members) liveNodes {
+	alive := liveNodes{}
 	for _, mem := range members.Members() {
-		alive[mem.Meta.ID] = mem.Status == gossip.StatusAlive
+		if mem.Status == gossip.StatusAlive {
+			alive[mem.Meta.ID] = mem.Meta.PServerInstance
+		}
 	}
 	return alive
 }
 
+// has reports whether node is alive.
+func (l liveNodes) has(node string) bool {
+	_, ok := l[node]
+	return ok
+}
+
+// holds reports whether b, a record's backup entry, may hold the backup
+// state: its node is alive and runs the process the record names (a node
+// restarted since holds none: pserver/agent's backups.go). An entry or a
+// member without an instance (an older version) is taken to.
+func (l liveNodes) holds(b schema.ReplicaMember) bool {
+	inst, ok := l[b.Node]
+	return ok && b.MayRun(inst)
+}
+
 // failoverSlot promotes or deletes h's record (failover; promoteSlot
 // with dropLast: a record with no alive backup is deleted).
-func (m *Master) failoverSlot(ctx context.Context, node string, alive map[string]bool, h replicated) {
+func (m *Master) failoverSlot(ctx context.Context, node string, alive liveNodes, h replicated) {
 	_, _ = promoteSlot(ctx, m.store, m.log, node, alive, h, true, false)
 }
 
 // promoteSlot moves h's record, whose primary is node, to an alive
-// in-sync backup (ReplicaRecord.Promote) in one Txn that compares its
+// in-sync backup that still runs the process the record names
+// (liveNodes.holds; ReplicaRecord.Promote) in one Txn that compares its
 // epoch (schema.EpochCompare), and returns the promoted node and the
 // record's new epoch ("" and 0: nothing written). With no alive backup,
 // dropLast deletes the record (the slot then restores, R = 1) and
@@ -83,15 +105,15 @@ func (m *Master) failoverSlot(ctx context.Context, node string, alive map[string
 // compare that fails (the record changed since it was read: node dropped
 // a backup just before it died) is tried again on the record read anew,
 // up to three times, while node is still its primary.
-func promoteSlot(ctx context.Context, store Store, log *slog.Logger, node string, alive map[string]bool, h replicated, dropLast, freeClaim bool) (string, int64) {
+func promoteSlot(ctx context.Context, store Store, log *slog.Logger, node string, alive liveNodes, h replicated, dropLast, freeClaim bool) (string, int64) {
 	key := []byte(schema.ReplicaKey(h.job, h.slot))
 	rec := h.rec
 	for attempt := 0; attempt < 3; attempt++ {
 		op := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: key}}}
 		to := ""
 		for _, b := range rec.Backups {
-			if !alive[b.Node] {
-				continue
+			if !alive.holds(b) {
+				continue // dead, or restarted since the record named it
 			}
 			if next, err := rec.Promote(b.Node); err == nil {
 				to = b.Node

@@ -161,3 +161,33 @@ func TestSweepForgetsLapsesOfGoneRecords(t *testing.T) {
 		t.Fatalf("after %s was deleted and swept: lapsed %v, want empty", key, m.lapsed)
 	}
 }
+
+// TestNodeGoneSkipsRestartedBackup: a backup whose node restarted since
+// the record named it (its gossip instance differs from the record's)
+// holds none of the slot's state (pserver/agent's backups.go), so
+// nodeGone promotes the next backup that runs the process the record
+// names, and deletes a record whose only backup restarted (the slot is
+// then restored from its checkpoint, not served from nothing). Before
+// liveNodes.holds it promoted the first alive backup: the restarted node
+// then failed to serve (claimPromoted: no backup held) and the slot went
+// through another hand-off before its restore.
+func TestNodeGoneSkipsRestartedBackup(t *testing.T) {
+	s := openStore(t)
+	submit(t, s, "j")
+	ctx := ctxT(t, 20*time.Second)
+	m2 := schema.ReplicaMember{Node: "n2", Addr: "n2:1", Instance: "i2"}
+	m3 := schema.ReplicaMember{Node: "n3", Addr: "n3:1", Instance: "i3-before"}
+	m4 := schema.ReplicaMember{Node: "n4", Addr: "n4:1", Instance: "i4"}
+	put(t, s, schema.ReplicaKey("j", 0), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m3, m4}}.Marshal(), 0)
+	put(t, s, schema.ReplicaKey("j", 1), schema.ReplicaRecord{Primary: m2, Backups: []schema.ReplicaMember{m3}}.Marshal(), 0)
+	restarted, same := member("n3", gossip.StatusAlive, "", gossip.RolePServer), member("n4", gossip.StatusAlive, "", gossip.RolePServer)
+	restarted.Meta.PServerInstance, same.Meta.PServerInstance = "i3-after", "i4"
+	newMaster(s, &fakeMembers{members: []gossip.Member{restarted, same}}).nodeGone(ctx, member("n2", gossip.StatusDead, "", gossip.RolePServer))
+
+	if r0, ok := readReplica(t, s, "j", 0); !ok || r0.Primary != m4 {
+		t.Fatalf("slot 0 after its primary died: %+v (present %v), want primary n4 (n3 restarted since the record named it)", r0, ok)
+	}
+	if r1, ok := readReplica(t, s, "j", 1); ok {
+		t.Fatalf("slot 1, whose only backup restarted, kept its record %+v", r1)
+	}
+}

@@ -127,7 +127,7 @@ func TestGossipSuspectReported(t *testing.T) {
 	live := livePServer(t) // n4's pserver endpoint, in this process
 	waitUntil(t, 10*time.Second, "n2, n3, n4 alive in n1's view", func() bool {
 		alive := aliveNodes(n1)
-		return alive["n2"] && alive["n3"] && alive["n4"]
+		return alive.has("n2") && alive.has("n3") && alive.has("n4")
 	})
 
 	epoch2 := replicatedSlot(t, s, addr2) // slot 0: primary n2 at addr2, backup n3

@@ -40,6 +40,14 @@ type ReplicaMember struct {
 	Instance string `json:"instance,omitempty"`
 }
 
+// MayRun reports whether m may name the process that runs instance now
+// (its node's current gossip Instance): false only when both are known
+// and differ (the node restarted since m was written, so the state m
+// names is gone).
+func (m ReplicaMember) MayRun(instance string) bool {
+	return m.Instance == "" || instance == "" || m.Instance == instance
+}
+
 // ReplicaRecord is the JSON value of ReplicaKey: the slot's primary and
 // its in-sync backups (Kafka's ISR: every backup acknowledged every update
 // the primary acknowledged).

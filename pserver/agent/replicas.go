@@ -559,15 +559,16 @@ func (a *Agent) claimPromoted(ctx context.Context, spec *pb.JobSpec, i int32, le
 // sync threw away every acknowledged update since the last checkpoint:
 // integration/jepsen's TestJepsenReplicatedSlots, partition-primary-lead.)
 func (a *Agent) handOffLostSlot(ctx context.Context, job string, i int32, rec schema.ReplicaRecord, own int64) {
-	live := map[string]bool{}
+	live := map[string]string{} // node → the instance it runs
 	if pp, ok := a.members.(PServerPeers); ok {
 		for _, m := range pp.PServerPeers() {
-			live[m.Node] = true
+			live[m.Node] = m.Instance
 		}
 	}
 	for _, b := range rec.Backups {
-		if !live[b.Node] || b.Node == a.cfg.NodeID {
-			continue
+		inst, ok := live[b.Node]
+		if !ok || b.Node == a.cfg.NodeID || !b.MayRun(inst) {
+			continue // dead, this node, or restarted since the record named it (backups.go)
 		}
 		next, err := rec.Promote(b.Node)
 		if err != nil {
