@@ -20,11 +20,7 @@ import (
 // (handOffLostSlot) and it served version 0: CI's TestTrainingUnderFaults
 // ended at 72% accuracy so.
 func TestRestartedBackupBuildsNothing(t *testing.T) {
-	meta := newFakeMeta()
-	spec := asyncReplicated("restart")
-	spec.NumPservers = 1
-	spec.Checkpoint = &pb.CheckpointPolicy{EverySteps: 2, Replicas: 1}
-	meta.setJobs(running(spec))
+	meta := runOneSlot("restart", 2)
 	nodes, _ := startReplicaNodes(t, meta, 2, "n1", "n2")
 	var prim, back *replicaNode
 	waitFor(t, "a primary serving slot 0 and a backup on the other node", func() bool {
@@ -91,4 +87,15 @@ func TestRestartedBackupBuildsNothing(t *testing.T) {
 	if err != nil || r.GetSource() == "promoted backup" || r.GetVersion() != ckpt {
 		t.Fatalf("restore record after the restart: %v %v, want a restore of version %d", r, err, ckpt)
 	}
+}
+
+// runOneSlot returns a store running job name: asyncReplicated with one
+// slot, checkpointed every everySteps steps on one node.
+func runOneSlot(name string, everySteps int64) *fakeMeta {
+	meta := newFakeMeta()
+	spec := asyncReplicated(name)
+	spec.NumPservers = 1
+	spec.Checkpoint = &pb.CheckpointPolicy{EverySteps: everySteps, Replicas: 1}
+	meta.setJobs(running(spec))
+	return meta
 }

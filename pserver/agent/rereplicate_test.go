@@ -314,11 +314,7 @@ func TestRereplicationDeposedDuringBuild(t *testing.T) {
 // the record then names n2, whose backup is byte-equal at the restored
 // version, and pushes wait for it.
 func TestRereplicationOfRestoredSlot(t *testing.T) {
-	meta := newFakeMeta()
-	spec := asyncReplicated("rs")
-	spec.NumPservers = 1
-	spec.Checkpoint = &pb.CheckpointPolicy{EverySteps: 1, Replicas: 1}
-	meta.setJobs(running(spec))
+	meta := runOneSlot("rs", 1)
 	nodes, mem := startReplicaNodes(t, meta, 0, "n1", "n2")
 	n2 := mem.PServerPeers()[1]
 	mem.remove("n2")
