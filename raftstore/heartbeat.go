@@ -1,53 +1,36 @@
 package raftstore
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/hashicorp/raft"
 )
 
-// gatedTransport is a raft.NetworkTransport whose heartbeat handler Close
-// can wait for (hashicorp/raft#717). NetworkTransport runs heartbeats on
-// its connection goroutines (Raft.processHeartbeat, its fast path), not on
-// the goroutines that Raft.Shutdown waits for. So a heartbeat that passed
-// raft's shutdown check can reach the stable store after Close closed it,
-// and raft panics ("failed to save current term: database not open"),
-// killing the process on its way out. Every heartbeat runs under the
-// gate's read lock; after Shutdown, Close takes the write lock, so the
-// heartbeats in flight finish against the open store and later ones are
-// refused before they reach raft.
-type gatedTransport struct {
+// serialTransport is a raft.NetworkTransport without its heartbeat fast
+// path: heartbeats go through Raft's main loop like every other RPC.
+//
+// NetworkTransport hands a heartbeat (an AppendEntries with no entries,
+// no previous log and no commit index) to Raft.processHeartbeat on the
+// connection's goroutine, concurrently with the main loop, so that disk
+// latency on the main loop cannot delay it. But a heartbeat of a newer
+// term makes the node a follower of that term there and then, while a
+// leader's main loop may be between its group commit and dispatchLogs,
+// which stamps the entries it appends with the current term: the deposed
+// leader then writes its entries with the new leader's term, at indexes
+// the new leader also uses, and later takes the new leader's entries at
+// those indexes for duplicates of its own and applies its own. Two
+// different entries share one (index, term): the Log Matching property is
+// broken and the replicas' state machines diverge (hashicorp/raft#695,
+// still open upstream in v1.8.0; the Jepsen suite's watch checker caught
+// it here: integration/jepsen/testdata/watch-divergence-20261128).
+//
+// Serial heartbeats also close hashicorp/raft#717 (a heartbeat on a
+// connection goroutine reaching the stable store after Close closed it):
+// Raft.Shutdown waits for the main loop. The price is the fast path's
+// purpose: a heartbeat waits while the main loop writes the log, so a
+// follower whose log store stalls for longer than the heartbeat timeout
+// starts an election (as etcd's raft, whose heartbeats share the loop).
+type serialTransport struct {
 	*raft.NetworkTransport // every other method, and the optional interfaces (WithClose, WithPreVote)
-
-	mu     sync.RWMutex
-	closed bool
-	hook   atomic.Pointer[func()] // tests: runs in each heartbeat, under the read lock
 }
 
-// SetHeartbeatHandler installs cb behind the gate.
-func (t *gatedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
-	if cb == nil {
-		t.NetworkTransport.SetHeartbeatHandler(nil)
-		return
-	}
-	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
-		t.mu.RLock()
-		defer t.mu.RUnlock()
-		if t.closed {
-			rpc.Respond(nil, raft.ErrTransportShutdown)
-			return
-		}
-		if h := t.hook.Load(); h != nil {
-			(*h)()
-		}
-		cb(rpc)
-	})
-}
-
-// closeGate waits for the heartbeats in flight; later ones are refused.
-func (t *gatedTransport) closeGate() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-}
+// SetHeartbeatHandler keeps the fast path off: see serialTransport.
+func (serialTransport) SetHeartbeatHandler(func(raft.RPC)) {}

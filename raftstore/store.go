@@ -112,7 +112,6 @@ type Store struct {
 
 	wrapLogs    func(raft.LogStore) raft.LogStore // tests: wraps the log store (set before Open)
 	verifyState                                   // Config.LogVerifyInterval (verify.go)
-	gate        *gatedTransport                   // the TCP transport's heartbeat gate (nil with Config.Transport of another type)
 
 	clusterID atomic.Pointer[string]
 	transfers atomic.Int64 // successful leadership transfers at Close
@@ -191,8 +190,7 @@ func (s *Store) Open() (err error) {
 		return err
 	}
 	if nt, ok := trans.(*raft.NetworkTransport); ok {
-		s.gate = &gatedTransport{NetworkTransport: nt}
-		trans = s.gate
+		trans = serialTransport{nt} // heartbeats on the main loop (heartbeat.go)
 	}
 	defer func() {
 		if err != nil {
@@ -299,9 +297,6 @@ func (s *Store) Close() error {
 	var errs []error
 	if err := s.raft.Shutdown().Error(); err != nil {
 		errs = append(errs, fmt.Errorf("raftstore: raft shutdown: %w", err))
-	}
-	if s.gate != nil {
-		s.gate.closeGate() // no heartbeat reaches the stores once they close
 	}
 	s.wg.Wait()
 	close(s.workersDone)
