@@ -110,7 +110,10 @@ type Agent struct {
 	// stale are the records that name this node as a backup from before
 	// its restart, by slot, with the epoch their warning was logged at.
 	stale map[slotKey]int64
-	wg    sync.WaitGroup
+	// publishHook, if set (tests), runs in publishRecord between its read
+	// of the rollback record and its write.
+	publishHook func(*hosted)
+	wg          sync.WaitGroup
 }
 
 type slotKey struct {

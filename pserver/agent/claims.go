@@ -461,16 +461,30 @@ func (a *Agent) putWhileClaimed(ctx context.Context, job string, i int32, inc in
 // goes through it or compares the same (checkpoint pointers), so a claim
 // that was lost, even one that does not know it yet, writes nothing.
 func (a *Agent) txnWhileClaimed(ctx context.Context, job string, i int32, inc int64, ops ...*pb.RequestOp) (*pb.TxnResponse, error) {
+	return a.txnWhileClaimedIf(ctx, job, i, inc, nil, ops...)
+}
+
+// errCompareFailed: txnWhileClaimedIf's claim holds, another compare failed.
+var errCompareFailed = errors.New("compare failed")
+
+// txnWhileClaimedIf is txnWhileClaimed with more compares: it returns
+// errCompareFailed if the claim holds but one of cmps failed.
+func (a *Agent) txnWhileClaimedIf(ctx context.Context, job string, i int32, inc int64, cmps []*pb.Compare, ops ...*pb.RequestOp) (*pb.TxnResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	key := []byte(schema.SlotKey(job, i))
 	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
-		Compare: []*pb.Compare{pserver.FenceCompareKey([]byte(schema.SlotKey(job, i)), inc)},
+		Compare: append([]*pb.Compare{pserver.FenceCompareKey(key, inc)}, cmps...),
 		Success: ops,
+		Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
 	})
 	if err != nil {
 		return nil, err
 	}
 	if !resp.GetSucceeded() {
+		if kvs := resp.GetResponses()[0].GetResponseRange().GetKvs(); len(cmps) > 0 && len(kvs) == 1 && kvs[0].CreateRevision == inc {
+			return nil, fmt.Errorf("slot %d: %w", i, errCompareFailed)
+		}
 		return nil, fmt.Errorf("slot %d: claim %d lost", i, inc)
 	}
 	return resp, nil
@@ -500,39 +514,64 @@ func (a *Agent) publish(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *p
 // publishRecord is publish with the rollback decided by the caller (a
 // promoted backup publishes none: it serves the state the old primary
 // acknowledged).
+//
+// The rollback is written only if the job's rollback key is still the
+// one this call read (its mod revision compared): two slots restored at
+// once both read epoch e and both wrote e+1, the later overwriting the
+// earlier, so the earlier slot, already training on e+1, followed the
+// later's record and rolled back alone while the others went on: a sync
+// job whose slots wait for steps the others never make (CI's
+// TestBrowserDashboard, after its no-quorum pause: slots 0 and 2 at step
+// 27, slot 1 back at 20, for three minutes). A write that loses the race
+// reads the record again and takes the next epoch.
 func (a *Agent) publishRecord(ctx context.Context, spec *pb.JobSpec, h *hosted, rec *pb.RestoreRecord, rollback bool) ([]byte, error) {
 	b, err := schema.MarshalRestore(rec)
 	if err != nil {
 		return nil, err
 	}
-	ops := []*pb.RequestOp{putOp([]byte(schema.RestoreKey(spec.Name, h.key.slot)), b)}
-	epoch := h.epoch
-	if cur, rev, ok := a.readRollback(ctx, spec.Name); ok {
-		h.rollbackRev, epoch = rev, cur.Epoch
+	for attempt := 0; ; attempt++ {
+		ops := []*pb.RequestOp{putOp([]byte(schema.RestoreKey(spec.Name, h.key.slot)), b)}
+		epoch, seen := h.epoch, int64(0) // seen: the rollback key's mod revision as read (0: none)
+		if cur, rev, ok := a.readRollback(ctx, spec.Name, attempt > 0); ok {
+			h.rollbackRev, epoch, seen = rev, cur.Epoch, rev
+		}
+		// A new trajectory starts at the restored version: every slot follows
+		// it and labels what it writes from now on with the new epoch, so no
+		// version mixes the old trajectory with the new. That includes a slot
+		// served before that falls back to the initializer (no globally
+		// consistent version kept): the others reset to the initializer too,
+		// or the model would be half new, and this slot's step-N version would
+		// carry the number of the others' step-N version of the abandoned
+		// trajectory.
+		var cmps []*pb.Compare
+		if rollback {
+			epoch++
+			v := schema.Rollback{Version: rec.Version, Slot: h.key.slot, Node: a.cfg.NodeID, Epoch: epoch}.Marshal()
+			ops = append(ops, putOp([]byte(schema.RollbackKey(spec.Name)), v))
+			cmps = append(cmps, &pb.Compare{Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
+				Key: []byte(schema.RollbackKey(spec.Name)), TargetUnion: &pb.Compare_ModRevision{ModRevision: seen}})
+		}
+		if a.publishHook != nil {
+			a.publishHook(h)
+		}
+		resp, err := a.txnWhileClaimedIf(ctx, spec.Name, h.key.slot, h.incarnation, cmps, ops...)
+		if errors.Is(err, errCompareFailed) && attempt < maxPublishAttempts-1 {
+			continue // another slot's rollback came first: on top of it
+		}
+		if err != nil {
+			return nil, err
+		}
+		h.epoch = epoch
+		if rollback {
+			h.rollbackRev = resp.GetHeader().GetRevision()
+		}
+		return b, nil
 	}
-	// A new trajectory starts at the restored version: every slot follows
-	// it and labels what it writes from now on with the new epoch, so no
-	// version mixes the old trajectory with the new. That includes a slot
-	// served before that falls back to the initializer (no globally
-	// consistent version kept): the others reset to the initializer too,
-	// or the model would be half new, and this slot's step-N version would
-	// carry the number of the others' step-N version of the abandoned
-	// trajectory.
-	if rollback {
-		epoch++
-		v := schema.Rollback{Version: rec.Version, Slot: h.key.slot, Node: a.cfg.NodeID, Epoch: epoch}.Marshal()
-		ops = append(ops, putOp([]byte(schema.RollbackKey(spec.Name)), v))
-	}
-	resp, err := a.txnWhileClaimed(ctx, spec.Name, h.key.slot, h.incarnation, ops...)
-	if err != nil {
-		return nil, err
-	}
-	h.epoch = epoch
-	if rollback {
-		h.rollbackRev = resp.GetHeader().GetRevision()
-	}
-	return b, nil
 }
+
+// maxPublishAttempts bounds publishRecord's rounds against other slots'
+// concurrent rollbacks (one per other slot restoring at once is enough).
+const maxPublishAttempts = 8
 
 // finish handles a slot of a job that ended: a last checkpoint, then stop
 // serving and release the claim.

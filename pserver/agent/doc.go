@@ -55,7 +55,10 @@
 //     and restored again after a wait (Poll, doubling up to 10 s);
 //   - each rollback starts a new trajectory epoch, and versions are
 //     epoch*schema.EpochStride + step, so no version can combine slots of an
-//     abandoned trajectory with the new one;
+//     abandoned trajectory with the new one; a rollback is written only
+//     over the record its writer read (mod revision compared), so two
+//     slots restored at once take two epochs, one on top of the other,
+//     and every slot follows the last;
 //   - a sync step that waits Config.StepWaitWarn (10 s) or more for
 //     trainers is logged with the trainers it waits for and those that
 //     pushed (every live trainer is expected in every step, so one that is

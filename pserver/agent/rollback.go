@@ -11,12 +11,13 @@ import (
 	"github.com/raftps/raftps/schema"
 )
 
-// readRollback reads the job's rollback record and its mod revision; ok is
-// false if there is none (or it cannot be read or decoded).
-func (a *Agent) readRollback(ctx context.Context, job string) (rb schema.Rollback, rev int64, ok bool) {
+// readRollback reads the job's rollback record and its mod revision
+// (linearizable: not this node's possibly stale copy); ok is false if
+// there is none (or it cannot be read or decoded).
+func (a *Agent) readRollback(ctx context.Context, job string, linearizable bool) (rb schema.Rollback, rev int64, ok bool) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(schema.RollbackKey(job)), Serializable: true})
+	resp, err := a.meta.Range(cctx, &pb.RangeRequest{Key: []byte(schema.RollbackKey(job)), Serializable: !linearizable})
 	if err != nil || len(resp.Kvs) == 0 {
 		return schema.Rollback{}, 0, false
 	}
@@ -33,7 +34,7 @@ func (a *Agent) followRollback(ctx context.Context, spec *pb.JobSpec) {
 	if spec.Mode != pb.UpdateMode_UPDATE_MODE_SYNC {
 		return
 	}
-	rb, rev, ok := a.readRollback(ctx, spec.Name)
+	rb, rev, ok := a.readRollback(ctx, spec.Name, false)
 	if !ok {
 		return
 	}
