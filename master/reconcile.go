@@ -123,14 +123,9 @@ func (m *Master) reconcileLeft(ctx context.Context, r *reconcileRound, mem gossi
 	if !present {
 		return
 	}
-	if err := m.store.Remove(ctx, id); err != nil {
-		m.log.Warn("reconcile: remove left server", "id", id, "err", err)
-		return
+	if m.removeServer(ctx, r, srv, "left") {
+		m.log.Info("reconcile: server left, removed", "id", id)
 	}
-	if srv.Suffrage == raft.Voter {
-		r.voters--
-	}
-	m.log.Info("reconcile: server left, removed", "id", id)
 }
 
 // reconcileDead removes a dead member from the Raft configuration: a
@@ -157,14 +152,24 @@ func (m *Master) reconcileDead(ctx context.Context, r *reconcileRound, mem gossi
 	if srv.Suffrage == raft.Voter && r.voters-1 < 3 {
 		return
 	}
+	if m.removeServer(ctx, r, srv, "dead") {
+		m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
+	}
+}
+
+// removeServer removes srv (a member that is why: left, dead) from the
+// Raft configuration and counts a removed voter out of r; it reports
+// whether the removal committed.
+func (m *Master) removeServer(ctx context.Context, r *reconcileRound, srv raft.Server, why string) bool {
+	id := string(srv.ID)
 	if err := m.store.Remove(ctx, id); err != nil {
-		m.log.Warn("reconcile: remove dead server", "id", id, "err", err)
-		return
+		m.log.Warn("reconcile: remove "+why+" server", "id", id, "err", err)
+		return false
 	}
 	if srv.Suffrage == raft.Voter {
 		r.voters--
 	}
-	m.log.Warn("reconcile: dead server removed", "id", id, "dead_for", now.Sub(since))
+	return true
 }
 
 // Bounds of the identity checks of nodes that gossip reports (verified).

@@ -105,15 +105,7 @@ func (s *Suspects) replicaSlots(ctx context.Context, keep func(schema.ReplicaRec
 			continue
 		}
 		for _, kv := range resp.Kvs {
-			job, kind, id, ok := schema.ParseJobKey(string(kv.Key))
-			if !ok || kind != schema.KindReplicas {
-				continue
-			}
-			slot, err := schema.ParseSlot(id)
-			if err != nil {
-				continue
-			}
-			if rec, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision); err == nil && keep(rec) {
+			if job, slot, rec, ok := schema.ParseReplicaKV(kv); ok && keep(rec) {
 				slots = append(slots, replicated{job: job, slot: slot, rec: rec})
 			}
 		}

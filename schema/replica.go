@@ -84,6 +84,24 @@ func ParseReplicaRecord(value []byte, modRevision int64) (ReplicaRecord, error) 
 	return r, r.Validate()
 }
 
+// ParseReplicaKV decodes a key-value of a ReplicaPrefix range: the job,
+// the slot and the record (Epoch: the key's mod revision). ok is false for
+// a key of another kind or a value that does not decode.
+func ParseReplicaKV(kv *pb.KeyValue) (job string, slot int32, rec ReplicaRecord, ok bool) {
+	job, kind, id, ok := ParseJobKey(string(kv.GetKey()))
+	if !ok || kind != KindReplicas {
+		return "", 0, ReplicaRecord{}, false
+	}
+	slot, err := ParseSlot(id)
+	if err != nil {
+		return "", 0, ReplicaRecord{}, false
+	}
+	if rec, err = ParseReplicaRecord(kv.GetValue(), kv.GetModRevision()); err != nil {
+		return "", 0, ReplicaRecord{}, false
+	}
+	return job, slot, rec, true
+}
+
 // Validate checks that the primary is named and that no node appears
 // twice among the replicas.
 func (r ReplicaRecord) Validate() error {

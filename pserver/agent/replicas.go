@@ -413,15 +413,7 @@ func (a *Agent) readReplicas(ctx context.Context, job string) (map[int32]schema.
 	}
 	out := map[int32]schema.ReplicaRecord{}
 	for _, kv := range resp.Kvs {
-		_, kind, id, ok := schema.ParseJobKey(string(kv.Key))
-		if !ok || kind != schema.KindReplicas {
-			continue
-		}
-		i, err := schema.ParseSlot(id)
-		if err != nil {
-			continue
-		}
-		if r, err := schema.ParseReplicaRecord(kv.Value, kv.ModRevision); err == nil {
+		if _, i, r, ok := schema.ParseReplicaKV(kv); ok {
 			out[i] = r
 		}
 	}
