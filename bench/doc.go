@@ -18,14 +18,15 @@
 //     linearizable gets, compare-and-swap Txns and lease grant+keepalive;
 //     the 1-client puts also on a third cluster, raftps with
 //     --raft-log-store wal, up only during that section (rows ending
-//     WALSuffix; the main rows are the default store, boltdb);
+//     WALSuffix; the main rows are the default store, boltdb); 1-client
+//     puts run op by op in turn on every system (RunInterleaved);
 //   - etcd client: the same put, get, CAS and lease workloads sent with
 //     etcd's Go client (go.etcd.io/etcd/client/v3) to raftps' etcd API and
 //     to etcd;
 //     the 1-client put is also sent to raftps with raftps' own client,
 //     etcd's client on every endpoint and etcd's client on the leader's
-//     endpoint alone, interleaved, into ratios over raftps' own client
-//     (EtcdClientVsOwnRow);
+//     endpoint alone, interleaved op by op (RunInterleaved), into ratios
+//     over raftps' own client (EtcdClientVsOwnRow);
 //   - failover: SIGKILL of the leader to the first successful write, both;
 //   - security (raftps against itself): two 3-node raftps clusters up at
 //     once, one on mutual TLS 1.3 with encrypted gossip (localcluster's

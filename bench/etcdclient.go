@@ -77,7 +77,8 @@ func (s *etcdClientStore) Close() error { return s.c.Close() }
 
 // etcdClientSection runs put, get, CAS and lease workloads with etcd's Go
 // client against raftps (clusters[0]) and etcd (clusters[1]), interleaved
-// in Pairs pairs like kvSection, into the "etcd client" rows.
+// in Pairs pairs like kvSection (1-client puts op by op, RunInterleaved),
+// into the "etcd client" rows.
 func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
 	dur, maxOps := 2*time.Second, int64(20000)
 	if r.cfg.Quick {
@@ -123,6 +124,24 @@ func (r *runner) etcdClientSection(ctx context.Context, clusters []Cluster) {
 			name = mk(i).Name
 		}
 		for p := 0; p < Pairs; p++ {
+			if mk(0).Clients == 1 && len(clusters) == 2 {
+				// One client: raftps and etcd op by op in turn (RunInterleaved).
+				lrs, err := RunInterleaved(ctx, []Store{pools[0][0], pools[1][0]}, mk(0), 2*dur, maxOps)
+				for i, c := range clusters {
+					t, q := NA, NA
+					if err != nil {
+						r.logf("etcd client → %s %s pair %d: %v", c.Name(), name, p+1, err)
+					} else {
+						lr := lrs[i]
+						r.logf("etcd client → %-7s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, interleaved)", c.Name(), name, p+1,
+							lr.Throughput(), ms(lr.P50), ms(lr.P99), lr.Ops, lr.Errors)
+						t, q, errs[i] = lr.Throughput(), ms(lr.P99), errs[i]+lr.Errors
+						r.raw[fmt.Sprintf("etcdclient/%s/%s/%d", c.Name(), name, p+1)] = lr
+					}
+					tp[i], p99[i] = append(tp[i], t), append(p99[i], q)
+				}
+				continue
+			}
 			for i := 0; i < 2; i++ {
 				t, q := NA, NA
 				if i < len(clusters) {
@@ -166,9 +185,10 @@ func EtcdClientVsOwnRow(via string) string {
 // (which sends writes to the leader), etcd's Go client on every endpoint
 // (round-robin: two puts in three reach a follower, which forwards them
 // to the leader in one more gRPC round trip), and etcd's Go client on the
-// leader's endpoint alone, interleaved in Pairs rounds, into two rows of
-// ratios over raftps' client: the whole difference, and the etcd API's
-// own (no forward).
+// leader's endpoint alone, op by op (RunInterleaved: one put on each in
+// turn, so the three see the same moments of a shared machine) in Pairs
+// rounds, into two rows of ratios over raftps' client: the whole
+// difference, and the etcd API's own (no forward).
 func (r *runner) etcdClientVsOwn(ctx context.Context, c Cluster, dur time.Duration, maxOps int64) {
 	leader, err := c.Leader(ctx)
 	if err != nil {
@@ -199,18 +219,18 @@ func (r *runner) etcdClientVsOwn(ctx context.Context, c Cluster, dur time.Durati
 	}
 	w := PutWorkload(1)
 	tp := make([][]float64, len(stores))
-	for _, s := range stores {
-		_, _ = RunLoad(ctx, []Store{s}, w, 300*time.Millisecond, 1000)
-	}
+	_, _ = RunInterleaved(ctx, stores, w, 300*time.Millisecond, 1000)
 	for p := 0; p < Pairs; p++ {
-		for i, s := range stores {
+		// dur and maxOps each: as long as the three runs one after the other were
+		lrs, err := RunInterleaved(ctx, stores, w, time.Duration(len(stores))*dur, maxOps)
+		if err != nil {
+			r.logf("etcd client vs raftps client %s round %d: %v", w.Name, p+1, err)
+		}
+		for i, lr := range lrs {
 			t := NA
-			lr, err := RunLoad(ctx, []Store{s}, w, dur, maxOps)
-			if err != nil {
-				r.logf("%s → raftps %s round %d: %v", names[i], w.Name, p+1, err)
-			} else {
+			if err == nil {
 				t = lr.Throughput()
-				r.logf("%-22s → raftps %s round %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms", names[i], w.Name, p+1, t, ms(lr.P50), ms(lr.P99))
+				r.logf("%-22s → raftps %s round %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, interleaved)", names[i], w.Name, p+1, t, ms(lr.P50), ms(lr.P99), lr.Ops)
 				r.raw[fmt.Sprintf("etcdclient-vs-own/%s/%d", names[i], p+1)] = lr
 			}
 			tp[i] = append(tp[i], t)

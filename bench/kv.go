@@ -14,6 +14,8 @@ const WALSuffix = "(raft log store wal)"
 // kvSection runs every workload on raftps and etcd in Pairs interleaved
 // pairs (raftps, etcd, raftps, etcd, ...), so that drifts of the machine's
 // load hit both alike; each row is the median pair ratio with its spread.
+// A 1-client workload is interleaved op by op within each pair
+// (RunInterleaved), which cancels drifts shorter than a run as well.
 // wal, if not nil, is raftps with --raft-log-store wal: the 1-client put
 // workload runs on it too in every pair, in a row of its own against etcd.
 func (r *runner) kvSection(ctx context.Context, clusters []Cluster, wal Cluster) {
@@ -132,6 +134,11 @@ func (r *runner) kvWorkload(ctx context.Context, k *kvRun, x kvWorkload) {
 	}
 	var leaderTp []float64 // etcd via its leader, per pair (puts only)
 	for p := 0; p < Pairs; p++ {
+		if x.w(0).Clients == 1 && len(clusters) == 2 {
+			// One client: every system's puts op by op in turn (RunInterleaved).
+			r.kvInterleavedPair(ctx, k, x, p, &figures, &walFig, &leaderTp, res, &errs)
+			continue
+		}
 		if onWAL {
 			tp, p50 := NA, NA
 			if lr, err := RunLoad(ctx, walPool, x.w(0), dur, maxOps); err != nil {
@@ -193,6 +200,51 @@ func (r *runner) kvWorkload(ctx context.Context, k *kvRun, x kvWorkload) {
 	}
 	r.add(pairRow(Row{Section: "metadata store", Metric: name + " p50", Unit: "ms", BaseName: "etcd"}, figures[1][0], figures[1][1]))
 	r.add(pairRow(Row{Section: "metadata store", Metric: name + " p99", Unit: "ms", BaseName: "etcd"}, figures[2][0], figures[2][1]))
+}
+
+// kvInterleavedPair runs pair p of a 1-client workload op by op across
+// raftps, etcd, etcd via its leader and raftps-wal (those kvRun has),
+// from one client, as RunInterleaved does, and appends each system's
+// figures where kvWorkload's pairs put them.
+func (r *runner) kvInterleavedPair(ctx context.Context, k *kvRun, x kvWorkload, p int, figures *[3][2][]float64, walFig *[2][]float64, leaderTp *[]float64, res [][]LoadResult, errs *[2]int64) {
+	stores := []Store{k.pools[0][0], k.pools[1][0]}
+	names := []string{k.clusters[0].Name(), k.clusters[1].Name()}
+	leader, wal := -1, -1
+	if x.key == "put" && len(k.viaLeader) > 0 {
+		leader = len(stores)
+		stores, names = append(stores, k.viaLeader[0]), append(names, "etcd via its leader")
+	}
+	if x.key == "put" && len(k.walPool) > 0 {
+		wal = len(stores)
+		stores, names = append(stores, k.walPool[0]), append(names, k.wal.Name())
+	}
+	name := x.w(0).Name
+	lrs, err := RunInterleaved(ctx, stores, x.w(0), time.Duration(len(stores))*k.dur, k.maxOps)
+	if err != nil {
+		r.logf("%s pair %d (interleaved): %v", name, p+1, err)
+	}
+	for i := range stores {
+		tp, p50, p99 := NA, NA, NA
+		if err == nil {
+			lr := lrs[i]
+			tp, p50, p99 = lr.Throughput(), ms(lr.P50), ms(lr.P99)
+			r.logf("%-19s %-36s pair %d %8.0f ops/s  p50 %6.2f ms  p99 %7.2f ms  (%d ops, %d errors, interleaved)", names[i], name, p+1, tp, p50, p99, lr.Ops, lr.Errors)
+			if i < 2 {
+				res[i] = append(res[i], lr)
+				errs[i] += lr.Errors
+			}
+		}
+		switch i {
+		case 0, 1:
+			figures[0][i] = append(figures[0][i], tp)
+			figures[1][i] = append(figures[1][i], p50)
+			figures[2][i] = append(figures[2][i], p99)
+		case leader:
+			*leaderTp = append(*leaderTp, tp)
+		case wal:
+			walFig[0], walFig[1] = append(walFig[0], tp), append(walFig[1], p50)
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -116,6 +116,63 @@ func RunLoad(ctx context.Context, stores []Store, w Workload, dur time.Duration,
 	return r, nil
 }
 
+// RunInterleaved runs w's first client on each of stores in turn, one op
+// each per turn (stores[0], stores[1], ..., stores[0], ...), from one
+// goroutine, for dur or until maxOps ops per store, and returns one result
+// per store. Every store's ops are thus spread over the same span, so a
+// drift of a shared machine's load (a neighbour's fsyncs, a burst of CPU)
+// hits each alike, where runs of dur seconds one after the other (RunLoad)
+// each meet their own. It is for 1-client rows: one client's throughput
+// is 1 / its mean latency, so a result's Elapsed is the sum of its ops'
+// latencies (the time that store's client would have run alone). An op
+// that fails counts in Errors; more than 10% failing on a store stops the
+// run.
+func RunInterleaved(ctx context.Context, stores []Store, w Workload, dur time.Duration, maxOps int64) ([]LoadResult, error) {
+	var extra atomic.Int64
+	ops := make([]func(context.Context) error, len(stores))
+	for i, s := range stores {
+		op, err := w.Worker(ctx, s, 0, &extra)
+		if err != nil {
+			return nil, fmt.Errorf("%s: store %d setup: %w", w.Name, i, err)
+		}
+		ops[i] = op
+	}
+	lat := make([][]time.Duration, len(stores))
+	res := make([]LoadResult, len(stores))
+	var last, failed error
+	start := time.Now()
+turns:
+	for n := int64(1); n <= maxOps && time.Since(start) < dur && ctx.Err() == nil; n++ {
+		for i, op := range ops {
+			octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			t := time.Now()
+			err := op(octx)
+			d := time.Since(t)
+			cancel()
+			if err != nil {
+				res[i].Errors++
+				last = err
+				if res[i].Errors > 100 && res[i].Errors*10 > n {
+					failed = fmt.Errorf("%s: store %d: %d of %d ops failed: %w", w.Name, i, res[i].Errors, n, err)
+					break turns
+				}
+				continue
+			}
+			lat[i] = append(lat[i], d)
+			res[i].Elapsed += d
+		}
+	}
+	for i := range res {
+		slices.Sort(lat[i])
+		res[i].Ops = int64(len(lat[i]))
+		res[i].P50, res[i].P99 = Percentile(lat[i], 0.50), Percentile(lat[i], 0.99)
+		if res[i].Ops == 0 && failed == nil {
+			failed = fmt.Errorf("%s: store %d: no successful op: %v", w.Name, i, last)
+		}
+	}
+	return res, failed
+}
+
 // value256 is the 256-byte value of every write.
 var value256 = func() []byte {
 	b := make([]byte, 256)

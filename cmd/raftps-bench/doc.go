@@ -13,7 +13,9 @@
 // least 5 pairs) in the same run and reports the median of the per-pair
 // ratios with its min–max spread: this machine is shared and noisy, so
 // absolute times do not hold from one minute to the next, ratios mostly
-// do. RATIO is raftps over the baseline; for times (lower is better) a
+// do. The 1-client put rows go finer: within each pair, one op on each
+// side in turn (bench.RunInterleaved), so drifts shorter than a run
+// (a neighbour's fsyncs) hit both sides alike too. RATIO is raftps over the baseline; for times (lower is better) a
 // ratio below 1 means raftps is faster. A Markdown table and a JSON file
 // per run go to bench/results/<UTC timestamp>.{md,json}.
 //
