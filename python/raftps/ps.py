@@ -61,7 +61,9 @@ protobuf Python never builds or parses the big ``bytes`` fields. A slot
 whose dense parameters are more than ``stream_bytes`` (default
 STREAM_CHUNK_BYTES, 4 MiB, as the Go client) is pulled over PullStream and
 pushed over PushStream in messages of at most STREAM_CHUNK_BYTES of data:
-the pserver sends the next message while the trainer places the last.
+the pserver sends the next message while the trainer places the last. A
+pull's stream is received on the thread that places it (grpcio's
+SingleThreadedUnaryStream: no channel spin thread, no request thread).
 Pulled blocks are copied once, from the received message (a zero-copy
 view) straight into the destination arrays (which may be numpy views of
 torch tensors); pushed gradients are copied once, into the request. The
@@ -89,7 +91,30 @@ channel (TCP connection) per slot, unary calls (one message per slot),
 push messages of 256 KiB-1 MiB or 16 MiB, pull messages of 1 MiB (a
 pserver built so), dropping each pulled message before receiving the
 next, other TCP read chunk sizes, 4 malloc arenas, a 1 MiB mmap
-threshold.
+threshold; and later (10-20 rounds each, interleaved, load 2-9): pull
+messages of 1 MiB or 256 KiB (pservers built so: 3-14% and 12-22% more
+pull CPU), 2 or 4 malloc arenas (realloc moves down 30-55%, page faults
+up to hundreds per round, CPU within the noise), grpc.http2.bdp_probe
+off, a 0.5 ms GIL switch interval, and pulled blocks copied under the GIL
+(memoryview).
+
+Where the time goes (perf per thread, 2026-11-28): grpcio's receive
+copies above, and this module's response decoding, take 55% of a pull's
+CPU, all under the GIL; they ran in the channel's spin thread, one for
+every slot of a pserver node, which handed each message to the placing
+thread; pulls now run them on the placing thread itself (unary-stream,
+above: client CPU per push+pull round median 66.5 ms against 70.5, the
+Go client's 41.9 and 43.6 ms in the same bench runs, 8 runs of 5 samples
+each, interleaved; the MB/s ratio to Go did not move beyond the noise,
+pooled medians 0.85 and 0.87 at load 3-5). gRPC's C core reads the
+socket on threads of its own; numpy places the blocks with the GIL
+released. The first message of a slot's pull arrives tens of
+milliseconds after the request (18-96 ms at load 7) for the Go client as
+for this one: the pserver builds the slot's whole reply before it sends
+the first message. grpcio's C core is linked into its extension
+statically and exports no grpc_* symbol, so no buffer can be handed to
+it from Python (ctypes on Debian's libgrpc29 would load a second C core,
+and a package grpcio does not need).
 """
 
 from __future__ import annotations
@@ -104,6 +129,7 @@ import time
 from typing import Mapping, Sequence
 
 import grpc
+import grpc.experimental
 import numpy as np
 
 from raftps import _malloc, _protowire, errors
@@ -392,6 +418,10 @@ class _SlotConn:
         # The client's TLS credentials (None: plaintext) for the pserver port.
         self.channel = _tls.channel(addr, creds, CHANNEL_OPTIONS + [
             ("grpc.http2.lookahead_bytes", 64 << 20),
+            # Unary-stream calls (pull_stream) run on the thread that
+            # iterates them: no channel spin thread handing each message
+            # over (grpcio's option; it changes no other call).
+            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
         ])
         self.pull = self.channel.unary_unary("/raftps.v1.PServer/Pull",
                                              request_serializer=pserver_pb2.PullRequest.SerializeToString,
@@ -400,8 +430,11 @@ class _SlotConn:
                                              response_deserializer=pserver_pb2.PushResponse.FromString)
         # The same messages, chunked (PServer.PullStream / PushStream): the
         # pserver streams a big pull while the trainer places what arrived,
-        # and a big push while the pserver parses what arrived.
-        self.pull_stream = self.channel.stream_stream("/raftps.v1.PServer/PullStream",
+        # and a big push while the pserver parses what arrived. A pull is
+        # one request, so PullStream is called as unary-stream (the same
+        # frames on the wire: one request, then the client's half-close),
+        # which grpcio runs on the caller's thread.
+        self.pull_stream = self.channel.unary_stream("/raftps.v1.PServer/PullStream",
                                                       request_serializer=pserver_pb2.PullRequest.SerializeToString,
                                                       response_deserializer=_decode_pull)
         self.push_stream = self.channel.stream_unary("/raftps.v1.PServer/PushStream", request_serializer=_encode_push,
@@ -694,7 +727,7 @@ class ParamClient:
                     return resp, place(slot, resp)
                 # Every chunk carries the slot's version and incarnation.
                 resp, placed = None, 0
-                for resp in c.pull_stream(iter((req,)), timeout=self.timeout):
+                for resp in c.pull_stream(req, timeout=self.timeout):
                     placed += place(slot, resp)
                 return resp, placed
 

@@ -94,10 +94,9 @@ class _Sent:
                     return push(data, **kw)
                 pull_stream, push_stream = self.pull_stream, self.push_stream
 
-                def rec_pull_stream(reqs, **kw):
-                    reqs = list(reqs)
-                    sent.calls.append(("pull", reqs[0].slot, reqs[0].epoch, 0))
-                    return pull_stream(iter(reqs), **kw)
+                def rec_pull_stream(req, **kw):
+                    sent.calls.append(("pull", req.slot, req.epoch, 0))
+                    return pull_stream(req, **kw)
 
                 def rec_push_stream(msgs, **kw):
                     msgs = list(msgs)  # the first names the push

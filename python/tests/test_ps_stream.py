@@ -3,6 +3,8 @@ codecs, the default for slots of more than STREAM_CHUNK_BYTES) against the
 unary path and against protobuf's own parser: bit-identical parameters, and
 bad input still refused with a clear error and nothing applied."""
 
+import threading
+import time
 import uuid
 
 import numpy as np
@@ -147,3 +149,57 @@ def test_stream_path_keeps_mutual_tls_roles(client, cluster, bin_path):
         ps.push(g, examples=1)
         assert (_bits(ps.pull()["w"]) == _bits(np.float32(0) - g["w"])).all()
     raftps.jobs.cancel(client, job)
+
+
+def _job_of_two_streamed_slots(client, prefix):
+    job = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    raftps.jobs.submit(client, external_spec(job, [{"name": "big", "shape": [BIG], "init": "INIT_ZEROS"}],
+                                             mode="UPDATE_MODE_ASYNC", lr=1.0))
+    wait_slots(client, job, 2)
+    return job
+
+
+def test_stream_pull_runs_on_the_placing_threads(client, monkeypatch):
+    # A streamed pull is received on the ParamClient's own threads: grpcio
+    # starts no channel spin thread (which handed every message over to
+    # the placing thread) and no request thread for it.
+    job = _job_of_two_streamed_slots(client, "streamthreads")
+    try:
+        with ParamClient(client, job, "t0", watch=False, stream_bytes=0) as ps:
+            assert ps._stream == [True, True]
+            _streaming_only(ps)
+            ps.push({"big": np.ones(BIG, np.float32)})
+            want = ps.pull()
+            started = []
+            start = threading.Thread.start
+
+            def record(t):
+                started.append(t.name)
+                return start(t)
+            monkeypatch.setattr(threading.Thread, "start", record)
+            for _ in range(3):
+                got = ps.pull()
+                assert (got["big"] == want["big"]).all() and (got["big"] == -1).all()
+            assert [n for n in started if not n.startswith("raftps-ps")] == [], started
+    finally:
+        raftps.jobs.cancel(client, job)
+
+
+def test_stream_pull_error_surfaces_as_raftps_error(client):
+    # The pserver's refusal ends the stream with a status; the pull raises
+    # the matching raftps error (here Unavailable: the job's slots are no
+    # longer hosted, and retries=0).
+    job = _job_of_two_streamed_slots(client, "streamerr")
+    with ParamClient(client, job, "t0", watch=False, stream_bytes=0, retries=0) as ps:
+        _streaming_only(ps)
+        ps.pull()
+        raftps.jobs.cancel(client, job)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ps.pull()
+            except errors.Unavailable as e:
+                assert "slot " in e.message and "(after 0 retries)" in e.message, e.message
+                break
+            assert time.monotonic() < deadline, "pull still served 60 s after the job was cancelled"
+            time.sleep(0.2)
