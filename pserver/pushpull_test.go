@@ -186,12 +186,29 @@ func TestSyncPushOfAnotherIncarnation(t *testing.T) {
 		t.Fatalf("step %d, want 1", s.Step())
 	}
 
-	// Over gRPC: the client's pushes carry the incarnation of its pull.
+	// Over gRPC: the client's pushes carry the incarnation of its pull,
+	// in a unary Push and in the first message of a PushStream alike.
+	for _, streamed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unary", true: "stream"}[streamed], func(t *testing.T) {
+			pushReplacedSlot(ctx, t, streamed)
+		})
+	}
+}
+
+// pushReplacedSlot is TestSyncPushOfAnotherIncarnation over gRPC: a
+// client's push after its slot was replaced by a new life at the same step
+// is stale, and applies after a re-pull; streamed sends every push on
+// PushStream (a 0-byte stream threshold).
+func pushReplacedSlot(ctx context.Context, t *testing.T, streamed bool) {
 	spec := syncSpec()
 	addrs, srvs, slots := startServers(t, spec, 1)
 	slots[0].SetIncarnation(5)
 	slots[0].SetTrainers([]string{"t"})
-	c, err := psclient.NewClient(spec, "t", resolverOf(addrs))
+	var opts []psclient.ClientOption
+	if streamed {
+		opts = append(opts, psclient.WithStreamThreshold(0))
+	}
+	c, err := psclient.NewClient(spec, "t", resolverOf(addrs), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -663,8 +663,7 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 	for i, chunk := range wire.ChunkTensors(req.Grads, wire.StreamChunkBytes) {
 		m := &pb.PushRequest{Grads: chunk}
 		if i == 0 {
-			m = &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step, Examples: req.Examples, PushId: req.PushId,
-				Epoch: req.Epoch, Grads: chunk}
+			m = streamHeader(req, chunk)
 		}
 		if err := st.Send(m); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -677,6 +676,15 @@ func (c *Client) pushStream(ctx context.Context, cc *grpc.ClientConn, req *pb.Pu
 		return nil, err
 	}
 	return st.Recv()
+}
+
+// streamHeader is the first message of req's PushStream: every field of
+// req (the server takes the push's job, slot, trainer, version, step,
+// examples, push id, incarnation and epoch from the first message alone,
+// pserver.Server.PushStream) with grads in place of req's gradients.
+func streamHeader(req *pb.PushRequest, grads []*pb.Tensor) *pb.PushRequest {
+	return &pb.PushRequest{Job: req.Job, Slot: req.Slot, Trainer: req.Trainer, Version: req.Version, Step: req.Step,
+		Grads: grads, Examples: req.Examples, PushId: req.PushId, Pull: req.Pull, Incarnation: req.Incarnation, Epoch: req.Epoch}
 }
 
 // PullRows returns rows of embedding `name` (len(rows) × dim float32s,
