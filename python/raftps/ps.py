@@ -73,48 +73,8 @@ a sent one into a gRPC slice. (gRPC's C core sends every call as
 content-type application/grpc; the pserver forces its raftps-tensor codec
 on every call, so these calls are served as the Go client's are.)
 
-Measured (bench/python.py row 2, 10M float32 params, 2 slots, loopback,
-2 cores at load 11-19): 74-94 ms of client CPU per push+pull round (run
-medians) against 43-58 ms for the Go client, and 95-130 ms of pserver
-CPU per round for either. perf puts 45% of this client's CPU in memmove
-and 15% in the kernel's socket copies. The memmoves are grpcio 1.51's
-receive (a bytes per 16 KiB HTTP/2 frame, bytearray +=, then bytes()),
-its copy of a sent bytes into a gRPC slice, and this module's one copy
-each way; and the bytearray's realloc moves, 5-14% of the CPU alone (a
-realloc counter preloaded into the process saw 1 grow in 5-9 move,
-copying 37-77 MB per round for the 40 MB pulled, blocked by neighbours
-of every size from 4 KiB to 1 MiB). grpcio 1.51 takes only ``bytes`` to
-send and hands over only ``bytes`` received, so none of these can be cut
-from Python. Tried without a gain in CPU or wall time: encoding the next
-push message and placing the last pull message on helper threads, a
-channel (TCP connection) per slot, unary calls (one message per slot),
-push messages of 256 KiB-1 MiB or 16 MiB, pull messages of 1 MiB (a
-pserver built so), dropping each pulled message before receiving the
-next, other TCP read chunk sizes, 4 malloc arenas, a 1 MiB mmap
-threshold; and later (10-20 rounds each, interleaved, load 2-9): pull
-messages of 1 MiB or 256 KiB (pservers built so: 3-14% and 12-22% more
-pull CPU), 2 or 4 malloc arenas (realloc moves down 30-55%, page faults
-up to hundreds per round, CPU within the noise), grpc.http2.bdp_probe
-off, a 0.5 ms GIL switch interval, and pulled blocks copied under the GIL
-(memoryview).
-
-Where the time goes (perf per thread, 2026-11-28): grpcio's receive
-copies above, and this module's response decoding, take 55% of a pull's
-CPU, all under the GIL; they ran in the channel's spin thread, one for
-every slot of a pserver node, which handed each message to the placing
-thread; pulls now run them on the placing thread itself (unary-stream,
-above: client CPU per push+pull round median 66.5 ms against 70.5, the
-Go client's 41.9 and 43.6 ms in the same bench runs, 8 runs of 5 samples
-each, interleaved; the MB/s ratio to Go did not move beyond the noise,
-pooled medians 0.85 and 0.87 at load 3-5). gRPC's C core reads the
-socket on threads of its own; numpy places the blocks with the GIL
-released. The first message of a slot's pull arrives tens of
-milliseconds after the request (18-96 ms at load 7) for the Go client as
-for this one: the pserver builds the slot's whole reply before it sends
-the first message. grpcio's C core is linked into its extension
-statically and exports no grpc_* symbol, so no buffer can be handed to
-it from Python (ctypes on Debian's libgrpc29 would load a second C core,
-and a package grpcio does not need).
+The client's CPU per byte against the Go client's, the profile of where
+it goes, and what was tried: python/PERFORMANCE.md.
 """
 
 from __future__ import annotations
