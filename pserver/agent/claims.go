@@ -473,17 +473,19 @@ func (a *Agent) txnWhileClaimedIf(ctx context.Context, job string, i int32, inc 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	key := []byte(schema.SlotKey(job, i))
-	resp, err := a.meta.Txn(cctx, &pb.TxnRequest{
-		Compare: append([]*pb.Compare{pserver.FenceCompareKey(key, inc)}, cmps...),
-		Success: ops,
-		Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
-	})
+	req := &pb.TxnRequest{Compare: append([]*pb.Compare{pserver.FenceCompareKey(key, inc)}, cmps...), Success: ops}
+	if len(cmps) > 0 { // on failure, the slot key tells a held claim from a lost one
+		req.Failure = []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}}
+	}
+	resp, err := a.meta.Txn(cctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if !resp.GetSucceeded() {
-		if kvs := resp.GetResponses()[0].GetResponseRange().GetKvs(); len(cmps) > 0 && len(kvs) == 1 && kvs[0].CreateRevision == inc {
-			return nil, fmt.Errorf("slot %d: %w", i, errCompareFailed)
+		if len(cmps) > 0 {
+			if kvs := resp.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) == 1 && kvs[0].CreateRevision == inc {
+				return nil, fmt.Errorf("slot %d: %w", i, errCompareFailed)
+			}
 		}
 		return nil, fmt.Errorf("slot %d: claim %d lost", i, inc)
 	}
