@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the Python client (python/) runs and is
-# tested on, when missing: /usr/bin/python3 with grpcio, protobuf, numpy, cryptography,
+# tested on, when missing: gRPC's C core (libgrpc29), /usr/bin/python3 with grpcio, protobuf, numpy, cryptography,
 # torch and pytest, pip, setuptools and wheel (`pip install ./python`
 # offline, tests/test_package.py), and the gRPC Python protoc plugin (make
 # generate-python).
@@ -23,6 +23,10 @@ check pytest || need+=(python3-pytest)
 check pip || need+=(python3-pip)
 check setuptools || need+=(python3-setuptools)
 check wheel || need+=(python3-wheel)
+# The pserver data path's transport (raftps._grpccore): gRPC's C core 1.51,
+# the release python3-grpcio is built from (grpcio links its own copy in).
+has_libgrpc() { ldconfig -p | grep -q 'libgrpc\.so\.29 '; }
+has_libgrpc || need+=(libgrpc29)
 if [ "${1:-}" = generate ] || [ "${1:-}" = all ]; then
   command -v grpc_python_plugin >/dev/null || need+=(protobuf-compiler-grpc)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -42,6 +46,10 @@ apt=(apt-get -o DPkg::Lock::Timeout=600 -o Dir::Cache::archives="$cache/")
 "${apt[@]}" update -qq >&2 || true
 if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq --no-install-recommends "${need[@]}" >&2; then
   echo "install-python: apt-get install ${need[*]} failed" >&2
+  exit 1
+fi
+if ! has_libgrpc; then
+  echo "install-python: libgrpc.so.29 still missing after installing" >&2
   exit 1
 fi
 for m in grpc google.protobuf numpy torch pytest pip setuptools wheel; do

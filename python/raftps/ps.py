@@ -49,29 +49,28 @@ How it finds and follows the pservers, exactly as the Go client does:
   version the first attempt produced, so a push retried after an ambiguous
   Unavailable (its answer lost) is applied once, sync or async.
 
-Pserver channels use the Client's TLS credentials (mutual TLS with its
+Pserver connections use the Client's TLS material (mutual TLS with its
 certificate; plaintext if the Client has none). A certificate whose role
 may not push or pull (a reader's, or a trainer's for another job) raises
 :class:`raftps.errors.PermissionDenied`, never retried.
 
 Tensor data moves as packed little-endian float32 (api pserver.proto
-Tensor.data), encoded and decoded by this module's own protobuf wire code
-on the gRPC channel (raw request_serializer / response_deserializer), so
-protobuf Python never builds or parses the big ``bytes`` fields. A slot
-whose dense parameters are more than ``stream_bytes`` (default
-STREAM_CHUNK_BYTES, 4 MiB, as the Go client) is pulled over PullStream and
-pushed over PushStream in messages of at most STREAM_CHUNK_BYTES of data:
-the pserver sends the next message while the trainer places the last. A
-pull's stream is received on the thread that places it (grpcio's
-SingleThreadedUnaryStream: no channel spin thread, no request thread).
-Pulled blocks are copied once, from the received message (a zero-copy
-view) straight into the destination arrays (which may be numpy views of
-torch tensors); pushed gradients are copied once, into the request. The
-rest of the per-byte cost is grpcio's: its Python layer copies a received
-message slice by slice into a bytearray and then into bytes, and copies
-a sent one into a gRPC slice. (gRPC's C core sends every call as
-content-type application/grpc; the pserver forces its raftps-tensor codec
-on every call, so these calls are served as the Go client's are.)
+Tensor.data), encoded and decoded by raftps._psconn's own protobuf wire
+code, so protobuf Python never builds or parses the big ``bytes`` fields.
+A slot whose dense parameters are more than ``stream_bytes`` (default
+STREAM_CHUNK_BYTES, 4 MiB, as the Go client) is pulled over PullStream
+and pushed over PushStream in messages of at most STREAM_CHUNK_BYTES of
+data: the pserver sends the next message while the trainer places the
+last, and parses the last pushed while the trainer sends the next. The
+transport (raftps._psconn) is gRPC's C core called through ctypes where
+Debian's libgrpc29 loads (raftps._grpccore): a push is gathered from its
+headers and zero-copy views of the gradients into the slice gRPC sends
+(one copy), and a pulled message is joined once by the C core and its
+blocks copied from there straight into the destination arrays (which may
+be numpy views of torch tensors), as the Go client does; elsewhere, or
+with RAFTPS_PS_TRANSPORT=grpcio, it is grpcio, which copies every message
+once more on the way out and three times more on the way in. Each call
+runs on the ParamClient thread of its slot.
 
 The client's CPU per byte against the Go client's, the profile of where
 it goes, and what was tried: python/PERFORMANCE.md.
@@ -83,18 +82,16 @@ import concurrent.futures
 import json
 import random
 import struct
-import sys
 import threading
 import time
 from typing import Mapping, Sequence
 
 import grpc
-import grpc.experimental
 import numpy as np
 
-from raftps import _malloc, _protowire, errors
-from raftps import tls as _tls
-from raftps.client import CHANNEL_OPTIONS, Client
+from raftps import _malloc, _psconn, errors
+from raftps._psconn import _Push, _chunk_tensors, _decode_pull, _enc_varint, _encode_push, _tag  # noqa: F401
+from raftps.client import Client
 from raftps.v1 import job_pb2, pserver_pb2
 
 # The data path moves model-sized messages: keep their buffers in the heap
@@ -113,10 +110,6 @@ STREAM_CHUNK_BYTES = 4 << 20
 # _SLOT_EPOCH is the ErrorInfo reason of errs.ErrSlotEpoch (api/rpctypes):
 # the request's replica epoch is not the slot's; re-resolve and retry.
 _SLOT_EPOCH = "SLOT_EPOCH"
-
-_LE = sys.byteorder == "little"
-_F32 = np.dtype("<f4")
-
 
 def fnv1a32(data: bytes) -> int:
     h = 0x811C9DC5
@@ -183,225 +176,9 @@ class Layout:
         return self.vshard_of_row(p, row) % self.num_pservers
 
 
-# --- the wire format of PullResponse / PushRequest, without extra copies ---
-
-_varint = _protowire.uvarint
-
-
-def _enc_varint(v: int) -> bytes:
-    if v < 0:
-        v += 1 << 64
-    out = bytearray()
-    while True:
-        x = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(x | 0x80)
-        else:
-            out.append(x)
-            return bytes(out)
-
-
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-class _RawTensor:
-    __slots__ = ("name", "block", "rows", "buf", "off", "n")
-
-    def __init__(self):
-        self.name, self.block, self.rows, self.buf, self.off, self.n = "", 0, [], None, 0, 0
-
-    def floats(self) -> np.ndarray:
-        """A zero-copy float32 view of the data in the received message."""
-        return np.frombuffer(self.buf, dtype=_F32, count=self.n // 4, offset=self.off)
-
-
-class _RawPull:
-    __slots__ = ("version", "incarnation", "tensors")
-
-
-def _decode_tensor(b, i: int, end: int) -> _RawTensor:
-    t = _RawTensor()
-    t.buf = b
-    while i < end:
-        tag, i = _varint(b, i)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-            if num == 2:
-                t.block = _signed(v)
-            elif num == 3:
-                t.rows.append(_signed(v))
-        elif wt == 2:
-            n, i = _varint(b, i)
-            if num == 1:
-                t.name = bytes(b[i:i + n]).decode()
-            elif num == 3:
-                j = i
-                while j < i + n:
-                    v, j = _varint(b, j)
-                    t.rows.append(_signed(v))
-            elif num == 4:
-                t.off, t.n = i, n
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            raise errors.Internal("pull: malformed tensor in the response")
-    return t
-
-
-def _decode_pull(data: bytes) -> _RawPull:
-    m = _RawPull()
-    m.version = m.incarnation = 0
-    m.tensors = []
-    b = memoryview(data)
-    i, end = 0, len(data)
-    while i < end:
-        tag, i = _varint(b, i)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-            if num == 1:
-                m.version = _signed(v)
-            elif num == 3:
-                m.incarnation = _signed(v)
-        elif wt == 2:
-            n, i = _varint(b, i)
-            if num == 2:
-                m.tensors.append(_decode_tensor(data, i, i + n))
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            raise errors.Internal("pull: malformed response")
-    return m
-
-
-def _tag(num: int, wt: int) -> bytes:
-    return _enc_varint((num << 3) | wt)
-
-
-def _enc_tensor(name: str, block: int, rows, data) -> list:
-    """Field parts of one Tensor; ``data`` is a C-contiguous float32 array."""
-    head = bytearray()
-    nb = name.encode()
-    head += _tag(1, 2) + _enc_varint(len(nb)) + nb
-    if block:
-        head += _tag(2, 0) + _enc_varint(block)
-    if rows is not None and len(rows):
-        packed = b"".join(_enc_varint(int(r)) for r in rows)
-        head += _tag(3, 2) + _enc_varint(len(packed)) + packed
-    nbytes = data.size * 4
-    if nbytes:
-        head += _tag(4, 2) + _enc_varint(nbytes)
-    body = [bytes(head)]
-    if nbytes:
-        body.append(memoryview(data if _LE else data.astype(_F32)).cast("B"))
-    size = sum(len(x) for x in body)
-    return [_tag(6, 2) + _enc_varint(size), *body]
-
-
-def _encode_push(req: "_Push") -> bytes:
-    parts = []
-    jb, tb = req.job.encode(), req.trainer.encode()
-    hdr = bytearray()
-    if jb:
-        hdr += _tag(1, 2) + _enc_varint(len(jb)) + jb
-    if req.slot:
-        hdr += _tag(2, 0) + _enc_varint(req.slot)
-    if tb:
-        hdr += _tag(3, 2) + _enc_varint(len(tb)) + tb
-    if req.version:
-        hdr += _tag(4, 0) + _enc_varint(req.version)
-    if req.version:
-        hdr += _tag(5, 0) + _enc_varint(req.version)
-    if req.examples:
-        hdr += _tag(7, 0) + _enc_varint(req.examples)
-    if req.push_id:
-        hdr += _tag(8, 0) + _enc_varint(req.push_id)
-    if req.incarnation:
-        hdr += _tag(10, 0) + _enc_varint(req.incarnation)
-    if req.epoch:
-        hdr += _tag(11, 0) + _enc_varint(req.epoch)
-    parts.append(bytes(hdr))
-    for t in req.tensors:
-        parts.extend(_enc_tensor(*t))
-    return b"".join(parts)
-
-
-class _Push:
-    __slots__ = ("job", "slot", "trainer", "version", "examples", "tensors", "incarnation", "push_id", "epoch")
-
-    def __init__(self, job, slot, trainer, version, examples, tensors, incarnation=0, push_id=0, epoch=0):
-        self.job, self.slot, self.trainer = job, slot, trainer
-        self.version, self.examples, self.tensors = version, examples, tensors
-        # The slot incarnation the gradients were computed on (the pull's):
-        # a sync slot of another incarnation refuses the push as stale.
-        self.incarnation = incarnation
-        # The push's id (uint64, 0: none): the same on every retry.
-        self.push_id = push_id
-        # The slot's replica epoch resolved with its address (0: not
-        # checked), set anew on every attempt (PushRequest.epoch).
-        self.epoch = epoch
-
-    def with_tensors(self, tensors) -> "_Push":
-        """This push's header with other tensors."""
-        return _Push(self.job, self.slot, self.trainer, self.version, self.examples, tensors, self.incarnation,
-                     self.push_id, self.epoch)
-
-
-def _chunk_tensors(ts: list, limit: int) -> list[list]:
-    """Splits push tensors (name, block, rows, data) into runs of at most
-    ``limit`` data bytes; a tensor larger than ``limit`` is a run of its own
-    (pserver/wire's ChunkTensors)."""
-    out, run, size = [], [], 0
-    for t in ts:
-        n = t[3].size * 4
-        if run and size + n > limit:
-            out.append(run)
-            run, size = [], 0
-        run.append(t)
-        size += n
-    out.append(run)
-    return out
-
-
-class _SlotConn:
-    def __init__(self, addr: str, creds: grpc.ChannelCredentials | None):
-        self.addr = addr
-        # The client's TLS credentials (None: plaintext) for the pserver port.
-        self.channel = _tls.channel(addr, creds, CHANNEL_OPTIONS + [
-            ("grpc.http2.lookahead_bytes", 64 << 20),
-            # Unary-stream calls (pull_stream) run on the thread that
-            # iterates them: no channel spin thread handing each message
-            # over (grpcio's option; it changes no other call).
-            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
-        ])
-        self.pull = self.channel.unary_unary("/raftps.v1.PServer/Pull",
-                                             request_serializer=pserver_pb2.PullRequest.SerializeToString,
-                                             response_deserializer=_decode_pull)
-        self.push = self.channel.unary_unary("/raftps.v1.PServer/Push", request_serializer=_encode_push,
-                                             response_deserializer=pserver_pb2.PushResponse.FromString)
-        # The same messages, chunked (PServer.PullStream / PushStream): the
-        # pserver streams a big pull while the trainer places what arrived,
-        # and a big push while the pserver parses what arrived. A pull is
-        # one request, so PullStream is called as unary-stream (the same
-        # frames on the wire: one request, then the client's half-close),
-        # which grpcio runs on the caller's thread.
-        self.pull_stream = self.channel.unary_stream("/raftps.v1.PServer/PullStream",
-                                                      request_serializer=pserver_pb2.PullRequest.SerializeToString,
-                                                      response_deserializer=_decode_pull)
-        self.push_stream = self.channel.stream_unary("/raftps.v1.PServer/PushStream", request_serializer=_encode_push,
-                                                     response_deserializer=pserver_pb2.PushResponse.FromString)
-        self.leave = self.channel.unary_unary("/raftps.v1.PServer/LeaveStep",
-                                              request_serializer=pserver_pb2.LeaveStepRequest.SerializeToString,
-                                              response_deserializer=pserver_pb2.LeaveStepResponse.FromString)
+# The connection class of slot pservers (raftps._psconn: the C core's where
+# it loads, else grpcio's; RAFTPS_PS_TRANSPORT chooses).
+_SlotConn = _psconn.conn_class()
 
 
 def _slot_prefix(job: str) -> str:
@@ -588,7 +365,7 @@ class ParamClient:
         with self._mu:
             c = self._conns.get(addr)
             if c is None:
-                c = self._conns[addr] = _SlotConn(addr, self.client.credentials)
+                c = self._conns[addr] = _SlotConn(addr, self.client)
             return c, epoch
 
     def _invalidate(self, slot: int) -> None:
@@ -844,7 +621,8 @@ class ParamClient:
         with self._mu:
             conns = list(self._conns.values())
             self._conns.clear()
-        _tls.close_channels([c.channel for c in conns])
+        for c in conns:
+            c.close()
 
     def __enter__(self) -> "ParamClient":
         return self

@@ -74,9 +74,9 @@ class TLS:
             raise errors.InvalidArgument(f"TLS: the certificate {self.cert!r} has no common name")
         return str(cns[0].value)
 
-    def credentials(self) -> grpc.ChannelCredentials:
-        """gRPC channel credentials: verify nodes against the CA, show the
-        client certificate. Raises InvalidArgument naming an unreadable file."""
+    def pem(self) -> tuple[bytes, bytes, bytes]:
+        """The three files' contents: (CA certificate, certificate, key).
+        Raises InvalidArgument naming an unreadable file."""
         data = []
         for what, path in (("CA certificate", self.cacert), ("certificate", self.cert), ("key", self.key)):
             try:
@@ -84,8 +84,13 @@ class TLS:
                     data.append(fh.read())
             except OSError as e:
                 raise errors.InvalidArgument(f"TLS: cannot read the {what} {path!r}: {e.strerror}") from e
-        return grpc.ssl_channel_credentials(root_certificates=data[0], private_key=data[2],
-                                            certificate_chain=data[1])
+        return data[0], data[1], data[2]
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials: verify nodes against the CA, show the
+        client certificate. Raises InvalidArgument naming an unreadable file."""
+        ca, cert, key = self.pem()
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
 def _connectivity(_state: grpc.ChannelConnectivity) -> None:

@@ -72,6 +72,16 @@ def client(cluster):
         yield c
 
 
+@pytest.fixture(params=["core", "grpcio"])
+def ps_transport(request, monkeypatch):
+    """Runs the test over each pserver transport of raftps.ps (raftps._psconn:
+    the C core's, the default here, and grpcio's, the fallback)."""
+    import raftps.ps
+    from raftps import _psconn
+    monkeypatch.setattr(raftps.ps, "_SlotConn", {"core": _psconn.CoreConn, "grpcio": _psconn.GrpcioConn}[request.param])
+    return request.param
+
+
 def external_spec(name, params, *, records=256, rpt=64, batch=32, passes=1, mode="UPDATE_MODE_SYNC",
                   lr=0.1, optimizer="sgd", pservers=2, block=None, **extra):
     """An external-model job spec dict on the shipped dataset path."""

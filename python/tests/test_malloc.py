@@ -19,9 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def test_tuning_stops_page_faults_per_round(client, cluster):
     """Push+pull of 8M float32 params (two 16 MB slots, streamed in 4 MiB
-    messages) in a child process, with the settings and with
-    RAFTPS_MALLOC_TUNING=0: glibc's defaults fault every message's pages
-    in again (about one fault per 4 KiB moved)."""
+    messages) in a child process over grpcio (RAFTPS_PS_TRANSPORT=grpcio:
+    the transport whose per-message ``bytes`` the settings are for), with
+    the settings and with RAFTPS_MALLOC_TUNING=0: glibc's defaults fault
+    every message's pages in again (about one fault per 4 KiB moved)."""
     job = f"malloc-{uuid.uuid4().hex[:6]}"
     params = [{"name": f"p{i}", "shape": [1_000_000], "init": "INIT_ZEROS"} for i in range(8)]
     raftps.jobs.submit(client, external_spec(job, params, mode="UPDATE_MODE_ASYNC", lr=0.01))
@@ -31,7 +32,8 @@ def test_tuning_stops_page_faults_per_round(client, cluster):
     def run(env):
         out = subprocess.run([sys.executable, os.path.join(HERE, "malloc_worker.py"), eps, job, "3"],
                              capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), **env})
+                             env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), "RAFTPS_PS_TRANSPORT": "grpcio",
+                                  **env})
         assert out.returncode == 0, out.stderr[-2000:]
         applied, faults = out.stdout.split()
         return applied == "1", int(faults)

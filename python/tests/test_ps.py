@@ -32,7 +32,7 @@ def test_hashes_and_permutation_match_go():
     assert (permutation(1000, 7, 2) == p).all() and not (permutation(1000, 7, 3) == p).all()
 
 
-def test_push_pull_bit_exact(client):
+def test_push_pull_bit_exact(ps_transport, client):
     job = name("bitexact")
     params = [{"name": "w", "shape": [3, 700], "init": "INIT_ZEROS"},     # 3 blocks of 1000 (last short)
               {"name": "b", "shape": [7], "init": "INIT_ZEROS"},

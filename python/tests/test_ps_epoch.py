@@ -64,8 +64,7 @@ def test_targets_follow_go_resolver_rules():
 class _Sent:
     """What each pull and push put on the wire: (method, slot, epoch, push
     id). ``stale[slot] = e`` makes the next push to slot carry epoch e
-    instead (a later field 11 wins in protobuf), as a client whose cached
-    epoch went stale sends it."""
+    instead, as a client whose cached epoch went stale sends it."""
 
     def __init__(self):
         self.calls = []
@@ -75,24 +74,22 @@ class _Sent:
         sent = self
 
         class Conn(_ps._SlotConn):
-            def __init__(self, addr, creds):
-                super().__init__(addr, creds)
-                pull = self.pull
-                push = self.channel.unary_unary("/raftps.v1.PServer/Push",  # sends the bytes as given
-                                                response_deserializer=pserver_pb2.PushResponse.FromString)
+            def __init__(self, addr, client):
+                super().__init__(addr, client)
+                pull, push = self.pull, self.push
+                pull_stream, push_stream = self.pull_stream, self.push_stream
 
                 def rec_pull(req, **kw):
                     sent.calls.append(("pull", req.slot, req.epoch, 0))
                     return pull(req, **kw)
 
                 def rec_push(req, **kw):
-                    data = _ps._encode_push(req)
                     if req.slot in sent.stale:
-                        data += _ps._tag(11, 0) + _ps._enc_varint(sent.stale.pop(req.slot))
-                    m = pserver_pb2.PushRequest.FromString(data)  # the bytes sent
+                        req = req.with_tensors(req.tensors)
+                        req.epoch = sent.stale.pop(req.slot)
+                    m = pserver_pb2.PushRequest.FromString(_ps._encode_push(req))  # the bytes sent
                     sent.calls.append(("push", m.slot, m.epoch, m.push_id))
-                    return push(data, **kw)
-                pull_stream, push_stream = self.pull_stream, self.push_stream
+                    return push(req, **kw)
 
                 def rec_pull_stream(req, **kw):
                     sent.calls.append(("pull", req.slot, req.epoch, 0))
@@ -135,7 +132,7 @@ def _replicated_job(client, prefix):
 
 
 @pytest.mark.parametrize("stream_bytes", [_ps.STREAM_CHUNK_BYTES, 0])  # unary, then PullStream / PushStream
-def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch, stream_bytes):
+def test_epoch_sent_is_replica_record_mod_revision(ps_transport, client, monkeypatch, stream_bytes):
     job, recs = _replicated_job(client, "epoch")
     sent = _Sent()
     monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())
@@ -155,7 +152,7 @@ def test_epoch_sent_is_replica_record_mod_revision(client, monkeypatch, stream_b
         raftps.jobs.cancel(client, job)
 
 
-def test_stale_epoch_refused_and_retried_with_same_push_id(client, monkeypatch):
+def test_stale_epoch_refused_and_retried_with_same_push_id(ps_transport, client, monkeypatch):
     job, recs = _replicated_job(client, "epochstale")
     sent = _Sent()
     monkeypatch.setattr(_ps, "_SlotConn", sent.conn_class())

@@ -14,6 +14,8 @@ import raftps
 import raftps.jobs
 import raftps.ps
 from raftps import errors
+from raftps import tls as _tls
+from raftps.client import CHANNEL_OPTIONS
 from raftps.ps import ParamClient
 from raftps.v1 import pserver_pb2, pserver_pb2_grpc
 
@@ -40,8 +42,11 @@ def _streaming_only(ps):
 def _protobuf_pull(ps, slot):
     """One slot's dense blocks read by a plain generated stub (protobuf's
     parser): the reference the raw decoders must match."""
-    stub = pserver_pb2_grpc.PServerStub(ps._conn(slot)[0].channel)
-    resp = stub.Pull(pserver_pb2.PullRequest(job=ps.job, slot=slot), timeout=60)
+    ch = _tls.channel(ps._conn(slot)[0].addr, ps.client.credentials, CHANNEL_OPTIONS)
+    try:
+        resp = pserver_pb2_grpc.PServerStub(ch).Pull(pserver_pb2.PullRequest(job=ps.job, slot=slot), timeout=60)
+    finally:
+        _tls.close_channels([ch])
     return [(t.name, t.block, bytes(t.data)) for t in resp.tensors]
 
 
@@ -49,7 +54,7 @@ def _bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
-def test_stream_path_bit_identical_to_unary_and_protobuf(client, monkeypatch):
+def test_stream_path_bit_identical_to_unary_and_protobuf(ps_transport, client, monkeypatch):
     # Pushes go in messages of 1 MiB (many per slot), pulls in the pserver's 4 MiB ones.
     monkeypatch.setattr(raftps.ps, "STREAM_CHUNK_BYTES", 1 << 20)
     job = f"stream-{uuid.uuid4().hex[:6]}"
@@ -185,7 +190,7 @@ def test_stream_pull_runs_on_the_placing_threads(client, monkeypatch):
         raftps.jobs.cancel(client, job)
 
 
-def test_stream_pull_error_surfaces_as_raftps_error(client):
+def test_stream_pull_error_surfaces_as_raftps_error(ps_transport, client):
     # The pserver's refusal ends the stream with a status; the pull raises
     # the matching raftps error (here Unavailable: the job's slots are no
     # longer hosted, and retries=0).
