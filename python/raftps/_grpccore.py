@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import atexit
 import ctypes as C
+import os
 import threading
-import time
 import weakref
 
 import grpc
@@ -199,11 +199,6 @@ def _load() -> None:
             ("gpr_now", _Timespec, C.c_int),
             ("gpr_free", None, vp)):
         g["_" + name] = _bind(name, res, *args)
-    # The malloc settings of the data path (raftps._malloc) before grpc_init
-    # starts the C core's threads: a thread that allocated before them keeps
-    # an arena of its own, which gives message buffers back to the kernel.
-    _malloc.keep_message_buffers()
-    _grpc_init()
     # The slice layout read back on an inlined and a refcounted slice: a
     # library whose grpc_slice differs from the one above fails here.
     for n in (23, 64):
@@ -214,6 +209,25 @@ def _load() -> None:
         if got != want:
             _lib, _load_error = None, "libgrpc.so.29's grpc_slice layout is not gRPC 1.51's"
             return
+
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _init() -> None:
+    """grpc_init, once, at the first channel (a process that never dials a
+    pserver starts no C-core thread)."""
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            # The malloc settings of the data path (raftps._malloc) before
+            # grpc_init starts the C core's threads: a thread that allocated
+            # before them keeps an arena of its own, which gives message
+            # buffers back to the kernel.
+            _malloc.keep_message_buffers()
+            _grpc_init()
+            _initialized = True
 
 
 def available() -> bool:
@@ -450,6 +464,7 @@ class Channel:
     def __init__(self, target: str, tls=None, options=()):
         if _lib is None:
             raise ValueError(f"raftps._grpccore: {_load_error}")
+        _init()
         self.target = target
         keep = []
         args = (_Arg * len(options))()
@@ -476,6 +491,10 @@ class Channel:
             _grpc_channel_credentials_release(creds)
         self._mu = threading.Lock()
         self._closed = False
+        # The process that made the channel: a forked child (a DataLoader
+        # worker) has the C core's memory but not its threads, and must not
+        # call into it.
+        self._pid = os.getpid()
         self._watch_cq = _grpc_completion_queue_create_for_next(None)
         self._watcher = threading.Thread(target=self._watch, name=f"raftps-core-{target}", daemon=True)
         self._watcher.start()
@@ -498,6 +517,8 @@ class Channel:
                 return
             self._closed = True
         _open.discard(self)
+        if os.getpid() != self._pid:
+            return
         if threading.current_thread() is not self._watcher:
             self._watcher.join(1.0)
         if self._watcher.is_alive():
@@ -511,6 +532,9 @@ class Channel:
     def _check(self) -> None:
         if self._closed:
             raise ValueError(f"raftps._grpccore: channel to {self.target} is closed")
+        if os.getpid() != self._pid:
+            raise ValueError(f"raftps._grpccore: channel to {self.target} was made by process {self._pid}, "
+                             "not this forked one: make a ParamClient in the child")
 
     def unary(self, method: bytes, request, timeout: float | None) -> memoryview:
         """Sends one request (a list of bytes-like parts, concatenated) and

@@ -1,8 +1,10 @@
 """glibc malloc settings for a process that moves model-sized messages.
 
-A pull or push of a large slot goes through grpcio in messages of up to
-STREAM_CHUNK_BYTES (4 MiB), and grpcio copies each into a new ``bytes``
-object. With glibc's defaults each such buffer is above the dynamic mmap
+A pull or push of a large slot goes in messages of up to
+STREAM_CHUNK_BYTES (4 MiB), each a new buffer of that size: a ``bytes``
+grpcio copies it into, or the slice gRPC's C core joins it into
+(raftps._grpccore, which applies these settings before the core starts
+its threads). With glibc's defaults each such buffer is above the dynamic mmap
 threshold or sits at the top of the heap, where ``free`` trims it: the
 memory goes back to the kernel after every message, and the next one
 faults its pages in again; and each grpcio thread gets a malloc arena of
@@ -10,12 +12,14 @@ its own, whose heaps (64 MiB at most) are trimmed whatever the thresholds
 say. Measured on push+pull of 8-10M float32 params: 15,000-20,000 minor
 page faults per round with glibc's defaults (one per 4 KiB moved) and
 140-170 ms of client CPU per 10M-param round; 6-1,750 faults
-(tests/test_malloc.py) and 77-96 ms with the settings below, which glibc
-also reads from the environment as MALLOC_MMAP_THRESHOLD_,
+(tests/test_malloc.py, over grpcio) and 77-96 ms with the settings
+below; over the C core, 5,700-11,000 faults per round of 8M params with
+the defaults and 375-1,074 with the settings (python/PERFORMANCE.md).
+glibc also reads the settings from the environment, as MALLOC_MMAP_THRESHOLD_,
 MALLOC_TRIM_THRESHOLD_ and MALLOC_ARENA_MAX (mallopt(3)). The Go client
-keeps its buffers in its own heap and pools. raftps.ps applies them when
-it is imported: the arena limit only holds for threads that have not
-allocated yet.
+keeps its buffers in its own heap and pools. raftps.ps and
+raftps._grpccore apply them when imported: the arena limit only holds for
+threads that have not allocated yet.
 
 The cost: up to TRIM_THRESHOLD bytes of freed memory stay in the process
 instead of going back to the kernel, and the process's threads share one

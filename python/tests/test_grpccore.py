@@ -6,6 +6,8 @@ stream, a server error mid-push, a deadline, a dead address, a closed
 channel) ends with an error and leaves the channel usable."""
 
 import gc
+import os
+import signal
 import time
 import uuid
 
@@ -179,3 +181,35 @@ def test_wrong_ca_is_unavailable(client, big_job, tmp_path):
         assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         ch.close()
+
+
+def test_forked_child_does_not_call_into_the_core(big_job):
+    # A forked child (a DataLoader worker) inherits the channel but not the
+    # C core's threads: its calls are refused with a clear error and its
+    # exit-time close makes no C call (which could wait on a lock a parent
+    # thread held at the fork).
+    job, _, ch = big_job
+    req = pserver_pb2.PullRequest(job=job, slot=0).SerializeToString()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:
+                ch.unary(PULL, [req], 5)
+            except ValueError as e:
+                code = 0 if "forked" in str(e) else 2
+            _grpccore._close_all()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in the C core")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(bytes(ch.unary(PULL, [req], 60))) > 0  # the parent's channel still serves
