@@ -408,6 +408,16 @@ class _Call:
         raise CallError(_STATUS.get(code, grpc.StatusCode.UNKNOWN),
                         _slice_bytes(self.details).decode(errors="replace"), tuple(md), debug)
 
+    def response(self, out: C.c_void_p, method: bytes) -> memoryview:
+        """The one response message a finished RECV_MESSAGE left in out,
+        once the status is OK; raises CallError otherwise, or if an OK call
+        sent no message."""
+        got = _take(out)
+        self.finish()
+        if got is None:
+            raise CallError(grpc.StatusCode.INTERNAL, f"{method.decode()}: OK status without a response")
+        return got.view()
+
     def close(self) -> None:
         if self.pending:
             _grpc_call_cancel(self.call, None)
@@ -552,11 +562,7 @@ class Channel:
                 c.wait(tag)
             finally:
                 _grpc_byte_buffer_destroy(bb)
-            got = _take(out)
-            c.finish()
-            if got is None:
-                raise CallError(grpc.StatusCode.INTERNAL, f"{method.decode()}: OK status without a response")
-            return got.view()
+            return c.response(out, method)
         finally:
             c.close()
 
@@ -620,11 +626,7 @@ class Channel:
                 recv = _Op(op=_RECV_MESSAGE)
                 recv.data.recv_message = C.pointer(out)
                 c.wait(c.start([_Op(op=_SEND_CLOSE_FROM_CLIENT), recv]))
-            got = _take(out)
-            c.finish()
-            if got is None:
-                raise CallError(grpc.StatusCode.INTERNAL, f"{method.decode()}: OK status without a response")
-            return got.view()
+            return c.response(out, method)
         finally:
             c.close()  # cancels and plucks a send still in flight
             if bb is not None:
