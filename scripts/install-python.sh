@@ -25,7 +25,7 @@ check setuptools || need+=(python3-setuptools)
 check wheel || need+=(python3-wheel)
 # The pserver data path's transport (raftps._grpccore): gRPC's C core 1.51,
 # the release python3-grpcio is built from (grpcio links its own copy in).
-has_libgrpc() { ldconfig -p | grep -q 'libgrpc\.so\.29 '; }
+has_libgrpc() { [ -x "$PY" ] && "$PY" -c "import ctypes; ctypes.CDLL('libgrpc.so.29')" >/dev/null 2>&1; }
 has_libgrpc || need+=(libgrpc29)
 if [ "${1:-}" = generate ] || [ "${1:-}" = all ]; then
   command -v grpc_python_plugin >/dev/null || need+=(protobuf-compiler-grpc)

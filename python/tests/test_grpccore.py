@@ -44,6 +44,17 @@ def test_transport_choice(monkeypatch):
     monkeypatch.setenv(_psconn.ENV_TRANSPORT, "quic")
     with pytest.raises(errors.InvalidArgument, match="RAFTPS_PS_TRANSPORT"):
         _psconn.conn_class()
+    # Where libgrpc.so.29 does not load: grpcio by default, and a clear
+    # error for an explicit "core".
+    monkeypatch.setattr(_grpccore, "_lib", None)
+    monkeypatch.setattr(_grpccore, "_load_error", "cannot load libgrpc.so.29 (test)")
+    monkeypatch.delenv(_psconn.ENV_TRANSPORT)
+    assert _psconn.conn_class() is _psconn.GrpcioConn
+    monkeypatch.setenv(_psconn.ENV_TRANSPORT, "core")
+    with pytest.raises(errors.InvalidArgument, match="cannot load libgrpc.so.29"):
+        _psconn.conn_class()
+    with pytest.raises(ValueError, match="cannot load libgrpc.so.29"):
+        _grpccore.Channel("127.0.0.1:1")
 
 
 @pytest.fixture(scope="module")
