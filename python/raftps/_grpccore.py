@@ -572,6 +572,7 @@ class Channel:
         Raises CallError."""
         self._check()
         c = _Call(self._ch, method, timeout)
+        out = C.c_void_p()
         try:
             bb = _gather(request)
             try:
@@ -579,7 +580,6 @@ class Channel:
                 c.wait(c.start(c.request_ops(bb)))
             finally:
                 _grpc_byte_buffer_destroy(bb)
-            out = C.c_void_p()
             c.wait(c.recv(out))
             while True:
                 got = _take(out)
@@ -592,6 +592,8 @@ class Channel:
             c.finish()
         finally:
             c.close()
+            if out.value:  # the message a receive got before the caller stopped
+                _grpc_byte_buffer_destroy(out.value)
 
     def stream_unary(self, method: bytes, requests, timeout: float | None) -> memoryview:
         """Sends each request (a list of bytes-like parts) of the iterable,
