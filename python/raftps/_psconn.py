@@ -65,79 +65,58 @@ def _signed(v: int) -> int:
 
 
 class _RawTensor:
-    __slots__ = ("name", "block", "rows", "buf", "off", "n")
+    __slots__ = ("name", "block", "rows", "data", "n")
 
     def __init__(self):
-        self.name, self.block, self.rows, self.buf, self.off, self.n = "", 0, [], None, 0, 0
+        self.name, self.block, self.rows, self.data, self.n = "", 0, [], b"", 0
 
     def floats(self) -> np.ndarray:
         """A zero-copy float32 view of the data in the received message."""
-        return np.frombuffer(self.buf, dtype=_F32, count=self.n // 4, offset=self.off)
+        return np.frombuffer(self.data, dtype=_F32, count=self.n // 4)
 
 
 class _RawPull:
     __slots__ = ("version", "incarnation", "tensors")
 
 
-def _decode_tensor(b, i: int, end: int) -> _RawTensor:
+def _decode_tensor(b: memoryview) -> _RawTensor:
     t = _RawTensor()
-    t.buf = b
-    while i < end:
-        tag, i = _varint(b, i)
-        num, wt = tag >> 3, tag & 7
+    for num, wt, v in _protowire.walk(b):
         if wt == 0:
-            v, i = _varint(b, i)
             if num == 2:
                 t.block = _signed(v)
             elif num == 3:
                 t.rows.append(_signed(v))
         elif wt == 2:
-            n, i = _varint(b, i)
             if num == 1:
-                t.name = bytes(b[i:i + n]).decode()
+                t.name = bytes(v).decode()
             elif num == 3:
-                j = i
-                while j < i + n:
-                    v, j = _varint(b, j)
-                    t.rows.append(_signed(v))
+                j = 0
+                while j < len(v):
+                    r, j = _varint(v, j)
+                    t.rows.append(_signed(r))
             elif num == 4:
-                t.off, t.n = i, n
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            raise errors.Internal("pull: malformed tensor in the response")
+                t.data, t.n = v, len(v)
     return t
 
 
-def _decode_pull(data: bytes) -> _RawPull:
+def _decode_pull(data) -> _RawPull:
+    """The PullResponse in data (bytes-like), its tensors' data zero-copy
+    views of it. Raises errors.Internal if it is malformed."""
     m = _RawPull()
     m.version = m.incarnation = 0
     m.tensors = []
-    b = memoryview(data)
-    i, end = 0, len(data)
-    while i < end:
-        tag, i = _varint(b, i)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-            if num == 1:
-                m.version = _signed(v)
-            elif num == 3:
-                m.incarnation = _signed(v)
-        elif wt == 2:
-            n, i = _varint(b, i)
-            if num == 2:
-                m.tensors.append(_decode_tensor(data, i, i + n))
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            raise errors.Internal("pull: malformed response")
+    try:
+        for num, wt, v in _protowire.walk(memoryview(data)):
+            if wt == 0:
+                if num == 1:
+                    m.version = _signed(v)
+                elif num == 3:
+                    m.incarnation = _signed(v)
+            elif wt == 2 and num == 2:
+                m.tensors.append(_decode_tensor(v))
+    except (ValueError, IndexError) as e:
+        raise errors.Internal(f"pull: malformed response: {e}") from None
     return m
 
 
