@@ -148,26 +148,17 @@ def _push_parts(req: "_Push") -> list:
     """The encoded PushRequest as parts to concatenate: small headers as
     bytes, each tensor's data as a zero-copy view of the gradient."""
     parts = []
-    jb, tb = req.job.encode(), req.trainer.encode()
     hdr = bytearray()
-    if jb:
-        hdr += _tag(1, 2) + _enc_varint(len(jb)) + jb
-    if req.slot:
-        hdr += _tag(2, 0) + _enc_varint(req.slot)
-    if tb:
-        hdr += _tag(3, 2) + _enc_varint(len(tb)) + tb
-    if req.version:
-        hdr += _tag(4, 0) + _enc_varint(req.version)
-    if req.version:
-        hdr += _tag(5, 0) + _enc_varint(req.version)
-    if req.examples:
-        hdr += _tag(7, 0) + _enc_varint(req.examples)
-    if req.push_id:
-        hdr += _tag(8, 0) + _enc_varint(req.push_id)
-    if req.incarnation:
-        hdr += _tag(10, 0) + _enc_varint(req.incarnation)
-    if req.epoch:
-        hdr += _tag(11, 0) + _enc_varint(req.epoch)
+    # PushRequest's scalar fields in field order (fields 4 and 5 both carry
+    # the version); a zero one is not sent, as protobuf does.
+    for num, v in ((1, req.job.encode()), (2, req.slot), (3, req.trainer.encode()), (4, req.version),
+                   (5, req.version), (7, req.examples), (8, req.push_id), (10, req.incarnation), (11, req.epoch)):
+        if not v:
+            continue
+        if isinstance(v, bytes):
+            hdr += _tag(num, 2) + _enc_varint(len(v)) + v
+        else:
+            hdr += _tag(num, 0) + _enc_varint(v)
     parts.append(bytes(hdr))
     for t in req.tensors:
         parts.extend(_enc_tensor(*t))
